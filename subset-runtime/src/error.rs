@@ -1,0 +1,134 @@
+//! The one error type of the crate.
+
+use bson::Bson;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong, naming the collection, document and field involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The server or the driver reported an error.
+    #[error("mongodb error on `{collection}`: {source}")]
+    Mongo {
+        /// The collection the operation was on.
+        collection: String,
+        /// The driver's error.
+        #[source]
+        source: Box<mongodb::error::Error>,
+    },
+
+    /// A push, page or count named a parent that does not exist.
+    #[error("parent {id} not found in `{collection}`")]
+    ParentNotFound {
+        /// The parent collection.
+        collection: String,
+        /// The `_id` that was looked for.
+        id: Bson,
+    },
+
+    /// A child `_id` that is already in the child collection under another parent.
+    #[error("child {id} in `{collection}` belongs to parent {owner}, not {parent}")]
+    ChildOwnedElsewhere {
+        /// The child collection.
+        collection: String,
+        /// The child's `_id`.
+        id: Bson,
+        /// The parent it was pushed to.
+        parent: Bson,
+        /// The parent it is stored under.
+        owner: Bson,
+    },
+
+    /// A stored parent document does not have the shape of the Rust type.
+    #[error("parent {id} in `{collection}`: field `{field}` {problem}")]
+    MalformedParent {
+        /// The parent collection.
+        collection: String,
+        /// The parent's `_id`.
+        id: Bson,
+        /// The BSON path of the offending field.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+
+    /// A stored child document does not have the shape of the Rust type.
+    #[error("child {id} in `{collection}`: field `{field}` {problem}")]
+    MalformedChild {
+        /// The collection holding the child (the child collection, or the parent collection for an
+        /// embedded copy).
+        collection: String,
+        /// The child's `_id` (or `null` when it has none).
+        id: Bson,
+        /// The BSON path of the offending field.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+
+    /// A value could not be turned into BSON.
+    #[error("cannot serialize {what} to BSON: {source}")]
+    Serialize {
+        /// What was being serialized (a parent, a child, an `_id`).
+        what: &'static str,
+        /// The serializer's error.
+        #[source]
+        source: bson::ser::Error,
+    },
+
+    /// A child to be written has no `_id`, which exactly-once pagination and idempotent pushes
+    /// rely on.
+    #[error("child for `{collection}` has no `_id` field")]
+    ChildWithoutId {
+        /// The child collection.
+        collection: String,
+    },
+
+    /// A page cursor that is malformed, tampered with, or made for another parent or field.
+    #[error("invalid page cursor: {reason}")]
+    InvalidCursor {
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// A page request that cannot be served.
+    #[error("invalid page size {size}: it must be from 1 to {max}")]
+    InvalidPageSize {
+        /// The size asked for.
+        size: u32,
+        /// The largest size allowed.
+        max: u32,
+    },
+
+    /// A transaction that kept failing with transient errors until its time ran out.
+    #[error("transaction on `{collection}` did not commit within {seconds} s: {source}")]
+    TransactionTimeout {
+        /// The parent collection.
+        collection: String,
+        /// The time allowed.
+        seconds: u64,
+        /// The last error seen.
+        #[source]
+        source: Box<mongodb::error::Error>,
+    },
+}
+
+impl Error {
+    /// Wraps a driver error with the collection it happened on.
+    pub(crate) fn mongo(collection: &str, source: mongodb::error::Error) -> Self {
+        Error::Mongo {
+            collection: collection.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The driver error behind this error, if there is one.
+    pub fn mongo_error(&self) -> Option<&mongodb::error::Error> {
+        match self {
+            Error::Mongo { source, .. } | Error::TransactionTimeout { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! What `#[derive(Subset)]` and `#[derive(Child)]` describe: the parent and child traits and the
+//! static descriptors of each subset field.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// A parent document type: one collection, an `_id`, and one or more subset fields.
+///
+/// Implemented by `#[derive(Subset)]`; implementing it by hand is possible but the derive checks
+/// at compile time what a hand-written impl would only find out at run time.
+pub trait Parent: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
+    /// The type of the parent's `_id`.
+    type Id: Serialize + Send + Sync + fmt::Debug;
+
+    /// The parent collection.
+    const COLLECTION: &'static str;
+
+    /// One descriptor per subset field, in declaration order.
+    const SUBSETS: &'static [SubsetSpec];
+
+    /// The parent's `_id`.
+    fn id(&self) -> &Self::Id;
+}
+
+/// A child document type: it lives in a child collection and, for the top `keep`, embedded in
+/// its parent.
+///
+/// Implemented by `#[derive(Child)]`, which records the BSON name of every field so that sort keys
+/// named by Rust field name follow `#[serde(rename)]` and `#[serde(rename_all)]`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is used as a subset child but does not implement `subset::Child`",
+    label = "this child type needs `#[derive(subset::Child)]`",
+    note = "add `#[derive(subset::Child)]` next to `Serialize` and `Deserialize` on `{Self}`"
+)]
+pub trait Child: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
+    /// Every serialized field, as (Rust name, BSON name).
+    const FIELDS: &'static [FieldName];
+}
+
+/// A field's Rust name and the name it has in BSON after serde's renames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldName {
+    /// The field's name in the Rust struct.
+    pub rust: &'static str,
+    /// The field's name in the stored document.
+    pub bson: &'static str,
+}
+
+/// Sort direction of one sort key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Smallest first (`1`).
+    Asc,
+    /// Largest first (`-1`).
+    Desc,
+}
+
+impl Direction {
+    /// The number MongoDB uses for this direction in sort and index specifications.
+    pub const fn as_i32(self) -> i32 {
+        match self {
+            Direction::Asc => 1,
+            Direction::Desc => -1,
+        }
+    }
+}
+
+/// One key of a subset's sort order, by BSON field name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortKey {
+    /// BSON name of the child field.
+    pub field: &'static str,
+    /// Its direction.
+    pub direction: Direction,
+}
+
+/// Everything the runtime needs to know about one subset field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubsetSpec {
+    /// BSON name of the embedded array in the parent document.
+    pub field: &'static str,
+    /// Rust name of the embedded array field, for messages.
+    pub rust_field: &'static str,
+    /// The child collection holding every child.
+    pub child_collection: &'static str,
+    /// BSON name of the field that holds the parent's `_id` in each child-collection document.
+    pub key: &'static str,
+    /// How many children stay embedded (1..=1000).
+    pub keep: u32,
+    /// The sort order as written by the user; `_id` is appended by [`SubsetSpec::order`].
+    pub sort: &'static [SortKey],
+    /// BSON name of the parent's integer field that counts the children, if any.
+    pub count: Option<&'static str>,
+}
+
+impl SubsetSpec {
+    /// The total order used everywhere: the user's keys, then `_id` in the direction of the last
+    /// key (unless the user already sorts by `_id`), so that no two children compare equal.
+    pub fn order(&self) -> impl Iterator<Item = SortKey> + Clone + '_ {
+        let last = self.sort.last().map_or(Direction::Asc, |k| k.direction);
+        let has_id = self.sort.iter().any(|k| k.field == "_id");
+        let tie = (!has_id).then_some(SortKey {
+            field: "_id",
+            direction: last,
+        });
+        self.sort.iter().copied().chain(tie)
+    }
+}
+
+/// A typed reference to one subset field of `P` whose children are `C`.
+///
+/// `#[derive(Subset)]` generates one as an associated constant per subset field, named after the
+/// field in upper case (`Product::RECENT_REVIEWS`); pass it to [`crate::Store::subset`].
+pub struct SubsetField<P, C> {
+    index: usize,
+    _types: PhantomData<fn() -> (P, C)>,
+}
+
+impl<P: Parent, C: Child> SubsetField<P, C> {
+    /// Used by the derive: the field at `index` in `P::SUBSETS`.
+    #[doc(hidden)]
+    pub const fn __new(index: usize) -> Self {
+        SubsetField {
+            index,
+            _types: PhantomData,
+        }
+    }
+
+    /// The field's descriptor.
+    pub fn spec(&self) -> &'static SubsetSpec {
+        &P::SUBSETS[self.index]
+    }
+}
+
+impl<P, C> Clone for SubsetField<P, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P, C> Copy for SubsetField<P, C> {}
+
+impl<P, C> fmt::Debug for SubsetField<P, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubsetField")
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+/// Looks up the BSON name of a child's Rust field; used by the derive in constant context.
+///
+/// An unknown name comes back unchanged: the derive separately checks that the field exists, with
+/// a compiler error that points at the sort string.
+#[doc(hidden)]
+pub const fn child_field_bson_name<C: Child>(rust: &'static str) -> &'static str {
+    let fields = C::FIELDS;
+    let mut i = 0;
+    while i < fields.len() {
+        if str_eq(fields[i].rust, rust) {
+            return fields[i].bson;
+        }
+        i += 1;
+    }
+    rust
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Types that can be a sort key: scalars MongoDB orders meaningfully and an index can hold.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a subset sort key",
+    label = "sort keys must be scalar fields",
+    note = "sort by a scalar child field (integer, float, string, bool, date, ObjectId, or an Option of one); arrays and nested documents have no single sort value"
+)]
+pub trait SortableField {}
+
+/// Integer types that can hold a subset's child count.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot hold a subset count",
+    label = "the `count` field must be an integer",
+    note = "declare the count field as `i64` (or `i32`, `u32`, `u64`) and mark it `#[serde(default)]`"
+)]
+pub trait CountField {}
+
+macro_rules! impl_marker {
+    ($trait:ident: $($t:ty),* $(,)?) => { $(impl $trait for $t {})* };
+}
+
+impl_marker!(SortableField: i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, bool, char, String,
+    bson::DateTime, bson::oid::ObjectId, bson::Decimal128, bson::Timestamp, bson::Uuid);
+impl<T: SortableField> SortableField for Option<T> {}
+impl SortableField for &str {}
+
+impl_marker!(CountField: i32, i64, u32, u64);
+
+/// Compile-time check emitted by the derive for each sort key.
+#[doc(hidden)]
+pub fn assert_sortable<T: SortableField + ?Sized>(_: &T) {}
+
+/// Compile-time check emitted by the derive for the `count` field.
+#[doc(hidden)]
+pub fn assert_count<T: CountField + ?Sized>(_: &T) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: SubsetSpec = SubsetSpec {
+        field: "recent",
+        rust_field: "recent",
+        child_collection: "reviews",
+        key: "product_id",
+        keep: 5,
+        sort: &[
+            SortKey {
+                field: "rating",
+                direction: Direction::Asc,
+            },
+            SortKey {
+                field: "date",
+                direction: Direction::Desc,
+            },
+        ],
+        count: None,
+    };
+
+    #[test]
+    fn order_appends_id_in_last_direction() {
+        let order: Vec<_> = SPEC.order().collect();
+        assert_eq!(order.len(), 3);
+        assert_eq!(
+            order[2],
+            SortKey {
+                field: "_id",
+                direction: Direction::Desc
+            }
+        );
+    }
+
+    #[test]
+    fn order_keeps_explicit_id() {
+        let spec = SubsetSpec {
+            sort: &[SortKey {
+                field: "_id",
+                direction: Direction::Asc,
+            }],
+            ..SPEC
+        };
+        assert_eq!(spec.order().count(), 1);
+    }
+}

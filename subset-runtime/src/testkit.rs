@@ -1,0 +1,1 @@
+//! Test server (in progress).
