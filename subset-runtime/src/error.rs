@@ -25,7 +25,7 @@ pub enum Error {
         /// The parent collection.
         collection: String,
         /// The `_id` that was looked for.
-        id: Bson,
+        id: Box<Bson>,
     },
 
     /// A child `_id` that is already in the child collection under another parent.
@@ -34,11 +34,11 @@ pub enum Error {
         /// The child collection.
         collection: String,
         /// The child's `_id`.
-        id: Bson,
+        id: Box<Bson>,
         /// The parent it was pushed to.
-        parent: Bson,
+        parent: Box<Bson>,
         /// The parent it is stored under.
-        owner: Bson,
+        owner: Box<Bson>,
     },
 
     /// A stored parent document does not have the shape of the Rust type.
@@ -47,7 +47,7 @@ pub enum Error {
         /// The parent collection.
         collection: String,
         /// The parent's `_id`.
-        id: Bson,
+        id: Box<Bson>,
         /// The BSON path of the offending field.
         field: String,
         /// What is wrong with it.
@@ -61,7 +61,7 @@ pub enum Error {
         /// embedded copy).
         collection: String,
         /// The child's `_id` (or `null` when it has none).
-        id: Bson,
+        id: Box<Bson>,
         /// The BSON path of the offending field.
         field: String,
         /// What is wrong with it.
@@ -75,7 +75,7 @@ pub enum Error {
         what: &'static str,
         /// The serializer's error.
         #[source]
-        source: bson::ser::Error,
+        source: Box<bson::ser::Error>,
     },
 
     /// A child to be written has no `_id`, which exactly-once pagination and idempotent pushes

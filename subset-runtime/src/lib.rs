@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod cursor;
+mod decode;
 mod error;
 mod model;
 mod order;

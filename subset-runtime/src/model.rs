@@ -183,11 +183,12 @@ const fn str_eq(a: &str, b: &str) -> bool {
     true
 }
 
-/// Types that can be a sort key: scalars MongoDB orders meaningfully and an index can hold.
+/// Types that can be a sort key: required scalars, so that every child has one value of one BSON
+/// type and keyset comparisons (`$lt`, `$gt`, which MongoDB brackets by type) reach every child.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a subset sort key",
     label = "sort keys must be scalar fields",
-    note = "sort by a scalar child field (integer, float, string, bool, date, ObjectId, or an Option of one); arrays and nested documents have no single sort value"
+    note = "sort by a required scalar child field (integer, float, string, bool, date, ObjectId); arrays and nested documents have no single sort value, and an `Option` would put nulls where keyset pagination cannot reach them"
 )]
 pub trait SortableField {}
 
@@ -205,8 +206,6 @@ macro_rules! impl_marker {
 
 impl_marker!(SortableField: i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, bool, char, String,
     bson::DateTime, bson::oid::ObjectId, bson::Decimal128, bson::Timestamp, bson::Uuid);
-impl<T: SortableField> SortableField for Option<T> {}
-impl SortableField for &str {}
 
 impl_marker!(CountField: i32, i64, u32, u64);
 

@@ -1,0 +1,128 @@
+//! The total order of a subset and the queries derived from it: `$sort` documents, index keys
+//! and keyset filters.
+
+use bson::{doc, Bson, Document, RawDocument};
+
+use crate::model::{Direction, SubsetSpec};
+
+/// The `$sort` / `sort` document: the user's keys, then `_id`.
+pub(crate) fn sort_doc(spec: &SubsetSpec) -> Document {
+    spec.order()
+        .map(|k| (k.field.to_owned(), Bson::Int32(k.direction.as_i32())))
+        .collect()
+}
+
+/// The child-collection index that turns every page into an index scan:
+/// `{key: 1, <sort keys>, _id}`.
+pub(crate) fn index_keys(spec: &SubsetSpec) -> Document {
+    let mut keys = doc! { spec.key: 1 };
+    keys.extend(sort_doc(spec));
+    keys
+}
+
+/// The values of the order's fields in `child`, the position a cursor remembers.
+///
+/// A missing field reads as `null`, which is where MongoDB sorts it.
+pub(crate) fn position(spec: &SubsetSpec, child: &RawDocument) -> Vec<Bson> {
+    spec.order()
+        .map(|k| {
+            child
+                .get(k.field)
+                .ok()
+                .flatten()
+                .and_then(|v| Bson::try_from(v).ok())
+                .unwrap_or(Bson::Null)
+        })
+        .collect()
+}
+
+/// Children of `parent` strictly after `after` in the subset's order.
+///
+/// For keys `k1..kn` this is `k1 > v1 OR (k1 = v1 AND k2 > v2) OR …`, with `<` for descending
+/// keys; the last key is `_id`, so the order is total and no child is served twice.
+pub(crate) fn after_filter(spec: &SubsetSpec, parent: &Bson, after: &[Bson]) -> Document {
+    let mut branches = Vec::with_capacity(after.len());
+    let mut equal = Document::new();
+    for (key, value) in spec.order().zip(after) {
+        let op = match key.direction {
+            Direction::Asc => "$gt",
+            Direction::Desc => "$lt",
+        };
+        let mut branch = equal.clone();
+        branch.insert(key.field, doc! { op: value.clone() });
+        branches.push(Bson::Document(branch));
+        equal.insert(key.field, value.clone());
+    }
+    let mut filter = doc! { spec.key: parent.clone() };
+    match branches.len() {
+        0 => {}
+        1 => {
+            if let Some(Bson::Document(only)) = branches.pop() {
+                filter.extend(only);
+            }
+        }
+        _ => {
+            filter.insert("$or", branches);
+        }
+    }
+    filter
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SortKey;
+
+    const SPEC: SubsetSpec = SubsetSpec {
+        field: "recent",
+        rust_field: "recent",
+        child_collection: "reviews",
+        key: "product_id",
+        keep: 5,
+        sort: &[
+            SortKey {
+                field: "rating",
+                direction: Direction::Asc,
+            },
+            SortKey {
+                field: "date",
+                direction: Direction::Desc,
+            },
+        ],
+        count: None,
+    };
+
+    #[test]
+    fn sort_and_index_documents() {
+        assert_eq!(sort_doc(&SPEC), doc! { "rating": 1, "date": -1, "_id": -1 });
+        assert_eq!(
+            index_keys(&SPEC),
+            doc! { "product_id": 1, "rating": 1, "date": -1, "_id": -1 }
+        );
+    }
+
+    #[test]
+    fn keyset_filter_is_lexicographic() {
+        let f = after_filter(&SPEC, &Bson::Int32(7), &[3.into(), 10.into(), 99.into()]);
+        assert_eq!(
+            f,
+            doc! {
+                "product_id": 7,
+                "$or": [
+                    { "rating": { "$gt": 3 } },
+                    { "rating": 3, "date": { "$lt": 10 } },
+                    { "rating": 3, "date": 10, "_id": { "$lt": 99 } },
+                ]
+            }
+        );
+    }
+
+    #[test]
+    fn position_reads_missing_as_null() {
+        let raw = bson::rawdoc! { "_id": 1, "rating": 4 };
+        assert_eq!(
+            position(&SPEC, &raw),
+            vec![Bson::Int32(4), Bson::Null, Bson::Int32(1)]
+        );
+    }
+}

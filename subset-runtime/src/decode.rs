@@ -1,0 +1,193 @@
+//! Turning stored BSON into the user's types, with errors that name the document and field.
+//!
+//! The fast path is one `bson::from_slice` over the raw bytes. Only when it fails do we decode
+//! again, through `serde_path_to_error`, to find the path of the offending field.
+
+use bson::raw::RawBsonRef;
+use bson::{Bson, Document, RawDocument};
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::model::{Parent, SubsetSpec};
+
+/// The `_id` of a stored document, or `null` when it has none (in an error message only).
+pub(crate) fn id_of(doc: &RawDocument) -> Bson {
+    doc.get("_id")
+        .ok()
+        .flatten()
+        .and_then(|v| Bson::try_from(v).ok())
+        .unwrap_or(Bson::Null)
+}
+
+/// Decodes a child stored in `collection` (the child collection, or the parent collection for an
+/// embedded copy, where `prefix` is the element's path, e.g. `recent_reviews.3`).
+pub(crate) fn child<C: DeserializeOwned>(
+    raw: &RawDocument,
+    collection: &str,
+    prefix: Option<&str>,
+) -> Result<C> {
+    bson::from_slice(raw.as_bytes()).map_err(|fast| {
+        let (field, problem) = locate::<C>(raw, &fast.to_string());
+        Error::MalformedChild {
+            collection: collection.to_owned(),
+            id: Box::new(id_of(raw)),
+            field: join(prefix, &field),
+            problem,
+        }
+    })
+}
+
+/// Decodes a stored parent after checking the shape of every subset field.
+///
+/// A subset field must be present and an array of documents, even where the Rust field has
+/// `#[serde(default)]`: a parent without it was not written by this library, and serving an
+/// empty first page for it would hide the children in the child collection.
+pub(crate) fn parent<P: Parent>(raw: &RawDocument) -> Result<P> {
+    for spec in P::SUBSETS {
+        subset_elements::<P>(raw, spec)?;
+    }
+    bson::from_slice(raw.as_bytes()).map_err(|fast| {
+        let (field, problem) = locate::<P>(raw, &fast.to_string());
+        // Point into the array element when the failure is inside a child.
+        let child = P::SUBSETS.iter().find_map(|spec| {
+            let rest = field.strip_prefix(spec.field)?.strip_prefix('.')?;
+            let (index, _) = rest.split_once('.').unwrap_or((rest, ""));
+            let element = raw
+                .get_array(spec.field)
+                .ok()?
+                .into_iter()
+                .nth(index.parse().ok()?)?;
+            match element.ok()? {
+                RawBsonRef::Document(d) => Some(id_of(d)),
+                _ => None,
+            }
+        });
+        match child {
+            Some(id) => Error::MalformedChild {
+                collection: P::COLLECTION.to_owned(),
+                id: Box::new(id),
+                field,
+                problem,
+            },
+            None => Error::MalformedParent {
+                collection: P::COLLECTION.to_owned(),
+                id: Box::new(id_of(raw)),
+                field,
+                problem,
+            },
+        }
+    })
+}
+
+/// The embedded children of one subset field, checked to be an array of documents.
+pub(crate) fn subset_elements<'a, P: Parent>(
+    raw: &'a RawDocument,
+    spec: &SubsetSpec,
+) -> Result<Vec<&'a RawDocument>> {
+    let malformed = |problem: String| Error::MalformedParent {
+        collection: P::COLLECTION.to_owned(),
+        id: Box::new(id_of(raw)),
+        field: spec.field.to_owned(),
+        problem,
+    };
+    let array = match raw.get(spec.field) {
+        Ok(Some(RawBsonRef::Array(a))) => a,
+        Ok(Some(other)) => {
+            return Err(malformed(format!(
+                "is {}, not an array",
+                type_name(other.element_type())
+            )))
+        }
+        Ok(None) => return Err(malformed("is missing".to_owned())),
+        Err(e) => return Err(malformed(format!("is unreadable: {e}"))),
+    };
+    let mut out = Vec::new();
+    for (i, element) in array.into_iter().enumerate() {
+        match element {
+            Ok(RawBsonRef::Document(d)) => out.push(d),
+            Ok(other) => {
+                return Err(Error::MalformedParent {
+                    collection: P::COLLECTION.to_owned(),
+                    id: Box::new(id_of(raw)),
+                    field: format!("{}.{i}", spec.field),
+                    problem: format!(
+                        "is {}, not an embedded child document",
+                        type_name(other.element_type())
+                    ),
+                })
+            }
+            Err(e) => return Err(malformed(format!("is unreadable at element {i}: {e}"))),
+        }
+    }
+    Ok(out)
+}
+
+/// Finds the path of the field that fails to decode, and what is wrong with it.
+fn locate<T: DeserializeOwned>(raw: &RawDocument, fast: &str) -> (String, String) {
+    let doc = match Document::try_from(raw) {
+        Ok(doc) => doc,
+        Err(e) => return (String::from("."), format!("is unreadable: {e}")),
+    };
+    match serde_path_to_error::deserialize::<_, T>(bson::Deserializer::new(Bson::Document(doc))) {
+        Err(e) => {
+            let path = dotted(e.path());
+            (path, format!("does not decode: {}", e.into_inner()))
+        }
+        // The two decoders disagree; report the fast path's words.
+        Ok(_) => (String::from("."), format!("does not decode: {fast}")),
+    }
+}
+
+/// The path in MongoDB's dotted notation (`reviews.3.rating`), which users can paste into a query.
+fn dotted(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let parts: Vec<String> = path
+        .iter()
+        .map(|segment| match segment {
+            Segment::Seq { index } => index.to_string(),
+            Segment::Map { key } => key.clone(),
+            Segment::Enum { variant } => variant.clone(),
+            Segment::Unknown => "?".to_owned(),
+        })
+        .collect();
+    if parts.is_empty() {
+        ".".to_owned()
+    } else {
+        parts.join(".")
+    }
+}
+
+fn join(prefix: Option<&str>, field: &str) -> String {
+    match (prefix, field) {
+        (Some(p), ".") => p.to_owned(),
+        (Some(p), f) => format!("{p}.{f}"),
+        (None, f) => f.to_owned(),
+    }
+}
+
+/// A readable name for a BSON type, for messages.
+pub(crate) fn type_name(t: bson::spec::ElementType) -> &'static str {
+    use bson::spec::ElementType as T;
+    match t {
+        T::Double => "a double",
+        T::String => "a string",
+        T::EmbeddedDocument => "a document",
+        T::Array => "an array",
+        T::Binary => "binary data",
+        T::Undefined => "undefined",
+        T::ObjectId => "an ObjectId",
+        T::Boolean => "a boolean",
+        T::DateTime => "a date",
+        T::Null => "null",
+        T::RegularExpression => "a regular expression",
+        T::DbPointer => "a DBPointer",
+        T::JavaScriptCode | T::JavaScriptCodeWithScope => "JavaScript code",
+        T::Symbol => "a symbol",
+        T::Int32 => "an int32",
+        T::Timestamp => "a timestamp",
+        T::Int64 => "an int64",
+        T::Decimal128 => "a decimal128",
+        T::MaxKey => "MaxKey",
+        T::MinKey => "MinKey",
+    }
+}
