@@ -1,8 +1,86 @@
-//! Implementation detail of the `subset` crate.
+//! Implementation detail of the `subset` crate: the `Subset` and `Child` derives.
+//!
+//! Use them through `subset`, which re-exports them next to the traits they implement. Nothing in
+//! this crate is a stable API of its own.
+//!
+//! Each derive runs the same pipeline: read the input into borrowed views with attributes parsed
+//! (`ast`, `attr`, `serde_attr`), apply the rules that span several keys or fields (`valid`),
+//! then either expand (`expand`) or, if anything was reported, emit every error plus a stub impl
+//! (`fallback`). Errors are collected in a `Ctxt` so one compile shows all of them.
+
+mod ast;
+mod attr;
+mod case;
+mod ctxt;
+mod expand;
+mod fallback;
+mod serde_attr;
+mod valid;
+
 use proc_macro::TokenStream;
-/// Derive.
+use syn::{parse_macro_input, DeriveInput};
+
+/// Implements `subset::Parent` for a struct with capped, sorted, embedded children.
+///
+/// ```ignore
+/// #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+/// #[subset(collection = "products")]
+/// struct Product {
+///     #[serde(rename = "_id")]
+///     id: ObjectId,
+///     name: String,
+///     #[subset(child = "reviews", keep = 5, sort = "created_at desc", count = "total_reviews")]
+///     recent_reviews: Vec<Review>,
+///     #[serde(default)]
+///     total_reviews: i64,
+/// }
+/// ```
+///
+/// | where | key | meaning |
+/// |---|---|---|
+/// | struct | `collection = "products"` | the parent collection (required) |
+/// | `Vec<C>` field | `child = "reviews"` | the collection holding every child (required) |
+/// | `Vec<C>` field | `keep = 5` | how many children stay embedded, 1 to 1000 (required) |
+/// | `Vec<C>` field | `sort = "rating desc, created_at desc"` | the order that picks the embedded children: the child's Rust field names, each with `asc` or `desc` (required) |
+/// | `Vec<C>` field | `key = "product_id"` | BSON name of the child field holding the parent's `_id`; default: the parent's name in snake_case plus `_id` |
+/// | `Vec<C>` field | `count = "total_reviews"` | a parent integer field that counts all the children |
+///
+/// The parent needs a field stored as `_id` (named `_id` or renamed to it with serde); its type is
+/// `Parent::Id`. BSON names follow serde's `rename` and `rename_all`. The child type `C` must
+/// derive [`Child`](derive@Child).
+///
+/// Besides the impl, each subset field gets an associated constant named after it in
+/// SCREAMING_SNAKE_CASE, with the struct's visibility: `Product::RECENT_REVIEWS`, a
+/// `subset::SubsetField<Product, Review>` to pass to `Store::subset`.
+///
+/// At compile time the derive checks every attribute value, that each sort key is a field of the
+/// child with a scalar type, and that the count field is an integer; errors point at the
+/// attribute or string at fault.
 #[proc_macro_derive(Subset, attributes(subset))]
-pub fn derive_subset(_input: TokenStream) -> TokenStream { TokenStream::new() }
-/// Derive.
-#[proc_macro_derive(Child, attributes(subset))]
-pub fn derive_child(_input: TokenStream) -> TokenStream { TokenStream::new() }
+pub fn derive_subset(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    expand::derive_subset(&input).into()
+}
+
+/// Implements `subset::Child` for the element type of a subset field.
+///
+/// ```ignore
+/// #[derive(Debug, Clone, Serialize, Deserialize, Child)]
+/// #[serde(rename_all = "camelCase")]
+/// struct Review {
+///     #[serde(rename = "_id")]
+///     id: ObjectId,
+///     rating: i32,
+///     created_at: bson::DateTime,
+/// }
+/// ```
+///
+/// It records each serialized field's Rust name and BSON name (after serde's `rename`,
+/// `rename(serialize = …)` and `rename_all`), so that a parent's `sort` can name child fields the
+/// Rust way. Fields with `#[serde(skip)]`, `skip_serializing` or `flatten` are left out. The child
+/// needs a field stored as `_id`.
+#[proc_macro_derive(Child)]
+pub fn derive_child(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    expand::derive_child(&input).into()
+}

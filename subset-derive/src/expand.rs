@@ -1,0 +1,223 @@
+//! Code generation from the checked model. Generated code names nothing from the user's scope
+//! except the user's own types and fields: `::subset::…`, `::core::…`, locals `__subset_*`.
+
+use proc_macro2::{Ident, Literal, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::DeriveInput;
+
+use crate::ast::{Container, Derive};
+use crate::attr::Direction;
+use crate::ctxt::Ctxt;
+use crate::fallback;
+use crate::valid::{self, Child, Parent, Subset};
+
+/// `#[derive(Subset)]`: the expansion, or the errors plus a stub impl.
+pub(crate) fn derive_subset(input: &DeriveInput) -> TokenStream {
+    try_subset(input).unwrap_or_else(|error| fallback::subset(input, error))
+}
+
+/// `#[derive(Child)]`: the expansion, or the errors plus a stub impl.
+pub(crate) fn derive_child(input: &DeriveInput) -> TokenStream {
+    try_child(input).unwrap_or_else(|error| fallback::child(input, error))
+}
+
+fn try_subset(input: &DeriveInput) -> syn::Result<TokenStream> {
+    let ctxt = Ctxt::new();
+    let cont = Container::from_ast(&ctxt, input, Derive::Parent);
+    let parent = cont.as_ref().and_then(|cont| valid::parent(&ctxt, cont));
+    ctxt.check()?;
+    parent
+        .map(|parent| parent_impl(&parent))
+        .ok_or_else(|| internal(input))
+}
+
+fn try_child(input: &DeriveInput) -> syn::Result<TokenStream> {
+    let ctxt = Ctxt::new();
+    let cont = Container::from_ast(&ctxt, input, Derive::Child);
+    let child = cont.as_ref().and_then(|cont| valid::child(&ctxt, cont));
+    ctxt.check()?;
+    child
+        .map(|child| child_impl(&child))
+        .ok_or_else(|| internal(input))
+}
+
+/// Validation returns a model exactly when it reported nothing; this covers a broken invariant
+/// without panicking.
+fn internal(input: &DeriveInput) -> syn::Error {
+    syn::Error::new_spanned(
+        &input.ident,
+        "the subset derive could not read this struct and reported no reason: please report this as a bug",
+    )
+}
+
+fn parent_impl(parent: &Parent<'_>) -> TokenStream {
+    let cont = parent.cont;
+    let ident = cont.ident;
+    let (impl_generics, ty_generics, where_clause) = cont.generics.split_for_impl();
+    let id_ty = parent.id.ty;
+    let id_member = parent.id.ident;
+    let collection = parent.collection.value();
+    let specs = parent.subsets.iter().map(spec);
+    let consts = parent
+        .subsets
+        .iter()
+        .enumerate()
+        .map(|(index, subset)| subset_const(cont, index, subset));
+    let checks = parent.subsets.iter().map(checks);
+
+    quote! {
+        const _: () = {
+            #[automatically_derived]
+            impl #impl_generics ::subset::Parent for #ident #ty_generics #where_clause {
+                type Id = #id_ty;
+                const COLLECTION: &'static ::core::primitive::str = #collection;
+                const SUBSETS: &'static [::subset::SubsetSpec] = &[#(#specs),*];
+                fn id(&self) -> &<Self as ::subset::Parent>::Id {
+                    &self.#id_member
+                }
+            }
+
+            #[automatically_derived]
+            impl #impl_generics #ident #ty_generics #where_clause {
+                #(#consts)*
+            }
+
+            // Never called: type-checking its body is the check. Each line is spanned at the
+            // string it comes from, so rustc's own errors point there.
+            #[allow(dead_code, unused_variables, clippy::all)]
+            fn __subset_check #impl_generics (
+                __subset_parent: &#ident #ty_generics,
+            ) #where_clause {
+                #(#checks)*
+            }
+        };
+    }
+}
+
+/// The `SubsetSpec` literal of one subset field.
+fn spec(subset: &Subset<'_>) -> TokenStream {
+    let field = &subset.field.bson_name;
+    let rust_field = &subset.field.rust_name;
+    let child_collection = subset.child.value();
+    let key = &subset.key;
+    let keep = Literal::u32_unsuffixed(subset.keep);
+    let child_ty = subset.child_ty;
+    let sort = subset.sort.keys.iter().map(|key| {
+        let name = &key.name;
+        let direction = match key.direction {
+            Direction::Asc => quote!(Asc),
+            Direction::Desc => quote!(Desc),
+        };
+        // Spanned at the child type: a child without `#[derive(Child)]` is reported there.
+        quote_spanned! {child_ty.span()=>
+            ::subset::SortKey {
+                field: ::subset::__private::child_field_bson_name::<#child_ty>(#name),
+                direction: ::subset::Direction::#direction,
+            }
+        }
+    });
+    let count = match subset.count {
+        Some((field, _)) => {
+            let name = &field.bson_name;
+            quote!(::core::option::Option::Some(#name))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    quote! {
+        ::subset::SubsetSpec {
+            field: #field,
+            rust_field: #rust_field,
+            child_collection: #child_collection,
+            key: #key,
+            keep: #keep,
+            sort: &[#(#sort),*],
+            count: #count,
+        }
+    }
+}
+
+/// The associated constant `Parent::FIELD_NAME` for one subset field.
+fn subset_const(cont: &Container<'_>, index: usize, subset: &Subset<'_>) -> TokenStream {
+    let vis = cont.vis;
+    let name = &subset.const_ident;
+    let child_ty = subset.child_ty;
+    let index = Literal::usize_unsuffixed(index);
+    let doc = const_doc(subset);
+    let new = quote_spanned! {child_ty.span()=> ::subset::SubsetField::__new(#index)};
+    quote! {
+        #[doc = #doc]
+        #vis const #name: ::subset::SubsetField<Self, #child_ty> = #new;
+    }
+}
+
+fn const_doc(subset: &Subset<'_>) -> String {
+    let child_ty = subset.child_ty;
+    let child_ty = quote!(#child_ty).to_string().replace(' ', "");
+    let count = match subset.count {
+        Some((field, _)) => format!(" `{}` counts them.", field.rust_name),
+        None => String::new(),
+    };
+    format!(
+        " The `{rust}` subset field: the first {keep} `{child_ty}` children by `{sort}` stay \
+         embedded in the parent's `{bson}` array; every child is stored in the `{collection}` \
+         collection, whose `{key}` field holds the parent's `_id`.{count}\n\n Pass it to \
+         `Store::subset` to read and write these children.",
+        rust = subset.field.rust_name,
+        keep = subset.keep,
+        sort = subset.sort.lit.value(),
+        bson = subset.field.bson_name,
+        collection = subset.child.value(),
+        key = subset.key,
+    )
+}
+
+/// The compile-time checks of one subset field: every sort key is a scalar field of the child,
+/// and the count field is an integer.
+fn checks(subset: &Subset<'_>) -> TokenStream {
+    let child_ty = subset.child_ty;
+    let span = subset.sort.lit.span();
+    let child = Ident::new("__subset_child", span);
+    let sort_checks = subset.sort.keys.iter().map(|key| {
+        let member = &key.ident;
+        quote_spanned! {span=>
+            ::subset::__private::assert_sortable(&#child.#member);
+        }
+    });
+    let sort_checks = quote_spanned! {span=>
+        let _ = |#child: &#child_ty| {
+            #(#sort_checks)*
+        };
+    };
+    let count_check = subset.count.map(|(field, lit)| {
+        let span = lit.span();
+        let parent = Ident::new("__subset_parent", span);
+        let mut member = field.ident.clone();
+        member.set_span(span);
+        quote_spanned! {span=>
+            ::subset::__private::assert_count(&#parent.#member);
+        }
+    });
+    quote! {
+        #sort_checks
+        #count_check
+    }
+}
+
+fn child_impl(child: &Child<'_>) -> TokenStream {
+    let ident = child.cont.ident;
+    let (impl_generics, ty_generics, where_clause) = child.cont.generics.split_for_impl();
+    let fields = child.fields.iter().map(|field| {
+        let rust = &field.rust_name;
+        let bson = &field.bson_name;
+        quote!(::subset::FieldName { rust: #rust, bson: #bson })
+    });
+    quote! {
+        const _: () = {
+            #[automatically_derived]
+            impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
+                const FIELDS: &'static [::subset::FieldName] = &[#(#fields),*];
+            }
+        };
+    }
+}

@@ -1,0 +1,97 @@
+//! What a derive emits when the input has errors: the `compile_error!`s plus a stub impl, so the
+//! user sees our messages and not a cascade of "trait not implemented" or "no associated item"
+//! errors from code that uses the type.
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Data, DeriveInput, Fields, Ident};
+
+use crate::ast::{unraw, vec_element};
+use crate::attr::SUBSET;
+use crate::case::field_to_screaming_snake_case;
+use crate::serde_attr;
+
+/// The errors, a stub `Parent` impl, and a constant for each field that carries `#[subset]` and
+/// is a `Vec`.
+pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
+    let errors = error.into_compile_error();
+    let ident = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    let fields = match &input.data {
+        Data::Struct(data) => match &data.fields {
+            Fields::Named(fields) => fields.named.iter().collect(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+
+    // Keep the real `_id` type when one is recognizable, so `parent.id()` still type-checks.
+    let rename_all = serde_attr::Container::from_attrs(&input.attrs).rename_all;
+    let id = fields.iter().find_map(|field| {
+        let ident = field.ident.as_ref()?;
+        let serde = serde_attr::Field::from_attrs(&field.attrs);
+        let stored = !serde.skip_serializing && !serde.flatten;
+        (stored && serde.bson_name(&unraw(ident), rename_all) == "_id")
+            .then_some((ident, &field.ty))
+    });
+    let (id_ty, id_body) = match id {
+        Some((member, ty)) => (quote!(#ty), quote!(&self.#member)),
+        None => (quote!(()), quote!(&())),
+    };
+
+    let vis = &input.vis;
+    let consts = fields
+        .iter()
+        .filter(|field| field.attrs.iter().any(|a| a.path().is_ident(SUBSET)))
+        .filter_map(|field| {
+            let name = field_to_screaming_snake_case(&unraw(field.ident.as_ref()?));
+            let name = syn::parse_str::<Ident>(&name).ok()?;
+            let child_ty = vec_element(&field.ty)?;
+            Some((name, child_ty))
+        })
+        .enumerate()
+        .map(|(index, (name, child_ty))| {
+            let new = quote_spanned! {child_ty.span()=> ::subset::SubsetField::__new(#index)};
+            quote! {
+                #[doc(hidden)]
+                #vis const #name: ::subset::SubsetField<Self, #child_ty> = #new;
+            }
+        });
+
+    quote! {
+        #errors
+        const _: () = {
+            #[automatically_derived]
+            impl #impl_generics ::subset::Parent for #ident #ty_generics #where_clause {
+                type Id = #id_ty;
+                const COLLECTION: &'static ::core::primitive::str = "";
+                const SUBSETS: &'static [::subset::SubsetSpec] = &[];
+                fn id(&self) -> &<Self as ::subset::Parent>::Id {
+                    #id_body
+                }
+            }
+
+            #[automatically_derived]
+            impl #impl_generics #ident #ty_generics #where_clause {
+                #(#consts)*
+            }
+        };
+    }
+}
+
+/// The errors and a stub `Child` impl with no fields.
+pub(crate) fn child(input: &DeriveInput, error: syn::Error) -> TokenStream {
+    let errors = error.into_compile_error();
+    let ident = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    quote! {
+        #errors
+        const _: () = {
+            #[automatically_derived]
+            impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
+                const FIELDS: &'static [::subset::FieldName] = &[];
+            }
+        };
+    }
+}

@@ -1,0 +1,274 @@
+//! Rules that span several keys or fields, and the checked model that expansion works from.
+//!
+//! Each function reports every broken rule into the [`Ctxt`] and returns the checked model only
+//! when nothing at all was reported, so expansion never sees a half-valid input.
+
+use proc_macro2::Ident;
+use syn::{LitStr, Type};
+
+use crate::ast::{default_key, type_name, vec_element, Container, Field};
+use crate::attr::{self, Sort};
+use crate::case::{collection_suggestion, field_to_screaming_snake_case};
+use crate::ctxt::Ctxt;
+
+/// A checked `#[derive(Subset)]` input.
+pub(crate) struct Parent<'a> {
+    pub(crate) cont: &'a Container<'a>,
+    pub(crate) collection: &'a LitStr,
+    pub(crate) id: &'a Field<'a>,
+    pub(crate) subsets: Vec<Subset<'a>>,
+}
+
+/// One checked subset field.
+pub(crate) struct Subset<'a> {
+    pub(crate) field: &'a Field<'a>,
+    /// `Review` in `Vec<Review>`.
+    pub(crate) child_ty: &'a Type,
+    pub(crate) child: &'a LitStr,
+    pub(crate) keep: u32,
+    pub(crate) sort: &'a Sort,
+    /// The BSON name of the child field holding the parent's `_id`.
+    pub(crate) key: String,
+    /// The count field and the literal that named it.
+    pub(crate) count: Option<(&'a Field<'a>, &'a LitStr)>,
+    /// The associated constant naming this field: `RECENT_REVIEWS`.
+    pub(crate) const_ident: Ident,
+}
+
+/// A checked `#[derive(Child)]` input.
+pub(crate) struct Child<'a> {
+    pub(crate) cont: &'a Container<'a>,
+    /// Every field serialized under its own name.
+    pub(crate) fields: Vec<&'a Field<'a>>,
+}
+
+/// The example `_id` field quoted by messages.
+const ID_EXAMPLE: &str = "`#[serde(rename = \"_id\")] id: ObjectId`";
+
+pub(crate) fn child<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Child<'a>> {
+    if cont.id_field().is_none() {
+        ctxt.error_spanned_by(
+            cont.ident,
+            format!(
+                "child `{}` needs an `_id` field: add {ID_EXAMPLE}",
+                cont.name
+            ),
+        );
+    }
+    let fields = cont.fields.iter().filter(|f| f.is_serialized()).collect();
+    (!ctxt.has_errors()).then_some(Child { cont, fields })
+}
+
+pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<'a>> {
+    let collection = cont.attrs.collection.value();
+    if cont.attrs.collection.is_missing() {
+        let message = format!(
+            "`#[derive(Subset)]` on `{}` needs the parent collection: `#[subset(collection = \"{}\")]`",
+            cont.name,
+            collection_suggestion(&cont.name)
+        );
+        match cont.attrs.attr {
+            Some(attr) => ctxt.error_spanned_by(attr, message),
+            None => ctxt.error_spanned_by(cont.ident, message),
+        }
+    }
+
+    let id = cont.id_field();
+    if id.is_none() {
+        ctxt.error_spanned_by(
+            cont.ident,
+            format!(
+                "parent `{}` needs an `_id` field: add {ID_EXAMPLE}",
+                cont.name
+            ),
+        );
+    }
+
+    let mut subsets = Vec::new();
+    let mut any_subset = false;
+    for field in &cont.fields {
+        if let Some(attrs) = &field.subset {
+            any_subset = true;
+            if let Some(subset) = subset(ctxt, cont, field, attrs) {
+                subsets.push(subset);
+            }
+        }
+    }
+    if !any_subset {
+        ctxt.error_spanned_by(
+            cont.ident,
+            format!(
+                "`{}` has no subset field: mark a `Vec` of children with `#[subset(child = \"reviews\", keep = 5, sort = \"created_at desc\")]`",
+                cont.name
+            ),
+        );
+    }
+    distinct_subsets(ctxt, &subsets);
+
+    match (collection, id) {
+        (Some(collection), Some(id)) if !ctxt.has_errors() => Some(Parent {
+            cont,
+            collection,
+            id,
+            subsets,
+        }),
+        _ => None,
+    }
+}
+
+/// Checks one field carrying `#[subset]`.
+fn subset<'a>(
+    ctxt: &Ctxt,
+    cont: &'a Container<'a>,
+    field: &'a Field<'a>,
+    attrs: &'a attr::Field<'a>,
+) -> Option<Subset<'a>> {
+    let name = &field.rust_name;
+    let child_ty = vec_element(field.ty);
+    if child_ty.is_none() {
+        ctxt.error_spanned_by(
+            field.ty,
+            format!("a subset field must be a `Vec` of its child type: `{name}: Vec<Review>`"),
+        );
+    }
+    if let Some(blocker) = field.serde.round_trip_blocker() {
+        ctxt.error_spanned_by(
+            field.ident,
+            format!(
+                "subset field `{name}` cannot be `#[serde({blocker})]`: its children are stored in the parent document, remove `{blocker}`"
+            ),
+        );
+    }
+
+    let missing = |key: &str, what: &str, example: &str| {
+        ctxt.error_spanned_by(
+            attrs.attr,
+            format!(
+                "`#[subset]` on `{name}` needs `{key}`, {what}: `#[subset({key} = {example})]`"
+            ),
+        );
+    };
+    if attrs.child.is_missing() {
+        let example = child_ty
+            .and_then(type_name)
+            .map_or_else(|| "children".to_owned(), |n| collection_suggestion(&n));
+        missing(
+            attr::CHILD,
+            "the child collection",
+            &format!("\"{example}\""),
+        );
+    }
+    if attrs.keep.is_missing() {
+        missing(attr::KEEP, "how many children stay embedded", "5");
+    }
+    if attrs.sort.is_missing() {
+        missing(
+            attr::SORT,
+            "the order that picks the embedded children",
+            "\"created_at desc\"",
+        );
+    }
+
+    let count = attrs.count.value().and_then(|lit| {
+        let wanted = lit.value();
+        let Some(target) = cont.fields.iter().find(|f| f.rust_name == wanted) else {
+            let candidates = cont
+                .fields
+                .iter()
+                .filter(|f| f.subset.is_none())
+                .map(|f| format!("`{}`", f.rust_name))
+                .collect::<Vec<_>>()
+                .join(", ");
+            ctxt.error_spanned_by(
+                lit,
+                format!(
+                    "`count` names `{wanted}`, which is not a field of `{}`: fields are {candidates}",
+                    cont.name
+                ),
+            );
+            return None;
+        };
+        if let Some(blocker) = target.serde.round_trip_blocker() {
+            ctxt.error_spanned_by(
+                lit,
+                format!(
+                    "`count` field `{wanted}` cannot be `#[serde({blocker})]`: the count is stored in the parent document, remove `{blocker}`"
+                ),
+            );
+            return None;
+        }
+        Some((target, lit))
+    });
+
+    let const_name = field_to_screaming_snake_case(name);
+    let const_ident = match syn::parse_str::<Ident>(&const_name) {
+        Ok(mut ident) => {
+            ident.set_span(field.ident.span());
+            Some(ident)
+        }
+        Err(_) => {
+            ctxt.error_spanned_by(
+                field.ident,
+                format!("`{name}` gives no valid constant name (`{const_name}`): name the subset field in snake_case, e.g. `recent_reviews`"),
+            );
+            None
+        }
+    };
+
+    let key = attrs
+        .key
+        .value()
+        .map_or_else(|| default_key(&cont.name), LitStr::value);
+    Some(Subset {
+        field,
+        child_ty: child_ty?,
+        child: attrs.child.value()?,
+        keep: *attrs.keep.value()?,
+        sort: attrs.sort.value()?,
+        key,
+        count: if attrs.count.is_missing() {
+            None
+        } else {
+            Some(count?)
+        },
+        const_ident: const_ident?,
+    })
+}
+
+/// No two subset fields may share children (same collection and key) or a count field.
+fn distinct_subsets(ctxt: &Ctxt, subsets: &[Subset<'_>]) {
+    for (i, later) in subsets.iter().enumerate() {
+        let earlier = &subsets[..i];
+        let collection = later.child.value();
+        if let Some(first) = earlier
+            .iter()
+            .find(|s| s.child.value() == collection && s.key == later.key)
+        {
+            ctxt.error_spanned_by(
+                later.child,
+                format!(
+                    "`{}` keeps its children in `{collection}` under key `{}`, as `{}` already does: give it another `child` collection or its own key, e.g. `#[subset(key = \"{}_{}\")]`",
+                    later.field.rust_name,
+                    later.key,
+                    first.field.rust_name,
+                    later.field.rust_name,
+                    later.key,
+                ),
+            );
+        }
+        if let Some((count, lit)) = later.count {
+            if let Some(first) = earlier
+                .iter()
+                .find(|s| s.count.is_some_and(|(c, _)| std::ptr::eq(c, count)))
+            {
+                ctxt.error_spanned_by(
+                    lit,
+                    format!(
+                        "`{}` already counts the children of `{}`: give `{}` its own count field",
+                        count.rust_name, first.field.rust_name, later.field.rust_name
+                    ),
+                );
+            }
+        }
+    }
+}
