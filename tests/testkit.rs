@@ -1,0 +1,213 @@
+//! The test server: topologies, per-test databases, cleanup, and its error messages.
+
+use std::net::TcpStream;
+use std::time::Instant;
+
+use bson::{doc, Document};
+use subset::testkit::{MongoServer, Topology};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Set in the environment of the child process that [`a_missing_subset_mongod_is_explained`] runs.
+const CHILD_MARKER: &str = "SUBSET_TESTKIT_CHILD";
+
+async fn hello(server: &MongoServer) -> Result<Document, Box<dyn std::error::Error>> {
+    let client = server.client().await?;
+    Ok(client
+        .database("admin")
+        .run_command(doc! { "hello": 1 })
+        .await?)
+}
+
+fn refuses_connections(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_err()
+}
+
+#[tokio::test]
+async fn the_shared_replica_set_names_its_set_and_commits_transactions() -> TestResult {
+    let started = Instant::now();
+    let server = MongoServer::shared(Topology::ReplicaSet).await?;
+    eprintln!("shared replica set ready after {:.2?}", started.elapsed());
+    assert_eq!(server.topology(), Topology::ReplicaSet);
+
+    let hello = hello(server).await?;
+    let set_name = hello.get_str("setName")?;
+    assert!(hello.get_bool("isWritablePrimary")?);
+    if !server.is_external() {
+        assert!(
+            server.uri().contains(&format!("replicaSet={set_name}")),
+            "{}",
+            server.uri()
+        );
+    }
+
+    let db = server.database().await?;
+    let items = db.collection::<Document>("items");
+    items.insert_one(doc! { "_id": 0 }).await?;
+    let client = db.client();
+    let mut session = client.start_session().await?;
+    session.start_transaction().await?;
+    items
+        .insert_one(doc! { "_id": 1 })
+        .session(&mut session)
+        .await?;
+    items
+        .insert_one(doc! { "_id": 2 })
+        .session(&mut session)
+        .await?;
+    session.commit_transaction().await?;
+    assert_eq!(items.count_documents(doc! {}).await?, 3);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_standalone_has_no_set_name() -> TestResult {
+    let started = Instant::now();
+    let server = MongoServer::shared(Topology::Standalone).await?;
+    eprintln!("shared standalone ready after {:.2?}", started.elapsed());
+    if server.is_external() && server.topology() == Topology::ReplicaSet {
+        eprintln!("MONGODB_URI is a replica set; nothing to check for a standalone");
+        return Ok(());
+    }
+    assert_eq!(server.topology(), Topology::Standalone);
+    assert!(!server.uri().contains("replicaSet"), "{}", server.uri());
+    let hello = hello(server).await?;
+    assert!(!hello.contains_key("setName"), "{hello}");
+    assert!(hello.get_bool("isWritablePrimary")?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn each_caller_gets_its_own_database() -> TestResult {
+    let server = MongoServer::shared(Topology::ReplicaSet).await?;
+    let (first, second) = (server.database().await?, server.database().await?);
+    assert_ne!(first.name(), second.name());
+    assert!(first
+        .name()
+        .starts_with(&format!("subset_test_{}_", std::process::id())));
+
+    first
+        .collection::<Document>("c")
+        .insert_one(doc! { "x": 1 })
+        .await?;
+    assert_eq!(
+        first
+            .collection::<Document>("c")
+            .count_documents(doc! {})
+            .await?,
+        1
+    );
+    assert_eq!(
+        second
+            .collection::<Document>("c")
+            .count_documents(doc! {})
+            .await?,
+        0
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn dropping_a_private_server_stops_it_and_removes_its_data() -> TestResult {
+    if std::env::var_os("MONGODB_URI").is_some() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let server = MongoServer::start(Topology::Standalone).await?;
+    eprintln!("private standalone ready after {:.2?}", started.elapsed());
+    let port = server.port().ok_or("a started server has a port")?;
+    let data = server
+        .data_dir()
+        .ok_or("a started server has a data directory")?
+        .to_owned();
+    assert!(server
+        .log_path()
+        .is_some_and(|log| log.starts_with(&data) && log.is_file()));
+    server
+        .database()
+        .await?
+        .collection::<Document>("c")
+        .insert_one(doc! {})
+        .await?;
+    assert!(!refuses_connections(port));
+
+    drop(server);
+    assert!(refuses_connections(port), "port {port} still answers");
+    assert!(!data.exists(), "{} still exists", data.display());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_killed_replica_set_restarts_with_its_data() -> TestResult {
+    if std::env::var_os("MONGODB_URI").is_some() {
+        return Ok(());
+    }
+    let mut server = MongoServer::start(Topology::ReplicaSet).await?;
+    let port = server.port().ok_or("a started server has a port")?;
+    {
+        let db = server.database().await?;
+        let majority = mongodb::options::WriteConcern::majority();
+        db.collection::<Document>("c")
+            .insert_one(doc! { "_id": "kept" })
+            .write_concern(majority)
+            .await?;
+        server.kill()?;
+        assert!(refuses_connections(port));
+
+        let restarted = Instant::now();
+        server.restart().await?;
+        eprintln!(
+            "killed replica set restarted after {:.2?}",
+            restarted.elapsed()
+        );
+        let again = server.client().await?.database(db.name());
+        let kept = again
+            .collection::<Document>("c")
+            .find_one(doc! { "_id": "kept" })
+            .await?;
+        assert!(kept.is_some(), "a majority write survives a crash");
+    }
+    Ok(())
+}
+
+/// Runs [`missing_subset_mongod_child`] in a child process with `SUBSET_MONGOD` pointing
+/// nowhere, since changing this process's environment would race with the other tests.
+#[test]
+fn a_missing_subset_mongod_is_explained() -> TestResult {
+    let output = std::process::Command::new(std::env::current_exe()?)
+        .args([
+            "--exact",
+            "missing_subset_mongod_child",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CHILD_MARKER, "1")
+        .env("SUBSET_MONGOD", "/nonexistent/subset/mongod")
+        .env_remove("MONGODB_URI")
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "child failed:\n{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("1 passed"),
+        "the child test did not run:\n{stdout}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "run by a_missing_subset_mongod_is_explained in a child process"]
+async fn missing_subset_mongod_child() {
+    if std::env::var_os(CHILD_MARKER).is_none() {
+        return;
+    }
+    let error = MongoServer::start(Topology::Standalone)
+        .await
+        .expect_err("SUBSET_MONGOD points nowhere");
+    let message = error.to_string();
+    assert!(
+        message.contains("SUBSET_MONGOD is set to `/nonexistent/subset/mongod`"),
+        "{message}"
+    );
+    assert!(message.contains("point it at a mongod binary"), "{message}");
+}
