@@ -100,6 +100,8 @@ pub(crate) struct Field<'a> {
     pub(crate) sort: Given<Sort>,
     pub(crate) key: Given<LitStr>,
     pub(crate) count: Given<LitStr>,
+    /// Valid keys that an unknown key looked like a typo of.
+    pub(crate) misspelled: Vec<&'static str>,
 }
 
 /// A parsed `sort = "..."`.
@@ -146,7 +148,7 @@ pub(crate) fn container<'a>(ctxt: &Ctxt, attrs: &'a [Attribute], ex: &Examples) 
                 }
                 Ok(())
             } else {
-                unknown_key(ctxt, &meta.path, key.as_deref(), Place::Container);
+                unknown_key(ctxt, &meta.path, key.as_deref(), Place::Container, "", None);
                 skip_value(&meta)
             }
         });
@@ -172,6 +174,7 @@ pub(crate) fn field<'a>(
         sort: Given::default(),
         key: Given::default(),
         count: Given::default(),
+        misspelled: Vec::new(),
     };
     for attr in std::iter::once(first).chain(subset_attrs) {
         if let Err(err) =
@@ -191,7 +194,14 @@ fn field_key(
 ) -> syn::Result<()> {
     let key = key_name(&meta.path);
     let Some(known) = key.as_deref().filter(|k| FIELD_KEYS.contains(k)) else {
-        unknown_key(ctxt, &meta.path, key.as_deref(), Place::Field);
+        unknown_key(
+            ctxt,
+            &meta.path,
+            key.as_deref(),
+            Place::Field,
+            &ex.collection,
+            Some(&mut field.misspelled),
+        );
         return skip_value(meta);
     };
     let expr = meta.value()?.parse::<Expr>()?;
@@ -244,7 +254,17 @@ enum Place {
 }
 
 /// Reports an unknown key, listing the keys valid where it was written.
-fn unknown_key(ctxt: &Ctxt, path: &Path, key: Option<&str>, place: Place) {
+///
+/// A key within two edits of a valid one is recorded in `misspelled` (and `collection` on a field
+/// as a stand-in for `child`), so that the valid key is not also reported as missing.
+fn unknown_key(
+    ctxt: &Ctxt,
+    path: &Path,
+    key: Option<&str>,
+    place: Place,
+    child_example: &str,
+    misspelled: Option<&mut Vec<&'static str>>,
+) {
     let (valid, other, here, there) = match place {
         Place::Container => (CONTAINER_KEYS, FIELD_KEYS, "the struct", "a `Vec` field"),
         Place::Field => (FIELD_KEYS, CONTAINER_KEYS, "a field", "the struct"),
@@ -259,20 +279,25 @@ fn unknown_key(ctxt: &Ctxt, path: &Path, key: Option<&str>, place: Place) {
         str::to_owned,
     );
     let message = match key {
+        // The parent collection written where the child collection belongs.
+        Some(COLLECTION) if matches!(place, Place::Field) => {
+            if let Some(misspelled) = misspelled {
+                misspelled.push(CHILD);
+            }
+            format!(
+                "`collection` names the parent collection and goes on the struct: on a field, name the child collection with `child`, `#[subset(child = \"{child_example}\")]`"
+            )
+        }
         Some(k) if other.contains(&k) => {
             format!("`{k}` belongs on {there}, not on {here}: keys on {here} are {list}")
         }
         _ => {
-            let close = key.and_then(|k| {
-                valid
-                    .iter()
-                    .find(|v| edit_distance(k, v) <= 2)
-                    .map(|v| format!(", did you mean `{v}`?"))
-            });
-            format!(
-                "unknown `#[subset]` key `{shown}`{}: keys on {here} are {list}",
-                close.unwrap_or_default()
-            )
+            let close = key.and_then(|k| valid.iter().copied().find(|v| edit_distance(k, v) <= 2));
+            if let (Some(close), Some(misspelled)) = (close, misspelled) {
+                misspelled.push(close);
+            }
+            let hint = close.map_or_else(String::new, |v| format!(" (did you mean `{v}`?)"));
+            format!("unknown `#[subset]` key `{shown}`: keys on {here} are {list}{hint}")
         }
     };
     ctxt.error_spanned_by(path, message);
@@ -288,9 +313,17 @@ fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
     Ok(())
 }
 
+/// A value passed through a `macro_rules!` fragment arrives wrapped in an invisible group.
+pub(crate) fn ungroup(mut expr: &Expr) -> &Expr {
+    while let Expr::Group(group) = expr {
+        expr = &group.expr;
+    }
+    expr
+}
+
 /// The string literal of `key = "..."`, or a reported error.
 fn expect_str(ctxt: &Ctxt, key: &str, expr: &Expr, hint: &str) -> Option<LitStr> {
-    match expr {
+    match ungroup(expr) {
         Expr::Lit(ExprLit {
             lit: Lit::Str(lit), ..
         }) => Some(lit.clone()),
@@ -308,7 +341,7 @@ fn parse_keep(ctxt: &Ctxt, expr: &Expr) -> Option<u32> {
         KEEP_RANGE.start(),
         KEEP_RANGE.end()
     );
-    match expr {
+    match ungroup(expr) {
         Expr::Lit(ExprLit {
             lit: Lit::Int(int), ..
         }) => match int.base10_parse::<u64>() {
@@ -365,7 +398,12 @@ fn check_collection_name(ctxt: &Ctxt, key: &str, lit: &LitStr, hint: &str) -> bo
     } else {
         return true;
     };
-    ctxt.error_spanned_by(lit, format!("`{key}` collection name {problem}: {hint}"));
+    let what = if key == CHILD {
+        "child collection name"
+    } else {
+        "collection name"
+    };
+    ctxt.error_spanned_by(lit, format!("{what} {problem}: {hint}"));
     false
 }
 
@@ -373,9 +411,9 @@ fn check_collection_name(ctxt: &Ctxt, key: &str, lit: &LitStr, hint: &str) -> bo
 fn check_key(ctxt: &Ctxt, lit: &LitStr, hint: &str) -> bool {
     let name = lit.value();
     let problem = if name.is_empty() {
-        "is empty"
+        "cannot be empty"
     } else if name == "_id" {
-        "cannot be `_id`, which is the child's own id"
+        "cannot be `_id`, the child's own id"
     } else if name.starts_with('$') {
         "cannot start with `$`"
     } else if name.contains('.') {
@@ -385,10 +423,7 @@ fn check_key(ctxt: &Ctxt, lit: &LitStr, hint: &str) -> bool {
     } else {
         return true;
     };
-    ctxt.error_spanned_by(
-        lit,
-        format!("`key` names a top-level field of the child documents and {problem}: {hint}"),
-    );
+    ctxt.error_spanned_by(lit, format!("`key` {problem}: {hint}"));
     false
 }
 

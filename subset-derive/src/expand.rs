@@ -1,10 +1,10 @@
 //! Code generation from the checked model. Generated code names nothing from the user's scope
 //! except the user's own types and fields: `::subset::…`, `::core::…`, locals `__subset_*`.
 
-use proc_macro2::{Ident, Literal, TokenStream};
+use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::DeriveInput;
+use syn::{parse_quote, DeriveInput, Generics, Type};
 
 use crate::ast::{Container, Derive};
 use crate::attr::Direction;
@@ -54,7 +54,9 @@ fn internal(input: &DeriveInput) -> syn::Error {
 fn parent_impl(parent: &Parent<'_>) -> TokenStream {
     let cont = parent.cont;
     let ident = cont.ident;
-    let (impl_generics, ty_generics, where_clause) = cont.generics.split_for_impl();
+    let child_types = parent.subsets.iter().map(|subset| subset.child_ty);
+    let generics = with_bounds(cont, child_types);
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     let id_ty = parent.id.ty;
     let id_member = parent.id.ident;
     let collection = parent.collection.value();
@@ -176,16 +178,20 @@ fn const_doc(subset: &Subset<'_>) -> String {
 /// and the count field is an integer.
 fn checks(subset: &Subset<'_>) -> TokenStream {
     let child_ty = subset.child_ty;
-    let span = subset.sort.lit.span();
+    // Located at the sort string but resolved like macro-internal code: rustc points its errors
+    // at the string, and does not suggest replacing the whole string with a bare field name (a
+    // fix that would not compile).
+    let span = Span::mixed_site().located_at(subset.sort.lit.span());
     let child = Ident::new("__subset_child", span);
     let sort_checks = subset.sort.keys.iter().map(|key| {
-        let member = &key.ident;
+        let mut member = key.ident.clone();
+        member.set_span(span);
         quote_spanned! {span=>
             ::subset::__private::assert_sortable(&#child.#member);
         }
     });
     let sort_checks = quote_spanned! {span=>
-        let _ = |#child: &#child_ty| {
+        let _ = |#child: #child_ty| {
             #(#sort_checks)*
         };
     };
@@ -206,7 +212,8 @@ fn checks(subset: &Subset<'_>) -> TokenStream {
 
 fn child_impl(child: &Child<'_>) -> TokenStream {
     let ident = child.cont.ident;
-    let (impl_generics, ty_generics, where_clause) = child.cont.generics.split_for_impl();
+    let generics = with_bounds(child.cont, std::iter::empty());
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     let fields = child.fields.iter().map(|field| {
         let rust = &field.rust_name;
         let bson = &field.bson_name;
@@ -220,4 +227,31 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
             }
         };
     }
+}
+
+/// The struct's generics, plus, when it has type parameters, the bounds our traits need: the
+/// trait's supertraits on the struct itself (serde's derives bound their impls, not the struct)
+/// and `Child` on each child type, which may mention the parameters.
+fn with_bounds<'a>(cont: &Container<'_>, child_types: impl Iterator<Item = &'a Type>) -> Generics {
+    let mut generics = cont.generics.clone();
+    if generics.type_params().next().is_none() {
+        return generics;
+    }
+    let ident = cont.ident;
+    let (_, ty_generics, _) = cont.generics.split_for_impl();
+    let where_clause = generics.make_where_clause();
+    where_clause.predicates.push(parse_quote! {
+        #ident #ty_generics: ::subset::__private::serde::Serialize
+            + ::subset::__private::serde::de::DeserializeOwned
+            + ::core::marker::Send
+            + ::core::marker::Sync
+            + ::core::marker::Unpin
+            + 'static
+    });
+    for child_ty in child_types {
+        where_clause
+            .predicates
+            .push(parse_quote!(#child_ty: ::subset::Child));
+    }
+    generics
 }

@@ -116,7 +116,7 @@ fn serialize_name(meta: &Meta) -> Option<String> {
 }
 
 fn string_value(expr: &Expr) -> Option<String> {
-    match expr {
+    match crate::attr::ungroup(expr) {
         Expr::Lit(ExprLit {
             lit: Lit::Str(s), ..
         }) => Some(s.value()),

@@ -141,6 +141,9 @@ fn subset<'a>(
     }
 
     let missing = |key: &str, what: &str, example: &str| {
+        if attrs.misspelled.contains(&key) {
+            return;
+        }
         ctxt.error_spanned_by(
             attrs.attr,
             format!(

@@ -17,7 +17,12 @@ pub struct Product {
     #[serde(rename = "_id")]
     id: ObjectId,
     name: String,
-    #[subset(child = "reviews", keep = 5, sort = "date desc", count = "total_reviews")]
+    #[subset(
+        child = "reviews",
+        keep = 5,
+        sort = "date desc",
+        count = "total_reviews"
+    )]
     recent_reviews: Vec<Review>,
     #[serde(default)]
     total_reviews: i64,
@@ -38,7 +43,12 @@ fn main() {
     assert_eq!(Product::RECENT_REVIEWS.spec(), spec);
 
     let id = ObjectId::new();
-    let product = Product { id, name: "lamp".into(), recent_reviews: Vec::new(), total_reviews: 0 };
+    let product = Product {
+        id,
+        name: "lamp".into(),
+        recent_reviews: Vec::new(),
+        total_reviews: 0,
+    };
     assert_eq!(*product.id(), id);
     let _ = &product.name;
 }

@@ -1,0 +1,10 @@
+use serde::{Deserialize, Serialize};
+use subset::Child;
+
+#[derive(Serialize, Deserialize, Child)]
+enum Review {
+    Good,
+    Bad,
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use serde::{Deserialize, Serialize};
+use subset::Child;
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review {
+    id: String,
+    rating: i32,
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use serde::{Deserialize, Serialize};
+use subset::Subset;
+
+#[derive(Serialize, Deserialize, Subset)]
+#[subset(collection = "products")]
+enum Product {
+    Lamp,
+}
+
+fn main() {}

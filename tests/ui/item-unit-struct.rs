@@ -1,0 +1,8 @@
+use serde::{Deserialize, Serialize};
+use subset::Subset;
+
+#[derive(Serialize, Deserialize, Subset)]
+#[subset(collection = "products")]
+struct Product;
+
+fn main() {}

@@ -1,0 +1,39 @@
+use bson::oid::ObjectId;
+use serde::{Deserialize, Serialize};
+use subset::{Child, Direction, Parent, Subset};
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    rating: i32,
+    helpful: Option<u32>,
+    created_at: bson::DateTime,
+}
+
+#[derive(Serialize, Deserialize, Subset)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "reviews",
+        keep = 10,
+        sort = "rating desc, created_at asc,id desc"
+    )]
+    best_reviews: Vec<Review>,
+}
+
+fn main() {
+    let sort = <Product as Parent>::SUBSETS[0].sort;
+    let sort: Vec<_> = sort.iter().map(|k| (k.field, k.direction)).collect();
+    assert_eq!(
+        sort,
+        [
+            ("rating", Direction::Desc),
+            ("created_at", Direction::Asc),
+            ("_id", Direction::Desc),
+        ]
+    );
+    assert_eq!(<Product as Parent>::SUBSETS[0].keep, 10);
+}

@@ -1,0 +1,62 @@
+use bson::oid::ObjectId;
+use serde::{Deserialize, Serialize};
+use subset::Child;
+
+macro_rules! child {
+    ($name:ident, $rule:literal) => {
+        #[derive(Serialize, Deserialize, Child)]
+        #[serde(rename_all = $rule)]
+        struct $name {
+            #[serde(rename = "_id")]
+            id: ObjectId,
+            created_at: i64,
+        }
+    };
+}
+
+child!(Lower, "lowercase");
+child!(Upper, "UPPERCASE");
+child!(Pascal, "PascalCase");
+child!(Camel, "camelCase");
+child!(Snake, "snake_case");
+child!(ScreamingSnake, "SCREAMING_SNAKE_CASE");
+child!(Kebab, "kebab-case");
+child!(ScreamingKebab, "SCREAMING-KEBAB-CASE");
+
+#[derive(Serialize, Deserialize, Child)]
+#[serde(rename_all(serialize = "camelCase", deserialize = "kebab-case"))]
+struct SerializeSide {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    created_at: i64,
+}
+
+fn bson_name<C: Child>() -> &'static str {
+    subset::__private::child_field_bson_name::<C>("created_at")
+}
+
+fn main() {
+    assert_eq!(bson_name::<Lower>(), "created_at");
+    assert_eq!(bson_name::<Upper>(), "CREATED_AT");
+    assert_eq!(bson_name::<Pascal>(), "CreatedAt");
+    assert_eq!(bson_name::<Camel>(), "createdAt");
+    assert_eq!(bson_name::<Snake>(), "created_at");
+    assert_eq!(bson_name::<ScreamingSnake>(), "CREATED_AT");
+    assert_eq!(bson_name::<Kebab>(), "created-at");
+    assert_eq!(bson_name::<ScreamingKebab>(), "CREATED-AT");
+    assert_eq!(bson_name::<SerializeSide>(), "createdAt");
+
+    // Checks that the recorded names are the ones serde writes.
+    let doc = bson::to_document(&Pascal {
+        id: ObjectId::new(),
+        created_at: 1,
+    })
+    .unwrap();
+    assert!(doc.contains_key("CreatedAt"));
+    let doc = bson::to_document(&ScreamingKebab {
+        id: ObjectId::new(),
+        created_at: 1,
+    })
+    .unwrap();
+    assert!(doc.contains_key("CREATED-AT"));
+}

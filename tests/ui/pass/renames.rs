@@ -1,0 +1,88 @@
+use bson::oid::ObjectId;
+use serde::{Deserialize, Serialize};
+use subset::{Child, Direction, FieldName, Parent, Subset};
+
+#[derive(Serialize, Deserialize, Child)]
+#[serde(rename_all = "camelCase")]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    created_at: bson::DateTime,
+    #[serde(rename(serialize = "stars", deserialize = "rating"))]
+    rating: i32,
+    r#type: String,
+    #[serde(skip)]
+    cached: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "note")]
+    short_note: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Subset)]
+#[serde(rename_all = "camelCase")]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "reviews",
+        keep = 5,
+        sort = "created_at desc, rating asc, r#type asc",
+        count = "total_reviews"
+    )]
+    recent_reviews: Vec<Review>,
+    #[serde(rename = "n")]
+    #[subset(child = "old_reviews", keep = 1, sort = "type asc", key = "productId")]
+    oldest: Vec<Review>,
+    #[serde(default)]
+    total_reviews: i64,
+}
+
+fn main() {
+    assert_eq!(
+        <Review as subset::Child>::FIELDS,
+        [
+            FieldName {
+                rust: "id",
+                bson: "_id"
+            },
+            FieldName {
+                rust: "created_at",
+                bson: "createdAt"
+            },
+            FieldName {
+                rust: "rating",
+                bson: "stars"
+            },
+            FieldName {
+                rust: "type",
+                bson: "type"
+            },
+            FieldName {
+                rust: "short_note",
+                bson: "shortNote"
+            },
+        ]
+    );
+
+    let [recent, oldest] = <Product as Parent>::SUBSETS else {
+        panic!("two subset fields");
+    };
+    assert_eq!(recent.field, "recentReviews");
+    assert_eq!(recent.rust_field, "recent_reviews");
+    assert_eq!(recent.count, Some("totalReviews"));
+    let sort: Vec<_> = recent.sort.iter().map(|k| (k.field, k.direction)).collect();
+    assert_eq!(
+        sort,
+        [
+            ("createdAt", Direction::Desc),
+            ("stars", Direction::Asc),
+            ("type", Direction::Asc),
+        ]
+    );
+
+    assert_eq!(oldest.field, "n");
+    assert_eq!(oldest.rust_field, "oldest");
+    assert_eq!(oldest.key, "productId");
+    assert_eq!(oldest.count, None);
+    assert_eq!(Product::OLDEST.spec(), oldest);
+}

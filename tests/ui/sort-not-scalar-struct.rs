@@ -1,0 +1,26 @@
+use bson::oid::ObjectId;
+use serde::{Deserialize, Serialize};
+use subset::{Child, Subset};
+
+#[derive(Serialize, Deserialize)]
+struct Author {
+    name: String,
+}
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    author: Author,
+}
+
+#[derive(Serialize, Deserialize, Subset)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "reviews", keep = 5, sort = "author asc")]
+    reviews: Vec<Review>,
+}
+
+fn main() {}
