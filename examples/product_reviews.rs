@@ -1,1 +1,136 @@
-fn main() {}
+//! Product + reviews: 1,250 reviews pushed in random date order, a product page from one query,
+//! every review 20 at a time, and the document size against a fully-embedded copy.
+//!
+//! `cargo run --example product_reviews --features testkit` starts its own `mongod` unless
+//! `MONGODB_URI` names a server.
+
+use bson::oid::ObjectId;
+use bson::{doc, DateTime, RawDocumentBuf};
+use rand::seq::SliceRandom;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use subset::testkit::{MongoServer, Topology};
+use subset::{Child, PageRequest, Store, Subset};
+
+#[derive(Debug, Clone, Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    author: String,
+    rating: i32,
+    comment: String,
+    date: DateTime,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    name: String,
+    #[subset(
+        child = "reviews",
+        keep = 5,
+        sort = "date desc",
+        count = "total_reviews"
+    )]
+    recent_reviews: Vec<Review>,
+    #[serde(default)]
+    total_reviews: i64,
+}
+
+const REVIEWS: usize = 1_250;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let server = MongoServer::shared(Topology::ReplicaSet).await?;
+    let db = server
+        .client()
+        .await?
+        .database("subset_example_product_reviews");
+    db.drop().await?;
+
+    let store = Store::<Product>::new(&db);
+    store.ensure_indexes().await?;
+    println!("server {} ({:?} writes)", server.uri(), store.mode().await?);
+
+    let product = Product {
+        id: ObjectId::new(),
+        name: "Espresso grinder".into(),
+        recent_reviews: Vec::new(),
+        total_reviews: 0,
+    };
+    store.insert(&product).await?;
+
+    // 1,250 reviews over the last year, pushed in random order.
+    let mut rng = rand::rng();
+    let now = DateTime::now().timestamp_millis();
+    let mut reviews: Vec<Review> = (0..REVIEWS)
+        .map(|i| Review {
+            id: ObjectId::new(),
+            author: format!("customer{:04}", rng.random_range(0..10_000)),
+            rating: rng.random_range(1..=5),
+            comment: format!("review number {i}: grinds evenly, a bit loud"),
+            date: DateTime::from_millis(now - rng.random_range(0..365 * 24 * 3_600_000)),
+        })
+        .collect();
+    reviews.shuffle(&mut rng);
+    let handle = store.subset(Product::RECENT_REVIEWS);
+    for review in &reviews {
+        handle.push(&product.id, review).await?;
+    }
+
+    // The product page: one query, the five latest reviews and the total are embedded.
+    let page = store.get(&product.id).await?.ok_or("product vanished")?;
+    println!(
+        "\n{} — {} reviews; latest {}:",
+        page.name,
+        page.total_reviews,
+        page.recent_reviews.len()
+    );
+    for r in &page.recent_reviews {
+        println!(
+            "  {}  {}★  {}",
+            r.date.try_to_rfc3339_string()?,
+            r.rating,
+            r.author
+        );
+    }
+
+    // Every review, 20 at a time: page 1 from the embedded subset, the rest by keyset.
+    let mut request = PageRequest::first(20);
+    let (mut pages, mut seen, mut last): (usize, usize, Option<DateTime>) = (0, 0, None);
+    loop {
+        let page = handle.page(&product.id, &request).await?;
+        pages += 1;
+        for r in &page.items {
+            assert!(last.is_none_or(|l| l >= r.date), "pages are in date order");
+            last = Some(r.date);
+        }
+        seen += page.items.len();
+        match page.next {
+            Some(next) => request = PageRequest::after(next, 20),
+            None => break,
+        }
+    }
+    println!("\npaged through {seen} reviews in {pages} pages of 20");
+
+    // Size of the stored product against the same product with every review embedded.
+    let stored = db
+        .collection::<RawDocumentBuf>("products")
+        .find_one(doc! { "_id": product.id })
+        .await?
+        .ok_or("product vanished")?;
+    let mut embedded = bson::to_document(&product)?;
+    embedded.insert("recent_reviews", bson::to_bson(&reviews)?);
+    embedded.insert("total_reviews", REVIEWS as i64);
+    let full = bson::to_vec(&embedded)?.len();
+    println!(
+        "product document: {} bytes as a subset, {} bytes fully embedded ({:.0}x)",
+        stored.as_bytes().len(),
+        full,
+        full as f64 / stored.as_bytes().len() as f64
+    );
+    db.drop().await?;
+    Ok(())
+}

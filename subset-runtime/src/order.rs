@@ -62,6 +62,15 @@ pub(crate) fn after_filter(spec: &SubsetSpec, parent: &Bson, after: &[Bson]) -> 
             }
         }
         _ => {
+            // Implied by the `$or`, but it gives the planner a tight bound on the first sort
+            // key, so one index scan starts at the cursor instead of at the parent's first child.
+            if let (Some(first), Some(value)) = (spec.order().next(), after.first()) {
+                let op = match first.direction {
+                    Direction::Asc => "$gte",
+                    Direction::Desc => "$lte",
+                };
+                filter.insert(first.field, doc! { op: value.clone() });
+            }
             filter.insert("$or", branches);
         }
     }
@@ -108,6 +117,7 @@ mod tests {
             f,
             doc! {
                 "product_id": 7,
+                "rating": { "$gte": 3 },
                 "$or": [
                     { "rating": { "$gt": 3 } },
                     { "rating": 3, "date": { "$lt": 10 } },
