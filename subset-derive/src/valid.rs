@@ -126,9 +126,10 @@ fn subset<'a>(
     let name = &field.rust_name;
     let child_ty = vec_element(field.ty);
     if child_ty.is_none() {
+        let child = element_guess(field.ty).unwrap_or_else(|| "Review".to_owned());
         ctxt.error_spanned_by(
             field.ty,
-            format!("a subset field must be a `Vec` of its child type: `{name}: Vec<Review>`"),
+            format!("a subset field must be a `Vec` of its child type: `{name}: Vec<{child}>`"),
         );
     }
     if let Some(blocker) = field.serde.round_trip_blocker() {
@@ -236,6 +237,29 @@ fn subset<'a>(
         },
         const_ident: const_ident?,
     })
+}
+
+/// The child type a non-`Vec` field most likely meant: `Review` in `Option<Review>`, `[Review; 5]`
+/// or plain `Review`.
+fn element_guess(ty: &Type) -> Option<String> {
+    match ty {
+        Type::Path(path) => {
+            let last = path.path.segments.last()?;
+            match &last.arguments {
+                syn::PathArguments::AngleBracketed(args) => {
+                    args.args.iter().find_map(|arg| match arg {
+                        syn::GenericArgument::Type(inner) => type_name(inner),
+                        _ => None,
+                    })
+                }
+                _ => type_name(ty),
+            }
+        }
+        Type::Array(array) => type_name(&array.elem),
+        Type::Slice(slice) => type_name(&slice.elem),
+        Type::Reference(reference) => element_guess(&reference.elem),
+        _ => None,
+    }
 }
 
 /// No two subset fields may share children (same collection and key) or a count field.
