@@ -8,9 +8,6 @@ use subset::testkit::{MongoServer, Topology};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-/// Set in the environment of the child process that [`a_missing_subset_mongod_is_explained`] runs.
-const CHILD_MARKER: &str = "SUBSET_TESTKIT_CHILD";
-
 async fn hello(server: &MongoServer) -> Result<Document, Box<dyn std::error::Error>> {
     let client = server.client().await?;
     Ok(client
@@ -171,46 +168,4 @@ async fn a_killed_replica_set_restarts_with_its_data() -> TestResult {
         assert!(kept.is_some(), "a majority write survives a crash");
     }
     Ok(())
-}
-
-/// Runs [`missing_subset_mongod_child`] in a child process with `SUBSET_MONGOD` pointing
-/// nowhere, since changing this process's environment would race with the other tests.
-#[test]
-fn a_missing_subset_mongod_is_explained() -> TestResult {
-    let output = std::process::Command::new(std::env::current_exe()?)
-        .args([
-            "--exact",
-            "missing_subset_mongod_child",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env(CHILD_MARKER, "1")
-        .env("SUBSET_MONGOD", "/nonexistent/subset/mongod")
-        .env_remove("MONGODB_URI")
-        .output()?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "child failed:\n{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("1 passed"),
-        "the child test did not run:\n{stdout}"
-    );
-    Ok(())
-}
-
-#[tokio::test]
-#[ignore = "run by a_missing_subset_mongod_is_explained in a child process"]
-async fn missing_subset_mongod_child() {
-    if std::env::var_os(CHILD_MARKER).is_none() {
-        return;
-    }
-    let error = MongoServer::start(Topology::Standalone)
-        .await
-        .expect_err("SUBSET_MONGOD points nowhere");
-    let message = error.to_string();
-    assert!(
-        message.contains("SUBSET_MONGOD is set to `/nonexistent/subset/mongod`"),
-        "{message}"
-    );
-    assert!(message.contains("point it at a mongod binary"), "{message}");
 }

@@ -22,7 +22,7 @@ use syn::{parse_macro_input, DeriveInput};
 
 /// Implements `subset::Parent` for a struct with capped, sorted, embedded children.
 ///
-/// ```ignore
+/// ```text
 /// #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 /// #[subset(collection = "products")]
 /// struct Product {
@@ -64,7 +64,7 @@ pub fn derive_subset(input: TokenStream) -> TokenStream {
 
 /// Implements `subset::Child` for the element type of a subset field.
 ///
-/// ```ignore
+/// ```text
 /// #[derive(Debug, Clone, Serialize, Deserialize, Child)]
 /// #[serde(rename_all = "camelCase")]
 /// struct Review {
