@@ -1,0 +1,193 @@
+//! Round trips: the commands each operation sends, counted with the driver's command monitoring.
+//!
+//! Counts are deterministic where times are not, so they are asserted here; the benchmark
+//! (`subset-bench`) prints the same counts next to its timings. Only commands an operation sends
+//! are counted: the store's one-time `hello` (write-mode detection) is done before counting
+//! starts, and the driver's own `hello`s (handshakes, server monitoring) are ignored by name.
+
+use std::sync::{Arc, Mutex};
+
+use bson::oid::ObjectId;
+use bson::DateTime;
+use mongodb::event::command::CommandEvent;
+use mongodb::event::EventHandler;
+use mongodb::options::ClientOptions;
+use serde::{Deserialize, Serialize};
+use subset::testkit::{MongoServer, Topology};
+use subset::{Child, PageRequest, Store, Subset, WriteMode};
+
+#[derive(Debug, Clone, Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    rating: i32,
+    date: DateTime,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "reviews",
+        keep = 10,
+        sort = "date desc",
+        count = "total_reviews"
+    )]
+    recent_reviews: Vec<Review>,
+    #[serde(default)]
+    total_reviews: i64,
+}
+
+fn review(millis: i64) -> Review {
+    Review {
+        id: ObjectId::new(),
+        rating: (millis % 5) as i32 + 1,
+        date: DateTime::from_millis(millis),
+    }
+}
+
+/// The names of the commands sent since the last [`Log::take`].
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<String>>>);
+
+impl Log {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// A store on a fresh database of `topology`'s shared server, through a client that logs the
+/// name of every command it starts, and a product with 50 reviews. The write mode is detected
+/// and the log emptied before it is returned.
+async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
+    let server = MongoServer::shared(topology)
+        .await
+        .expect("start the test mongod");
+    let name = server
+        .database()
+        .await
+        .expect("connect to the test mongod")
+        .name()
+        .to_owned();
+    let log = Log::default();
+    let mut options = ClientOptions::parse(server.uri()).await.unwrap();
+    let sink = log.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            if !matches!(
+                started.command_name.as_str(),
+                "hello" | "isMaster" | "ismaster"
+            ) {
+                sink.0.lock().unwrap().push(started.command_name);
+            }
+        }
+    }));
+    let db = mongodb::Client::with_options(options)
+        .unwrap()
+        .database(&name);
+    let store = Store::<Product>::new(&db);
+    store.mode().await.unwrap();
+    store.ensure_indexes().await.unwrap();
+    let product = Product {
+        id: ObjectId::new(),
+        recent_reviews: Vec::new(),
+        total_reviews: 0,
+    };
+    store.insert(&product).await.unwrap();
+    let reviews: Vec<Review> = (0..50).map(review).collect();
+    store
+        .subset(Product::RECENT_REVIEWS)
+        .push_many(&product.id, &reviews)
+        .await
+        .unwrap();
+    log.take();
+    (store, product, log)
+}
+
+async fn reads_are_one_command(topology: Topology) {
+    let (store, product, log) = setup(topology).await;
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+
+    let got = store.get(&product.id).await.unwrap().unwrap();
+    assert_eq!(got.recent_reviews.len(), 10);
+    assert_eq!(log.take(), ["find"], "get");
+
+    // A first page within `keep` comes from the embedded subset: one `find` on the parent.
+    let first = reviews
+        .page(&product.id, &PageRequest::first(10))
+        .await
+        .unwrap();
+    assert_eq!(first.items.len(), 10);
+    assert_eq!(log.take(), ["find"], "first page");
+
+    // A later page is one keyset `find` on the child collection (limit size + 1, so the whole
+    // result comes in the first batch and no `getMore` or `killCursors` follows).
+    let next = first.next.expect("more than one page");
+    let later = reviews
+        .page(&product.id, &PageRequest::after(next, 20))
+        .await
+        .unwrap();
+    assert_eq!(later.items.len(), 20);
+    assert_eq!(log.take(), ["find"], "later page");
+}
+
+#[tokio::test]
+async fn reads_are_one_command_on_a_replica_set() {
+    reads_are_one_command(Topology::ReplicaSet).await;
+}
+
+#[tokio::test]
+async fn reads_are_one_command_on_a_standalone() {
+    reads_are_one_command(Topology::Standalone).await;
+}
+
+#[tokio::test]
+async fn push_on_a_standalone_is_insert_then_update() {
+    let (store, product, log) = setup(Topology::Standalone).await;
+    // A started standalone is detected as such; `MONGODB_URI` may name a replica set, where the
+    // ordered writes are forced instead.
+    let store = match store.mode().await.unwrap() {
+        WriteMode::Ordered => store,
+        WriteMode::Transactional => store.with_mode(WriteMode::Ordered),
+    };
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+
+    reviews.push(&product.id, &review(1_000)).await.unwrap();
+    assert_eq!(log.take(), ["insert", "update"], "push");
+
+    let batch: Vec<Review> = (2_000..2_100).map(review).collect();
+    reviews.push_many(&product.id, &batch).await.unwrap();
+    assert_eq!(log.take(), ["insert", "update"], "push_many of 100");
+}
+
+#[tokio::test]
+async fn push_on_a_replica_set_is_one_transaction_of_three_commands() {
+    let (store, product, log) = setup(Topology::ReplicaSet).await;
+    if store.mode().await.unwrap() != WriteMode::Transactional {
+        // `MONGODB_URI` may name a server this test cannot make transactional.
+        return;
+    }
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+
+    // The fewest a transaction allows: the two writes, then `commitTransaction`. Starting a
+    // transaction sends nothing (the driver attaches `startTransaction` to the first write),
+    // and the session is a client-side object whose server session is pooled, so there is no
+    // `startSession` or `endSessions` per push. The update goes first so that a missing parent
+    // aborts the transaction before the insert does any work.
+    reviews.push(&product.id, &review(1_000)).await.unwrap();
+    assert_eq!(
+        log.take(),
+        ["update", "insert", "commitTransaction"],
+        "push"
+    );
+
+    let batch: Vec<Review> = (2_000..2_100).map(review).collect();
+    reviews.push_many(&product.id, &batch).await.unwrap();
+    assert_eq!(
+        log.take(),
+        ["update", "insert", "commitTransaction"],
+        "push_many of 100"
+    );
+}
