@@ -44,7 +44,7 @@ pub(crate) fn child<C: DeserializeOwned>(
 /// empty first page for it would hide the children in the child collection.
 pub(crate) fn parent<P: Parent>(raw: &RawDocument) -> Result<P> {
     for spec in P::SUBSETS {
-        subset_elements::<P>(raw, spec)?;
+        subset_elements(raw, P::COLLECTION, spec)?;
     }
     bson::from_slice(raw.as_bytes()).map_err(|fast| {
         let (field, problem) = locate::<P>(raw, &fast.to_string());
@@ -80,12 +80,13 @@ pub(crate) fn parent<P: Parent>(raw: &RawDocument) -> Result<P> {
 }
 
 /// The embedded children of one subset field, checked to be an array of documents.
-pub(crate) fn subset_elements<'a, P: Parent>(
+pub(crate) fn subset_elements<'a>(
     raw: &'a RawDocument,
+    collection: &str,
     spec: &SubsetSpec,
 ) -> Result<Vec<&'a RawDocument>> {
     let malformed = |problem: String| Error::MalformedParent {
-        collection: P::COLLECTION.to_owned(),
+        collection: collection.to_owned(),
         id: Box::new(id_of(raw)),
         field: spec.field.to_owned(),
         problem,
@@ -107,7 +108,7 @@ pub(crate) fn subset_elements<'a, P: Parent>(
             Ok(RawBsonRef::Document(d)) => out.push(d),
             Ok(other) => {
                 return Err(Error::MalformedParent {
-                    collection: P::COLLECTION.to_owned(),
+                    collection: collection.to_owned(),
                     id: Box::new(id_of(raw)),
                     field: format!("{}.{i}", spec.field),
                     problem: format!(
