@@ -212,6 +212,7 @@ fn checks(subset: &Subset<'_>) -> TokenStream {
 
 fn child_impl(child: &Child<'_>) -> TokenStream {
     let ident = child.cont.ident;
+    let id_ty = child.id_ty;
     let generics = with_bounds(child.cont, std::iter::empty());
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     let fields = child.fields.iter().map(|field| {
@@ -223,6 +224,7 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
         const _: () = {
             #[automatically_derived]
             impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
+                type Id = #id_ty;
                 const FIELDS: &'static [::subset::FieldName] = &[#(#fields),*];
             }
         };

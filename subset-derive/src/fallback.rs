@@ -90,6 +90,7 @@ pub(crate) fn child(input: &DeriveInput, error: syn::Error) -> TokenStream {
         const _: () = {
             #[automatically_derived]
             impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
+                type Id = ();
                 const FIELDS: &'static [::subset::FieldName] = &[];
             }
         };

@@ -38,6 +38,8 @@ pub(crate) struct Subset<'a> {
 /// A checked `#[derive(Child)]` input.
 pub(crate) struct Child<'a> {
     pub(crate) cont: &'a Container<'a>,
+    /// The type of the field stored as `_id`.
+    pub(crate) id_ty: &'a syn::Type,
     /// Every field serialized under its own name.
     pub(crate) fields: Vec<&'a Field<'a>>,
 }
@@ -46,7 +48,8 @@ pub(crate) struct Child<'a> {
 const ID_EXAMPLE: &str = "`#[serde(rename = \"_id\")] id: ObjectId`";
 
 pub(crate) fn child<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Child<'a>> {
-    if cont.id_field().is_none() {
+    let id = cont.id_field();
+    if id.is_none() {
         ctxt.error_spanned_by(
             cont.ident,
             format!(
@@ -56,7 +59,12 @@ pub(crate) fn child<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Child<'a
         );
     }
     let fields = cont.fields.iter().filter(|f| f.is_serialized()).collect();
-    (!ctxt.has_errors()).then_some(Child { cont, fields })
+    let id_ty = id?.ty;
+    (!ctxt.has_errors()).then_some(Child {
+        cont,
+        id_ty,
+        fields,
+    })
 }
 
 pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<'a>> {

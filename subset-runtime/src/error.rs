@@ -28,6 +28,17 @@ pub enum Error {
         id: Box<Bson>,
     },
 
+    /// A remove or update named a child that is not stored under that parent.
+    #[error("child {id} of parent {parent} not found in `{collection}`")]
+    ChildNotFound {
+        /// The child collection.
+        collection: String,
+        /// The parent's `_id`.
+        parent: Box<Bson>,
+        /// The child's `_id`.
+        id: Box<Bson>,
+    },
+
     /// A child `_id` that is already in the child collection under another parent.
     #[error("child {id} in `{collection}` belongs to parent {owner}, not {parent}")]
     ChildOwnedElsewhere {

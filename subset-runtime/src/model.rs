@@ -36,6 +36,9 @@ pub trait Parent: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     note = "add `#[derive(subset::Child)]` next to `Serialize` and `Deserialize` on `{Self}`"
 )]
 pub trait Child: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
+    /// The type of the child's `_id`.
+    type Id: Serialize + Send + Sync + fmt::Debug;
+
     /// Every serialized field, as (Rust name, BSON name).
     const FIELDS: &'static [FieldName];
 }

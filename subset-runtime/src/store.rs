@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::model::{Child, Parent, SubsetField};
 use crate::raw::{RawStore, WriteMode};
 use crate::subset::Subset;
+use crate::sweep::{SweepOptions, SweepProgress, SweepReport};
 
 /// The store of parent type `P`: its collection, its child collections, and the write mode.
 ///
@@ -141,5 +142,48 @@ impl<P: Parent> Store<P> {
             self.raw.subset(spec).ensure_index().await?;
         }
         Ok(())
+    }
+
+    /// Reconciles every parent's subsets and counts with the child collections, in batches,
+    /// calling `progress` after each batch. Idempotent and safe while writers run. Run it after a
+    /// standalone server crashed, after writes outside this library, or on a schedule as a
+    /// safety net.
+    ///
+    /// # Errors
+    ///
+    /// The first error stops the sweep (a malformed parent, say, named in the error); a rerun
+    /// starts over harmlessly.
+    pub async fn reconcile_all(
+        &self,
+        options: &SweepOptions,
+        progress: impl FnMut(&SweepProgress),
+    ) -> Result<SweepReport> {
+        self.raw.reconcile_all(P::SUBSETS, options, progress).await
+    }
+
+    /// The same scan as [`Store::reconcile_all`], read-only: how much drift there is, for
+    /// monitoring.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::reconcile_all`].
+    pub async fn check_all(
+        &self,
+        options: &SweepOptions,
+        progress: impl FnMut(&SweepProgress),
+    ) -> Result<SweepReport> {
+        self.raw.check_all(P::SUBSETS, options, progress).await
+    }
+
+    /// Installs the server-side cap: a `$jsonSchema` validator on the parent collection with
+    /// `bsonType: "array"` and `maxItems: keep` on each subset field, merged with any validator
+    /// the collection has. A `$push` without `$slice` from code outside this library then fails
+    /// with the server's validation error instead of growing the array.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mongo`], e.g. without the `collMod` privilege.
+    pub async fn ensure_schema(&self) -> Result<()> {
+        self.raw.ensure_schema(P::SUBSETS).await
     }
 }

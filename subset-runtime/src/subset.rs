@@ -9,6 +9,7 @@ use crate::decode;
 use crate::error::{Error, Result};
 use crate::model::{Child, Parent, SubsetSpec};
 use crate::raw::RawSubset;
+use crate::resync::Drift;
 use crate::store::Store;
 
 /// One subset field of one store: `store.subset(Product::RECENT_REVIEWS)`.
@@ -133,5 +134,58 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// [`Error::Mongo`].
     pub async fn count(&self, parent: &P::Id) -> Result<u64> {
         self.raw.count(&Store::<P>::parent_id(parent)?).await
+    }
+
+    /// Removes a child: from the child collection, from the subset (backfilling the next child
+    /// when it was embedded, so the subset is again the top `keep`), and from the count.
+    ///
+    /// One transaction on a replica set. On a standalone server the child is deleted first, so
+    /// a crash can leave its embedded copy behind, which [`Subset::reconcile`] removes; it can
+    /// never lose another child.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ChildNotFound`] when no such child is stored under `parent` (nothing changes),
+    /// [`Error::ParentNotFound`], [`Error::Mongo`].
+    pub async fn remove(&self, parent: &P::Id, child: &C::Id) -> Result<()> {
+        let child = bson::to_bson(child).map_err(|source| Error::Serialize {
+            what: "a child _id",
+            source: Box::new(source),
+        })?;
+        self.raw
+            .remove(&Store::<P>::parent_id(parent)?, &child)
+            .await
+    }
+
+    /// Replaces a stored child (matched by `_id`) in the child collection and in the subset.
+    /// When its sort keys changed, the subset is recomputed, so the child may enter or leave it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ChildNotFound`] when no child with this `_id` is stored under `parent`,
+    /// [`Error::ParentNotFound`], [`Error::Serialize`], [`Error::Mongo`].
+    pub async fn update(&self, parent: &P::Id, child: &C) -> Result<()> {
+        let mut docs = Self::serialize(std::slice::from_ref(child))?;
+        let doc = docs.pop().unwrap_or_default();
+        self.raw.update(&Store::<P>::parent_id(parent)?, doc).await
+    }
+
+    /// Recomputes the subset and the count from the child collection, fixes them if they
+    /// differ, and reports what differed. Safe while writers run.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ParentNotFound`], [`Error::MalformedParent`], [`Error::Mongo`].
+    pub async fn reconcile(&self, parent: &P::Id) -> Result<Drift> {
+        self.raw.reconcile(&Store::<P>::parent_id(parent)?).await
+    }
+
+    /// What [`Subset::reconcile`] would find, without changing anything.
+    ///
+    /// # Errors
+    ///
+    /// As [`Subset::reconcile`].
+    pub async fn check(&self, parent: &P::Id) -> Result<Drift> {
+        self.raw.check(&Store::<P>::parent_id(parent)?).await
     }
 }

@@ -97,3 +97,12 @@ async fn backoff(attempt: u32) {
     let millis = base + spread % (base + 1);
     tokio::time::sleep(Duration::from_millis(millis)).await;
 }
+
+/// Moves driver errors out of a transaction body's result, so that [`run`] sees their labels
+/// and retries transient ones; other errors stay outcomes that abort the transaction.
+pub(crate) fn surface<T>(result: Result<T>) -> mongodb::error::Result<Result<T>> {
+    match result {
+        Err(Error::Mongo { source, .. }) => Err(*source),
+        other => Ok(other),
+    }
+}
