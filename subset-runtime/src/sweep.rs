@@ -157,7 +157,7 @@ impl RawStore {
     ///
     /// # Errors
     ///
-    /// [`Error::Mongo`], e.g. when the user lacks the `collMod` privilege.
+    /// [`crate::Error::Mongo`], e.g. when the user lacks the `collMod` privilege.
     #[tracing::instrument(skip_all, fields(collection = %self.collection_name()))]
     pub async fn ensure_schema(&self, specs: &[SubsetSpec]) -> Result<()> {
         let ours = self.schema(specs);
