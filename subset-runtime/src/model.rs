@@ -122,8 +122,9 @@ pub struct SubsetField<P, C> {
     _types: PhantomData<fn() -> (P, C)>,
 }
 
-impl<P: Parent, C: Child> SubsetField<P, C> {
-    /// Used by the derive: the field at `index` in `P::SUBSETS`.
+impl<P, C> SubsetField<P, C> {
+    /// Used by the derive: the field at `index` in `P::SUBSETS`. Unbounded, so that a child
+    /// type without `#[derive(Child)]` is reported once, where the descriptor needs it.
     #[doc(hidden)]
     pub const fn __new(index: usize) -> Self {
         SubsetField {
@@ -131,6 +132,9 @@ impl<P: Parent, C: Child> SubsetField<P, C> {
             _types: PhantomData,
         }
     }
+}
+
+impl<P: Parent, C> SubsetField<P, C> {
 
     /// The field's descriptor.
     pub fn spec(&self) -> &'static SubsetSpec {
