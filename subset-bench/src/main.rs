@@ -1,1 +1,336 @@
-fn main() {}
+//! `subset-bench`: the subset pattern and the `subset` library measured on a real `mongod`.
+//!
+//! `cargo run --release -p subset-bench` starts a throwaway `mongod` (0.25 GB cache) unless
+//! `MONGODB_URI` names a server, runs the experiments of `docs/bench/README.md`, and writes
+//! `docs/bench/results.md` and `docs/bench/working-set.svg`.
+
+mod batching;
+mod data;
+mod load;
+mod overhead;
+mod report;
+mod stats;
+mod trips;
+mod working_set;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use subset::testkit::{MongoServer, Topology};
+use subset::WriteMode;
+
+use crate::data::{DataSet, EMBEDDED, REFERENCED, REVIEWS, SUBSET};
+use crate::report::{ReadRow, Report, ShowRow, WriteRow};
+use crate::stats::{quantile, Picker, Spread};
+use crate::working_set::{Ctx, Layout};
+
+pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Experiment {
+    /// Product pages, review writes and "show all reviews" per layout, data larger than cache.
+    WorkingSet,
+    /// The library against the same operations written with the raw driver.
+    Overhead,
+    /// Commands sent per operation (command monitoring).
+    RoundTrips,
+    /// `push_many` in batches against one `push` per review.
+    Batching,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Topo {
+    /// A single-node replica set: the library's writes are transactions.
+    ReplicaSet,
+    /// A standalone server: the library's writes are ordered, without transactions.
+    Standalone,
+}
+
+/// Benchmarks of the subset pattern and the `subset` library on a real mongod.
+///
+/// Starts its own mongod (single-node replica set, 0.25 GB WiredTiger cache) unless MONGODB_URI
+/// names a server, and writes results.md and working-set.svg into --out.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Products in the working-set data set (each with --min-reviews..=--max-reviews reviews).
+    #[arg(long, default_value_t = 10_000)]
+    products: usize,
+    #[arg(long, default_value_t = 200)]
+    min_reviews: usize,
+    #[arg(long, default_value_t = 800)]
+    max_reviews: usize,
+    /// Which experiments to run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "working-set,overhead,round-trips,batching"
+    )]
+    experiments: Vec<Experiment>,
+    /// Concurrent client tasks for the product-page reads.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    tasks: Vec<usize>,
+    /// Seconds measured per read configuration and round.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Seconds of unrecorded reads before each measurement (the cache fills with that layout).
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Repetitions of every read configuration (and of the batching experiment), interleaved.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Zipf exponent of the skewed product popularity.
+    #[arg(long, default_value_t = 0.99)]
+    zipf: f64,
+    /// Single review writes measured per layout.
+    #[arg(long, default_value_t = 300)]
+    writes: usize,
+    /// Products whose reviews are all read, 20 a page, per layout.
+    #[arg(long, default_value_t = 20)]
+    show_all: usize,
+    /// Iterations per operation and side in the overhead experiment.
+    #[arg(long, default_value_t = 2_000)]
+    iterations: usize,
+    /// `push_many` batch size in the batching experiment.
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Concurrent writers while loading the data set.
+    #[arg(long, default_value_t = 4)]
+    load_tasks: usize,
+    /// Server to start (ignored with MONGODB_URI, which is used as it is).
+    #[arg(long, value_enum, default_value = "replica-set")]
+    topology: Topo,
+    /// Database of the working-set data; the other experiments use `<database>_*`.
+    #[arg(long, default_value = "subset_bench")]
+    database: String,
+    /// Keep the working-set data if `--database` already holds it (with MONGODB_URI).
+    #[arg(long)]
+    reuse: bool,
+    /// Seed of the data and of the random product choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where results.md and working-set.svg go.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/bench"))]
+    out: PathBuf,
+}
+
+fn main() -> Res<()> {
+    let args = Args::parse();
+    if args.min_reviews < data::PAGE_REVIEWS + 1 || args.min_reviews > args.max_reviews {
+        return Err("--min-reviews must be above 10 and at most --max-reviews".into());
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(args))
+}
+
+async fn run(args: Args) -> Res<()> {
+    let topology = match args.topology {
+        Topo::ReplicaSet => Topology::ReplicaSet,
+        Topo::Standalone => Topology::Standalone,
+    };
+    eprintln!("starting the server…");
+    let server = MongoServer::start(topology).await?;
+    let client = server.client().await?;
+    let mut report = Report::new(&client, &server, std::env::args().skip(1).collect()).await?;
+    eprintln!(
+        "server {} (mongod {}, {})",
+        server.uri(),
+        report.server_version,
+        report.topology
+    );
+    let has = |e| args.experiments.contains(&e);
+
+    if has(Experiment::RoundTrips) {
+        eprintln!("round trips…");
+        let name = format!("{}_trips", args.database);
+        let (mode, counts) = trips::count(server.uri(), &name, None).await?;
+        report
+            .trips
+            .push((mode_name(mode, server.is_external()), counts));
+        if mode == WriteMode::Transactional {
+            // The other write mode: a standalone server of our own, or forced ordered writes.
+            if server.is_external() {
+                let (_, counts) =
+                    trips::count(server.uri(), &name, Some(WriteMode::Ordered)).await?;
+                report
+                    .trips
+                    .push(("ordered writes (forced)".into(), counts));
+            } else {
+                let standalone = MongoServer::start(Topology::Standalone).await?;
+                let (mode, counts) = trips::count(standalone.uri(), &name, None).await?;
+                report.trips.push((mode_name(mode, false), counts));
+            }
+        }
+    }
+
+    if has(Experiment::Batching) {
+        eprintln!("batching…");
+        let db = client.database(&format!("{}_batching", args.database));
+        report.batching = Some(batching::run(&db, args.batch, args.rounds, args.seed).await?);
+    }
+
+    if has(Experiment::Overhead) {
+        eprintln!("library overhead…");
+        let db = client.database(&format!("{}_overhead", args.database));
+        report.overhead = Some(overhead::run(&db, args.iterations, args.seed).await?);
+    }
+
+    if has(Experiment::WorkingSet) {
+        working_set(&args, &client, &mut report).await?;
+    }
+
+    report.write(&args.out)?;
+    eprintln!("wrote {}", args.out.display());
+    Ok(())
+}
+
+fn mode_name(mode: WriteMode, external: bool) -> String {
+    match (mode, external) {
+        (WriteMode::Transactional, false) => "replica set (transactions)".into(),
+        (WriteMode::Ordered, false) => "standalone (ordered writes)".into(),
+        (WriteMode::Transactional, true) => "MONGODB_URI (transactions)".into(),
+        (WriteMode::Ordered, true) => "MONGODB_URI (ordered writes)".into(),
+    }
+}
+
+async fn working_set(args: &Args, client: &mongodb::Client, report: &mut Report) -> Res<()> {
+    let data = DataSet {
+        products: args.products,
+        min_reviews: args.min_reviews,
+        max_reviews: args.max_reviews,
+        seed: args.seed,
+    };
+    let db = client.database(&args.database);
+    let reused = args.reuse && load::present(&db, &data).await?;
+    let load_time = if reused {
+        eprintln!("reusing the data set in {}", args.database);
+        None
+    } else {
+        eprintln!(
+            "writing {} products, {} reviews…",
+            data.products,
+            data.total_reviews()
+        );
+        Some(load::load(&db, &data, args.load_tasks).await?)
+    };
+    report.data = Some(report::DataRow {
+        products: data.products,
+        reviews: data.total_reviews(),
+        min_reviews: data.min_reviews,
+        max_reviews: data.max_reviews,
+        load_time,
+    });
+    for name in [EMBEDDED, SUBSET, REFERENCED, REVIEWS] {
+        report.sizes.push(load::coll_size(&db, name).await?);
+    }
+    let ctx = Arc::new(Ctx::new(&db, data));
+    working_set::check(&ctx).await?;
+
+    // Product-page reads: every (layout, popularity, tasks), `rounds` times, interleaved.
+    let pickers = [
+        (
+            "uniform".to_owned(),
+            Arc::new(Picker::Uniform(data.products)),
+        ),
+        (
+            format!("Zipf s={}", args.zipf),
+            Arc::new(Picker::zipf(data.products, args.zipf, args.seed)),
+        ),
+    ];
+    let warmup = Duration::from_secs_f64(args.warmup);
+    let duration = Duration::from_secs_f64(args.duration);
+    let configs: Vec<(usize, usize)> = (0..pickers.len())
+        .flat_map(|p| args.tasks.iter().map(move |&t| (p, t)))
+        .collect();
+    let mut runs: Vec<Vec<Vec<working_set::ReadRun>>> =
+        vec![vec![Vec::new(); configs.len()]; Layout::ALL.len()];
+    let total = (args.rounds * Layout::ALL.len() * configs.len()) as u64;
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg:>28} [{bar:40}] {pos}/{len} (eta {eta})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message("product-page reads");
+    for round in 0..args.rounds {
+        for (l, layout) in Layout::ALL.into_iter().enumerate() {
+            for (c, &(p, tasks)) in configs.iter().enumerate() {
+                let seed = args.seed ^ ((round * 1000 + l * 100 + c) as u64);
+                let run =
+                    working_set::reads(&ctx, layout, &pickers[p].1, tasks, warmup, duration, seed)
+                        .await?;
+                runs[l][c].push(run);
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    for (l, layout) in Layout::ALL.into_iter().enumerate() {
+        for (c, &(p, tasks)) in configs.iter().enumerate() {
+            let r = &runs[l][c];
+            let pick = |f: fn(&working_set::ReadRun) -> f64| {
+                Spread::of(&r.iter().map(f).collect::<Vec<_>>())
+            };
+            report.reads.push(ReadRow {
+                layout,
+                popularity: pickers[p].0.clone(),
+                tasks,
+                ops: pick(|r| r.ops_per_sec),
+                p50: pick(|r| r.p50_ms),
+                p99: pick(|r| r.p99_ms),
+            });
+        }
+    }
+
+    // One new review per layout; the subset both ways when the server has transactions.
+    eprintln!("review writes…");
+    let mode = ctx.store.mode().await?;
+    let mut writes = vec![(Layout::Embedded, false), (Layout::Subset, false)];
+    if mode == WriteMode::Transactional {
+        writes.push((Layout::Subset, true));
+    }
+    writes.push((Layout::TwoQuery, false));
+    for (k, (layout, ordered)) in writes.into_iter().enumerate() {
+        // The same products for every layout; `k` keeps the new reviews' dates apart.
+        let seed = args.seed.wrapping_mul(7919);
+        let lat = working_set::writes(&ctx, layout, ordered, args.writes, seed, k).await?;
+        let name = match (layout, ordered, mode) {
+            (Layout::Subset, false, WriteMode::Transactional) => {
+                "subset (this library), transaction".to_owned()
+            }
+            (Layout::Subset, true, _) => "subset (this library), ordered writes".to_owned(),
+            (Layout::TwoQuery, _, _) => "referenced (insert + `$inc` count)".to_owned(),
+            (Layout::Embedded, _, _) => "fully embedded (`$push` + `$inc`)".to_owned(),
+            _ => layout.name().to_owned(),
+        };
+        report.writes.push(WriteRow {
+            name,
+            n: lat.len(),
+            p50: quantile(&lat, 0.5),
+            p99: quantile(&lat, 0.99),
+            ops: lat.len() as f64 / (lat.iter().sum::<f64>() / 1e3),
+        });
+    }
+
+    // Show all reviews, 20 a page.
+    eprintln!("show all reviews…");
+    for layout in [Layout::Embedded, Layout::Subset, Layout::TwoQuery] {
+        // The same products for every layout.
+        let seed = args.seed.wrapping_mul(104_729);
+        let (lat, pages) = working_set::show_all(&ctx, layout, args.show_all, seed).await?;
+        report.show_all.push(ShowRow {
+            layout,
+            products: lat.len(),
+            pages,
+            p50: quantile(&lat, 0.5),
+            max: lat.last().copied().unwrap_or(f64::NAN),
+            per_page: lat.iter().sum::<f64>() / pages as f64,
+        });
+    }
+    Ok(())
+}

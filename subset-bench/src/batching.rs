@@ -1,0 +1,95 @@
+//! Experiment 4, batching: 10,000 reviews over 100 products, one `push` each against
+//! `push_many` in batches.
+
+use std::time::Instant;
+
+use bson::Document;
+use mongodb::Database;
+use subset::Store;
+
+use crate::data::{DataSet, Product, SUBSET};
+use crate::stats::Spread;
+use crate::Res;
+
+pub const PRODUCTS: usize = 100;
+pub const REVIEWS_EACH: usize = 100;
+
+/// Reviews per second of each way, over `rounds` rounds (alternating which runs first).
+#[derive(Debug, Clone)]
+pub struct Result {
+    pub batch: usize,
+    pub one_by_one: Spread,
+    pub batched: Spread,
+    pub ratio: Spread,
+}
+
+async fn fresh(db: &Database, data: &DataSet) -> Res<Store<Product>> {
+    db.drop().await?;
+    let store = Store::<Product>::new(db);
+    store.ensure_indexes().await?;
+    store.mode().await?;
+    let parents = (0..data.products)
+        .map(|i| {
+            let info = data.info(i);
+            bson::to_document(&Product {
+                id: info.id,
+                name: info.name,
+                description: info.description,
+                category: info.category,
+                price: info.price,
+                recent_reviews: Vec::new(),
+                total_reviews: 0,
+            })
+        })
+        .collect::<std::result::Result<Vec<Document>, _>>()?;
+    db.collection::<Document>(SUBSET)
+        .insert_many(parents)
+        .await?;
+    Ok(store)
+}
+
+pub async fn run(db: &Database, batch: usize, rounds: usize, seed: u64) -> Res<Result> {
+    let data = DataSet {
+        products: PRODUCTS,
+        min_reviews: REVIEWS_EACH,
+        max_reviews: REVIEWS_EACH,
+        seed,
+    };
+    let reviews: Vec<_> = (0..PRODUCTS).map(|i| data.reviews(i)).collect();
+    let total = (PRODUCTS * REVIEWS_EACH) as f64;
+    let (mut one, mut many, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let mut rates = [0.0; 2];
+        for turn in 0..2 {
+            let batched = (turn == 0) == (round % 2 == 0);
+            let store = fresh(db, &data).await?;
+            let handle = store.subset(Product::RECENT_REVIEWS);
+            let start = Instant::now();
+            if batched {
+                for (i, r) in reviews.iter().enumerate() {
+                    for chunk in r.chunks(batch) {
+                        handle.push_many(&data.product_id(i), chunk).await?;
+                    }
+                }
+            } else {
+                // Reviews arrive interleaved over products, as single pushes do.
+                for k in 0..REVIEWS_EACH {
+                    for (i, r) in reviews.iter().enumerate() {
+                        handle.push(&data.product_id(i), &r[k]).await?;
+                    }
+                }
+            }
+            rates[usize::from(batched)] = total / start.elapsed().as_secs_f64();
+        }
+        one.push(rates[0]);
+        many.push(rates[1]);
+        ratio.push(rates[1] / rates[0]);
+    }
+    db.drop().await?;
+    Ok(Result {
+        batch,
+        one_by_one: Spread::of(&one),
+        batched: Spread::of(&many),
+        ratio: Spread::of(&ratio),
+    })
+}

@@ -1,0 +1,337 @@
+//! Experiment 2, library overhead: each operation through the library and written by hand with
+//! the raw driver, interleaved A/B on the same server and data.
+
+use std::time::Instant;
+
+use bson::oid::ObjectId;
+use bson::{doc, Bson, DateTime, Document};
+use futures::TryStreamExt;
+use mongodb::{Client, Collection, Database};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Deserialize;
+use subset::{Cursor, PageRequest, Store, WriteMode};
+
+use crate::data::{DataSet, Product, Review, PAGE_REVIEWS, REVIEWS, SUBSET};
+use crate::stats::{millis, quantile, sorted};
+use crate::Res;
+
+/// The operations compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Get,
+    FirstPage,
+    LaterPage,
+    Push,
+    PushMany,
+}
+
+impl Op {
+    pub const ALL: [Op; 5] = [
+        Op::Get,
+        Op::FirstPage,
+        Op::LaterPage,
+        Op::Push,
+        Op::PushMany,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Get => "`get`",
+            Op::FirstPage => "`page`, first (10, embedded)",
+            Op::LaterPage => "`page`, later (20, keyset)",
+            Op::Push => "`push`",
+            Op::PushMany => "`push_many` (10)",
+        }
+    }
+}
+
+/// How many products and reviews each the experiment writes first.
+const PRODUCTS: usize = 200;
+const REVIEWS_EACH: usize = 60;
+const BATCH: usize = 10;
+const LATER_PAGE: usize = 20;
+
+#[derive(Deserialize)]
+struct FirstPage {
+    recent_reviews: Vec<Review>,
+    total_reviews: i64,
+}
+
+struct Bench {
+    client: Client,
+    store: Store<Product>,
+    mode: WriteMode,
+    products: Collection<Product>,
+    reviews: Collection<Review>,
+    ids: Vec<ObjectId>,
+    /// Per product: the library's cursor after the first page, and the same position by hand.
+    after: Vec<(Cursor, DateTime, ObjectId)>,
+    data: DataSet,
+    next: u64,
+}
+
+impl Bench {
+    /// The new reviews `op` writes (none for reads), made before the clock starts.
+    fn input(&mut self, op: Op, i: usize) -> Vec<Review> {
+        let n = match op {
+            Op::Push => 1,
+            Op::PushMany => BATCH,
+            _ => 0,
+        };
+        (0..n)
+            .map(|_| {
+                self.next += 1;
+                self.data.new_review(i, self.next)
+            })
+            .collect()
+    }
+
+    async fn library(&self, op: Op, i: usize, input: &[Review]) -> Res<()> {
+        let id = self.ids[i];
+        let handle = self.store.subset(Product::RECENT_REVIEWS);
+        match op {
+            Op::Get => {
+                self.store.get(&id).await?.ok_or("missing product")?;
+            }
+            Op::FirstPage => {
+                let page = handle
+                    .page(&id, &PageRequest::first(PAGE_REVIEWS as u32))
+                    .await?;
+                assert_len(page.items.len(), PAGE_REVIEWS)?;
+            }
+            Op::LaterPage => {
+                let request = PageRequest::after(self.after[i].0.clone(), LATER_PAGE as u32);
+                let page = handle.page(&id, &request).await?;
+                assert_len(page.items.len(), LATER_PAGE)?;
+            }
+            Op::Push => handle.push(&id, &input[0]).await?,
+            Op::PushMany => handle.push_many(&id, input).await?,
+        }
+        Ok(())
+    }
+
+    async fn by_hand(&self, op: Op, i: usize, input: &[Review]) -> Res<()> {
+        let id = self.ids[i];
+        match op {
+            Op::Get => {
+                self.products
+                    .find_one(doc! { "_id": id })
+                    .await?
+                    .ok_or("missing product")?;
+            }
+            Op::FirstPage => {
+                let page = self
+                    .products
+                    .clone_with_type::<FirstPage>()
+                    .find_one(doc! { "_id": id })
+                    .projection(doc! { "recent_reviews": 1, "total_reviews": 1 })
+                    .await?
+                    .ok_or("missing product")?;
+                let items: Vec<Review> =
+                    page.recent_reviews.into_iter().take(PAGE_REVIEWS).collect();
+                let _more = page.total_reviews > items.len() as i64;
+                assert_len(items.len(), PAGE_REVIEWS)?;
+            }
+            Op::LaterPage => {
+                let (_, date, rid) = &self.after[i];
+                let filter = doc! {
+                    "product_id": id,
+                    "date": { "$lte": *date },
+                    "$or": [
+                        { "date": { "$lt": *date } },
+                        { "date": *date, "_id": { "$lt": *rid } },
+                    ],
+                };
+                let mut page: Vec<Review> = self
+                    .reviews
+                    .find(filter)
+                    .sort(doc! { "date": -1, "_id": -1 })
+                    .limit(LATER_PAGE as i64 + 1)
+                    .await?
+                    .try_collect()
+                    .await?;
+                let _more = page.len() > LATER_PAGE;
+                page.truncate(LATER_PAGE);
+                assert_len(page.len(), LATER_PAGE)?;
+            }
+            Op::Push | Op::PushMany => self.push_by_hand(id, input).await?,
+        }
+        Ok(())
+    }
+
+    /// The double write as one would write it with the driver: serialize each review once, add
+    /// the product key for the review collection, one capped `$push`, and on a replica set both
+    /// writes in one transaction.
+    async fn push_by_hand(&self, id: ObjectId, reviews: &[Review]) -> Res<()> {
+        let embedded = reviews
+            .iter()
+            .map(bson::to_document)
+            .collect::<Result<Vec<Document>, _>>()?;
+        let stored: Vec<Document> = embedded
+            .iter()
+            .map(|d| {
+                let mut d = d.clone();
+                d.insert("product_id", id);
+                d
+            })
+            .collect();
+        let update = doc! {
+            "$push": { "recent_reviews": {
+                "$each": embedded.into_iter().map(Bson::Document).collect::<Vec<_>>(),
+                "$sort": { "date": -1, "_id": -1 },
+                "$slice": PAGE_REVIEWS as i32,
+            } },
+            "$inc": { "total_reviews": reviews.len() as i64 },
+        };
+        let products = self.products.clone_with_type::<Document>();
+        let children = self.reviews.clone_with_type::<Document>();
+        match self.mode {
+            WriteMode::Transactional => {
+                let mut session = self.client.start_session().await?;
+                session.start_transaction().await?;
+                products
+                    .update_one(doc! { "_id": id }, update)
+                    .session(&mut session)
+                    .await?;
+                if let [one] = stored.as_slice() {
+                    children.insert_one(one).session(&mut session).await?;
+                } else {
+                    children.insert_many(&stored).session(&mut session).await?;
+                }
+                session.commit_transaction().await?;
+            }
+            WriteMode::Ordered => {
+                if let [one] = stored.as_slice() {
+                    children.insert_one(one).await?;
+                } else {
+                    children.insert_many(&stored).await?;
+                }
+                products.update_one(doc! { "_id": id }, update).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn assert_len(got: usize, want: usize) -> Res<()> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("a page of {got} where {want} were expected").into())
+    }
+}
+
+/// The result for one operation.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub op: Op,
+    pub iterations: usize,
+    pub library_p50: f64,
+    pub hand_p50: f64,
+    pub ratio: f64,
+    /// Ratio of medians within each fifth of the run.
+    pub block_min: f64,
+    pub block_max: f64,
+}
+
+/// Writes the experiment's products (through the library) into a fresh `db`.
+async fn setup(db: &Database, seed: u64) -> Res<Bench> {
+    db.drop().await?;
+    let data = DataSet {
+        products: PRODUCTS,
+        min_reviews: REVIEWS_EACH,
+        max_reviews: REVIEWS_EACH,
+        seed,
+    };
+    let store = Store::<Product>::new(db);
+    store.ensure_indexes().await?;
+    let mode = store.mode().await?;
+    let handle = store.subset(Product::RECENT_REVIEWS);
+    let mut ids = Vec::with_capacity(PRODUCTS);
+    let mut after = Vec::with_capacity(PRODUCTS);
+    for i in 0..PRODUCTS {
+        let info = data.info(i);
+        let product = Product {
+            id: info.id,
+            name: info.name,
+            description: info.description,
+            category: info.category,
+            price: info.price,
+            recent_reviews: data.reviews(i),
+            total_reviews: 0,
+        };
+        store.insert(&product).await?;
+        let first = handle
+            .page(&info.id, &PageRequest::first(PAGE_REVIEWS as u32))
+            .await?;
+        let last = first.items.last().ok_or("empty first page")?;
+        let cursor = first.next.ok_or("no second page")?;
+        after.push((cursor, last.date, last.id));
+        ids.push(info.id);
+    }
+    Ok(Bench {
+        client: db.client().clone(),
+        store,
+        mode,
+        products: db.collection(SUBSET),
+        reviews: db.collection(REVIEWS),
+        ids,
+        after,
+        data,
+        next: 0,
+    })
+}
+
+/// Runs every operation `iterations` times each way, alternating which goes first.
+pub async fn run(db: &Database, iterations: usize, seed: u64) -> Res<(WriteMode, Vec<Row>)> {
+    let mut bench = setup(db, seed).await?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let warmup = (iterations / 10).max(20);
+    let mut rows = Vec::new();
+    for op in Op::ALL {
+        let mut lib = Vec::with_capacity(iterations);
+        let mut hand = Vec::with_capacity(iterations);
+        for k in 0..warmup + iterations {
+            let i = rng.random_range(0..PRODUCTS);
+            let library_first = k % 2 == 0;
+            let inputs = [bench.input(op, i), bench.input(op, i)];
+            let mut times = [0.0; 2];
+            for turn in 0..2 {
+                let start = Instant::now();
+                if (turn == 0) == library_first {
+                    bench.library(op, i, &inputs[0]).await?;
+                    times[0] = millis(start.elapsed());
+                } else {
+                    bench.by_hand(op, i, &inputs[1]).await?;
+                    times[1] = millis(start.elapsed());
+                }
+            }
+            if k >= warmup {
+                lib.push(times[0]);
+                hand.push(times[1]);
+            }
+        }
+        let blocks: Vec<f64> = (0..5)
+            .map(|b| {
+                let range = b * iterations / 5..(b + 1) * iterations / 5;
+                let l = sorted(lib[range.clone()].to_vec());
+                let h = sorted(hand[range].to_vec());
+                quantile(&l, 0.5) / quantile(&h, 0.5)
+            })
+            .collect();
+        let library_p50 = quantile(&sorted(lib), 0.5);
+        let hand_p50 = quantile(&sorted(hand), 0.5);
+        rows.push(Row {
+            op,
+            iterations,
+            library_p50,
+            hand_p50,
+            ratio: library_p50 / hand_p50,
+            block_min: blocks.iter().copied().fold(f64::INFINITY, f64::min),
+            block_max: blocks.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        });
+    }
+    db.drop().await?;
+    Ok((bench.mode, rows))
+}

@@ -1,0 +1,551 @@
+//! The results: a markdown file and an SVG chart.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use bson::{doc, Document};
+use plotters::prelude::*;
+use subset::testkit::MongoServer;
+use subset::WriteMode;
+
+use crate::batching;
+use crate::load::CollSize;
+use crate::overhead;
+use crate::stats::Spread;
+use crate::trips;
+use crate::working_set::Layout;
+use crate::Res;
+
+/// Everything after this line of `results.md` is written by hand and kept on regeneration.
+const ANALYSIS: &str =
+    "<!-- analysis: everything below is kept when the benchmark rewrites this file -->";
+
+pub struct DataRow {
+    pub products: usize,
+    pub reviews: usize,
+    pub min_reviews: usize,
+    pub max_reviews: usize,
+    pub load_time: Option<Duration>,
+}
+
+pub struct ReadRow {
+    pub layout: Layout,
+    pub popularity: String,
+    pub tasks: usize,
+    pub ops: Spread,
+    pub p50: Spread,
+    pub p99: Spread,
+}
+
+pub struct WriteRow {
+    pub name: String,
+    pub n: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub ops: f64,
+}
+
+pub struct ShowRow {
+    pub layout: Layout,
+    pub products: usize,
+    pub pages: usize,
+    pub p50: f64,
+    pub max: f64,
+    pub per_page: f64,
+}
+
+pub struct Report {
+    pub date: String,
+    pub machine: String,
+    pub server_version: String,
+    pub topology: String,
+    pub cache: String,
+    pub args: Vec<String>,
+    pub data: Option<DataRow>,
+    pub sizes: Vec<CollSize>,
+    pub reads: Vec<ReadRow>,
+    pub writes: Vec<WriteRow>,
+    pub show_all: Vec<ShowRow>,
+    pub overhead: Option<(WriteMode, Vec<overhead::Row>)>,
+    pub trips: Vec<(String, Vec<Vec<String>>)>,
+    pub batching: Option<batching::Result>,
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or_else(
+            || "unknown".into(),
+            |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0),
+        );
+    format!(
+        "{cores} cores ({cpu}), {memory} memory, {} {}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+impl Report {
+    pub async fn new(
+        client: &mongodb::Client,
+        server: &MongoServer,
+        args: Vec<String>,
+    ) -> Res<Report> {
+        let admin = client.database("admin");
+        let info = admin.run_command(doc! { "buildInfo": 1 }).await?;
+        let status = admin.run_command(doc! { "serverStatus": 1 }).await?;
+        let cache = status
+            .get_document("wiredTiger")
+            .and_then(|w| w.get_document("cache"))
+            .ok()
+            .and_then(|c: &Document| c.get("maximum bytes configured"))
+            .and_then(|b| match b {
+                bson::Bson::Int64(n) => Some(*n as f64),
+                bson::Bson::Int32(n) => Some(f64::from(*n)),
+                bson::Bson::Double(n) => Some(*n),
+                _ => None,
+            })
+            .map_or_else(|| "unknown".into(), |b| format!("{:.0} MiB", b / 1048576.0));
+        let topology = match (server.topology(), server.is_external()) {
+            (subset::testkit::Topology::Standalone, false) => {
+                "standalone, started by the benchmark"
+            }
+            (_, false) => "single-node replica set, started by the benchmark",
+            (subset::testkit::Topology::Standalone, true) => "standalone at MONGODB_URI",
+            (_, true) => "replica set or sharded cluster at MONGODB_URI",
+        };
+        Ok(Report {
+            date: bson::DateTime::now()
+                .try_to_rfc3339_string()
+                .unwrap_or_default(),
+            machine: machine(),
+            server_version: info.get_str("version").unwrap_or("unknown").to_owned(),
+            topology: topology.to_owned(),
+            cache,
+            args,
+            data: None,
+            sizes: Vec::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            show_all: Vec::new(),
+            overhead: None,
+            trips: Vec::new(),
+            batching: None,
+        })
+    }
+
+    fn command(&self) -> String {
+        let mut c = "cargo run --release -p subset-bench --".to_owned();
+        for a in &self.args {
+            c.push(' ');
+            c.push_str(a);
+        }
+        c
+    }
+
+    fn reads_of(&self, layout: Layout, popularity: &str, tasks: usize) -> Option<&ReadRow> {
+        self.reads
+            .iter()
+            .find(|r| r.layout == layout && r.popularity == popularity && r.tasks == tasks)
+    }
+
+    /// (popularity, tasks) pairs in measurement order.
+    fn configs(&self) -> Vec<(String, usize)> {
+        let mut out: Vec<(String, usize)> = Vec::new();
+        for r in &self.reads {
+            if !out.iter().any(|(p, t)| *p == r.popularity && *t == r.tasks) {
+                out.push((r.popularity.clone(), r.tasks));
+            }
+        }
+        out
+    }
+
+    pub fn markdown(&self, analysis: &str) -> String {
+        let mut m = String::new();
+        let w = &mut m;
+        let _ = writeln!(w, "# Benchmark results\n");
+        let _ = writeln!(
+            w,
+            "Generated by `subset-bench`; see [README.md](README.md) for what each experiment does.\n"
+        );
+        let _ = writeln!(w, "- date: {}", self.date);
+        let _ = writeln!(w, "- machine: {}", self.machine);
+        let _ = writeln!(
+            w,
+            "- server: mongod {}, {}, WiredTiger cache {}",
+            self.server_version, self.topology, self.cache
+        );
+        let _ = writeln!(w, "- command: `{}`\n", self.command());
+
+        if let Some(d) = &self.data {
+            let _ = writeln!(w, "## 1. Working set\n");
+            let _ = writeln!(
+                w,
+                "{} products with {}–{} reviews each ({} reviews){}.\n",
+                d.products,
+                d.min_reviews,
+                d.max_reviews,
+                d.reviews,
+                d.load_time.map_or_else(
+                    || ", reused from an earlier run".to_owned(),
+                    |t| format!(", written in {:.0} s", t.as_secs_f64())
+                )
+            );
+            let _ = writeln!(w, "### Collection sizes\n");
+            let _ = writeln!(
+                w,
+                "| collection | layout | documents | avg document | data size | on disk | indexes |"
+            );
+            let _ = writeln!(w, "|---|---|--:|--:|--:|--:|--:|");
+            for s in &self.sizes {
+                let layout = match s.name {
+                    crate::data::EMBEDDED => "fully embedded",
+                    crate::data::SUBSET => "subset (parents)",
+                    crate::data::REFERENCED => "referenced (parents)",
+                    _ => "subset and referenced (children)",
+                };
+                let _ = writeln!(
+                    w,
+                    "| `{}` | {} | {} | {} | {} | {} | {} |",
+                    s.name,
+                    layout,
+                    s.count,
+                    bytes(s.avg_obj_size),
+                    bytes(s.size),
+                    bytes(s.storage_size),
+                    bytes(s.index_size)
+                );
+            }
+            let _ = writeln!(w);
+        }
+
+        let configs = self.configs();
+        if !configs.is_empty() {
+            let _ = writeln!(w, "### Product-page reads\n");
+            let _ = writeln!(
+                w,
+                "Throughput in pages per second, median (min–max) of the rounds; latencies are the \
+                 median over rounds of each round's percentile.\n"
+            );
+            let _ = writeln!(w, "![product-page throughput](working-set.svg)\n");
+            let _ = writeln!(
+                w,
+                "| popularity | tasks | layout | pages/s | p50 ms | p99 ms |"
+            );
+            let _ = writeln!(w, "|---|--:|---|--:|--:|--:|");
+            for (p, t) in &configs {
+                for layout in Layout::ALL {
+                    if let Some(r) = self.reads_of(layout, p, *t) {
+                        let _ = writeln!(
+                            w,
+                            "| {p} | {t} | {} | {:.0} ({:.0}–{:.0}) | {:.2} | {:.2} |",
+                            layout.name(),
+                            r.ops.median,
+                            r.ops.min,
+                            r.ops.max,
+                            r.p50.median,
+                            r.p99.median
+                        );
+                    }
+                }
+            }
+            let _ = writeln!(w);
+            let _ = writeln!(
+                w,
+                "Throughput of the subset layout over each other layout (medians):\n"
+            );
+            let _ = writeln!(
+                w,
+                "| popularity | tasks | / fully embedded | / two queries | / `$lookup` |"
+            );
+            let _ = writeln!(w, "|---|--:|--:|--:|--:|");
+            for (p, t) in &configs {
+                let ratio = |other| match (
+                    self.reads_of(Layout::Subset, p, *t),
+                    self.reads_of(other, p, *t),
+                ) {
+                    (Some(s), Some(o)) => format!("{:.2}", s.ops.median / o.ops.median),
+                    _ => "–".into(),
+                };
+                let _ = writeln!(
+                    w,
+                    "| {p} | {t} | {} | {} | {} |",
+                    ratio(Layout::Embedded),
+                    ratio(Layout::TwoQuery),
+                    ratio(Layout::Lookup)
+                );
+            }
+            let _ = writeln!(w, "| target | 4 | ≥ 4 | ≥ 2.5 | ≥ 2 |\n");
+        }
+
+        if !self.writes.is_empty() {
+            let _ = writeln!(w, "### Writing one new review\n");
+            let _ = writeln!(w, "One task, uniformly random products.\n");
+            let _ = writeln!(w, "| layout | writes | p50 ms | p99 ms | writes/s |");
+            let _ = writeln!(w, "|---|--:|--:|--:|--:|");
+            for r in &self.writes {
+                let _ = writeln!(
+                    w,
+                    "| {} | {} | {:.2} | {:.2} | {:.0} |",
+                    r.name, r.n, r.p50, r.p99, r.ops
+                );
+            }
+            let _ = writeln!(w);
+        }
+
+        if !self.show_all.is_empty() {
+            let _ = writeln!(w, "### Show all reviews (pages of 20)\n");
+            let _ = writeln!(
+                w,
+                "Every review of a random product; fully embedded pages are `$slice` offsets into \
+                 the array, the others keyset pages on the review collection (the subset's through \
+                 `Subset::page`, the referenced layout's by hand).\n"
+            );
+            let _ = writeln!(
+                w,
+                "| layout | products | pages | ms per product, p50 | max | ms per page |"
+            );
+            let _ = writeln!(w, "|---|--:|--:|--:|--:|--:|");
+            for r in &self.show_all {
+                let _ = writeln!(
+                    w,
+                    "| {} | {} | {} | {:.1} | {:.1} | {:.2} |",
+                    r.layout.name(),
+                    r.products,
+                    r.pages,
+                    r.p50,
+                    r.max,
+                    r.per_page
+                );
+            }
+            let _ = writeln!(w);
+        }
+
+        if let Some((mode, rows)) = &self.overhead {
+            let _ = writeln!(w, "## 2. Library overhead\n");
+            let _ = writeln!(
+                w,
+                "Median latency of each operation through the library and written by hand with the \
+                 driver, interleaved A/B ({}); the range is the ratio within each fifth of the run.\n",
+                match mode {
+                    WriteMode::Transactional => "writes in transactions",
+                    WriteMode::Ordered => "ordered writes",
+                }
+            );
+            let _ = writeln!(
+                w,
+                "| operation | iterations | library p50 ms | hand p50 ms | ratio | range |"
+            );
+            let _ = writeln!(w, "|---|--:|--:|--:|--:|--:|");
+            for r in rows {
+                let _ = writeln!(
+                    w,
+                    "| {} | {} | {:.3} | {:.3} | {:.3} | {:.3}–{:.3} |",
+                    r.op.name(),
+                    r.iterations,
+                    r.library_p50,
+                    r.hand_p50,
+                    r.ratio,
+                    r.block_min,
+                    r.block_max
+                );
+            }
+            let _ = writeln!(w, "\nTarget: ratio ≤ 1.05.\n");
+        }
+
+        if !self.trips.is_empty() {
+            let _ = writeln!(w, "## 3. Round trips\n");
+            let _ = writeln!(
+                w,
+                "Commands sent per operation, from the driver's command monitoring (the driver's own \
+                 `hello`s excluded). `tests/round_trips.rs` asserts the library's counts.\n"
+            );
+            let _ = write!(w, "| operation |");
+            for (name, _) in &self.trips {
+                let _ = write!(w, " {name} |");
+            }
+            let _ = write!(w, "\n|---|");
+            for _ in &self.trips {
+                let _ = write!(w, "---|");
+            }
+            let _ = writeln!(w);
+            for (i, op) in trips::OPS.iter().enumerate() {
+                let _ = write!(w, "| {op} |");
+                for (_, counts) in &self.trips {
+                    match counts.get(i) {
+                        Some(c) => {
+                            let _ = write!(w, " {}: {} |", c.len(), c.join(", "));
+                        }
+                        None => {
+                            let _ = write!(w, " – |");
+                        }
+                    }
+                }
+                let _ = writeln!(w);
+            }
+            let _ = writeln!(w);
+        }
+
+        if let Some(b) = &self.batching {
+            let _ = writeln!(w, "## 4. Batching\n");
+            let _ = writeln!(
+                w,
+                "{} reviews over {} products, one task, median (min–max) of the rounds.\n",
+                batching::PRODUCTS * batching::REVIEWS_EACH,
+                batching::PRODUCTS
+            );
+            let _ = writeln!(w, "| way | reviews/s |");
+            let _ = writeln!(w, "|---|--:|");
+            let _ = writeln!(
+                w,
+                "| one `push` per review | {:.0} ({:.0}–{:.0}) |",
+                b.one_by_one.median, b.one_by_one.min, b.one_by_one.max
+            );
+            let _ = writeln!(
+                w,
+                "| `push_many`, batches of {} | {:.0} ({:.0}–{:.0}) |",
+                b.batch, b.batched.median, b.batched.min, b.batched.max
+            );
+            let _ = writeln!(
+                w,
+                "\nRatio: **{:.1}x** ({:.1}–{:.1}); target ≥ 5x.\n",
+                b.ratio.median, b.ratio.min, b.ratio.max
+            );
+        }
+
+        let _ = writeln!(w, "{ANALYSIS}");
+        m.push_str(analysis);
+        m
+    }
+
+    /// Writes `results.md` (keeping its hand-written analysis) and, with read results,
+    /// `working-set.svg`.
+    pub fn write(&self, dir: &Path) -> Res<()> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("results.md");
+        let analysis = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|old| {
+                old.split_once(ANALYSIS)
+                    .map(|(_, rest)| rest.trim_start_matches('\n').to_owned())
+            })
+            .unwrap_or_default();
+        std::fs::write(&path, self.markdown(&analysis))?;
+        if !self.reads.is_empty() {
+            self.chart(&dir.join("working-set.svg"))?;
+        }
+        Ok(())
+    }
+
+    /// Grouped bars: pages per second per layout, for each (popularity, tasks), with min–max.
+    fn chart(&self, path: &Path) -> Res<()> {
+        let configs = self.configs();
+        let top = self.reads.iter().map(|r| r.ops.max).fold(0.0_f64, f64::max) * 1.15;
+        let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Product-page reads per second (median, min–max whiskers)",
+                ("sans-serif", 22),
+            )
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(72)
+            .build_cartesian_2d(0.0..configs.len() as f64, 0.0..top.max(1.0))?;
+        let labels = configs.clone();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(configs.len() * 2 + 1)
+            .x_label_formatter(&move |x| {
+                let i = x.floor() as usize;
+                if (x - i as f64 - 0.5).abs() < 1e-6 {
+                    labels
+                        .get(i)
+                        .map(|(p, t)| format!("{p}, {t} task{}", if *t == 1 { "" } else { "s" }))
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .max_light_lines(0)
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .y_desc("pages/s")
+            .label_style(("sans-serif", 14))
+            .draw()?;
+        let colors = [
+            RGBColor(0xd6, 0x5f, 0x5f),
+            RGBColor(0x2e, 0x86, 0x4b),
+            RGBColor(0x4a, 0x78, 0xc2),
+            RGBColor(0xc2, 0x9a, 0x2e),
+        ];
+        let width = 0.8 / Layout::ALL.len() as f64;
+        for (l, layout) in Layout::ALL.into_iter().enumerate() {
+            let color = colors[l % colors.len()];
+            let bars: Vec<(f64, &ReadRow)> = configs
+                .iter()
+                .enumerate()
+                .filter_map(|(c, (p, t))| {
+                    self.reads_of(layout, p, *t)
+                        .map(|r| (c as f64 + 0.1 + width * l as f64, r))
+                })
+                .collect();
+            chart
+                .draw_series(bars.iter().map(|(x, r)| {
+                    Rectangle::new(
+                        [(*x, 0.0), (*x + width * 0.9, r.ops.median)],
+                        color.filled(),
+                    )
+                }))?
+                .label(layout.name())
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
+                });
+            chart.draw_series(bars.iter().map(|(x, r)| {
+                let mid = *x + width * 0.45;
+                PathElement::new(
+                    vec![(mid, r.ops.min), (mid, r.ops.max)],
+                    BLACK.stroke_width(1),
+                )
+            }))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()?;
+        root.present()?;
+        Ok(())
+    }
+}
+
+fn bytes(b: f64) -> String {
+    if b >= 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.2} GiB", b / 1024.0 / 1024.0 / 1024.0)
+    } else if b >= 1024.0 * 1024.0 {
+        format!("{:.1} MiB", b / 1024.0 / 1024.0)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{b:.0} B")
+    }
+}

@@ -1,0 +1,97 @@
+//! Experiment 3, round trips: the commands each operation sends, from the driver's command
+//! monitoring. `tests/round_trips.rs` asserts the same counts.
+
+use std::sync::{Arc, Mutex};
+
+use mongodb::event::command::CommandEvent;
+use mongodb::event::EventHandler;
+use mongodb::options::ClientOptions;
+use subset::{PageRequest, WriteMode};
+
+use crate::data::{DataSet, Product, PAGE_REVIEWS};
+use crate::working_set::{Ctx, Layout};
+use crate::Res;
+
+/// The operations counted, in table order.
+pub const OPS: [&str; 9] = [
+    "`get`",
+    "`page`, first (within `keep`)",
+    "`page`, later",
+    "`push`",
+    "`push_many` (10)",
+    "page read, fully embedded",
+    "page read, referenced, two queries",
+    "page read, referenced, `$lookup`",
+    "review write, referenced",
+];
+
+/// Connects to `uri` with a client that logs the name of every command it starts (except the
+/// driver's own `hello`s), writes a small data set into `database`, and returns, per operation
+/// of [`OPS`], the commands it sent. The store's one-time `hello` happens before counting.
+pub async fn count(
+    uri: &str,
+    database: &str,
+    mode: Option<WriteMode>,
+) -> Res<(WriteMode, Vec<Vec<String>>)> {
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut options = ClientOptions::parse(uri).await?;
+    let sink = Arc::clone(&log);
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            if !matches!(
+                started.command_name.as_str(),
+                "hello" | "isMaster" | "ismaster"
+            ) {
+                if let Ok(mut log) = sink.lock() {
+                    log.push(started.command_name);
+                }
+            }
+        }
+    }));
+    let db = mongodb::Client::with_options(options)?.database(database);
+    db.drop().await?;
+    let data = DataSet {
+        products: 2,
+        min_reviews: 50,
+        max_reviews: 50,
+        seed: 1,
+    };
+    crate::load::load(&db, &data, 1).await?;
+    let mut ctx = Ctx::new(&db, data);
+    if let Some(mode) = mode {
+        ctx.store = ctx.store.clone().with_mode(mode);
+    }
+    let mode = ctx.store.mode().await?;
+    let take = || -> Vec<String> {
+        log.lock()
+            .map(|mut l| std::mem::take(&mut *l))
+            .unwrap_or_default()
+    };
+    take();
+
+    let id = data.product_id(0);
+    let handle = ctx.store.subset(Product::RECENT_REVIEWS);
+    let mut counts = Vec::new();
+    ctx.store.get(&id).await?;
+    counts.push(take());
+    let first = handle
+        .page(&id, &PageRequest::first(PAGE_REVIEWS as u32))
+        .await?;
+    counts.push(take());
+    let next = first.next.ok_or("no second page")?;
+    handle.page(&id, &PageRequest::after(next, 20)).await?;
+    counts.push(take());
+    handle.push(&id, &data.new_review(0, 1)).await?;
+    counts.push(take());
+    let batch: Vec<_> = (2..12).map(|n| data.new_review(0, n)).collect();
+    handle.push_many(&id, &batch).await?;
+    counts.push(take());
+    for layout in [Layout::Embedded, Layout::TwoQuery, Layout::Lookup] {
+        ctx.read(layout, 1).await?;
+        counts.push(take());
+    }
+    ctx.write(Layout::TwoQuery, 1, 99, false).await?;
+    counts.push(take());
+    db.drop().await?;
+    Ok((mode, counts))
+}

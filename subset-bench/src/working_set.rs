@@ -1,0 +1,376 @@
+//! Experiment 1, the working set: product-page reads, review writes and "show all reviews" in
+//! each layout.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bson::{doc, Bson};
+use futures::TryStreamExt;
+use mongodb::{Collection, Database};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use subset::{PageRequest, Store, WriteMode};
+
+use crate::data::{
+    DataSet, Product, ProductInfo, ProductWithReviews, Review, StoredReview, EMBEDDED,
+    PAGE_REVIEWS, REFERENCED, REVIEWS,
+};
+use crate::stats::{millis, quantile, sorted, Picker};
+use crate::Res;
+
+/// The ways of storing products and their reviews.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Every review inside its product; the page reads the product with `$slice: 10`.
+    Embedded,
+    /// This library: the 10 latest reviews embedded, all of them in the review collection.
+    Subset,
+    /// The product, then its 10 latest reviews: two queries.
+    TwoQuery,
+    /// The product with its 10 latest reviews joined by one `$lookup` aggregation.
+    Lookup,
+}
+
+impl Layout {
+    pub const ALL: [Layout; 4] = [
+        Layout::Embedded,
+        Layout::Subset,
+        Layout::TwoQuery,
+        Layout::Lookup,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Embedded => "fully embedded",
+            Layout::Subset => "subset (this library)",
+            Layout::TwoQuery => "referenced, two queries",
+            Layout::Lookup => "referenced, $lookup",
+        }
+    }
+}
+
+/// Everything a benchmark task needs; shared by all tasks.
+pub struct Ctx {
+    pub store: Store<Product>,
+    pub data: DataSet,
+    embedded: Collection<ProductWithReviews>,
+    referenced: Collection<ProductInfo>,
+    reviews: Collection<Review>,
+}
+
+impl Ctx {
+    pub fn new(db: &Database, data: DataSet) -> Ctx {
+        Ctx {
+            store: Store::new(db),
+            data,
+            embedded: db.collection(EMBEDDED),
+            referenced: db.collection(REFERENCED),
+            reviews: db.collection(REVIEWS),
+        }
+    }
+
+    /// One product page (the product and its 10 latest reviews) of product `i`; returns how many
+    /// reviews it shows.
+    pub async fn read(&self, layout: Layout, i: usize) -> Res<usize> {
+        let id = self.data.product_id(i);
+        let shown = match layout {
+            Layout::Embedded => {
+                let p = self
+                    .embedded
+                    .find_one(doc! { "_id": id })
+                    .projection(doc! { "reviews": { "$slice": PAGE_REVIEWS as i32 } })
+                    .await?
+                    .ok_or("missing product")?;
+                p.reviews.len()
+            }
+            Layout::Subset => {
+                let p = self.store.get(&id).await?.ok_or("missing product")?;
+                p.recent_reviews.len()
+            }
+            Layout::TwoQuery => {
+                let _info = self
+                    .referenced
+                    .find_one(doc! { "_id": id })
+                    .await?
+                    .ok_or("missing product")?;
+                let reviews: Vec<Review> = self
+                    .reviews
+                    .find(doc! { "product_id": id })
+                    .sort(doc! { "date": -1, "_id": -1 })
+                    .limit(PAGE_REVIEWS as i64)
+                    .await?
+                    .try_collect()
+                    .await?;
+                reviews.len()
+            }
+            Layout::Lookup => {
+                let mut cursor = self
+                    .referenced
+                    .aggregate([
+                        doc! { "$match": { "_id": id } },
+                        doc! { "$lookup": {
+                            "from": REVIEWS,
+                            "localField": "_id",
+                            "foreignField": "product_id",
+                            "pipeline": [
+                                { "$sort": { "date": -1, "_id": -1 } },
+                                { "$limit": PAGE_REVIEWS as i32 },
+                                { "$project": { "product_id": 0 } },
+                            ],
+                            "as": "reviews",
+                        } },
+                    ])
+                    .with_type::<ProductWithReviews>()
+                    .await?;
+                let p = cursor.try_next().await?.ok_or("missing product")?;
+                p.reviews.len()
+            }
+        };
+        Ok(shown)
+    }
+
+    /// Writes one new review of product `i` in `layout` (`$lookup` shares the referenced
+    /// layout's write). `ordered` forces the library's ordered (no transaction) writes.
+    pub async fn write(&self, layout: Layout, i: usize, n: u64, ordered: bool) -> Res<()> {
+        let id = self.data.product_id(i);
+        let review = self.data.new_review(i, n);
+        match layout {
+            Layout::Embedded => {
+                self.embedded
+                    .update_one(
+                        doc! { "_id": id },
+                        doc! {
+                            "$push": { "reviews": {
+                                "$each": [bson::to_bson(&review)?],
+                                "$position": 0,
+                            } },
+                            "$inc": { "total_reviews": 1 },
+                        },
+                    )
+                    .await?;
+            }
+            Layout::Subset => {
+                let store = if ordered {
+                    self.store.clone().with_mode(WriteMode::Ordered)
+                } else {
+                    self.store.clone()
+                };
+                store
+                    .subset(Product::RECENT_REVIEWS)
+                    .push(&id, &review)
+                    .await?;
+            }
+            Layout::TwoQuery | Layout::Lookup => {
+                self.reviews
+                    .clone_with_type::<StoredReview>()
+                    .insert_one(StoredReview {
+                        review: &review,
+                        product_id: id,
+                    })
+                    .await?;
+                self.referenced
+                    .update_one(doc! { "_id": id }, doc! { "$inc": { "total_reviews": 1 } })
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads every review of product `i`, 20 at a time; returns (reviews, pages).
+    pub async fn show_all(&self, layout: Layout, i: usize) -> Res<(usize, usize)> {
+        const SIZE: usize = 20;
+        let id = self.data.product_id(i);
+        let (mut seen, mut pages) = (0, 0);
+        match layout {
+            Layout::Embedded => loop {
+                // An array has no keyset: each page is a `$slice` at an offset.
+                let p = self
+                    .embedded
+                    .find_one(doc! { "_id": id })
+                    .projection(doc! { "reviews": { "$slice": [seen as i64, SIZE as i64] } })
+                    .await?
+                    .ok_or("missing product")?;
+                pages += 1;
+                seen += p.reviews.len();
+                if p.reviews.len() < SIZE {
+                    break;
+                }
+            },
+            Layout::Subset => {
+                let handle = self.store.subset(Product::RECENT_REVIEWS);
+                let mut request = PageRequest::first(SIZE as u32);
+                loop {
+                    let page = handle.page(&id, &request).await?;
+                    pages += 1;
+                    seen += page.items.len();
+                    match page.next {
+                        Some(next) => request = PageRequest::after(next, SIZE as u32),
+                        None => break,
+                    }
+                }
+            }
+            Layout::TwoQuery | Layout::Lookup => {
+                let mut after: Option<(bson::DateTime, bson::oid::ObjectId)> = None;
+                loop {
+                    let filter = match after {
+                        None => doc! { "product_id": id },
+                        Some((date, rid)) => doc! {
+                            "product_id": id,
+                            "date": { "$lte": date },
+                            "$or": [
+                                { "date": { "$lt": date } },
+                                { "date": date, "_id": { "$lt": rid } },
+                            ],
+                        },
+                    };
+                    let page: Vec<Review> = self
+                        .reviews
+                        .find(filter)
+                        .sort(doc! { "date": -1, "_id": -1 })
+                        .limit(SIZE as i64)
+                        .await?
+                        .try_collect()
+                        .await?;
+                    pages += 1;
+                    seen += page.len();
+                    match page.last() {
+                        Some(last) if page.len() == SIZE => after = Some((last.date, last.id)),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        Ok((seen, pages))
+    }
+}
+
+/// One read measurement.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadRun {
+    pub ops_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// `tasks` tasks read random product pages for `warmup` (not recorded), then for `duration`.
+pub async fn reads(
+    ctx: &Arc<Ctx>,
+    layout: Layout,
+    picker: &Arc<Picker>,
+    tasks: usize,
+    warmup: Duration,
+    duration: Duration,
+    seed: u64,
+) -> Res<ReadRun> {
+    let start = Instant::now();
+    let measure_from = start + warmup;
+    let end = measure_from + duration;
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let ctx = Arc::clone(ctx);
+            let picker = Arc::clone(picker);
+            tokio::spawn(async move {
+                let mut rng = StdRng::seed_from_u64(seed ^ (t as u64 + 1));
+                let mut latencies = Vec::new();
+                loop {
+                    let now = Instant::now();
+                    if now >= end {
+                        break;
+                    }
+                    let i = picker.pick(&mut rng);
+                    let shown = ctx.read(layout, i).await?;
+                    if shown != PAGE_REVIEWS {
+                        return Err(format!("{}: page of {shown} reviews", layout.name()).into());
+                    }
+                    if now >= measure_from {
+                        latencies.push(millis(now.elapsed()));
+                    }
+                }
+                Res::Ok(latencies)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await??);
+    }
+    let all = sorted(all);
+    Ok(ReadRun {
+        ops_per_sec: all.len() as f64 / duration.as_secs_f64(),
+        p50_ms: quantile(&all, 0.5),
+        p99_ms: quantile(&all, 0.99),
+    })
+}
+
+/// Latencies (ms, sorted) of `n` single review writes to uniformly random products.
+pub async fn writes(
+    ctx: &Ctx,
+    layout: Layout,
+    ordered: bool,
+    n: usize,
+    seed: u64,
+    series: usize,
+) -> Res<Vec<f64>> {
+    let picker = Picker::Uniform(ctx.data.products);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut latencies = Vec::with_capacity(n);
+    for k in 0..n {
+        let i = picker.pick(&mut rng);
+        let start = Instant::now();
+        ctx.write(layout, i, (series * n + k) as u64, ordered)
+            .await?;
+        latencies.push(millis(start.elapsed()));
+    }
+    Ok(sorted(latencies))
+}
+
+/// "Show all reviews" of `n` random products: per product (ms, sorted), and pages read.
+pub async fn show_all(ctx: &Ctx, layout: Layout, n: usize, seed: u64) -> Res<(Vec<f64>, usize)> {
+    let picker = Picker::Uniform(ctx.data.products);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut latencies = Vec::with_capacity(n);
+    let mut pages = 0;
+    for _ in 0..n {
+        let i = picker.pick(&mut rng);
+        let start = Instant::now();
+        let (seen, p) = ctx.show_all(layout, i).await?;
+        latencies.push(millis(start.elapsed()));
+        pages += p;
+        if seen < ctx.data.review_count(i) {
+            return Err(format!("{}: showed {seen} reviews of product {i}", layout.name()).into());
+        }
+    }
+    Ok((sorted(latencies), pages))
+}
+
+/// A read of every layout once, to fail early on a broken layout.
+pub async fn check(ctx: &Ctx) -> Res<()> {
+    for layout in Layout::ALL {
+        let shown = ctx.read(layout, 0).await?;
+        if shown != PAGE_REVIEWS {
+            return Err(format!("{}: page of {shown} reviews", layout.name()).into());
+        }
+    }
+    let stored = ctx
+        .store
+        .get(&ctx.data.product_id(0))
+        .await?
+        .ok_or("missing")?;
+    if stored.total_reviews != ctx.data.review_count(0) as i64 {
+        // Reused data with reviews written by an earlier run.
+        return Ok(());
+    }
+    let expected: Vec<Bson> = ctx.data.reviews(0)[..PAGE_REVIEWS]
+        .iter()
+        .map(|r| Bson::ObjectId(r.id))
+        .collect();
+    let got: Vec<Bson> = stored
+        .recent_reviews
+        .iter()
+        .map(|r| Bson::ObjectId(r.id))
+        .collect();
+    if got != expected {
+        return Err("the subset does not hold the 10 latest reviews".into());
+    }
+    Ok(())
+}
