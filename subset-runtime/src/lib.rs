@@ -9,6 +9,7 @@
 
 mod cursor;
 mod decode;
+mod dynamic;
 mod error;
 mod model;
 mod order;
@@ -23,6 +24,7 @@ mod txn;
 pub mod testkit;
 
 pub use cursor::{Cursor, Page, PageRequest};
+pub use dynamic::{parse_sort, SpecBuilder, SpecError, MAX_KEEP};
 pub use error::{Error, Result};
 pub use model::{
     Child, CountField, Direction, FieldName, Parent, SortKey, SortableField, SubsetField,

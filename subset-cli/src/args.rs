@@ -1,0 +1,149 @@
+//! The command line, as clap reads it.
+
+use clap::{Args, Parser, Subcommand};
+use subset_runtime::{SpecBuilder, SubsetSpec};
+
+use crate::error::CliError;
+
+/// Find unbounded arrays, migrate a collection to the MongoDB Subset Pattern, and keep it healthy.
+///
+/// Exit codes: 0 success, 1 problems found, 2 usage or connection error.
+#[derive(Debug, Parser)]
+#[command(name = "subset", version)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Per collection: document sizes, array lengths, and which arrays look unbounded. Read-only.
+    Inspect(InspectArgs),
+    /// Move a fully-embedded array into a child collection, keeping the top `--keep` embedded.
+    /// Resumable and idempotent: rerun it after any interruption.
+    Migrate(MigrateArgs),
+    /// Report drift between each embedded subset and its child collection. Read-only.
+    Check(SubsetArgs),
+    /// Fix drift: recompute each embedded subset and count from the child collection.
+    Reconcile(ReconcileArgs),
+}
+
+impl Command {
+    /// Whether `--json` was given.
+    pub fn json(&self) -> bool {
+        match self {
+            Command::Inspect(a) => a.conn.json,
+            Command::Migrate(a) => a.subset.conn.json,
+            Command::Check(a) => a.conn.json,
+            Command::Reconcile(a) => a.subset.conn.json,
+        }
+    }
+}
+
+/// Where the data is, and how to print.
+#[derive(Debug, Args)]
+pub struct Conn {
+    /// MongoDB connection string.
+    #[arg(long, env = "MONGODB_URI", value_name = "URI")]
+    pub uri: String,
+    /// The database.
+    #[arg(long, value_name = "DB")]
+    pub db: String,
+    /// Print one JSON document on stdout instead of text (progress bars are hidden).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `subset inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// Inspect only this collection (default: every collection of the database).
+    #[arg(long, value_name = "C")]
+    pub collection: Option<String>,
+    /// For flagged arrays, estimate the sizes if only this many elements stayed embedded.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub keep: u32,
+    /// Collections with more documents than this are sampled (`$sample`) with this many.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub sample: u64,
+    /// Flag arrays with at least this many elements in some document.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub long: usize,
+}
+
+/// The subset a command works on, and how to scan for it.
+#[derive(Debug, Args)]
+pub struct SubsetArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The parent collection.
+    #[arg(long, value_name = "COLLECTION")]
+    pub parent: String,
+    /// The parent's array field holding the (embedded) children.
+    #[arg(long, value_name = "FIELD")]
+    pub field: String,
+    /// The child collection that holds every child.
+    #[arg(long, value_name = "COLLECTION")]
+    pub child: String,
+    /// How many children stay embedded (1 to 1000).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub keep: u32,
+    /// The order of the children, by child field: "date desc, rating asc".
+    #[arg(long, value_name = "ORDER")]
+    pub sort: String,
+    /// The field of each child document that holds its parent's `_id`.
+    #[arg(long, value_name = "FIELD")]
+    pub key: String,
+    /// A parent integer field to keep equal to the number of children.
+    #[arg(long, value_name = "FIELD")]
+    pub count: Option<String>,
+    /// How many parents are read per query.
+    #[arg(long, default_value_t = 500, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch: u32,
+    /// Skip parents whose array is malformed (and list them) instead of stopping.
+    #[arg(long)]
+    pub skip_invalid: bool,
+}
+
+impl SubsetArgs {
+    /// The descriptor the engine works with.
+    pub fn spec(&self) -> Result<&'static SubsetSpec, CliError> {
+        let mut builder = SpecBuilder::new(&self.field, &self.child, &self.key)
+            .keep(self.keep)
+            .sort(&self.sort);
+        if let Some(count) = &self.count {
+            builder = builder.count(count);
+        }
+        if self.parent.is_empty() || self.parent.contains('$') || self.parent.contains('\0') {
+            return Err(CliError::Usage(format!(
+                "--parent `{}` is not a collection name MongoDB accepts",
+                self.parent
+            )));
+        }
+        builder.build().map_err(CliError::Spec)
+    }
+}
+
+/// `subset migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub subset: SubsetArgs,
+    /// Change nothing; report what would be done.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `subset reconcile`.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub subset: SubsetArgs,
+    /// Change nothing; report the drift (the same as `subset check`).
+    #[arg(long)]
+    pub dry_run: bool,
+}

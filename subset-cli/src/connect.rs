@@ -1,0 +1,40 @@
+//! Connecting, with a prompt failure when the server is not there.
+
+use std::time::Duration;
+
+use bson::doc;
+use mongodb::options::ClientOptions;
+use mongodb::{Client, Database};
+
+use crate::args::Conn;
+use crate::error::CliError;
+
+/// How long to look for a server when the URI does not say (the driver's default is 30 s).
+const SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The database named by `--db`, after a `ping` proved the server answers.
+///
+/// # Errors
+///
+/// [`CliError::Connect`] for a bad URI, an unreachable server or refused credentials;
+/// [`CliError::Usage`] for a database name MongoDB rejects.
+pub async fn database(conn: &Conn) -> Result<Database, CliError> {
+    if conn.db.is_empty() || conn.db.contains(['/', '\\', '.', ' ', '"', '$', '\0']) {
+        return Err(CliError::Usage(format!(
+            "--db `{}` is not a database name MongoDB accepts",
+            conn.db
+        )));
+    }
+    let connect = |e| CliError::Connect(Box::new(e));
+    let mut options = ClientOptions::parse(&conn.uri).await.map_err(connect)?;
+    options
+        .server_selection_timeout
+        .get_or_insert(SERVER_SELECTION_TIMEOUT);
+    options.app_name.get_or_insert_with(|| "subset-cli".into());
+    let client = Client::with_options(options).map_err(connect)?;
+    let db = client.database(&conn.db);
+    db.run_command(doc! { "ping": 1 })
+        .await
+        .map_err(connect)?;
+    Ok(db)
+}

@@ -1,0 +1,127 @@
+//! What can stop a command, and the exit code each means.
+
+use bson::Bson;
+use mongodb::error::ErrorKind;
+use subset_runtime::SpecError;
+
+/// How many invalid parents an error message lists (`--json` lists them all).
+const LISTED: usize = 10;
+
+/// A parent that a command cannot work on, and why.
+#[derive(Debug, Clone)]
+pub struct Invalid {
+    /// The parent's `_id`.
+    pub id: Bson,
+    /// What is wrong, naming the field path.
+    pub problem: String,
+}
+
+/// A failed command.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A flag value the tool cannot use.
+    #[error("{0}")]
+    Usage(String),
+
+    /// `--field`, `--child`, `--key`, `--sort`, `--keep` or `--count` describe no valid subset.
+    #[error("invalid subset description: {0}")]
+    Spec(#[source] SpecError),
+
+    /// The server could not be reached or refused us.
+    #[error("cannot connect to MongoDB: {0}")]
+    Connect(#[source] Box<mongodb::error::Error>),
+
+    /// The async runtime could not start.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+
+    /// The engine failed (a server error, a malformed document it met).
+    #[error("{0}")]
+    Engine(#[from] subset_runtime::Error),
+
+    /// A driver error outside the engine.
+    #[error("mongodb error on `{collection}`: {source}")]
+    Mongo {
+        /// The collection involved.
+        collection: String,
+        /// The driver's error.
+        #[source]
+        source: Box<mongodb::error::Error>,
+    },
+
+    /// Parents whose documents cannot be worked on; nothing was written to them.
+    #[error("{}", invalid_message(collection, field, invalid, *changed))]
+    Invalid {
+        /// The parent collection.
+        collection: String,
+        /// The array field.
+        field: String,
+        /// Every invalid parent found.
+        invalid: Vec<Invalid>,
+        /// Whether other parents were already migrated before this was found.
+        changed: bool,
+    },
+}
+
+impl CliError {
+    /// A driver error on `collection`.
+    pub fn mongo(collection: &str, source: mongodb::error::Error) -> Self {
+        CliError::Mongo {
+            collection: collection.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    /// 2 for usage and connection errors, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) | CliError::Spec(_) | CliError::Connect(_) => 2,
+            CliError::Mongo { source, .. } if is_connection(source) => 2,
+            CliError::Engine(e) if e.mongo_error().is_some_and(is_connection) => 2,
+            _ => 1,
+        }
+    }
+
+    /// The invalid parents, for `--json`.
+    pub fn invalid(&self) -> &[Invalid] {
+        match self {
+            CliError::Invalid { invalid, .. } => invalid,
+            _ => &[],
+        }
+    }
+}
+
+/// Whether a driver error means the server is unreachable or refused the credentials.
+pub fn is_connection(e: &mongodb::error::Error) -> bool {
+    matches!(
+        e.kind.as_ref(),
+        ErrorKind::ServerSelection { .. }
+            | ErrorKind::Io(_)
+            | ErrorKind::ConnectionPoolCleared { .. }
+            | ErrorKind::Authentication { .. }
+            | ErrorKind::DnsResolve { .. }
+            | ErrorKind::InvalidTlsConfig { .. }
+    )
+}
+
+fn invalid_message(collection: &str, field: &str, invalid: &[Invalid], changed: bool) -> String {
+    let mut message = format!(
+        "{} parent(s) of `{collection}` have a `{field}` that cannot be migrated:",
+        invalid.len()
+    );
+    for i in invalid.iter().take(LISTED) {
+        message.push_str(&format!("\n  {}: {}", i.id, i.problem));
+    }
+    if invalid.len() > LISTED {
+        message.push_str(&format!(
+            "\n  … and {} more (--json lists them all)",
+            invalid.len() - LISTED
+        ));
+    }
+    message.push_str(if changed {
+        "\nparents before these were migrated; fix these (or pass --skip-invalid) and run the same command again to finish"
+    } else {
+        "\nnothing was changed; fix these parents or pass --skip-invalid to migrate the others"
+    });
+    message
+}

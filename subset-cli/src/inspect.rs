@@ -1,0 +1,394 @@
+//! `subset inspect`: document sizes and array lengths per collection, and which arrays look
+//! unbounded. Read-only.
+
+use bson::{doc, Bson, RawBsonRef, RawDocument, RawDocumentBuf};
+use futures::TryStreamExt;
+use mongodb::Database;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::args::InspectArgs;
+use crate::error::CliError;
+use crate::output::{bytes, id_json, Outcome};
+use crate::progress;
+
+/// How many of the largest documents are named.
+const LARGEST: usize = 5;
+
+/// A document this large (half of MongoDB's 16 MB limit) flags the arrays it holds.
+const NEAR_LIMIT: u64 = 8 * 1024 * 1024;
+
+/// How deep into embedded documents arrays are looked for (`a.b.c` is depth 3).
+const MAX_DEPTH: usize = 4;
+
+/// Runs `subset inspect`.
+pub async fn run(db: &Database, args: &InspectArgs) -> Result<Outcome, CliError> {
+    let names = match &args.collection {
+        Some(name) => {
+            crate::scan::require_collection(db, name).await?;
+            vec![name.clone()]
+        }
+        None => {
+            let mut names = db
+                .list_collection_names()
+                .filter(doc! { "type": "collection" })
+                .await
+                .map_err(|e| CliError::mongo(db.name(), e))?;
+            names.retain(|n| !n.starts_with("system."));
+            names.sort();
+            names
+        }
+    };
+    let mut reports = Vec::with_capacity(names.len());
+    for name in names {
+        reports.push(inspect(db, &name, args).await?);
+    }
+    let mut text = String::new();
+    for r in &reports {
+        r.write(&mut text, args);
+    }
+    if reports.is_empty() {
+        text.push_str(&format!("database `{}` has no collections\n", db.name()));
+    }
+    Ok(Outcome {
+        json: json!({ "command": "inspect", "database": db.name(), "collections": reports }),
+        text,
+        problems: false,
+    })
+}
+
+/// What was found in one collection.
+#[derive(Debug, Serialize)]
+struct Report {
+    collection: String,
+    count: u64,
+    /// The number of documents read, when sampled.
+    sampled: Option<u64>,
+    /// All documents' BSON bytes (estimated from the sample when sampled).
+    bytes: u64,
+    avg_document_bytes: u64,
+    largest: Vec<Largest>,
+    arrays: Vec<ArrayReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct Largest {
+    #[serde(rename = "_id")]
+    id: serde_json::Value,
+    #[serde(skip)]
+    display: String,
+    bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct ArrayReport {
+    path: String,
+    /// Documents holding this array.
+    documents: u64,
+    p50: u64,
+    p99: u64,
+    max: u64,
+    /// Whether every element is a document (what `subset migrate` can move).
+    elements_are_documents: bool,
+    avg_element_bytes: u64,
+    flagged: bool,
+    reasons: Vec<String>,
+    /// The collection if only `--keep` elements of this array stayed embedded.
+    estimate: Option<Estimate>,
+}
+
+#[derive(Debug, Serialize)]
+struct Estimate {
+    keep: u32,
+    bytes: u64,
+    avg_document_bytes: u64,
+}
+
+/// Running totals for one array path.
+#[derive(Debug, Default)]
+struct ArrayStats {
+    lengths: Vec<u64>,
+    elements: u64,
+    non_documents: u64,
+    bytes: u64,
+    kept_bytes: u64,
+    largest_holder: u64,
+}
+
+/// Running totals for one collection.
+#[derive(Debug, Default)]
+struct Stats {
+    read: u64,
+    bytes: u64,
+    largest: Vec<(u64, Bson)>,
+    arrays: Vec<(String, ArrayStats)>,
+}
+
+impl Stats {
+    fn add(&mut self, raw: &RawDocument, keep: u32) {
+        let size = raw.as_bytes().len() as u64;
+        self.read += 1;
+        self.bytes += size;
+        if self.largest.len() < LARGEST || self.largest.last().is_some_and(|(s, _)| size > *s) {
+            let id = raw
+                .get("_id")
+                .ok()
+                .flatten()
+                .and_then(|v| Bson::try_from(v).ok())
+                .unwrap_or(Bson::Null);
+            let at = self.largest.partition_point(|(s, _)| *s >= size);
+            self.largest.insert(at, (size, id));
+            self.largest.truncate(LARGEST);
+        }
+        self.walk(raw, "", 1, size, keep);
+    }
+
+    fn walk(&mut self, doc: &RawDocument, prefix: &str, depth: usize, size: u64, keep: u32) {
+        for element in doc.into_iter().flatten() {
+            let (key, value) = element;
+            let path = if prefix.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            match value {
+                RawBsonRef::Array(array) => {
+                    let stats = match self.arrays.iter().position(|(p, _)| *p == path) {
+                        Some(i) => &mut self.arrays[i].1,
+                        None => {
+                            self.arrays.push((path, ArrayStats::default()));
+                            let last = self.arrays.len() - 1;
+                            &mut self.arrays[last].1
+                        }
+                    };
+                    let mut len = 0;
+                    for item in array.into_iter().flatten() {
+                        len += 1;
+                        if !matches!(item, RawBsonRef::Document(_)) {
+                            stats.non_documents += 1;
+                        }
+                    }
+                    let array_bytes = array.as_bytes().len() as u64;
+                    stats.lengths.push(len);
+                    stats.elements += len;
+                    stats.bytes += array_bytes;
+                    stats.kept_bytes += if len == 0 {
+                        array_bytes
+                    } else {
+                        5 + array_bytes.saturating_sub(5) * len.min(u64::from(keep)) / len
+                    };
+                    stats.largest_holder = stats.largest_holder.max(size);
+                }
+                RawBsonRef::Document(inner) if depth < MAX_DEPTH => {
+                    self.walk(inner, &path, depth + 1, size, keep);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+async fn inspect(db: &Database, name: &str, args: &InspectArgs) -> Result<Report, CliError> {
+    let collection = db.collection::<RawDocumentBuf>(name);
+    let count = collection
+        .estimated_document_count()
+        .await
+        .map_err(|e| CliError::mongo(name, e))?;
+    let sampled = (count > args.sample).then_some(args.sample);
+    let bar = progress::bar(sampled.unwrap_or(count), name.to_owned(), args.conn.json);
+    let mut cursor = match sampled {
+        Some(size) => {
+            let size = i64::try_from(size).unwrap_or(i64::MAX);
+            collection
+                .aggregate([doc! { "$sample": { "size": size } }])
+                .with_type::<RawDocumentBuf>()
+                .await
+        }
+        None => collection.find(doc! {}).await,
+    }
+    .map_err(|e| CliError::mongo(name, e))?;
+    let mut stats = Stats::default();
+    while let Some(raw) = cursor
+        .try_next()
+        .await
+        .map_err(|e| CliError::mongo(name, e))?
+    {
+        stats.add(&raw, args.keep);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    // Scale what the sample saw to the whole collection.
+    let scale = if stats.read == 0 {
+        0.0
+    } else {
+        count.max(stats.read) as f64 / stats.read as f64
+    };
+    let total = (stats.bytes as f64 * scale) as u64;
+    let documents = count.max(stats.read);
+    let avg = total.checked_div(documents).unwrap_or(0);
+    let mut arrays: Vec<ArrayReport> = stats
+        .arrays
+        .into_iter()
+        .map(|(path, mut a)| {
+            a.lengths.sort_unstable();
+            let max = a.lengths.last().copied().unwrap_or(0);
+            let mut reasons = Vec::new();
+            if max >= args.long as u64 {
+                reasons.push(format!(
+                    "{max} elements in one document (flagged from {})",
+                    args.long
+                ));
+            }
+            if a.largest_holder >= NEAR_LIMIT {
+                reasons.push(format!(
+                    "held by a document of {}, near the 16 MB limit",
+                    bytes(a.largest_holder as f64)
+                ));
+            }
+            let flagged = !reasons.is_empty();
+            let estimate = flagged.then(|| {
+                let after = stats.bytes - a.bytes + a.kept_bytes;
+                let after = (after as f64 * scale) as u64;
+                Estimate {
+                    keep: args.keep,
+                    bytes: after,
+                    avg_document_bytes: after.checked_div(documents).unwrap_or(0),
+                }
+            });
+            ArrayReport {
+                documents: (a.lengths.len() as f64 * scale) as u64,
+                p50: percentile(&a.lengths, 50),
+                p99: percentile(&a.lengths, 99),
+                max,
+                elements_are_documents: a.non_documents == 0,
+                avg_element_bytes: a.bytes.checked_div(a.elements).unwrap_or(0),
+                flagged,
+                reasons,
+                estimate,
+                path,
+            }
+        })
+        .collect();
+    arrays.sort_by(|a, b| b.max.cmp(&a.max).then_with(|| a.path.cmp(&b.path)));
+    Ok(Report {
+        collection: name.to_owned(),
+        count,
+        sampled: sampled.map(|_| stats.read),
+        bytes: total,
+        avg_document_bytes: avg,
+        largest: stats
+            .largest
+            .into_iter()
+            .map(|(size, id)| Largest {
+                display: id.to_string(),
+                id: id_json(&id),
+                bytes: size,
+            })
+            .collect(),
+        arrays,
+    })
+}
+
+/// The nearest-rank percentile of sorted values.
+fn percentile(sorted: &[u64], p: u64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len() as u64).div_ceil(100).max(1);
+    sorted[(rank - 1) as usize]
+}
+
+impl Report {
+    fn write(&self, out: &mut String, args: &InspectArgs) {
+        out.push_str(&format!(
+            "{}: {} documents, {}, average {}\n",
+            self.collection,
+            self.count,
+            bytes(self.bytes as f64),
+            bytes(self.avg_document_bytes as f64)
+        ));
+        if let Some(read) = self.sampled {
+            out.push_str(&format!(
+                "  sampled {read} of {} documents ($sample): sizes and lengths are estimates\n",
+                self.count
+            ));
+        }
+        if !self.largest.is_empty() {
+            let largest: Vec<String> = self
+                .largest
+                .iter()
+                .map(|l| format!("{} {}", l.display, bytes(l.bytes as f64)))
+                .collect();
+            out.push_str(&format!("  largest: {}\n", largest.join(", ")));
+        }
+        if self.arrays.is_empty() {
+            return;
+        }
+        let width = self
+            .arrays
+            .iter()
+            .map(|a| a.path.len())
+            .max()
+            .unwrap_or(0)
+            .max(5);
+        out.push_str(&format!(
+            "  {:width$}  {:>7} {:>7} {:>7}\n",
+            "array", "p50", "p99", "max"
+        ));
+        for a in &self.arrays {
+            let flag = if a.flagged { "  <- unbounded?" } else { "" };
+            out.push_str(&format!(
+                "  {:width$}  {:>7} {:>7} {:>7}{flag}\n",
+                a.path, a.p50, a.p99, a.max
+            ));
+            for reason in &a.reasons {
+                out.push_str(&format!("      {reason}\n"));
+            }
+            if let Some(e) = &a.estimate {
+                let ratio = self.bytes as f64 / e.bytes.max(1) as f64;
+                out.push_str(&format!(
+                    "      with only the top {} embedded: {} in all, {} per document on average ({ratio:.0}x smaller)\n",
+                    e.keep,
+                    bytes(e.bytes as f64),
+                    bytes(e.avg_document_bytes as f64),
+                ));
+                if a.elements_are_documents && !a.path.contains('.') {
+                    out.push_str(&format!(
+                        "      move it: subset migrate --db {} --parent {} --field {} --child {} --key <parent key> --keep {} --sort \"<field> desc\"\n",
+                        args.conn.db, self.collection, a.path, a.path, e.keep
+                    ));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 50), 50);
+        assert_eq!(percentile(&v, 99), 99);
+        assert_eq!(percentile(&[7], 99), 7);
+        assert_eq!(percentile(&[], 50), 0);
+    }
+
+    #[test]
+    fn stats_find_nested_arrays_and_the_largest() {
+        let mut stats = Stats::default();
+        for n in 0..7_i32 {
+            let items: Vec<Bson> = (0..n).map(|i| Bson::Document(doc! { "i": i })).collect();
+            let d = doc! { "_id": n, "items": items, "meta": { "tags": ["a"] } };
+            stats.add(&RawDocumentBuf::from_document(&d).unwrap(), 2);
+        }
+        assert_eq!(stats.largest.len(), LARGEST);
+        assert_eq!(stats.largest[0].1, Bson::Int32(6));
+        let paths: Vec<&str> = stats.arrays.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["items", "meta.tags"]);
+        assert_eq!(stats.arrays[0].1.elements, 21);
+    }
+}

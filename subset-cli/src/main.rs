@@ -1,0 +1,74 @@
+//! `subset`: find unbounded arrays, migrate a collection to the MongoDB Subset Pattern, and check
+//! or repair the drift between an embedded subset and its child collection.
+//!
+//! The tool works at the BSON level, with collections and fields named by flags, on the same
+//! engine as `#[derive(Subset)]` (`subset_runtime::RawStore`): a collection it migrates is one the
+//! derive can use, and its reconcile is the derive's reconcile.
+//!
+//! Exit codes: 0 on success, 1 when a command finds problems (drift, invalid documents), 2 on
+//! usage or connection errors.
+
+mod args;
+mod connect;
+mod error;
+mod inspect;
+mod migrate;
+mod output;
+mod progress;
+mod repair;
+mod scan;
+mod shape;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+use error::CliError;
+use output::Outcome;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json = cli.command.json();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return output::fail(&CliError::Runtime(e), json),
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(outcome) => outcome.print(json),
+        Err(e) => output::fail(&e, json),
+    }
+}
+
+async fn run(command: Command) -> Result<Outcome, CliError> {
+    match command {
+        Command::Inspect(args) => {
+            let db = connect::database(&args.conn).await?;
+            inspect::run(&db, &args).await
+        }
+        Command::Migrate(args) => {
+            let spec = args.subset.spec()?;
+            let db = connect::database(&args.subset.conn).await?;
+            migrate::run(&db, spec, &args).await
+        }
+        Command::Check(args) => {
+            let spec = args.spec()?;
+            let db = connect::database(&args.conn).await?;
+            repair::run(&db, spec, &args, repair::Mode::Check).await
+        }
+        Command::Reconcile(args) => {
+            let spec = args.subset.spec()?;
+            let db = connect::database(&args.subset.conn).await?;
+            let mode = if args.dry_run {
+                repair::Mode::Check
+            } else {
+                repair::Mode::Reconcile
+            };
+            repair::run(&db, spec, &args.subset, mode).await
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! `subset migrate`: from a fully-embedded array to the subset layout, resumably.
+//!
+//! Per parent, in `_id` order:
+//!
+//! 1. elements without an `_id` get one, written into the parent by a conditional update (only
+//!    where the element still has none), so a rerun reads the same ids back;
+//! 2. every element goes into the child collection with the parent key, unordered; a duplicate
+//!    `_id` under the same parent is a copy an interrupted run already made, and is left as is;
+//! 3. the engine's reconcile rewrites the array as the top `keep` of the child collection and sets
+//!    the count, in one conditional update.
+//!
+//! The array is trimmed only in step 3, after every element is in the child collection, so a run
+//! killed at any point leaves each parent either untouched, or with the full array and some
+//! children copied, or done. A rerun repeats the steps, which change nothing where they are done.
+
+use bson::oid::ObjectId;
+use bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
+use futures::{StreamExt, TryStreamExt};
+use mongodb::error::{ErrorKind, WriteFailure};
+use mongodb::Database;
+use serde_json::json;
+use subset_runtime::{RawStore, SubsetSpec};
+
+use crate::args::MigrateArgs;
+use crate::error::{CliError, Invalid};
+use crate::output::{bytes, headline, invalid_json, push_invalid, spec_json, Outcome};
+use crate::scan::{self, Sizes};
+use crate::{progress, shape};
+
+/// MongoDB's duplicate-key error code.
+const DUPLICATE_KEY: i32 = 11000;
+
+/// Parents migrated at once: enough to overlap round trips, few enough to leave the server room.
+const CONCURRENCY: usize = 4;
+
+/// Rereads of a parent whose array changed under us before giving up on it for this run.
+const ATTEMPTS: usize = 8;
+
+/// What the read-only survey found.
+#[derive(Debug, Default)]
+struct Survey {
+    parents: u64,
+    elements: u64,
+    without_id: u64,
+    array_bytes: u64,
+    kept_bytes: u64,
+    invalid: Vec<Invalid>,
+}
+
+/// What the migration did.
+#[derive(Debug, Default)]
+struct Moved {
+    parents: u64,
+    inserted: u64,
+    already: u64,
+    assigned: u64,
+    gone: u64,
+    skipped: Vec<Invalid>,
+}
+
+/// The result for one parent.
+enum One {
+    Done {
+        inserted: u64,
+        already: u64,
+        assigned: u64,
+    },
+    Gone,
+    Invalid(Invalid),
+}
+
+/// Runs `subset migrate`.
+pub async fn run(
+    db: &Database,
+    spec: &'static SubsetSpec,
+    args: &MigrateArgs,
+) -> Result<Outcome, CliError> {
+    let a = &args.subset;
+    let json = a.conn.json;
+    scan::require_collection(db, &a.parent).await?;
+    let before = scan::sizes(db, &a.parent).await?;
+    let survey = survey(db, spec, a.batch, &a.parent, before.count, json).await?;
+    if args.dry_run {
+        return Ok(dry_run_report(spec, &a.parent, &before, &survey));
+    }
+    if !survey.invalid.is_empty() && !a.skip_invalid {
+        return Err(CliError::Invalid {
+            collection: a.parent.clone(),
+            field: spec.field.to_owned(),
+            invalid: survey.invalid,
+            changed: false,
+        });
+    }
+
+    let store = RawStore::new(db, a.parent.clone());
+    store.subset(spec).ensure_index().await?;
+    let bar = progress::bar(survey.parents, "migrating", json);
+    let mut moved = Moved::default();
+    let mut after: Option<Bson> = None;
+    loop {
+        let ids = scan::next_ids(db, &a.parent, after.as_ref(), a.batch).await?;
+        let Some(last) = ids.last().cloned() else {
+            break;
+        };
+        let mut results =
+            futures::stream::iter(ids.iter().map(|id| migrate_one(&store, spec, id)))
+                .buffer_unordered(CONCURRENCY);
+        while let Some(result) = results.next().await {
+            match result? {
+                One::Done {
+                    inserted,
+                    already,
+                    assigned,
+                } => {
+                    moved.parents += 1;
+                    moved.inserted += inserted;
+                    moved.already += already;
+                    moved.assigned += assigned;
+                }
+                One::Gone => moved.gone += 1,
+                One::Invalid(invalid) if a.skip_invalid => moved.skipped.push(invalid),
+                One::Invalid(invalid) => {
+                    bar.abandon();
+                    return Err(CliError::Invalid {
+                        collection: a.parent.clone(),
+                        field: spec.field.to_owned(),
+                        invalid: vec![invalid],
+                        changed: moved.parents > 0,
+                    });
+                }
+            }
+            bar.inc(1);
+        }
+        after = Some(last);
+    }
+    bar.finish_and_clear();
+    let after = scan::sizes(db, &a.parent).await?;
+    Ok(report(spec, &a.parent, &before, &after, &moved))
+}
+
+/// Reads every parent's array (read-only) and checks its shape.
+async fn survey(
+    db: &Database,
+    spec: &SubsetSpec,
+    batch: u32,
+    collection: &str,
+    estimated: u64,
+    json: bool,
+) -> Result<Survey, CliError> {
+    let bar = progress::bar(estimated, "surveying", json);
+    let mut cursor = db
+        .collection::<RawDocumentBuf>(collection)
+        .find(doc! {})
+        .projection(doc! { spec.field: 1 })
+        .sort(doc! { "_id": 1 })
+        .batch_size(batch)
+        .await
+        .map_err(|e| CliError::mongo(collection, e))?;
+    let mut survey = Survey::default();
+    while let Some(raw) = cursor
+        .try_next()
+        .await
+        .map_err(|e| CliError::mongo(collection, e))?
+    {
+        survey.parents += 1;
+        bar.inc(1);
+        match shape::check(&raw, spec) {
+            Ok(s) => {
+                survey.elements += s.len;
+                survey.without_id += s.without_id;
+                survey.array_bytes += s.array_bytes;
+                survey.kept_bytes += s.kept_bytes(spec.keep);
+            }
+            Err(problem) => survey.invalid.push(Invalid {
+                id: raw_id(&raw),
+                problem,
+            }),
+        }
+    }
+    bar.finish_and_clear();
+    Ok(survey)
+}
+
+fn raw_id(raw: &RawDocumentBuf) -> Bson {
+    raw.get("_id")
+        .ok()
+        .flatten()
+        .and_then(|v| Bson::try_from(v).ok())
+        .unwrap_or(Bson::Null)
+}
+
+/// Migrates one parent; see the module docs for the steps.
+async fn migrate_one(store: &RawStore, spec: &SubsetSpec, id: &Bson) -> Result<One, CliError> {
+    let parents = store.database().collection::<RawDocumentBuf>(store.collection_name());
+    let name = store.collection_name();
+    let field = spec.field;
+    let mut assigned = 0;
+    for _ in 0..ATTEMPTS {
+        let Some(raw) = parents
+            .find_one(doc! { "_id": id.clone() })
+            .projection(doc! { field: 1 })
+            .await
+            .map_err(|e| CliError::mongo(name, e))?
+        else {
+            return Ok(One::Gone);
+        };
+        let found = match shape::check(&raw, spec) {
+            Ok(found) => found,
+            Err(problem) => {
+                return Ok(One::Invalid(Invalid {
+                    id: id.clone(),
+                    problem,
+                }))
+            }
+        };
+        let elements: Vec<Document> = match raw.get(field) {
+            Ok(Some(RawBsonRef::Array(array))) => array
+                .into_iter()
+                .filter_map(|e| match e {
+                    Ok(RawBsonRef::Document(d)) => Document::try_from(d).ok(),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        if found.without_id > 0 {
+            // Step 1. Each condition pins an element that is still a document without an `_id`,
+            // so a concurrent change (or a second run) can only make this update miss, never
+            // give an element a second id or pad a shorter array; then we read again.
+            let mut filter = doc! { "_id": id.clone() };
+            let mut set = Document::new();
+            for (i, element) in elements.iter().enumerate() {
+                if !element.contains_key("_id") {
+                    filter.insert(format!("{field}.{i}"), doc! { "$type": "object" });
+                    filter.insert(format!("{field}.{i}._id"), doc! { "$exists": false });
+                    set.insert(format!("{field}.{i}._id"), ObjectId::new());
+                }
+            }
+            let updated = store
+                .database()
+                .collection::<Document>(name)
+                .update_one(filter, doc! { "$set": set })
+                .await
+                .map_err(|e| CliError::mongo(name, e))?;
+            assigned += found.without_id * updated.modified_count;
+            continue;
+        }
+        // Step 2.
+        let (inserted, already) = copy_children(store, spec, id, elements).await?;
+        if let Some(invalid) = already.conflict {
+            return Ok(One::Invalid(invalid));
+        }
+        // Step 3.
+        store.subset(spec).reconcile(id).await?;
+        return Ok(One::Done {
+            inserted,
+            already: already.count,
+            assigned,
+        });
+    }
+    Ok(One::Invalid(Invalid {
+        id: id.clone(),
+        problem: format!("`{field}` kept changing while being migrated; run again to finish it"),
+    }))
+}
+
+/// Children that were already in the child collection.
+struct Already {
+    count: u64,
+    /// A child `_id` stored under another parent: the data conflict that stops this parent.
+    conflict: Option<Invalid>,
+}
+
+/// Inserts the elements into the child collection with the parent key, unordered, ignoring the
+/// duplicates an earlier run left. Returns (inserted, already there).
+async fn copy_children(
+    store: &RawStore,
+    spec: &SubsetSpec,
+    parent: &Bson,
+    elements: Vec<Document>,
+) -> Result<(u64, Already), CliError> {
+    let none = Already {
+        count: 0,
+        conflict: None,
+    };
+    if elements.is_empty() {
+        return Ok((0, none));
+    }
+    let total = elements.len() as u64;
+    let children = store
+        .database()
+        .collection::<Document>(spec.child_collection);
+    let stored: Vec<Document> = elements
+        .into_iter()
+        .map(|mut e| {
+            e.insert(spec.key, parent.clone());
+            e
+        })
+        .collect();
+    let result = children.insert_many(&stored).ordered(false).await;
+    let failed = match result {
+        Ok(_) => return Ok((total, none)),
+        Err(e) => {
+            let failed: Vec<(usize, i32)> = match e.kind.as_ref() {
+                ErrorKind::InsertMany(m) if m.write_concern_error.is_none() => m
+                    .write_errors
+                    .iter()
+                    .flatten()
+                    .map(|w| (w.index, w.code))
+                    .collect(),
+                ErrorKind::Write(WriteFailure::WriteError(w)) => vec![(0, w.code)],
+                _ => Vec::new(),
+            };
+            if failed.is_empty() || failed.iter().any(|(_, code)| *code != DUPLICATE_KEY) {
+                return Err(CliError::mongo(spec.child_collection, e));
+            }
+            failed
+        }
+    };
+    let duplicates: Vec<Bson> = failed
+        .iter()
+        .filter_map(|(i, _)| stored.get(*i).and_then(|d| d.get("_id")).cloned())
+        .collect();
+    let elsewhere = children
+        .find_one(doc! { "_id": { "$in": duplicates }, spec.key: { "$ne": parent.clone() } })
+        .projection(doc! { "_id": 1, spec.key: 1 })
+        .await
+        .map_err(|e| CliError::mongo(spec.child_collection, e))?;
+    let conflict = elsewhere.map(|d| Invalid {
+        id: parent.clone(),
+        problem: format!(
+            "child {} is already in `{}` under parent {}: give the element another `_id`",
+            d.get("_id").unwrap_or(&Bson::Null),
+            spec.child_collection,
+            d.get(spec.key).unwrap_or(&Bson::Null),
+        ),
+    });
+    let already = failed.len() as u64;
+    Ok((
+        total - already,
+        Already {
+            count: already,
+            conflict,
+        },
+    ))
+}
+
+fn dry_run_report(spec: &SubsetSpec, parent: &str, before: &Sizes, survey: &Survey) -> Outcome {
+    let after_bytes = before
+        .bytes
+        .saturating_sub(survey.array_bytes)
+        .saturating_add(survey.kept_bytes);
+    let valid = survey.parents - survey.invalid.len() as u64;
+    let after_avg = after_bytes.checked_div(before.count).unwrap_or(0);
+    let mut text = format!("dry run, nothing changed: {}", headline(spec, parent));
+    text.push_str(&format!(
+        "  parents:            {} ({} invalid)\n  children to copy:   {}\n  ids to assign:      {}\n",
+        survey.parents,
+        survey.invalid.len(),
+        survey.elements,
+        survey.without_id
+    ));
+    text.push_str(&format!(
+        "  collection bytes:   {} now, about {} after\n  average document:   {} now, about {} after\n",
+        bytes(before.bytes as f64),
+        bytes(after_bytes as f64),
+        bytes(before.avg_document_bytes as f64),
+        bytes(after_avg as f64)
+    ));
+    push_invalid(&mut text, &survey.invalid, "invalid (fix them, or pass --skip-invalid)");
+    Outcome {
+        json: json!({
+            "command": "migrate",
+            "dry_run": true,
+            "subset": spec_json(spec, parent),
+            "parents": survey.parents,
+            "valid_parents": valid,
+            "children_to_copy": survey.elements,
+            "ids_to_assign": survey.without_id,
+            "before": before,
+            "estimated_after": { "bytes": after_bytes, "avg_document_bytes": after_avg },
+            "invalid": invalid_json(&survey.invalid),
+        }),
+        text,
+        problems: !survey.invalid.is_empty(),
+    }
+}
+
+fn report(spec: &SubsetSpec, parent: &str, before: &Sizes, after: &Sizes, moved: &Moved) -> Outcome {
+    let mut text = format!("migrated {}", headline(spec, parent));
+    text.push_str(&format!(
+        "                          before        after\n  documents         {:>12} {:>12}\n  collection bytes  {:>12} {:>12}\n  average document  {:>12} {:>12}\n",
+        before.count,
+        after.count,
+        bytes(before.bytes as f64),
+        bytes(after.bytes as f64),
+        bytes(before.avg_document_bytes as f64),
+        bytes(after.avg_document_bytes as f64),
+    ));
+    text.push_str(&format!(
+        "  parents migrated: {}; children copied: {} ({} already there from an earlier run); ids assigned: {}\n",
+        moved.parents, moved.inserted, moved.already, moved.assigned
+    ));
+    if moved.gone > 0 {
+        text.push_str(&format!("  parents deleted while migrating: {}\n", moved.gone));
+    }
+    let keys: Vec<String> = std::iter::once(format!("{}: 1", spec.key))
+        .chain(spec.order().map(|k| format!("{}: {}", k.field, k.direction.as_i32())))
+        .collect();
+    text.push_str(&format!(
+        "  index on `{}`: {{{}}}\n",
+        spec.child_collection,
+        keys.join(", ")
+    ));
+    push_invalid(&mut text, &moved.skipped, "skipped as invalid (--skip-invalid)");
+    Outcome {
+        json: json!({
+            "command": "migrate",
+            "dry_run": false,
+            "subset": spec_json(spec, parent),
+            "before": before,
+            "after": after,
+            "parents_migrated": moved.parents,
+            "children_copied": moved.inserted,
+            "children_already_copied": moved.already,
+            "ids_assigned": moved.assigned,
+            "parents_gone": moved.gone,
+            "skipped": invalid_json(&moved.skipped),
+        }),
+        text,
+        problems: false,
+    }
+}

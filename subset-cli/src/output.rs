@@ -1,0 +1,142 @@
+//! What a command prints: text for people, one JSON document with `--json`.
+
+use std::process::ExitCode;
+
+use bson::Bson;
+use serde_json::{json, Value};
+
+use subset_runtime::{Direction, SubsetSpec};
+
+use crate::error::{CliError, Invalid};
+
+/// A finished command's report.
+pub struct Outcome {
+    /// The `--json` form.
+    pub json: Value,
+    /// The text form.
+    pub text: String,
+    /// Whether the command found problems (exit code 1).
+    pub problems: bool,
+}
+
+impl Outcome {
+    /// Prints the report on stdout and returns the exit code.
+    pub fn print(self, json: bool) -> ExitCode {
+        if json {
+            println!("{}", self.json);
+        } else {
+            print!("{}", self.text);
+        }
+        ExitCode::from(u8::from(self.problems))
+    }
+}
+
+/// Prints an error (on stderr; with `--json` also as JSON on stdout) and returns its exit code.
+pub fn fail(error: &CliError, json: bool) -> ExitCode {
+    let code = error.exit_code();
+    if json {
+        println!(
+            "{}",
+            json!({
+                "error": error.to_string(),
+                "exit_code": code,
+                "invalid": invalid_json(error.invalid()),
+            })
+        );
+    }
+    eprintln!("error: {error}");
+    ExitCode::from(code)
+}
+
+/// An `_id` as relaxed extended JSON (`{"$oid": "…"}` for an ObjectId).
+pub fn id_json(id: &Bson) -> Value {
+    id.clone().into_relaxed_extjson()
+}
+
+/// Invalid parents as JSON objects `{ "_id", "problem" }`.
+pub fn invalid_json(invalid: &[Invalid]) -> Value {
+    invalid
+        .iter()
+        .map(|i| json!({ "_id": id_json(&i.id), "problem": i.problem }))
+        .collect()
+}
+
+/// Bytes for people, in powers of 1000 (what `ls -h --si` and MongoDB's tools print).
+pub fn bytes(n: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut value = n;
+    let mut unit = 0;
+    while value >= 1000.0 && unit < UNITS.len() - 1 {
+        value /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value:.0} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// One line naming the subset: `shops.reviews → reviews (key …, keep …, sort …)`.
+pub fn headline(spec: &SubsetSpec, parent: &str) -> String {
+    let sort: Vec<String> = spec
+        .sort
+        .iter()
+        .map(|k| {
+            let dir = match k.direction {
+                Direction::Asc => "asc",
+                Direction::Desc => "desc",
+            };
+            format!("{} {dir}", k.field)
+        })
+        .collect();
+    let count = spec
+        .count
+        .map(|c| format!(", count `{c}`"))
+        .unwrap_or_default();
+    format!(
+        "{parent}.{} → {} (key `{}`, keep {}, sort \"{}\"{count})\n",
+        spec.field,
+        spec.child_collection,
+        spec.key,
+        spec.keep,
+        sort.join(", ")
+    )
+}
+
+/// The subset's description for `--json`.
+pub fn spec_json(spec: &SubsetSpec, parent: &str) -> serde_json::Value {
+    json!({
+        "parent": parent,
+        "field": spec.field,
+        "child": spec.child_collection,
+        "key": spec.key,
+        "keep": spec.keep,
+        "sort": spec.sort.iter().map(|k| json!({ "field": k.field, "direction": k.direction.as_i32() })).collect::<Vec<_>>(),
+        "count": spec.count,
+    })
+}
+
+/// Lists invalid parents under a heading, for the text form.
+pub fn push_invalid(text: &mut String, invalid: &[Invalid], what: &str) {
+    if invalid.is_empty() {
+        return;
+    }
+    text.push_str(&format!("  {} parent(s) {what}:\n", invalid.len()));
+    for i in invalid {
+        text.push_str(&format!("    {}: {}\n", i.id, i.problem));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_read_well() {
+        assert_eq!(bytes(0.0), "0 B");
+        assert_eq!(bytes(999.0), "999 B");
+        assert_eq!(bytes(72_412.0), "72.4 KB");
+        assert_eq!(bytes(3_200_000.0), "3.2 MB");
+    }
+}

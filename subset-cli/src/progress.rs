@@ -1,0 +1,22 @@
+//! Progress bars on stderr, shown only to a person watching a terminal.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// A bar of `len` steps labelled `message`; hidden with `--json` or when stderr is not a
+/// terminal, so logs and pipes get no control characters.
+pub fn bar(len: u64, message: impl Into<String>, json: bool) -> ProgressBar {
+    if json || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    let style = ProgressStyle::with_template(
+        "{msg:>12} [{bar:32}] {human_pos}/{human_len} ({per_sec}, eta {eta})",
+    )
+    .map(|s| s.progress_chars("=> "))
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(message.into());
+    bar
+}

@@ -1,0 +1,274 @@
+//! `subset check` and `subset reconcile`: the engine's per-parent check and reconcile over the
+//! whole parent collection, with progress, `--skip-invalid`, and a look at the child index.
+
+use bson::{doc, Bson, Document};
+use futures::{StreamExt, TryStreamExt};
+use mongodb::Database;
+use serde_json::{json, Value};
+use subset_runtime::{Drift, Error, RawStore, SubsetSpec};
+
+use crate::args::SubsetArgs;
+use crate::error::{CliError, Invalid};
+use crate::output::{headline, id_json, invalid_json, push_invalid, spec_json, Outcome};
+use crate::{progress, scan};
+
+/// Parents checked at once.
+const CONCURRENCY: usize = 4;
+
+/// How many drifted parents are kept in detail (the counts cover them all).
+const DETAILED: usize = 1_000;
+
+/// How many drifted parents the text form lists.
+const LISTED: usize = 20;
+
+/// Read-only, or fixing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Report drift.
+    Check,
+    /// Fix drift.
+    Reconcile,
+}
+
+/// Runs `subset check` or `subset reconcile`.
+pub async fn run(
+    db: &Database,
+    spec: &'static SubsetSpec,
+    args: &SubsetArgs,
+    mode: Mode,
+) -> Result<Outcome, CliError> {
+    let json = args.conn.json;
+    scan::require_collection(db, &args.parent).await?;
+    let store = RawStore::new(db, args.parent.clone());
+    let subset = store.subset(spec);
+    let mut index = has_index(db, spec).await?;
+    let index_created = mode == Mode::Reconcile && !index;
+    if index_created {
+        subset.ensure_index().await?;
+        index = true;
+    }
+
+    let total = db
+        .collection::<Document>(&args.parent)
+        .estimated_document_count()
+        .await
+        .map_err(|e| CliError::mongo(&args.parent, e))?;
+    let label = match mode {
+        Mode::Check => "checking",
+        Mode::Reconcile => "reconciling",
+    };
+    let bar = progress::bar(total, label, json);
+    let (mut checked, mut drifted, mut fixed, mut unfixed) = (0_u64, 0_u64, 0_u64, 0_u64);
+    let mut drifts: Vec<Drift> = Vec::new();
+    let mut skipped: Vec<Invalid> = Vec::new();
+    let mut after: Option<Bson> = None;
+    loop {
+        let ids = scan::next_ids(db, &args.parent, after.as_ref(), args.batch).await?;
+        let Some(last) = ids.last().cloned() else {
+            break;
+        };
+        let mut results = futures::stream::iter(ids.into_iter().map(|id| async move {
+            let result = match mode {
+                Mode::Check => subset.check(&id).await,
+                Mode::Reconcile => subset.reconcile(&id).await,
+            };
+            (id, result)
+        }))
+        .buffered(CONCURRENCY);
+        while let Some((id, result)) = results.next().await {
+            bar.inc(1);
+            let drift = match result {
+                Ok(drift) => drift,
+                // Deleted between the `_id` scan and its check: nothing to compare.
+                Err(Error::ParentNotFound { .. }) => continue,
+                Err(Error::MalformedParent { field, problem, .. }) if args.skip_invalid => {
+                    skipped.push(Invalid {
+                        id,
+                        problem: format!("`{field}` {problem}"),
+                    });
+                    continue;
+                }
+                Err(e) => {
+                    bar.abandon();
+                    return Err(e.into());
+                }
+            };
+            checked += 1;
+            if drift.is_clean() {
+                continue;
+            }
+            drifted += 1;
+            if drift.fixed {
+                fixed += 1;
+            } else if mode == Mode::Reconcile {
+                unfixed += 1;
+            }
+            if drifts.len() < DETAILED {
+                drifts.push(drift);
+            }
+        }
+        after = Some(last);
+    }
+    bar.finish_and_clear();
+
+    let problems = match mode {
+        Mode::Check => drifted > 0 || !index || !skipped.is_empty(),
+        Mode::Reconcile => unfixed > 0,
+    };
+    let command = match mode {
+        Mode::Check => "check",
+        Mode::Reconcile => "reconcile",
+    };
+    let mut text = format!("{command} {}", headline(spec, &args.parent));
+    text.push_str(&format!("  parents checked: {checked}; drifted: {drifted}"));
+    if mode == Mode::Reconcile {
+        text.push_str(&format!("; fixed: {fixed}"));
+        if unfixed > 0 {
+            text.push_str(&format!(
+                "; not fixed (changing under concurrent writes, run again): {unfixed}"
+            ));
+        }
+    }
+    text.push('\n');
+    let index_state = match (index, index_created) {
+        (_, true) => "created",
+        (true, false) => "present",
+        (false, false) => "MISSING (reconcile or migrate creates it)",
+    };
+    text.push_str(&format!(
+        "  index {{{}}} on `{}`: {index_state}\n",
+        index_keys(spec)
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        spec.child_collection
+    ));
+    for drift in drifts.iter().take(LISTED) {
+        text.push_str(&format!("  {}: {}\n", drift.parent, describe(drift)));
+    }
+    if drifts.len() > LISTED {
+        text.push_str(&format!(
+            "  … and {} more drifted parents (--json lists up to {DETAILED})\n",
+            drifted - LISTED as u64
+        ));
+    }
+    push_invalid(&mut text, &skipped, "skipped as invalid (--skip-invalid)");
+    if drifted == 0 && skipped.is_empty() {
+        text.push_str("  no drift\n");
+    }
+    Ok(Outcome {
+        json: json!({
+            "command": command,
+            "subset": spec_json(spec, &args.parent),
+            "checked": checked,
+            "drifted": drifted,
+            "fixed": fixed,
+            "unfixed": unfixed,
+            "index": { "present": index, "created": index_created },
+            "drifts": drifts.iter().map(drift_json).collect::<Vec<_>>(),
+            "skipped": invalid_json(&skipped),
+        }),
+        text,
+        problems,
+    })
+}
+
+/// The child index the engine creates: `{key: 1, <sort keys>, _id}`.
+fn index_keys(spec: &SubsetSpec) -> Document {
+    let mut keys = doc! { spec.key: 1 };
+    for k in spec.order() {
+        keys.insert(k.field, k.direction.as_i32());
+    }
+    keys
+}
+
+/// Whether the child collection has an index with exactly the engine's keys (under any name).
+async fn has_index(db: &Database, spec: &SubsetSpec) -> Result<bool, CliError> {
+    let name = spec.child_collection;
+    let exists = !db
+        .list_collection_names()
+        .filter(doc! { "name": name })
+        .await
+        .map_err(|e| CliError::mongo(name, e))?
+        .is_empty();
+    if !exists {
+        return Ok(false);
+    }
+    let wanted = index_keys(spec);
+    let indexes: Vec<mongodb::IndexModel> = db
+        .collection::<Document>(name)
+        .list_indexes()
+        .await
+        .map_err(|e| CliError::mongo(name, e))?
+        .try_collect()
+        .await
+        .map_err(|e| CliError::mongo(name, e))?;
+    Ok(indexes.iter().any(|i| same_keys(&i.keys, &wanted)))
+}
+
+/// Key documents compared field by field in order, numbers by value (`1` and `1.0` alike).
+fn same_keys(a: &Document, b: &Document) -> bool {
+    let number = |v: &Bson| match v {
+        Bson::Int32(n) => Some(f64::from(*n)),
+        Bson::Int64(n) => Some(*n as f64),
+        Bson::Double(n) => Some(*n),
+        _ => None,
+    };
+    a.len() == b.len()
+        && a.iter()
+            .zip(b.iter())
+            .all(|((ka, va), (kb, vb))| ka == kb && number(va).is_some() && number(va) == number(vb))
+}
+
+/// One line about a drifted parent.
+fn describe(drift: &Drift) -> String {
+    let mut parts = Vec::new();
+    if !drift.missing.is_empty() {
+        parts.push(format!("{} missing", drift.missing.len()));
+    }
+    if !drift.stale.is_empty() {
+        parts.push(format!("{} stale", drift.stale.len()));
+    }
+    if !drift.changed.is_empty() {
+        parts.push(format!("{} changed", drift.changed.len()));
+    }
+    if drift.misordered {
+        parts.push("misordered".to_owned());
+    }
+    if let Some((stored, actual)) = drift.count {
+        parts.push(format!("count {stored}, children {actual}"));
+    }
+    if drift.fixed {
+        parts.push("fixed".to_owned());
+    }
+    parts.join(", ")
+}
+
+fn drift_json(drift: &Drift) -> Value {
+    let ids = |ids: &[Bson]| ids.iter().map(id_json).collect::<Vec<_>>();
+    json!({
+        "_id": id_json(&drift.parent),
+        "missing": ids(&drift.missing),
+        "stale": ids(&drift.stale),
+        "changed": ids(&drift.changed),
+        "misordered": drift.misordered,
+        "count": drift.count.map(|(stored, actual)| json!({ "stored": stored, "children": actual })),
+        "fixed": drift.fixed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_keys_match_by_value() {
+        assert!(same_keys(
+            &doc! { "k": 1, "d": -1 },
+            &doc! { "k": 1.0, "d": -1_i64 }
+        ));
+        assert!(!same_keys(&doc! { "k": 1, "d": -1 }, &doc! { "d": -1, "k": 1 }));
+        assert!(!same_keys(&doc! { "k": 1 }, &doc! { "k": 1, "d": 1 }));
+    }
+}

@@ -1,0 +1,190 @@
+//! Whether a parent's array can be moved into a child collection: an array of documents, each
+//! with every sort field and a usable, unique `_id` (or none, to be assigned).
+
+use std::collections::HashMap;
+
+use bson::spec::ElementType;
+use bson::{RawBsonRef, RawDocument};
+use subset_runtime::SubsetSpec;
+
+/// How many element positions a problem names.
+const NAMED: usize = 3;
+
+/// A parent's array as found.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Shape {
+    /// Elements.
+    pub len: u64,
+    /// Elements without an `_id`.
+    pub without_id: u64,
+    /// Bytes of the array in the parent document.
+    pub array_bytes: u64,
+}
+
+impl Shape {
+    /// The array's bytes if only `keep` of its elements (of average size) stayed.
+    pub fn kept_bytes(&self, keep: u32) -> u64 {
+        if self.len == 0 {
+            return self.array_bytes;
+        }
+        let kept = self.len.min(u64::from(keep));
+        // 5 bytes are the empty array's header and terminator.
+        5 + (self.array_bytes.saturating_sub(5)) * kept / self.len
+    }
+}
+
+/// Reads `spec.field` of `parent` and says what is wrong with it, naming the path in MongoDB's
+/// dotted notation.
+pub fn check(parent: &RawDocument, spec: &SubsetSpec) -> Result<Shape, String> {
+    let field = spec.field;
+    let value = parent
+        .get(field)
+        .map_err(|e| format!("`{field}` cannot be read: {e}"))?;
+    let Some(value) = value else {
+        return Ok(Shape::default());
+    };
+    let RawBsonRef::Array(array) = value else {
+        return Err(format!(
+            "`{field}` is {}, not an array",
+            a_type(value.element_type())
+        ));
+    };
+    let mut shape = Shape {
+        array_bytes: array.as_bytes().len() as u64,
+        ..Shape::default()
+    };
+    let mut missing: HashMap<&str, Vec<u64>> = HashMap::new();
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    for (i, element) in array.into_iter().enumerate() {
+        let i = i as u64;
+        let element = element.map_err(|e| format!("`{field}.{i}` cannot be read: {e}"))?;
+        let RawBsonRef::Document(child) = element else {
+            return Err(format!(
+                "`{field}.{i}` is {}, not a document",
+                a_type(element.element_type())
+            ));
+        };
+        shape.len += 1;
+        for key in spec.sort.iter().filter(|k| k.field != "_id") {
+            if !matches!(child.get(key.field), Ok(Some(_))) {
+                missing.entry(key.field).or_default().push(i);
+            }
+        }
+        match child.get("_id") {
+            Ok(Some(id)) => {
+                let kind = id.element_type();
+                if matches!(
+                    kind,
+                    ElementType::Array | ElementType::RegularExpression | ElementType::Undefined
+                ) {
+                    return Err(format!(
+                        "`{field}.{i}._id` is {}, which MongoDB does not accept as an `_id`",
+                        a_type(kind)
+                    ));
+                }
+                // Display conflates 1 and 1.0 and 1L, as the `_id` index does.
+                let text = bson::Bson::try_from(id).map_or_else(|_| format!("{id:?}"), |b| b.to_string());
+                if let Some(first) = seen.insert(text.clone(), i) {
+                    return Err(format!(
+                        "`{field}.{i}._id` repeats `{field}.{first}._id` ({text}): each child needs its own `_id`"
+                    ));
+                }
+            }
+            Ok(None) => shape.without_id += 1,
+            Err(e) => return Err(format!("`{field}.{i}._id` cannot be read: {e}")),
+        }
+    }
+    if let Some(key) = spec
+        .sort
+        .iter()
+        .find(|k| missing.contains_key(k.field))
+        .map(|k| k.field)
+    {
+        let at = &missing[key];
+        let mut named: Vec<String> = at
+            .iter()
+            .take(NAMED)
+            .map(|i| format!("`{field}.{i}`"))
+            .collect();
+        if at.len() > NAMED {
+            named.push(format!("and {} more", at.len() - NAMED));
+        }
+        return Err(format!(
+            "sort field `{key}` is missing on {} of {} elements: {}",
+            at.len(),
+            shape.len,
+            named.join(", ")
+        ));
+    }
+    Ok(shape)
+}
+
+/// A BSON type as MongoDB's `$type` names it, with an article.
+pub fn a_type(kind: ElementType) -> &'static str {
+    match kind {
+        ElementType::Double => "a double",
+        ElementType::String => "a string",
+        ElementType::EmbeddedDocument => "a document",
+        ElementType::Array => "an array",
+        ElementType::Binary => "binary data",
+        ElementType::Undefined => "undefined",
+        ElementType::ObjectId => "an objectId",
+        ElementType::Boolean => "a bool",
+        ElementType::DateTime => "a date",
+        ElementType::Null => "null",
+        ElementType::RegularExpression => "a regex",
+        ElementType::DbPointer => "a dbPointer",
+        ElementType::JavaScriptCode => "javascript",
+        ElementType::Symbol => "a symbol",
+        ElementType::JavaScriptCodeWithScope => "javascript with scope",
+        ElementType::Int32 => "an int",
+        ElementType::Timestamp => "a timestamp",
+        ElementType::Int64 => "a long",
+        ElementType::Decimal128 => "a decimal",
+        ElementType::MaxKey => "maxKey",
+        ElementType::MinKey => "minKey",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::{doc, RawDocumentBuf};
+    use subset_runtime::SpecBuilder;
+
+    fn spec() -> &'static SubsetSpec {
+        SpecBuilder::new("reviews", "reviews", "shop_id")
+            .sort("date desc")
+            .build()
+            .unwrap()
+    }
+
+    fn shape(parent: bson::Document) -> Result<Shape, String> {
+        let raw = RawDocumentBuf::from_document(&parent).unwrap();
+        check(&raw, spec())
+    }
+
+    #[test]
+    fn good_arrays_are_measured() {
+        let s = shape(doc! { "reviews": [{ "_id": 1, "date": 1 }, { "date": 2 }] }).unwrap();
+        assert_eq!((s.len, s.without_id), (2, 1));
+        assert_eq!(shape(doc! {}).unwrap().len, 0);
+    }
+
+    #[test]
+    fn problems_name_the_path() {
+        let err = shape(doc! { "reviews": "many" }).unwrap_err();
+        assert_eq!(err, "`reviews` is a string, not an array");
+        let err = shape(doc! { "reviews": [{ "date": 1 }, 7] }).unwrap_err();
+        assert_eq!(err, "`reviews.1` is an int, not a document");
+        let err = shape(doc! { "reviews": [{ "date": 1 }, { "x": 1 }] }).unwrap_err();
+        assert_eq!(
+            err,
+            "sort field `date` is missing on 1 of 2 elements: `reviews.1`"
+        );
+        let err =
+            shape(doc! { "reviews": [{ "_id": 1, "date": 1 }, { "_id": 1, "date": 2 }] })
+                .unwrap_err();
+        assert!(err.contains("`reviews.1._id` repeats `reviews.0._id`"), "{err}");
+    }
+}
