@@ -105,16 +105,26 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
     let key = &subset.key;
     let keep = Literal::u32_unsuffixed(subset.keep);
     let child_ty = subset.child_ty;
+    // The parent key is added to every stored child, so the child must not have a field of that
+    // name: its value would be overwritten, and its embedded copy would never match the stored one.
+    let key_message = format!(
+        "the child type of `{}` has a field stored as `{key}`, the field that holds the parent's \
+         `_id` in the child collection: remove that field from the child, or name another with \
+         `#[subset(key = \"...\")]`",
+        subset.field.rust_name
+    );
+    let parent_key = &subset.key;
     let sort = subset.sort.keys.iter().map(|key| {
         let name = &key.name;
         let direction = match key.direction {
             Direction::Asc => quote!(Asc),
             Direction::Desc => quote!(Desc),
         };
-        // Spanned at the child type: a child without `#[derive(Child)]` is reported there.
+        // Spanned at the child type: a child without `#[derive(Child)]`, or one with a field
+        // stored under the parent key, is reported there.
         quote_spanned! {child_ty.span()=>
             ::subset::SortKey {
-                field: ::subset::__private::child_field_bson_name::<#child_ty>(#name),
+                field: ::subset::__private::child_field_bson_name::<#child_ty>(#name, #parent_key, #key_message),
                 direction: ::subset::Direction::#direction,
             }
         }

@@ -135,7 +135,6 @@ impl<P, C> SubsetField<P, C> {
 }
 
 impl<P: Parent, C> SubsetField<P, C> {
-
     /// The field's descriptor.
     pub fn spec(&self) -> &'static SubsetSpec {
         &P::SUBSETS[self.index]
@@ -161,18 +160,28 @@ impl<P, C> fmt::Debug for SubsetField<P, C> {
 /// Looks up the BSON name of a child's Rust field; used by the derive in constant context.
 ///
 /// An unknown name comes back unchanged: the derive separately checks that the field exists, with
-/// a compiler error that points at the sort string.
+/// a compiler error that points at the sort string. It also fails the build with `message` when
+/// a child field is stored under the parent `key` (checked here rather than in a check of its
+/// own so that a child type without `#[derive(Child)]` is reported once).
 #[doc(hidden)]
-pub const fn child_field_bson_name<C: Child>(rust: &'static str) -> &'static str {
+pub const fn child_field_bson_name<C: Child>(
+    rust: &'static str,
+    key: &str,
+    message: &'static str,
+) -> &'static str {
     let fields = C::FIELDS;
+    let mut found = rust;
     let mut i = 0;
     while i < fields.len() {
+        if str_eq(fields[i].bson, key) {
+            panic!("{}", message);
+        }
         if str_eq(fields[i].rust, rust) {
-            return fields[i].bson;
+            found = fields[i].bson;
         }
         i += 1;
     }
-    rust
+    found
 }
 
 const fn str_eq(a: &str, b: &str) -> bool {

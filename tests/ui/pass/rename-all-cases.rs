@@ -32,7 +32,10 @@ struct SerializeSide {
 }
 
 fn bson_name<C: Child>() -> &'static str {
-    subset::__private::child_field_bson_name::<C>("created_at")
+    C::FIELDS
+        .iter()
+        .find(|f| f.rust == "created_at")
+        .map_or("", |f| f.bson)
 }
 
 fn main() {
