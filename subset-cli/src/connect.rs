@@ -33,8 +33,6 @@ pub async fn database(conn: &Conn) -> Result<Database, CliError> {
     options.app_name.get_or_insert_with(|| "subset-cli".into());
     let client = Client::with_options(options).map_err(connect)?;
     let db = client.database(&conn.db);
-    db.run_command(doc! { "ping": 1 })
-        .await
-        .map_err(connect)?;
+    db.run_command(doc! { "ping": 1 }).await.map_err(connect)?;
     Ok(db)
 }

@@ -102,9 +102,8 @@ pub async fn run(
         let Some(last) = ids.last().cloned() else {
             break;
         };
-        let mut results =
-            futures::stream::iter(ids.iter().map(|id| migrate_one(&store, spec, id)))
-                .buffer_unordered(CONCURRENCY);
+        let mut results = futures::stream::iter(ids.iter().map(|id| migrate_one(&store, spec, id)))
+            .buffered(CONCURRENCY);
         while let Some(result) = results.next().await {
             match result? {
                 One::Done {
@@ -191,7 +190,9 @@ fn raw_id(raw: &RawDocumentBuf) -> Bson {
 
 /// Migrates one parent; see the module docs for the steps.
 async fn migrate_one(store: &RawStore, spec: &SubsetSpec, id: &Bson) -> Result<One, CliError> {
-    let parents = store.database().collection::<RawDocumentBuf>(store.collection_name());
+    let parents = store
+        .database()
+        .collection::<RawDocumentBuf>(store.collection_name());
     let name = store.collection_name();
     let field = spec.field;
     let mut assigned = 0;
@@ -367,7 +368,11 @@ fn dry_run_report(spec: &SubsetSpec, parent: &str, before: &Sizes, survey: &Surv
         bytes(before.avg_document_bytes as f64),
         bytes(after_avg as f64)
     ));
-    push_invalid(&mut text, &survey.invalid, "invalid (fix them, or pass --skip-invalid)");
+    push_invalid(
+        &mut text,
+        &survey.invalid,
+        "invalid (fix them, or pass --skip-invalid)",
+    );
     Outcome {
         json: json!({
             "command": "migrate",
@@ -386,7 +391,13 @@ fn dry_run_report(spec: &SubsetSpec, parent: &str, before: &Sizes, survey: &Surv
     }
 }
 
-fn report(spec: &SubsetSpec, parent: &str, before: &Sizes, after: &Sizes, moved: &Moved) -> Outcome {
+fn report(
+    spec: &SubsetSpec,
+    parent: &str,
+    before: &Sizes,
+    after: &Sizes,
+    moved: &Moved,
+) -> Outcome {
     let mut text = format!("migrated {}", headline(spec, parent));
     text.push_str(&format!(
         "                          before        after\n  documents         {:>12} {:>12}\n  collection bytes  {:>12} {:>12}\n  average document  {:>12} {:>12}\n",
@@ -402,17 +413,27 @@ fn report(spec: &SubsetSpec, parent: &str, before: &Sizes, after: &Sizes, moved:
         moved.parents, moved.inserted, moved.already, moved.assigned
     ));
     if moved.gone > 0 {
-        text.push_str(&format!("  parents deleted while migrating: {}\n", moved.gone));
+        text.push_str(&format!(
+            "  parents deleted while migrating: {}\n",
+            moved.gone
+        ));
     }
     let keys: Vec<String> = std::iter::once(format!("{}: 1", spec.key))
-        .chain(spec.order().map(|k| format!("{}: {}", k.field, k.direction.as_i32())))
+        .chain(
+            spec.order()
+                .map(|k| format!("{}: {}", k.field, k.direction.as_i32())),
+        )
         .collect();
     text.push_str(&format!(
         "  index on `{}`: {{{}}}\n",
         spec.child_collection,
         keys.join(", ")
     ));
-    push_invalid(&mut text, &moved.skipped, "skipped as invalid (--skip-invalid)");
+    push_invalid(
+        &mut text,
+        &moved.skipped,
+        "skipped as invalid (--skip-invalid)",
+    );
     Outcome {
         json: json!({
             "command": "migrate",

@@ -216,9 +216,9 @@ fn same_keys(a: &Document, b: &Document) -> bool {
         _ => None,
     };
     a.len() == b.len()
-        && a.iter()
-            .zip(b.iter())
-            .all(|((ka, va), (kb, vb))| ka == kb && number(va).is_some() && number(va) == number(vb))
+        && a.iter().zip(b.iter()).all(|((ka, va), (kb, vb))| {
+            ka == kb && number(va).is_some() && number(va) == number(vb)
+        })
 }
 
 /// One line about a drifted parent.
@@ -268,7 +268,10 @@ mod tests {
             &doc! { "k": 1, "d": -1 },
             &doc! { "k": 1.0, "d": -1_i64 }
         ));
-        assert!(!same_keys(&doc! { "k": 1, "d": -1 }, &doc! { "d": -1, "k": 1 }));
+        assert!(!same_keys(
+            &doc! { "k": 1, "d": -1 },
+            &doc! { "d": -1, "k": 1 }
+        ));
         assert!(!same_keys(&doc! { "k": 1 }, &doc! { "k": 1, "d": 1 }));
     }
 }

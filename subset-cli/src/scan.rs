@@ -30,7 +30,10 @@ pub async fn next_ids(
         .try_collect()
         .await
         .map_err(|e| CliError::mongo(collection, e))?;
-    Ok(docs.into_iter().filter_map(|mut d| d.remove("_id")).collect())
+    Ok(docs
+        .into_iter()
+        .filter_map(|mut d| d.remove("_id"))
+        .collect())
 }
 
 /// Fails with a usage error when `collection` does not exist: a misspelt `--parent` should not

@@ -83,7 +83,8 @@ pub fn check(parent: &RawDocument, spec: &SubsetSpec) -> Result<Shape, String> {
                     ));
                 }
                 // Display conflates 1 and 1.0 and 1L, as the `_id` index does.
-                let text = bson::Bson::try_from(id).map_or_else(|_| format!("{id:?}"), |b| b.to_string());
+                let text =
+                    bson::Bson::try_from(id).map_or_else(|_| format!("{id:?}"), |b| b.to_string());
                 if let Some(first) = seen.insert(text.clone(), i) {
                     return Err(format!(
                         "`{field}.{i}._id` repeats `{field}.{first}._id` ({text}): each child needs its own `_id`"
@@ -182,9 +183,11 @@ mod tests {
             err,
             "sort field `date` is missing on 1 of 2 elements: `reviews.1`"
         );
-        let err =
-            shape(doc! { "reviews": [{ "_id": 1, "date": 1 }, { "_id": 1, "date": 2 }] })
-                .unwrap_err();
-        assert!(err.contains("`reviews.1._id` repeats `reviews.0._id`"), "{err}");
+        let err = shape(doc! { "reviews": [{ "_id": 1, "date": 1 }, { "_id": 1, "date": 2 }] })
+            .unwrap_err();
+        assert!(
+            err.contains("`reviews.1._id` repeats `reviews.0._id`"),
+            "{err}"
+        );
     }
 }

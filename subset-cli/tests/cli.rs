@@ -1,0 +1,676 @@
+//! The `subset` binary against a real mongod: the delivery-app data (shops embedding 800 reviews
+//! each), inspected, migrated, killed mid-migration and resumed, checked, corrupted and
+//! reconciled; and the errors.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use bson::oid::ObjectId;
+use bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
+use futures::TryStreamExt;
+use mongodb::Database;
+use rand::distr::Alphanumeric;
+use rand::Rng;
+use serde_json::Value;
+use subset::testkit::{MongoServer, Topology};
+
+/// Large shops: enough that a migration takes long enough to be killed half-way.
+const LARGE: usize = 40;
+/// Reviews embedded in each large shop.
+const REVIEWS: usize = 800;
+/// Small shops, with 3 reviews each.
+const SMALL: usize = 4;
+
+/// A fresh database on the shared replica set, and the URI to hand the binary.
+async fn fresh() -> (Database, String) {
+    let server = MongoServer::shared(Topology::ReplicaSet)
+        .await
+        .expect("start the test mongod");
+    let db = server.database().await.expect("connect to the test mongod");
+    (db, server.uri().to_owned())
+}
+
+fn word(rng: &mut impl Rng, len: usize) -> String {
+    rng.sample_iter(&Alphanumeric)
+        .take(len)
+        .map(char::from)
+        .collect()
+}
+
+fn review(rng: &mut impl Rng, with_id: bool, now: i64) -> Document {
+    let mut review = Document::new();
+    if with_id {
+        review.insert("_id", ObjectId::new());
+    }
+    review.insert("user", word(rng, 8));
+    review.insert("stars", rng.random_range(1..=5_i32));
+    review.insert("text", word(rng, 8));
+    review.insert(
+        "date",
+        DateTime::from_millis(now - rng.random_range(0..90 * 24 * 3_600_000_i64)),
+    );
+    review
+}
+
+/// The delivery app before the subset pattern: `LARGE` shops with `REVIEWS` embedded reviews
+/// (every other one without review `_id`s), `SMALL` small shops, and one shop with no `reviews`.
+async fn seed(db: &Database) {
+    let mut rng = rand::rng();
+    let now = DateTime::now().timestamp_millis();
+    let mut shops = Vec::new();
+    for i in 0..LARGE {
+        let reviews: Vec<Document> = (0..REVIEWS)
+            .map(|_| review(&mut rng, i % 2 == 0, now))
+            .collect();
+        shops.push(
+            doc! { "_id": ObjectId::new(), "name": format!("Noodle Bar {i}"), "reviews": reviews },
+        );
+    }
+    for i in 0..SMALL {
+        let reviews: Vec<Document> = (0..3).map(|_| review(&mut rng, true, now)).collect();
+        shops.push(
+            doc! { "_id": ObjectId::new(), "name": format!("Corner Café {i}"), "reviews": reviews },
+        );
+    }
+    shops.push(doc! { "_id": ObjectId::new(), "name": "New Kiosk" });
+    db.collection::<Document>("shops")
+        .insert_many(shops)
+        .await
+        .unwrap();
+}
+
+/// `subset <args> --uri <uri> --db <db>`, run to completion.
+async fn subset(uri: &str, db: &Database, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_subset"));
+    command
+        .args(args)
+        .args(["--uri", uri, "--db", db.name()])
+        .env_remove("MONGODB_URI");
+    tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap()
+}
+
+/// The migration flags of the delivery app.
+const SUBSET: &[&str] = &[
+    "--parent",
+    "shops",
+    "--field",
+    "reviews",
+    "--child",
+    "reviews",
+    "--keep",
+    "10",
+    "--sort",
+    "date desc",
+    "--key",
+    "shop_id",
+    "--count",
+    "total_reviews",
+];
+
+fn with<'a>(command: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![command];
+    args.extend_from_slice(SUBSET);
+    args.extend_from_slice(extra);
+    args
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited, not killed")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Every shop's document size.
+async fn sizes(db: &Database) -> Vec<(Bson, usize, String)> {
+    db.collection::<RawDocumentBuf>("shops")
+        .find(doc! {})
+        .await
+        .unwrap()
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|raw| {
+            let id = Bson::try_from(raw.get("_id").unwrap().unwrap()).unwrap();
+            let name = raw.get_str("name").unwrap().to_owned();
+            (id, raw.as_bytes().len(), name)
+        })
+        .collect()
+}
+
+/// Asserts the end state of a migration: every review of every shop exactly once in `reviews`,
+/// the 10 latest embedded in order, the count right.
+async fn assert_migrated(db: &Database, before: &[Document]) {
+    let children = db.collection::<Document>("reviews");
+    assert_eq!(
+        children.count_documents(doc! {}).await.unwrap() as usize,
+        LARGE * REVIEWS + SMALL * 3,
+        "children in `reviews`"
+    );
+    for shop in before {
+        let id = shop.get("_id").unwrap().clone();
+        let embedded = shop.get_array("reviews").map(Vec::len).unwrap_or(0);
+        let stored: Vec<Document> = children
+            .find(doc! { "shop_id": id.clone() })
+            .sort(doc! { "date": -1, "_id": -1 })
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(stored.len(), embedded, "children of {id}");
+        // The same reviews, no duplicate under another `_id`, none lost.
+        let key = |d: &Document| {
+            format!(
+                "{}|{}|{}",
+                d.get_str("user").unwrap(),
+                d.get_str("text").unwrap(),
+                d.get_datetime("date").unwrap()
+            )
+        };
+        let mut want: Vec<String> = shop
+            .get_array("reviews")
+            .map(|a| a.iter().map(|r| key(r.as_document().unwrap())).collect())
+            .unwrap_or_default();
+        let mut got: Vec<String> = stored.iter().map(key).collect();
+        want.sort();
+        got.sort();
+        assert_eq!(want, got, "reviews of {id}");
+        let now = db
+            .collection::<Document>("shops")
+            .find_one(doc! { "_id": id.clone() })
+            .await
+            .unwrap()
+            .unwrap();
+        let top: Vec<Bson> = stored
+            .iter()
+            .take(10)
+            .map(|d| d.get("_id").unwrap().clone())
+            .collect();
+        let kept: Vec<Bson> = now
+            .get_array("reviews")
+            .unwrap()
+            .iter()
+            .map(|r| r.as_document().unwrap().get("_id").unwrap().clone())
+            .collect();
+        assert_eq!(kept, top, "embedded reviews of {id}");
+        assert_eq!(now.get_i64("total_reviews").unwrap(), embedded as i64);
+    }
+}
+
+async fn all_shops(db: &Database) -> Vec<Document> {
+    db.collection::<Document>("shops")
+        .find(doc! {})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn inspect_flags_the_embedded_reviews() {
+    let (db, uri) = fresh().await;
+    seed(&db).await;
+    db.collection::<Document>("orders")
+        .insert_one(doc! { "items": [1, 2, 3] })
+        .await
+        .unwrap();
+
+    let out = subset(&uri, &db, &["inspect", "--json"]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report = json(&out);
+    let collections = report["collections"].as_array().unwrap();
+    let shops = collections
+        .iter()
+        .find(|c| c["collection"] == "shops")
+        .unwrap();
+    assert_eq!(shops["count"], (LARGE + SMALL + 1) as u64);
+    assert!(shops["sampled"].is_null());
+    assert_eq!(shops["largest"].as_array().unwrap().len(), 5);
+    assert!(shops["largest"][0]["bytes"].as_u64().unwrap() > 60_000);
+    let reviews = &shops["arrays"][0];
+    assert_eq!(reviews["path"], "reviews");
+    assert_eq!(reviews["max"], REVIEWS as u64);
+    assert_eq!(reviews["p50"], REVIEWS as u64);
+    assert_eq!(reviews["flagged"], true);
+    let estimate = &reviews["estimate"];
+    assert_eq!(estimate["keep"], 10);
+    assert!(estimate["avg_document_bytes"].as_u64().unwrap() < 1_500);
+    let orders = collections
+        .iter()
+        .find(|c| c["collection"] == "orders")
+        .unwrap();
+    assert_eq!(orders["arrays"][0]["flagged"], false);
+    assert_eq!(orders["arrays"][0]["elements_are_documents"], false);
+
+    // The text form says so; a small sample is announced.
+    let out = subset(
+        &uri,
+        &db,
+        &["inspect", "--collection", "shops", "--sample", "20"],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("sampled 20 of 45 documents ($sample)"),
+        "{text}"
+    );
+    assert!(text.contains("unbounded?"), "{text}");
+    assert!(text.contains("with only the top 10 embedded"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_check_corrupt_and_reconcile() {
+    let (db, uri) = fresh().await;
+    seed(&db).await;
+    let before = all_shops(&db).await;
+    let sizes_before = sizes(&db).await;
+
+    // A dry run changes nothing and says what would happen.
+    let out = subset(&uri, &db, &with("migrate", &["--dry-run", "--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(
+        report["children_to_copy"],
+        (LARGE * REVIEWS + SMALL * 3) as u64
+    );
+    assert_eq!(report["ids_to_assign"], (LARGE / 2 * REVIEWS) as u64);
+    assert_eq!(all_shops(&db).await, before);
+    assert!(!db
+        .list_collection_names()
+        .await
+        .unwrap()
+        .contains(&"reviews".to_owned()));
+
+    // Before the migration, check sees every parent drifted (nothing in `reviews` yet).
+    let out = subset(&uri, &db, &with("check", &["--json"])).await;
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(json(&out)["index"]["present"], false);
+
+    let out = subset(&uri, &db, &with("migrate", &["--json", "--batch", "7"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(
+        report["children_copied"],
+        (LARGE * REVIEWS + SMALL * 3) as u64
+    );
+    assert_eq!(report["ids_assigned"], (LARGE / 2 * REVIEWS) as u64);
+    assert!(
+        report["before"]["bytes"].as_u64().unwrap()
+            > report["after"]["bytes"].as_u64().unwrap() * 20
+    );
+
+    // Ids were assigned in place, so `before` with those ids is what must have moved.
+    let mut before = before;
+    for shop in &mut before {
+        if let Ok(reviews) = shop.get_array_mut("reviews") {
+            reviews.clear();
+        }
+    }
+    let stored: Vec<Document> = db
+        .collection::<Document>("reviews")
+        .find(doc! {})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    for child in stored {
+        let parent = child.get("shop_id").unwrap();
+        let shop = before
+            .iter_mut()
+            .find(|s| s.get("_id") == Some(parent))
+            .unwrap();
+        let mut child = child.clone();
+        child.remove("shop_id");
+        shop.get_array_mut("reviews")
+            .unwrap()
+            .push(Bson::Document(child));
+    }
+    assert_migrated(&db, &before).await;
+
+    // Sizes per large shop: about 72 KB before, under 1.5 KB after.
+    let sizes_after = sizes(&db).await;
+    for (id, size, name) in &sizes_before {
+        let Some(i) = name.strip_prefix("Noodle Bar ") else {
+            continue;
+        };
+        // Reviews with an `_id` make 72 KB, those without 58 KB.
+        let about = if i.parse::<usize>().unwrap() % 2 == 0 {
+            72_000
+        } else {
+            58_400
+        };
+        assert!(size.abs_diff(about) < 1_000, "{name} before: {size}");
+        let after = sizes_after.iter().find(|(i, ..)| i == id).unwrap().1;
+        assert!(after < 1_500, "{name} after: {after}");
+    }
+
+    // Idempotent: a second run copies nothing and changes nothing.
+    let shops = all_shops(&db).await;
+    let out = subset(&uri, &db, &with("migrate", &["--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["children_copied"], 0);
+    assert_eq!(all_shops(&db).await, shops);
+
+    // No drift, and the index is there.
+    let out = subset(&uri, &db, &with("check", &["--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["drifted"], 0);
+    assert_eq!(report["checked"], (LARGE + SMALL + 1) as u64);
+    assert_eq!(report["index"]["present"], true);
+
+    // Corrupt three shops by hand: a dropped review, a wrong count, a stale extra.
+    let shops_coll = db.collection::<Document>("shops");
+    let ids: Vec<Bson> = shops
+        .iter()
+        .take(3)
+        .map(|s| s.get("_id").unwrap().clone())
+        .collect();
+    shops_coll
+        .update_one(
+            doc! { "_id": ids[0].clone() },
+            doc! { "$pop": { "reviews": -1 } },
+        )
+        .await
+        .unwrap();
+    shops_coll
+        .update_one(
+            doc! { "_id": ids[1].clone() },
+            doc! { "$set": { "total_reviews": 3_i64 } },
+        )
+        .await
+        .unwrap();
+    shops_coll
+        .update_one(
+            doc! { "_id": ids[2].clone() },
+            doc! { "$push": { "reviews": { "$each": [{ "_id": ObjectId::new(), "user": "ghost", "stars": 1, "text": "gone", "date": DateTime::now() }], "$position": 0 } } },
+        )
+        .await
+        .unwrap();
+
+    let out = subset(&uri, &db, &with("check", &[])).await;
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("drifted: 3"), "{text}");
+    assert!(text.contains("1 missing"), "{text}");
+    assert!(text.contains("count 3, children 800"), "{text}");
+    assert!(text.contains("1 stale"), "{text}");
+
+    let out = subset(&uri, &db, &with("reconcile", &["--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["drifted"], 3);
+    assert_eq!(report["fixed"], 3);
+    assert_eq!(all_shops(&db).await, shops);
+
+    let out = subset(&uri, &db, &with("check", &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(String::from_utf8(out.stdout).unwrap().contains("no drift"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_migration_resumes_without_duplicates_or_loss() {
+    let (db, uri) = fresh().await;
+    seed(&db).await;
+    let children = db.collection::<Document>("reviews");
+    let shops = db.collection::<Document>("shops");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_subset"))
+        .args(with("migrate", &["--batch", "5"]))
+        .args(["--uri", &uri, "--db", db.name()])
+        .env_remove("MONGODB_URI")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it once some shops are done and more reviews copied, well before all are.
+    let untouched =
+        || shops.count_documents(doc! { format!("reviews.{}", REVIEWS - 1): { "$exists": true } });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let copied = children.estimated_document_count().await.unwrap_or(0);
+        if copied > (REVIEWS * 4) as u64 && untouched().await.unwrap() < LARGE as u64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "migrate made no progress in 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let untouched = untouched().await.unwrap();
+    assert!(untouched > 0, "the migration finished before it was killed");
+
+    let out = subset(&uri, &db, &with("migrate", &["--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+
+    // Every review of every shop once, ids stable, 10 embedded, counts right.
+    let total = children.count_documents(doc! {}).await.unwrap();
+    assert_eq!(total as usize, LARGE * REVIEWS + SMALL * 3);
+    for shop in all_shops(&db).await {
+        let id = shop.get("_id").unwrap().clone();
+        let n = children
+            .count_documents(doc! { "shop_id": id.clone() })
+            .await
+            .unwrap();
+        let expected = if shop.get_str("name").unwrap().starts_with("Noodle") {
+            REVIEWS
+        } else if shop.get_str("name").unwrap().starts_with("Corner") {
+            3
+        } else {
+            0
+        };
+        assert_eq!(n as usize, expected, "children of {id}");
+        assert_eq!(shop.get_i64("total_reviews").unwrap() as usize, expected);
+        assert_eq!(
+            shop.get_array("reviews").unwrap().len(),
+            expected.min(10),
+            "embedded in {id}"
+        );
+        // The same review text never appears under two `_id`s.
+        let texts: Vec<Document> = children
+            .aggregate([
+                doc! { "$match": { "shop_id": id.clone() } },
+                doc! { "$group": { "_id": { "u": "$user", "t": "$text", "d": "$date" }, "n": { "$sum": 1 } } },
+                doc! { "$match": { "n": { "$gt": 1 } } },
+            ])
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert!(texts.is_empty(), "duplicated reviews in {id}: {texts:?}");
+    }
+    let out = subset(&uri, &db, &with("check", &[])).await;
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_shops_stop_the_migration_before_any_write_or_are_skipped() {
+    let (db, uri) = fresh().await;
+    let shops = db.collection::<Document>("shops");
+    let good = |n: i64| doc! { "_id": n, "reviews": [{ "_id": n * 10, "date": n }, { "_id": n * 10 + 1, "date": n + 1 }] };
+    shops
+        .insert_many([
+            good(1),
+            doc! { "_id": 2, "reviews": "lots" },
+            doc! { "_id": 3, "reviews": [{ "_id": 30, "date": 1 }, 42] },
+            doc! { "_id": 4, "reviews": [{ "_id": 40, "date": 1 }, { "_id": 41, "stars": 5 }] },
+            good(5),
+        ])
+        .await
+        .unwrap();
+    let before = all_shops(&db).await;
+
+    let out = subset(&uri, &db, &with("migrate", &[])).await;
+    assert_eq!(code(&out), 1);
+    let err = stderr(&out);
+    assert!(err.contains("3 parent(s) of `shops`"), "{err}");
+    assert!(
+        err.contains("2: `reviews` is a string, not an array"),
+        "{err}"
+    );
+    assert!(
+        err.contains("3: `reviews.1` is an int, not a document"),
+        "{err}"
+    );
+    assert!(
+        err.contains("4: sort field `date` is missing on 1 of 2 elements: `reviews.1`"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was changed"), "{err}");
+    assert_eq!(all_shops(&db).await, before);
+    assert_eq!(
+        db.collection::<Document>("reviews")
+            .count_documents(doc! {})
+            .await
+            .unwrap(),
+        0
+    );
+
+    // With --skip-invalid the others move, and the skipped ones are listed by `_id`.
+    let out = subset(&uri, &db, &with("migrate", &["--skip-invalid", "--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["parents_migrated"], 2);
+    let skipped: Vec<i64> = report["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(skipped, [2, 3, 4]);
+    assert_eq!(
+        db.collection::<Document>("reviews")
+            .count_documents(doc! {})
+            .await
+            .unwrap(),
+        4
+    );
+
+    // check stops at a malformed parent, or counts it with --skip-invalid.
+    let out = subset(&uri, &db, &with("check", &[])).await;
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("parent 2 in `shops`: field `reviews` is String, not an array"),
+        "{}",
+        stderr(&out)
+    );
+    let out = subset(&uri, &db, &with("check", &["--skip-invalid", "--json"])).await;
+    assert_eq!(code(&out), 1);
+    let report = json(&out);
+    assert_eq!(report["skipped"].as_array().unwrap().len(), 2);
+    assert_eq!(report["drifted"], 1, "shop 4 still embeds both reviews");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_id_under_two_parents_is_a_conflict_not_a_loss() {
+    let (db, uri) = fresh().await;
+    db.collection::<Document>("shops")
+        .insert_many([
+            doc! { "_id": 1, "reviews": [{ "_id": 7, "date": 1, "text": "one" }] },
+            doc! { "_id": 2, "reviews": [{ "_id": 7, "date": 2, "text": "two" }] },
+        ])
+        .await
+        .unwrap();
+    let out = subset(&uri, &db, &with("migrate", &[])).await;
+    assert_eq!(code(&out), 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains("child 7 is already in `reviews` under parent 1"),
+        "{err}"
+    );
+    // Shop 2 keeps its review embedded: nothing lost.
+    let two = db
+        .collection::<Document>("shops")
+        .find_one(doc! { "_id": 2 })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(two.get_array("reviews").unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_and_connection_errors_exit_2() {
+    let (db, uri) = fresh().await;
+    db.collection::<Document>("shops")
+        .insert_one(doc! { "reviews": [] })
+        .await
+        .unwrap();
+
+    let mut args = with("migrate", &[]);
+    let sort = args.iter().position(|a| *a == "date desc").unwrap();
+    args[sort] = "date sideways";
+    let out = subset(&uri, &db, &args).await;
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("unknown sort direction `sideways` for `date`"),
+        "{}",
+        stderr(&out)
+    );
+
+    args[sort] = "date desc";
+    let keep = args.iter().position(|a| *a == "10").unwrap();
+    args[keep] = "0";
+    let out = subset(&uri, &db, &args).await;
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("`keep` must be from 1 to 1000, not 0"));
+
+    let out = subset(&uri, &db, &["check", "--parent", "shops"]).await;
+    assert_eq!(code(&out), 2, "a missing flag is a usage error");
+
+    let mut args = with("check", &["--json"]);
+    args[2] = "shps";
+    let out = subset(&uri, &db, &args).await;
+    assert_eq!(code(&out), 2);
+    assert!(json(&out)["error"]
+        .as_str()
+        .unwrap()
+        .contains("collection `shps` does not exist"));
+
+    let out = subset(
+        "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300",
+        &db,
+        &["inspect", "--json"],
+    )
+    .await;
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("cannot connect to MongoDB"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(json(&out)["exit_code"], 2);
+}
+
+/// Seeds the delivery-app data into database `delivery` on `MONGODB_URI`, for the terminal
+/// session in the README: `MONGODB_URI=… cargo test -p subset-cli --test cli -- --ignored`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "seeds a demo database; run by hand"]
+async fn seed_demo_database() {
+    let server = MongoServer::shared(Topology::ReplicaSet).await.unwrap();
+    let db = server.client().await.unwrap().database("delivery");
+    db.drop().await.unwrap();
+    seed(&db).await;
+}
