@@ -172,11 +172,7 @@ impl Stats {
                     stats.lengths.push(len);
                     stats.elements += len;
                     stats.bytes += array_bytes;
-                    stats.kept_bytes += if len == 0 {
-                        array_bytes
-                    } else {
-                        5 + array_bytes.saturating_sub(5) * len.min(u64::from(keep)) / len
-                    };
+                    stats.kept_bytes += crate::shape::kept_bytes(array_bytes, len, keep);
                     stats.largest_holder = stats.largest_holder.max(size);
                 }
                 RawBsonRef::Document(inner) if depth < MAX_DEPTH => {

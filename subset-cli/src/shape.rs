@@ -24,12 +24,17 @@ pub struct Shape {
 impl Shape {
     /// The array's bytes if only `keep` of its elements (of average size) stayed.
     pub fn kept_bytes(&self, keep: u32) -> u64 {
-        if self.len == 0 {
-            return self.array_bytes;
-        }
-        let kept = self.len.min(u64::from(keep));
-        // 5 bytes are the empty array's header and terminator.
-        5 + (self.array_bytes.saturating_sub(5)) * kept / self.len
+        kept_bytes(self.array_bytes, self.len, keep)
+    }
+}
+
+/// An array of `len` elements in `array_bytes` bytes, cut to `keep` elements of average size.
+pub fn kept_bytes(array_bytes: u64, len: u64, keep: u32) -> u64 {
+    // 5 bytes are the array's header and terminator.
+    let elements = array_bytes.saturating_sub(5);
+    match elements.checked_div(len) {
+        Some(each) => 5 + each * len.min(u64::from(keep)),
+        None => array_bytes,
     }
 }
 

@@ -165,8 +165,12 @@ pub fn parse_sort(value: &str) -> Result<Vec<(String, Direction)>, SpecError> {
     Ok(keys)
 }
 
-/// Builds a [`SubsetSpec`] from run-time strings; see the [module docs](self) for why the
-/// result is `&'static`.
+/// Builds a [`SubsetSpec`] from run-time strings.
+///
+/// The result is `&'static`, like the descriptors the derive emits as constants, so that the
+/// engine has one descriptor type for both: [`SpecBuilder::build`] leaks the strings it was given.
+/// A descriptor describes the program's configuration and lives as long as the program, so those
+/// few bytes would never be reclaimed anyway; build one per configuration, not per request.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct SpecBuilder {
