@@ -2,7 +2,9 @@
 //!
 //! [`MongoServer::shared`] gives every test in a test binary the same server, started on first
 //! use; [`MongoServer::database`] gives each test its own database on it. [`MongoServer::start`]
-//! starts a private server that is stopped when dropped.
+//! starts a private server that is stopped when dropped. [`ReplicaSet::start`] starts a replica
+//! set of several members, for failover tests: find the primary, step it down, kill a member,
+//! restart it.
 //!
 //! ```no_run
 //! # use subset_runtime as subset;
@@ -49,6 +51,7 @@
 mod error;
 mod locate;
 mod mongod;
+mod replica_set;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,6 +62,7 @@ use tokio::sync::OnceCell;
 use tracing::Instrument;
 
 pub use error::TestkitError;
+pub use replica_set::ReplicaSet;
 
 use mongod::Node;
 

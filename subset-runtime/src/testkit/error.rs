@@ -171,6 +171,13 @@ pub enum TestkitError {
         action: &'static str,
     },
 
+    /// A replica set was asked for with a number of members MongoDB does not allow.
+    #[error("a replica set has 1 to 7 voting members, not {members}: ask for 1, 3 or 5")]
+    Members {
+        /// The number asked for.
+        members: usize,
+    },
+
     /// Starting the process-wide shared server failed earlier; the first error is kept.
     #[error("the shared test server could not be started: {0}")]
     Shared(#[source] Arc<TestkitError>),

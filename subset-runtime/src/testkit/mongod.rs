@@ -172,6 +172,16 @@ enum Listening {
     PortTaken,
 }
 
+/// What a started node waits for before it counts as ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ready {
+    /// A writable primary: a standalone accepting commands, or a single-node replica set,
+    /// initiated first when `initiate` (a restart finds it initiated already).
+    Primary { initiate: bool },
+    /// Answering `hello`: a member of a larger set, which the set initiates and elects.
+    Answering,
+}
+
 impl Node {
     /// Starts mongod on a free port and waits until it is ready: for a replica set, initiated
     /// with itself as the only member and a writable primary; otherwise accepting commands.
@@ -182,6 +192,27 @@ impl Node {
     pub(crate) async fn start(
         binary: PathBuf,
         repl_set: Option<String>,
+    ) -> Result<Self, TestkitError> {
+        Self::start_as(binary, repl_set, Ready::Primary { initiate: true }).await
+    }
+
+    /// Starts a member of the replica set `repl_set` on a free port and waits until it answers
+    /// `hello`; initiating the set and electing a primary is the caller's business.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Node::start`].
+    pub(crate) async fn start_member(
+        binary: PathBuf,
+        repl_set: String,
+    ) -> Result<Self, TestkitError> {
+        Self::start_as(binary, Some(repl_set), Ready::Answering).await
+    }
+
+    async fn start_as(
+        binary: PathBuf,
+        repl_set: Option<String>,
+        ready: Ready,
     ) -> Result<Self, TestkitError> {
         let data = DataDir::create()?;
         let mut node = Self {
@@ -216,7 +247,7 @@ impl Node {
                     }
                 }
             }
-            node.wait_ready(true, deadline).await?;
+            node.wait_ready(ready, deadline).await?;
             tracing::info!(
                 port = node.port,
                 replica_set = node.repl_set.as_deref(),
@@ -236,6 +267,20 @@ impl Node {
     ///
     /// As for [`Node::start`]; a taken port is not retried, since the data names it.
     pub(crate) async fn restart(&mut self) -> Result<(), TestkitError> {
+        self.restart_as(Ready::Primary { initiate: false }).await
+    }
+
+    /// Restarts a member of a larger set: stops it if it runs, starts it on the same port and
+    /// data directory, and waits until it answers `hello` (it rejoins the set by itself).
+    ///
+    /// # Errors
+    ///
+    /// As for [`Node::restart`].
+    pub(crate) async fn restart_member(&mut self) -> Result<(), TestkitError> {
+        self.restart_as(Ready::Answering).await
+    }
+
+    async fn restart_as(&mut self, ready: Ready) -> Result<(), TestkitError> {
         let span = tracing::info_span!("mongod.restart", port = self.port);
         async {
             self.stop();
@@ -247,7 +292,7 @@ impl Node {
                     port: self.port,
                 });
             }
-            self.wait_ready(false, deadline).await
+            self.wait_ready(ready, deadline).await
         }
         .instrument(span)
         .await
@@ -263,6 +308,11 @@ impl Node {
 
     pub(crate) fn log_path(&self) -> PathBuf {
         self.data.log()
+    }
+
+    /// The last lines of the log, for error messages.
+    pub(crate) fn log_tail(&self) -> String {
+        self.data.log_tail()
     }
 
     fn spawn(&mut self) -> Result<(), TestkitError> {
@@ -360,8 +410,9 @@ impl Node {
         }
     }
 
-    /// Polls `hello` until the node is ready, initiating the replica set first if `initiate`.
-    async fn wait_ready(&mut self, initiate: bool, deadline: Instant) -> Result<(), TestkitError> {
+    /// Polls `hello` until the node is `ready`, initiating a single-node replica set first when
+    /// asked to.
+    async fn wait_ready(&mut self, ready: Ready, deadline: Instant) -> Result<(), TestkitError> {
         let uri = format!(
             "mongodb://127.0.0.1:{}/?directConnection=true&serverSelectionTimeoutMS=2000",
             self.port
@@ -371,13 +422,17 @@ impl Node {
             .await
             .map_err(|e| TestkitError::mongo("connecting to the new mongod", e))?;
         let admin = client.database("admin");
-        let mut must_initiate = initiate && self.repl_set.is_some();
+        let mut must_initiate =
+            ready == (Ready::Primary { initiate: true }) && self.repl_set.is_some();
         loop {
             if let Some(status) = self.exit_status() {
                 return Err(self.exited(status));
             }
             match admin.run_command(doc! { "hello": 1 }).await {
                 Ok(reply) => {
+                    if ready == Ready::Answering {
+                        return Ok(());
+                    }
                     let Some(name) = &self.repl_set else {
                         return Ok(());
                     };
@@ -402,7 +457,9 @@ impl Node {
                 Err(error) => tracing::debug!(%error, "mongod not answering `hello` yet"),
             }
             if Instant::now() >= deadline {
-                let what = if self.repl_set.is_some() {
+                let what = if ready == Ready::Answering {
+                    "answering `hello`"
+                } else if self.repl_set.is_some() {
                     "a writable primary"
                 } else {
                     "accepting commands"

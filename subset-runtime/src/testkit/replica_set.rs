@@ -1,0 +1,341 @@
+//! A replica set of several `mongod` processes on loopback ports, for failover tests: find the
+//! primary, step it down, kill a member and restart it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bson::{doc, Bson, Document};
+use tracing::Instrument;
+
+use super::error::TestkitError;
+use super::locate;
+use super::mongod::Node;
+
+/// How long a new set may take to elect its first primary. With the election timeout below a
+/// three-member set needs about 5 s; the default timeout (10 s) would make it about 13 s.
+const ELECTION_TIMEOUT_MILLIS: i32 = 2_000;
+
+/// How long [`ReplicaSet::start`] waits for the first primary.
+const FIRST_PRIMARY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long one `hello` to one member may take before the member counts as unreachable.
+const PROBE_TIMEOUT_MS: u32 = 1_000;
+
+/// The most members a replica set may have that vote.
+const MAX_VOTING_MEMBERS: usize = 7;
+
+/// A replica set of `mongod` processes this process started, each on its own free `127.0.0.1`
+/// port with its own temporary data directory, stopped and removed when dropped.
+///
+/// Members are numbered from 0 in the order of the set's configuration. Unlike
+/// [`MongoServer`](super::MongoServer) it ignores `MONGODB_URI`: killing and restarting members
+/// needs processes of our own.
+///
+/// ```no_run
+/// # use subset_runtime as subset;
+/// use std::time::Duration;
+/// use subset::testkit::ReplicaSet;
+///
+/// # async fn demo() -> Result<(), subset::testkit::TestkitError> {
+/// let mut set = ReplicaSet::start(3).await?;
+/// let db = set.database().await?;
+/// let primary = set.wait_for_primary(Duration::from_secs(30)).await?;
+/// set.step_down(primary, 10).await?;
+/// let primary = set.wait_for_primary(Duration::from_secs(30)).await?;
+/// set.kill(primary)?;
+/// set.restart(primary).await?;
+/// # let _ = db;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct ReplicaSet {
+    name: String,
+    uri: String,
+    members: Vec<Node>,
+}
+
+impl ReplicaSet {
+    /// Starts `members` mongod processes (1 to 7), initiates them as one replica set with an
+    /// election timeout of 2 s (elections in a test should not take the default 10 s), and
+    /// waits until a primary is elected.
+    ///
+    /// # Errors
+    ///
+    /// As for [`MongoServer::start`](super::MongoServer::start): no `mongod`, a member fails to
+    /// start, or no primary within 60 seconds; [`TestkitError::Members`] for a count out of
+    /// range.
+    pub async fn start(members: usize) -> Result<ReplicaSet, TestkitError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        if !(1..=MAX_VOTING_MEMBERS).contains(&members) {
+            return Err(TestkitError::Members { members });
+        }
+        let name = format!(
+            "subset_rs{members}_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let span = tracing::info_span!("testkit.replica_set", %name, members);
+        async {
+            let started = Instant::now();
+            let binary = locate::mongod(locate::Env::from_process()).await?;
+            let nodes = futures::future::join_all(
+                (0..members).map(|_| Node::start_member(binary.clone(), name.clone())),
+            )
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+            let hosts: Vec<String> = nodes
+                .iter()
+                .map(|n| format!("127.0.0.1:{}", n.port()))
+                .collect();
+            let uri = format!("mongodb://{}/?replicaSet={name}", hosts.join(","));
+            let set = ReplicaSet {
+                name: name.clone(),
+                uri,
+                members: nodes,
+            };
+            let config = doc! {
+                "_id": name.as_str(),
+                "members": hosts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, host)| Bson::Document(doc! { "_id": i as i32, "host": host }))
+                    .collect::<Vec<_>>(),
+                "settings": { "electionTimeoutMillis": ELECTION_TIMEOUT_MILLIS },
+            };
+            set.admin(0, None)
+                .await?
+                .run_command(doc! { "replSetInitiate": config })
+                .await
+                .map_err(|e| TestkitError::mongo("`replSetInitiate`", e))?;
+            let primary = set.wait_for_primary(FIRST_PRIMARY_TIMEOUT).await?;
+            tracing::info!(
+                primary,
+                seconds = started.elapsed().as_secs_f64(),
+                "replica set ready"
+            );
+            Ok(set)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The connection string: every member as a seed, and the set's name.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// The set's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many members the set has.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the set has no members (never, for a started set).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The port on `127.0.0.1` of member `member`.
+    ///
+    /// # Panics
+    ///
+    /// When `member` is not below [`len`](Self::len).
+    pub fn port(&self, member: usize) -> u16 {
+        self.members[member].port()
+    }
+
+    /// The log file of member `member`.
+    ///
+    /// # Panics
+    ///
+    /// When `member` is not below [`len`](Self::len).
+    pub fn log_path(&self, member: usize) -> std::path::PathBuf {
+        self.members[member].log_path()
+    }
+
+    /// A new client of the whole set, bound to the caller's runtime.
+    ///
+    /// # Errors
+    ///
+    /// The driver rejects the URI (it does not).
+    pub async fn client(&self) -> Result<mongodb::Client, TestkitError> {
+        mongodb::Client::with_uri_str(&self.uri)
+            .await
+            .map_err(|e| TestkitError::mongo("creating a client", e))
+    }
+
+    /// A new client of the whole set and a database name no other caller in this process gets.
+    ///
+    /// # Errors
+    ///
+    /// As for [`client`](Self::client).
+    pub async fn database(&self) -> Result<mongodb::Database, TestkitError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "subset_set_test_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        Ok(self.client().await?.database(&name))
+    }
+
+    /// The `admin` database of one member through a direct connection (no server discovery).
+    async fn admin(
+        &self,
+        member: usize,
+        timeout_ms: Option<u32>,
+    ) -> Result<mongodb::Database, TestkitError> {
+        let mut uri = format!(
+            "mongodb://127.0.0.1:{}/?directConnection=true",
+            self.port(member)
+        );
+        if let Some(ms) = timeout_ms {
+            uri.push_str(&format!(
+                "&serverSelectionTimeoutMS={ms}&connectTimeoutMS={ms}"
+            ));
+        }
+        let client = mongodb::Client::with_uri_str(&uri)
+            .await
+            .map_err(|e| TestkitError::mongo("connecting to a member", e))?;
+        Ok(client.database("admin"))
+    }
+
+    /// Member `member`'s answer to `hello`, or `None` if it does not answer within a second (it
+    /// is down, or busy shutting down).
+    pub async fn hello(&self, member: usize) -> Option<Document> {
+        // A member that is down refuses the connection at once; the driver would wait out its
+        // server selection timeout instead.
+        let address = std::net::SocketAddr::from(([127, 0, 0, 1], self.port(member)));
+        std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200)).ok()?;
+        let admin = self.admin(member, Some(PROBE_TIMEOUT_MS)).await.ok()?;
+        let timeout = Duration::from_millis(u64::from(PROBE_TIMEOUT_MS));
+        tokio::time::timeout(timeout, admin.run_command(doc! { "hello": 1 }))
+            .await
+            .ok()?
+            .ok()
+    }
+
+    /// The member that is a writable primary now, asking every member. During an election two
+    /// members may both still say so for a moment; the one elected last (highest `electionId`,
+    /// which grows with the term) wins.
+    pub async fn primary(&self) -> Option<usize> {
+        let replies =
+            futures::future::join_all((0..self.len()).map(|member| self.hello(member))).await;
+        replies
+            .into_iter()
+            .enumerate()
+            .filter_map(|(member, reply)| {
+                let reply = reply?;
+                if !reply.get_bool("isWritablePrimary").unwrap_or(false) {
+                    return None;
+                }
+                let election = reply.get_object_id("electionId").ok().map(|id| id.bytes());
+                Some((election, member))
+            })
+            .max()
+            .map(|(_, member)| member)
+    }
+
+    /// Polls every member until one is a writable primary, and returns it.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::Timeout`] when there is none after `timeout`.
+    pub async fn wait_for_primary(&self, timeout: Duration) -> Result<usize, TestkitError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(member) = self.primary().await {
+                return Ok(member);
+            }
+            if Instant::now() >= deadline {
+                return Err(TestkitError::Timeout {
+                    port: self.port(0),
+                    waiting_for: "a primary in the replica set",
+                    timeout,
+                    log_tail: self.members[0].log_tail(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Asks member `member` (the primary) to step down and not to stand for election again for
+    /// `seconds` (at least 10, as the server requires for the catch-up period used here).
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::Mongo`] when the member refuses, e.g. because it is not the primary.
+    pub async fn step_down(&self, member: usize, seconds: u32) -> Result<(), TestkitError> {
+        let admin = self.admin(member, None).await?;
+        let command = doc! {
+            "replSetStepDown": i64::from(seconds.max(10)),
+            "secondaryCatchUpPeriodSecs": 5_i64,
+        };
+        match admin.run_command(command).await {
+            Ok(_) => Ok(()),
+            // Servers before 4.2 close every connection when they step down, this one included.
+            Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Io(_)) => Ok(()),
+            Err(e) => Err(TestkitError::mongo("`replSetStepDown`", e)),
+        }
+    }
+
+    /// Kills member `member` at once (SIGKILL), keeping its port and data for
+    /// [`restart`](Self::restart).
+    ///
+    /// # Panics
+    ///
+    /// When `member` is not below [`len`](Self::len).
+    pub fn kill(&mut self, member: usize) {
+        self.members[member].kill();
+    }
+
+    /// Stops member `member` if it runs and starts it again on the same port and data, then
+    /// waits until it has rejoined the set as a primary or a secondary.
+    ///
+    /// # Errors
+    ///
+    /// As for [`MongoServer::restart`](super::MongoServer::restart), and
+    /// [`TestkitError::Timeout`] when it does not rejoin within 60 seconds.
+    ///
+    /// # Panics
+    ///
+    /// When `member` is not below [`len`](Self::len).
+    pub async fn restart(&mut self, member: usize) -> Result<(), TestkitError> {
+        self.members[member].restart_member().await?;
+        let deadline = Instant::now() + FIRST_PRIMARY_TIMEOUT;
+        loop {
+            if let Some(reply) = self.hello(member).await {
+                let primary = reply.get_bool("isWritablePrimary").unwrap_or(false);
+                let secondary = reply.get_bool("secondary").unwrap_or(false);
+                if primary || secondary {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(TestkitError::Timeout {
+                    port: self.port(member),
+                    waiting_for: "a primary or a secondary again",
+                    timeout: FIRST_PRIMARY_TIMEOUT,
+                    log_tail: self.members[member].log_tail(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for ReplicaSet {
+    fn drop(&mut self) {
+        // Killed, not stopped: the data goes with them, and a primary asked to shut down spends
+        // its quiesce period (15 s) waiting for secondaries that are shutting down too.
+        for node in &mut self.members {
+            node.kill();
+        }
+    }
+}
