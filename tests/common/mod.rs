@@ -161,3 +161,149 @@ pub async fn assert_subset_true<P: Parent, C: Child>(
         assert_eq!(n, all.len() as i64, "count of {id}");
     }
 }
+
+/// What writers under faults saw: every acknowledged push and every error, with times.
+#[derive(Debug, Default)]
+pub struct WriteLog {
+    pub acks: std::sync::Mutex<Vec<Ack>>,
+    pub errors: std::sync::Mutex<Vec<WriteError>>,
+}
+
+/// A push the server acknowledged.
+#[derive(Debug, Clone)]
+pub struct Ack {
+    pub writer: usize,
+    pub parent: ObjectId,
+    pub child: ObjectId,
+    pub at: std::time::Instant,
+}
+
+/// A push that failed (and was retried).
+#[derive(Debug, Clone)]
+pub struct WriteError {
+    pub writer: usize,
+    pub at: std::time::Instant,
+    pub error: String,
+}
+
+impl WriteLog {
+    pub fn ack(&self, writer: usize, parent: ObjectId, child: ObjectId) {
+        let at = std::time::Instant::now();
+        self.acks.lock().unwrap().push(Ack {
+            writer,
+            parent,
+            child,
+            at,
+        });
+    }
+
+    pub fn error(&self, writer: usize, error: &subset::Error) {
+        let at = std::time::Instant::now();
+        self.errors.lock().unwrap().push(WriteError {
+            writer,
+            at,
+            error: error.to_string(),
+        });
+    }
+
+    pub fn acks(&self) -> Vec<Ack> {
+        self.acks.lock().unwrap().clone()
+    }
+
+    pub fn errors(&self) -> Vec<WriteError> {
+        self.errors.lock().unwrap().clone()
+    }
+
+    /// How many acknowledgements came after `t`.
+    pub fn acks_after(&self, t: std::time::Instant) -> usize {
+        self.acks
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.at > t)
+            .count()
+    }
+
+    /// Waits until `n` pushes were acknowledged after `t`; whether they were within `timeout`.
+    pub async fn wait_acks_after(
+        &self,
+        t: std::time::Instant,
+        n: usize,
+        timeout: std::time::Duration,
+    ) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if self.acks_after(t) >= n {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        self.acks_after(t) >= n
+    }
+
+    /// The longest time without any acknowledgement between `from` and `to`: the outage as the
+    /// writers saw it.
+    pub fn longest_silence(
+        &self,
+        from: std::time::Instant,
+        to: std::time::Instant,
+    ) -> std::time::Duration {
+        let mut times: Vec<std::time::Instant> = self
+            .acks
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|a| a.at)
+            .filter(|t| *t > from && *t < to)
+            .collect();
+        times.sort();
+        let mut last = from;
+        let mut longest = std::time::Duration::ZERO;
+        for t in times.into_iter().chain([to]) {
+            longest = longest.max(t - last);
+            last = t;
+        }
+        longest
+    }
+
+    /// The errors grouped by their first words, e.g. `mongodb error on `products`: Kind: …`,
+    /// with how many of each.
+    pub fn error_kinds(&self) -> Vec<(String, usize)> {
+        let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+        for e in self.errors.lock().unwrap().iter() {
+            let key: String = e.error.chars().take(90).collect();
+            *kinds.entry(key).or_default() += 1;
+        }
+        kinds.into_iter().collect()
+    }
+}
+
+/// The ids among `ids` that are not in `collection`.
+pub async fn absent_ids(
+    db: &mongodb::Database,
+    collection: &str,
+    ids: &[ObjectId],
+) -> Vec<ObjectId> {
+    let mut present = std::collections::HashSet::new();
+    for chunk in ids.chunks(5_000) {
+        let found: Vec<Document> = db
+            .collection::<Document>(collection)
+            .find(doc! { "_id": { "$in": chunk.to_vec() } })
+            .projection(doc! { "_id": 1 })
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        present.extend(found.iter().map(|d| d.get_object_id("_id").unwrap()));
+    }
+    ids.iter()
+        .filter(|id| !present.contains(id))
+        .copied()
+        .collect()
+}
+
+/// Whether `MONGODB_URI` is set: tests that kill servers need servers of their own.
+pub fn external_server() -> bool {
+    std::env::var_os("MONGODB_URI").is_some_and(|v| !v.is_empty())
+}
