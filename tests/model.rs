@@ -1,0 +1,397 @@
+//! Model-based property test: random sequences of push, push_many, remove, update, retried
+//! pushes and reconcile over three parents, against an in-memory model of "the top `keep` by
+//! (sort keys, `_id`)". After every step each parent's embedded array and count (read raw) equal
+//! the model, and full pagination, the `all` stream and `count` equal the model's full list.
+//!
+//! Sort keys come from a tiny range (6 days × 3 scores) so that ties are the rule and `_id`
+//! decides; the two sort keys run in opposite directions.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use bson::{doc, Bson, DateTime, Document};
+use futures::TryStreamExt;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use serde::{Deserialize, Serialize};
+use subset::testkit::{MongoServer, Topology};
+use subset::{Child, Cursor, Error, PageRequest, Store, SweepOptions, WriteMode};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+struct Note {
+    #[serde(rename = "_id")]
+    id: i64,
+    day: DateTime,
+    score: i32,
+    text: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[subset(collection = "boards")]
+struct Board {
+    #[serde(rename = "_id")]
+    id: i32,
+    // Latest day first; on the same day the lowest score first; then `_id` ascending (the
+    // direction of the last key).
+    #[subset(
+        child = "notes",
+        keep = 4,
+        sort = "day desc, score asc",
+        count = "total"
+    )]
+    top: Vec<Note>,
+    #[serde(default)]
+    total: i64,
+}
+
+const PARENTS: usize = 3;
+const KEEP: usize = 4;
+const CASES: u32 = 32;
+const MAX_STEPS: usize = 30;
+const PAGE_SIZES: [u32; 7] = [1, 2, 3, 4, 5, 9, 100];
+
+#[derive(Debug, Clone)]
+enum Op {
+    Push {
+        parent: usize,
+        day: i64,
+        score: i32,
+    },
+    PushMany {
+        parent: usize,
+        items: Vec<(i64, i32)>,
+    },
+    /// `pick` indexes the parent's children in order; one past the end names a child that is
+    /// not the parent's (another parent's, or none at all).
+    Remove {
+        parent: usize,
+        pick: usize,
+    },
+    /// New text always; a new day and/or score sometimes (the child may enter or leave).
+    Update {
+        parent: usize,
+        pick: usize,
+        day: Option<i64>,
+        score: Option<i32>,
+    },
+    /// A child pushed again, as a client retry does: nothing may change.
+    Repush {
+        parent: usize,
+        pick: usize,
+    },
+    Reconcile {
+        parent: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let parent = 0..PARENTS;
+    let day = 0_i64..6;
+    let score = 0_i32..3;
+    prop_oneof![
+        4 => (parent.clone(), day.clone(), score.clone())
+            .prop_map(|(parent, day, score)| Op::Push { parent, day, score }),
+        2 => (parent.clone(), prop::collection::vec((day.clone(), score.clone()), 0..6))
+            .prop_map(|(parent, items)| Op::PushMany { parent, items }),
+        3 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Remove { parent, pick }),
+        3 => (parent.clone(), any::<usize>(), prop::option::of(day), prop::option::of(score))
+            .prop_map(|(parent, pick, day, score)| Op::Update { parent, pick, day, score }),
+        1 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Repush { parent, pick }),
+        1 => parent.prop_map(|parent| Op::Reconcile { parent }),
+    ]
+}
+
+/// A case: the operations, and the page size used to read everything back after each step.
+fn case() -> impl Strategy<Value = Vec<(Op, u32)>> {
+    prop::collection::vec(
+        (op(), prop::sample::select(PAGE_SIZES.to_vec())),
+        1..=MAX_STEPS,
+    )
+}
+
+/// The model: every parent's children, kept in the subset's order.
+#[derive(Debug, Default)]
+struct Model {
+    children: BTreeMap<usize, Vec<Note>>,
+    next_id: i64,
+}
+
+fn order(a: &Note, b: &Note) -> std::cmp::Ordering {
+    b.day
+        .cmp(&a.day)
+        .then(a.score.cmp(&b.score))
+        .then(a.id.cmp(&b.id))
+}
+
+impl Model {
+    fn note(&mut self, day: i64, score: i32) -> Note {
+        self.next_id += 1;
+        Note {
+            id: self.next_id,
+            day: DateTime::from_millis(day),
+            score,
+            text: format!("note {} v0", self.next_id),
+        }
+    }
+
+    fn list(&self, parent: usize) -> &[Note] {
+        self.children.get(&parent).map_or(&[], Vec::as_slice)
+    }
+
+    fn insert(&mut self, parent: usize, notes: &[Note]) {
+        let list = self.children.entry(parent).or_default();
+        list.extend_from_slice(notes);
+        list.sort_by(order);
+    }
+
+    fn pick(&self, parent: usize, pick: usize) -> Option<Note> {
+        let list = self.list(parent);
+        list.get(pick % (list.len() + 1)).cloned()
+    }
+
+    /// A child id that `parent` does not have: another parent's child if there is one.
+    fn foreign(&self, parent: usize) -> i64 {
+        self.children
+            .iter()
+            .filter(|(p, _)| **p != parent)
+            .find_map(|(_, l)| l.first().map(|n| n.id))
+            .unwrap_or(1_000_000)
+    }
+}
+
+fn board_id(parent: usize) -> i32 {
+    parent as i32 + 1
+}
+
+async fn run_case(store: &Store<Board>, steps: &[(Op, u32)]) {
+    store.ensure_indexes().await.unwrap();
+    for parent in 0..PARENTS {
+        let board = Board {
+            id: board_id(parent),
+            top: Vec::new(),
+            total: 0,
+        };
+        store.insert(&board).await.unwrap();
+    }
+    let notes = store.subset(Board::TOP);
+    let mut model = Model::default();
+    for (step, (op, size)) in steps.iter().enumerate() {
+        let context = format!("step {step}: {op:?}");
+        match op {
+            Op::Push { parent, day, score } => {
+                let note = model.note(*day, *score);
+                notes.push(&board_id(*parent), &note).await.unwrap();
+                model.insert(*parent, &[note]);
+            }
+            Op::PushMany { parent, items } => {
+                let batch: Vec<Note> = items.iter().map(|(d, s)| model.note(*d, *s)).collect();
+                notes.push_many(&board_id(*parent), &batch).await.unwrap();
+                model.insert(*parent, &batch);
+            }
+            Op::Remove { parent, pick } => match model.pick(*parent, *pick) {
+                Some(note) => {
+                    notes.remove(&board_id(*parent), &note.id).await.unwrap();
+                    let list = model.children.get_mut(parent).unwrap();
+                    list.retain(|n| n.id != note.id);
+                }
+                None => {
+                    let id = model.foreign(*parent);
+                    let err = notes.remove(&board_id(*parent), &id).await.unwrap_err();
+                    assert!(
+                        matches!(err, Error::ChildNotFound { .. }),
+                        "{context}: {err}"
+                    );
+                }
+            },
+            Op::Update {
+                parent,
+                pick,
+                day,
+                score,
+            } => match model.pick(*parent, *pick) {
+                Some(mut note) => {
+                    let version = note
+                        .text
+                        .rsplit('v')
+                        .next()
+                        .unwrap()
+                        .parse::<u32>()
+                        .unwrap();
+                    note.text = format!("note {} v{}", note.id, version + 1);
+                    if let Some(day) = day {
+                        note.day = DateTime::from_millis(*day);
+                    }
+                    if let Some(score) = score {
+                        note.score = *score;
+                    }
+                    notes.update(&board_id(*parent), &note).await.unwrap();
+                    let list = model.children.get_mut(parent).unwrap();
+                    list.retain(|n| n.id != note.id);
+                    model.insert(*parent, &[note]);
+                }
+                None => {
+                    let mut stranger = model.note(0, 0);
+                    stranger.id = model.foreign(*parent);
+                    let err = notes
+                        .update(&board_id(*parent), &stranger)
+                        .await
+                        .unwrap_err();
+                    assert!(
+                        matches!(err, Error::ChildNotFound { .. }),
+                        "{context}: {err}"
+                    );
+                }
+            },
+            Op::Repush { parent, pick } => {
+                if let Some(note) = model.pick(*parent, *pick) {
+                    notes.push(&board_id(*parent), &note).await.unwrap();
+                }
+            }
+            Op::Reconcile { parent } => {
+                let drift = notes.reconcile(&board_id(*parent)).await.unwrap();
+                assert!(drift.is_clean() && !drift.fixed, "{context}: {drift:?}");
+            }
+        }
+        for parent in 0..PARENTS {
+            check_parent(store, &model, parent, *size, &context).await;
+        }
+    }
+    let report = store
+        .check_all(&SweepOptions::default(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(report.progress.checked, PARENTS as u64);
+    assert_eq!(report.progress.drifted, 0, "{:?}", report.drifts);
+}
+
+/// The parent as stored and as read equals the model.
+async fn check_parent(
+    store: &Store<Board>,
+    model: &Model,
+    parent: usize,
+    size: u32,
+    context: &str,
+) {
+    let id = board_id(parent);
+    let expected = model.list(parent);
+    let context = format!("{context}, parent {id}, page size {size}");
+
+    // The stored document, raw: the embedded array is the model's top `keep`, exactly (no
+    // parent key, no stale content), and the count is the number of children.
+    let raw = store
+        .database()
+        .collection::<Document>("boards")
+        .find_one(doc! { "_id": id })
+        .await
+        .unwrap()
+        .unwrap();
+    let embedded: Vec<Document> = raw
+        .get_array("top")
+        .unwrap()
+        .iter()
+        .map(|e| e.as_document().unwrap().clone())
+        .collect();
+    let top: Vec<Document> = expected
+        .iter()
+        .take(KEEP)
+        .map(|n| bson::to_document(n).unwrap())
+        .collect();
+    assert_eq!(embedded, top, "{context}: embedded array");
+    let count = match raw.get("total") {
+        Some(Bson::Int64(n)) => *n,
+        Some(Bson::Int32(n)) => i64::from(*n),
+        other => panic!("{context}: count is {other:?}"),
+    };
+    assert_eq!(count, expected.len() as i64, "{context}: count");
+
+    // Every page, following cursors through their URL-safe encoding.
+    let notes = store.subset(Board::TOP);
+    let mut paged = Vec::new();
+    let mut request = PageRequest::first(size);
+    let mut pages = 0;
+    loop {
+        let page = notes.page(&id, &request).await.unwrap();
+        pages += 1;
+        assert!(
+            pages <= expected.len() + 2,
+            "{context}: pagination does not end"
+        );
+        paged.extend(page.items);
+        match page.next {
+            Some(next) => {
+                let next = Cursor::decode(&next.encode()).unwrap();
+                request = PageRequest::after(next, size);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(paged, expected, "{context}: pagination");
+    let all: Vec<Note> = notes.all(&id).try_collect().await.unwrap();
+    assert_eq!(all, expected, "{context}: all");
+    assert_eq!(
+        notes.count(&id).await.unwrap(),
+        expected.len() as u64,
+        "{context}: count()"
+    );
+}
+
+/// Runs the property on a fresh database per case, on one runtime for the whole test (a client
+/// must stay on the runtime that made it).
+fn run(mode: Option<WriteMode>) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let base = runtime.block_on(async {
+        MongoServer::shared(Topology::ReplicaSet)
+            .await
+            .expect("start the test mongod")
+            .database()
+            .await
+            .expect("connect to the test mongod")
+    });
+    let config = Config {
+        cases: CASES,
+        max_shrink_iters: 200,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let started = Instant::now();
+    let cases = AtomicUsize::new(0);
+    let result = TestRunner::new(config).run(&case(), |steps| {
+        let n = cases.fetch_add(1, Ordering::Relaxed);
+        runtime.block_on(async {
+            let db = base.client().database(&format!("{}_{n}", base.name()));
+            let store = Store::<Board>::new(&db);
+            let store = match mode {
+                Some(mode) => store.with_mode(mode),
+                None => store,
+            };
+            let expected = mode.unwrap_or(WriteMode::Transactional);
+            assert_eq!(store.mode().await.unwrap(), expected);
+            run_case(&store, &steps).await;
+            db.drop().await.unwrap();
+        });
+        Ok(())
+    });
+    eprintln!(
+        "{mode:?}: {} cases (with shrinking) in {:.2?}",
+        cases.into_inner(),
+        started.elapsed()
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn the_subset_follows_the_model_with_transactions() {
+    run(None);
+}
+
+#[test]
+fn the_subset_follows_the_model_with_ordered_writes() {
+    run(Some(WriteMode::Ordered));
+}
