@@ -50,16 +50,18 @@ pub enum CliError {
     },
 
     /// Parents whose documents cannot be worked on; nothing was written to them.
-    #[error("{}", invalid_message(collection, field, invalid, *changed))]
+    #[error("{}", invalid_message(collection, field, action, invalid, hint))]
     Invalid {
         /// The parent collection.
         collection: String,
         /// The array field.
         field: String,
+        /// What could not be done (`migrated`, `reconciled`).
+        action: &'static str,
         /// Every invalid parent found.
         invalid: Vec<Invalid>,
-        /// Whether other parents were already migrated before this was found.
-        changed: bool,
+        /// What was changed, and what to do next.
+        hint: &'static str,
     },
 }
 
@@ -104,9 +106,15 @@ pub fn is_connection(e: &mongodb::error::Error) -> bool {
     )
 }
 
-fn invalid_message(collection: &str, field: &str, invalid: &[Invalid], changed: bool) -> String {
+fn invalid_message(
+    collection: &str,
+    field: &str,
+    action: &str,
+    invalid: &[Invalid],
+    hint: &str,
+) -> String {
     let mut message = format!(
-        "{} parent(s) of `{collection}` have a `{field}` that cannot be migrated:",
+        "{} parent(s) of `{collection}` have a `{field}` that cannot be {action}:",
         invalid.len()
     );
     for i in invalid.iter().take(LISTED) {
@@ -118,10 +126,7 @@ fn invalid_message(collection: &str, field: &str, invalid: &[Invalid], changed: 
             invalid.len() - LISTED
         ));
     }
-    message.push_str(if changed {
-        "\nparents before these were migrated; fix these (or pass --skip-invalid) and run the same command again to finish"
-    } else {
-        "\nnothing was changed; fix these parents or pass --skip-invalid to migrate the others"
-    });
+    message.push('\n');
+    message.push_str(hint);
     message
 }

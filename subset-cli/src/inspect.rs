@@ -310,13 +310,19 @@ impl Report {
                 self.count
             ));
         }
-        if !self.largest.is_empty() {
-            let largest: Vec<String> = self
-                .largest
-                .iter()
-                .map(|l| format!("{} {}", l.display, bytes(l.bytes as f64)))
-                .collect();
-            out.push_str(&format!("  largest: {}\n", largest.join(", ")));
+        if let Some((first, rest)) = self.largest.split_first() {
+            out.push_str(&format!(
+                "  largest: {:>9}  {}\n",
+                bytes(first.bytes as f64),
+                first.display
+            ));
+            for l in rest {
+                out.push_str(&format!(
+                    "           {:>9}  {}\n",
+                    bytes(l.bytes as f64),
+                    l.display
+                ));
+            }
         }
         if self.arrays.is_empty() {
             return;

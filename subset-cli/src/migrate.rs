@@ -87,8 +87,9 @@ pub async fn run(
         return Err(CliError::Invalid {
             collection: a.parent.clone(),
             field: spec.field.to_owned(),
+            action: "migrated",
             invalid: survey.invalid,
-            changed: false,
+            hint: "nothing was changed; fix these parents or pass --skip-invalid to migrate the others",
         });
     }
 
@@ -123,8 +124,9 @@ pub async fn run(
                     return Err(CliError::Invalid {
                         collection: a.parent.clone(),
                         field: spec.field.to_owned(),
+                        action: "migrated",
                         invalid: vec![invalid],
-                        changed: moved.parents > 0,
+                        hint: "the parents before it are migrated; fix it (or pass --skip-invalid) and run the same command again to finish",
                     });
                 }
             }

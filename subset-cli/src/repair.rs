@@ -67,6 +67,37 @@ pub async fn run(
         let Some(last) = ids.last().cloned() else {
             break;
         };
+        // Reconcile takes the child collection as the truth: on a parent that was never
+        // migrated it would drop every embedded child. Those are refused.
+        let refused = match mode {
+            Mode::Reconcile => unmigrated(db, spec, &args.parent, &ids).await?,
+            Mode::Check => Vec::new(),
+        };
+        let ids: Vec<Bson> = ids
+            .into_iter()
+            .filter(|id| !refused.iter().any(|(r, _)| r == id))
+            .collect();
+        for (id, why) in refused {
+            bar.inc(1);
+            let invalid = Invalid {
+                id,
+                problem: format!(
+                    "`{}` {why}: it was never migrated, and reconciling would drop the elements missing from `{}`; run `subset migrate` with the same flags",
+                    spec.field, spec.child_collection
+                ),
+            };
+            if !args.skip_invalid {
+                bar.abandon();
+                return Err(CliError::Invalid {
+                    collection: args.parent.clone(),
+                    field: spec.field.to_owned(),
+                    action: "reconciled",
+                    invalid: vec![invalid],
+                    hint: "nothing was written to this parent",
+                });
+            }
+            skipped.push(invalid);
+        }
         let mut results = futures::stream::iter(ids.into_iter().map(|id| async move {
             let result = match mode {
                 Mode::Check => subset.check(&id).await,
@@ -172,6 +203,46 @@ pub async fn run(
         text,
         problems,
     })
+}
+
+/// Which of `ids` look never migrated: more than `keep` elements embedded (a subset never
+/// holds that many), or some embedded and none in the child collection.
+async fn unmigrated(
+    db: &Database,
+    spec: &SubsetSpec,
+    parent: &str,
+    ids: &[Bson],
+) -> Result<Vec<(Bson, &'static str)>, CliError> {
+    let find = |filter: Document| async move {
+        let found: Vec<Document> = db
+            .collection::<Document>(parent)
+            .find(filter)
+            .projection(doc! { "_id": 1 })
+            .await
+            .map_err(|e| CliError::mongo(parent, e))?
+            .try_collect()
+            .await
+            .map_err(|e| CliError::mongo(parent, e))?;
+        Ok::<_, CliError>(found.into_iter().filter_map(|mut d| d.remove("_id")))
+    };
+    let overfull = find(doc! {
+        "_id": { "$in": ids },
+        format!("{}.{}", spec.field, spec.keep): { "$exists": true },
+    })
+    .await?
+    .map(|id| (id, "holds more than `keep` elements"));
+    let with_children = db
+        .collection::<Document>(spec.child_collection)
+        .distinct(spec.key, doc! { spec.key: { "$in": ids } })
+        .await
+        .map_err(|e| CliError::mongo(spec.child_collection, e))?;
+    let orphaned = find(doc! {
+        "_id": { "$in": ids, "$nin": with_children },
+        format!("{}.0", spec.field): { "$exists": true },
+    })
+    .await?
+    .map(|id| (id, "has embedded elements and none in the child collection"));
+    Ok(overfull.chain(orphaned).collect())
 }
 
 /// The child index the engine creates: `{key: 1, <sort keys>, _id}`.
