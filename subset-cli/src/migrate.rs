@@ -2,8 +2,8 @@
 //!
 //! Per parent, in `_id` order:
 //!
-//! 1. elements without an `_id` get one, written into the parent by a conditional update (only
-//!    where the element still has none), so a rerun reads the same ids back;
+//! 1. elements without an `_id` get one, written into the parent by one update that gives ids
+//!    only to elements that still have none, so a rerun reads the same ids back;
 //! 2. every element goes into the child collection with the parent key, unordered; a duplicate
 //!    `_id` under the same parent is a copy an interrupted run already made, and is left as is;
 //! 3. the engine's reconcile rewrites the array as the top `keep` of the child collection and sets
@@ -227,22 +227,45 @@ async fn migrate_one(store: &RawStore, spec: &SubsetSpec, id: &Bson) -> Result<O
             _ => Vec::new(),
         };
         if found.without_id > 0 {
-            // Step 1. Each condition pins an element that is still a document without an `_id`,
-            // so a concurrent change (or a second run) can only make this update miss, never
-            // give an element a second id or pad a shorter array; then we read again.
-            let mut filter = doc! { "_id": id.clone() };
-            let mut set = Document::new();
-            for (i, element) in elements.iter().enumerate() {
-                if !element.contains_key("_id") {
-                    filter.insert(format!("{field}.{i}"), doc! { "$type": "object" });
-                    filter.insert(format!("{field}.{i}._id"), doc! { "$exists": false });
-                    set.insert(format!("{field}.{i}._id"), ObjectId::new());
+            // Step 1, in one pipeline update that is linear in the array (positional `$set`s
+            // are quadratic: each `field.i` walks the array). Fresh ids are zipped with the
+            // elements and given only to documents that still have no `_id`, so a concurrent
+            // change (or a second run) can never give an element a second id; the filter on the
+            // length keeps every element paired. Then we read the parent again.
+            let fresh: Vec<Bson> = elements
+                .iter()
+                .map(|_| Bson::ObjectId(ObjectId::new()))
+                .collect();
+            let filter = doc! { "_id": id.clone(), field: { "$size": elements.len() as i64 } };
+            let with_ids = doc! {
+                "$map": {
+                    "input": { "$zip": { "inputs": [format!("${field}"), fresh] } },
+                    "as": "pair",
+                    "in": {
+                        "$let": {
+                            "vars": {
+                                "e": { "$arrayElemAt": ["$$pair", 0] },
+                                "id": { "$arrayElemAt": ["$$pair", 1] },
+                            },
+                            "in": {
+                                "$cond": [
+                                    { "$and": [
+                                        { "$eq": [{ "$type": "$$e" }, "object"] },
+                                        { "$eq": [{ "$type": "$$e._id" }, "missing"] },
+                                    ] },
+                                    { "$mergeObjects": [{ "_id": "$$id" }, "$$e"] },
+                                    "$$e",
+                                ]
+                            },
+                        }
+                    },
                 }
-            }
+            };
+            let update = vec![doc! { "$set": { field: with_ids } }];
             let updated = store
                 .database()
                 .collection::<Document>(name)
-                .update_one(filter, doc! { "$set": set })
+                .update_one(filter, update)
                 .await
                 .map_err(|e| CliError::mongo(name, e))?;
             assigned += found.without_id * updated.modified_count;
