@@ -4,6 +4,9 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+/// What a bar shows: `   migrating [=====>     ] 1,200/4,000 (310/s, eta 9s)`.
+const TEMPLATE: &str = "{msg:>12} [{bar:32}] {human_pos}/{human_len} ({per_sec}, eta {eta})";
+
 /// A bar of `len` steps labelled `message`; hidden with `--json` or when stderr is not a
 /// terminal, so logs and pipes get no control characters.
 pub fn bar(len: u64, message: impl Into<String>, json: bool) -> ProgressBar {
@@ -11,12 +14,20 @@ pub fn bar(len: u64, message: impl Into<String>, json: bool) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-    let style = ProgressStyle::with_template(
-        "{msg:>12} [{bar:32}] {human_pos}/{human_len} ({per_sec}, eta {eta})",
-    )
-    .map(|s| s.progress_chars("=> "))
-    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let style = ProgressStyle::with_template(TEMPLATE)
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
     bar.set_message(message.into());
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_parses() {
+        assert!(ProgressStyle::with_template(TEMPLATE).is_ok());
+    }
 }
