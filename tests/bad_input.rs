@@ -1,0 +1,628 @@
+//! Bad input: stored documents of the wrong shape on every read path (`get`, `page`, `all`,
+//! `reconcile`, `check`), strings that look like operators or paths, unicode and very long
+//! text, and parent ids of the wrong type. Typed errors naming the collection, the `_id` and the
+//! field; never a panic. (`tests/store.rs` covers `get` and `page` of malformed parents and
+//! `page`/`all` of a child of the wrong type.)
+
+mod common;
+
+use bson::oid::ObjectId;
+use bson::{doc, Bson, DateTime, Document};
+use common::*;
+use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
+use subset::{Child, Error, PageRequest, Store, SweepOptions, WriteMode};
+
+/// Writes `doc` straight through the driver into `collection`.
+async fn raw_insert(store: &Store<Product>, collection: &str, doc: Document) {
+    store
+        .database()
+        .collection::<Document>(collection)
+        .insert_one(doc)
+        .await
+        .unwrap();
+}
+
+/// A product with `n` reviews dated 1..=n, pushed through the library.
+async fn product_with(store: &Store<Product>, n: i64) -> Product {
+    let product = Product::named("bad input");
+    store.insert(&product).await.unwrap();
+    let batch: Vec<Review> = (1..=n).map(Review::at).collect();
+    store
+        .subset(Product::RECENT_REVIEWS)
+        .push_many(&product.id, &batch)
+        .await
+        .unwrap();
+    product
+}
+
+/// Asserts `err` is `MalformedParent` naming `products`, `id` and `field`, and its message too.
+fn assert_malformed_parent(err: &Error, id: ObjectId, field: &str, problem: &str) {
+    match err {
+        Error::MalformedParent {
+            collection,
+            id: got,
+            field: got_field,
+            problem: got_problem,
+        } => {
+            assert_eq!(collection, "products", "{err}");
+            assert_eq!(**got, Bson::ObjectId(id), "{err}");
+            assert_eq!(got_field, field, "{err}");
+            assert!(got_problem.contains(problem), "{err}");
+        }
+        other => panic!("expected MalformedParent of {field}, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("products") && text.contains(&id.to_hex()) && text.contains(field),
+        "{text}"
+    );
+}
+
+/// Asserts `err` is `MalformedChild` naming `collection`, `id` and `field`.
+fn assert_malformed_child(err: &Error, collection: &str, id: &Bson, field: &str) {
+    match err {
+        Error::MalformedChild {
+            collection: got,
+            id: got_id,
+            field: got_field,
+            ..
+        } => {
+            assert_eq!(got, collection, "{err}");
+            assert_eq!(**got_id, *id, "{err}");
+            assert_eq!(got_field, field, "{err}");
+        }
+        other => panic!("expected MalformedChild of {field}, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains(collection) && text.contains(field), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subset_field_of_the_wrong_shape_fails_reconcile_check_and_the_sweeps() {
+    for store in stores::<Product>().await {
+        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let cases = [
+            (
+                Bson::String("oops".into()),
+                "recent_reviews",
+                "not an array",
+            ),
+            (Bson::Int32(5), "recent_reviews", "not an array"),
+            (
+                Bson::Array(vec![Bson::Int32(1)]),
+                "recent_reviews.0",
+                "not an embedded child",
+            ),
+            (
+                Bson::Array(vec![Bson::Document(doc! {}), Bson::Null]),
+                "recent_reviews.1",
+                "not an embedded child",
+            ),
+        ];
+        for (value, field, problem) in cases {
+            let product = product_with(&store, 3).await;
+            store
+                .database()
+                .collection::<Document>("products")
+                .update_one(
+                    doc! { "_id": product.id },
+                    doc! { "$set": { "recent_reviews": value.clone() } },
+                )
+                .await
+                .unwrap();
+            let from_get = store.get(&product.id).await.unwrap_err();
+            assert_malformed_parent(&from_get, product.id, field, problem);
+            let from_page = reviews
+                .page(&product.id, &PageRequest::first(2))
+                .await
+                .unwrap_err();
+            assert_malformed_parent(&from_page, product.id, field, problem);
+            let from_check = reviews.check(&product.id).await.unwrap_err();
+            assert_malformed_parent(&from_check, product.id, field, problem);
+            let from_reconcile = reviews.reconcile(&product.id).await.unwrap_err();
+            assert_malformed_parent(&from_reconcile, product.id, field, problem);
+            // The sweeps stop at it, naming it.
+            for sweep in [
+                store.check_all(&SweepOptions::default(), |_| {}).await,
+                store.reconcile_all(&SweepOptions::default(), |_| {}).await,
+            ] {
+                let err = sweep.unwrap_err();
+                assert_malformed_parent(&err, product.id, field, problem);
+            }
+            // Nothing was rewritten; the children are all still readable from the collection.
+            let stored = store
+                .database()
+                .collection::<Document>("products")
+                .find_one(doc! { "_id": product.id })
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(stored.get("recent_reviews"), Some(&value));
+            let all: Vec<Review> = reviews.all(&product.id).try_collect().await.unwrap();
+            assert_eq!(all.len(), 3);
+            store.delete(&product.id).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_subset_field_is_an_error_to_read_and_drift_to_reconcile() {
+    for store in stores::<Product>().await {
+        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let product = product_with(&store, 7).await;
+        let parents = store.database().collection::<Document>("products");
+        parents
+            .update_one(
+                doc! { "_id": product.id },
+                doc! { "$unset": { "recent_reviews": "" } },
+            )
+            .await
+            .unwrap();
+        let err = store.get(&product.id).await.unwrap_err();
+        assert_malformed_parent(&err, product.id, "recent_reviews", "is missing");
+        let err = reviews
+            .page(&product.id, &PageRequest::first(5))
+            .await
+            .unwrap_err();
+        assert_malformed_parent(&err, product.id, "recent_reviews", "is missing");
+        // Reconcile's job is to rebuild the subset from the collection: the field comes back.
+        let drift = reviews.check(&product.id).await.unwrap();
+        assert_eq!(drift.missing.len(), 5, "{drift:?}");
+        assert!(!drift.fixed);
+        let drift = reviews.reconcile(&product.id).await.unwrap();
+        assert!(drift.fixed, "{drift:?}");
+        assert_subset_true(&store, Product::RECENT_REVIEWS, &Bson::ObjectId(product.id)).await;
+        assert_eq!(
+            store
+                .get(&product.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .recent_reviews
+                .len(),
+            5
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_count_of_the_wrong_type_is_named_refused_by_push_and_recounted_by_reconcile() {
+    for store in stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let product = product_with(&store, 3).await;
+        let parents = store.database().collection::<Document>("products");
+        parents
+            .update_one(
+                doc! { "_id": product.id },
+                doc! { "$set": { "total_reviews": "three" } },
+            )
+            .await
+            .unwrap();
+        let err = store.get(&product.id).await.unwrap_err();
+        assert_malformed_parent(&err, product.id, "total_reviews", "does not decode");
+        // The server refuses `$inc` on a string: a typed error naming the parent collection.
+        let late = Review::at(10);
+        let err = reviews.push(&product.id, &late).await.unwrap_err();
+        match &err {
+            Error::Mongo { collection, .. } => assert_eq!(collection, "products"),
+            other => panic!("{other:?}"),
+        }
+        assert!(err.to_string().contains("total_reviews"), "{err}");
+        let stored = reviews.count(&product.id).await.unwrap();
+        match mode {
+            // Nothing of the push is left.
+            WriteMode::Transactional => assert_eq!(stored, 3),
+            // Child first: the child stays, as after a crash between the two writes.
+            WriteMode::Ordered => assert_eq!(stored, 4),
+        }
+        let drift = reviews.reconcile(&product.id).await.unwrap();
+        assert_eq!(drift.count, Some((0, stored)), "{drift:?}");
+        assert_subset_true(&store, Product::RECENT_REVIEWS, &Bson::ObjectId(product.id)).await;
+        assert_eq!(
+            store.get(&product.id).await.unwrap().unwrap().total_reviews,
+            stored as i64
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_children_are_named_on_every_read_path() {
+    let store = Store::<Product>::new(&replica_db().await);
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let product = product_with(&store, 8).await;
+    let date = DateTime::from_millis(100);
+    // Newer than every good child, so they rank first; each wrong in one way.
+    let (no_author, bad_rating) = (ObjectId::new(), ObjectId::new());
+    raw_insert(
+        &store,
+        "reviews",
+        doc! { "_id": no_author, "product_id": product.id, "rating": 1, "date": date },
+    )
+    .await;
+    raw_insert(
+        &store,
+        "reviews",
+        doc! { "_id": bad_rating, "product_id": product.id, "author": "x", "rating": [1], "date": date },
+    )
+    .await;
+    // Pages from the collection and the stream name the child collection, `_id` and field
+    // (`_id` descending breaks the tie on date: the later ObjectId first).
+    let err = reviews
+        .page(&product.id, &PageRequest::first(20))
+        .await
+        .unwrap_err();
+    assert_malformed_child(&err, "reviews", &Bson::ObjectId(bad_rating), "rating");
+    let results: Vec<_> = reviews.all(&product.id).collect().await;
+    assert_eq!(results.len(), 10);
+    let err = results[0].as_ref().unwrap_err();
+    assert_malformed_child(err, "reviews", &Bson::ObjectId(bad_rating), "rating");
+    // A missing field is named in the message (`missing field `author``); the `field` of the
+    // error is the document itself, ".".
+    let err = results[1].as_ref().unwrap_err();
+    assert!(err.to_string().contains("author"), "{err}");
+    assert!(matches!(err, Error::MalformedChild { .. }), "{err}");
+    assert!(results[2..].iter().all(Result::is_ok));
+
+    // Reconcile works on documents and does not judge their shape: it embeds what ranks
+    // first. The parent is then malformed, and reading it names the embedded element.
+    let drift = reviews.reconcile(&product.id).await.unwrap();
+    assert_eq!(drift.missing.len(), 2, "{drift:?}");
+    assert_eq!(drift.count, Some((8, 10)));
+    let err = store.get(&product.id).await.unwrap_err();
+    assert_malformed_child(
+        &err,
+        "products",
+        &Bson::ObjectId(bad_rating),
+        "recent_reviews.0.rating",
+    );
+    let err = reviews
+        .page(&product.id, &PageRequest::first(5))
+        .await
+        .unwrap_err();
+    assert_malformed_child(
+        &err,
+        "products",
+        &Bson::ObjectId(bad_rating),
+        "recent_reviews.0.rating",
+    );
+    // Removing the bad children through the library heals everything.
+    for id in [bad_rating, no_author] {
+        reviews.remove(&product.id, &id).await.unwrap();
+    }
+    assert_eq!(
+        store.get(&product.id).await.unwrap().unwrap().total_reviews,
+        8
+    );
+    assert_subset_true(&store, Product::RECENT_REVIEWS, &Bson::ObjectId(product.id)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sort_key_of_the_wrong_type_is_named_by_all_and_by_a_collection_page() {
+    let store = Store::<Product>::new(&replica_db().await);
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let product = product_with(&store, 12).await;
+    // A date stored as a string by some other writer. MongoDB sorts every string before every
+    // date, so in `date desc` order it comes last.
+    let odd = ObjectId::new();
+    raw_insert(
+        &store,
+        "reviews",
+        doc! { "_id": odd, "product_id": product.id, "author": "x", "rating": 1, "date": "2024-01-01" },
+    )
+    .await;
+    let results: Vec<_> = reviews.all(&product.id).collect().await;
+    assert_eq!(results.len(), 13);
+    assert!(results[..12].iter().all(Result::is_ok));
+    assert_malformed_child(
+        results[12].as_ref().unwrap_err(),
+        "reviews",
+        &Bson::ObjectId(odd),
+        "date",
+    );
+    // One page from the collection large enough to reach it.
+    let err = reviews
+        .page(&product.id, &PageRequest::first(50))
+        .await
+        .unwrap_err();
+    assert_malformed_child(&err, "reviews", &Bson::ObjectId(odd), "date");
+    // Reconcile ranks it where the server does, outside the top `keep`: nothing to fix but
+    // the count.
+    let drift = reviews.reconcile(&product.id).await.unwrap();
+    assert!(
+        drift.missing.is_empty() && drift.stale.is_empty(),
+        "{drift:?}"
+    );
+    assert_eq!(drift.count, Some((12, 13)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_without_its_parent_key_is_invisible_and_its_id_is_refused() {
+    for store in stores::<Product>().await {
+        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let product = product_with(&store, 2).await;
+        // No parent key at all, and the parent's id as a string rather than an ObjectId.
+        let orphan = Review::at(50);
+        let mut doc = bson::to_document(&orphan).unwrap();
+        raw_insert(&store, "reviews", doc.clone()).await;
+        let stray = Review::at(60);
+        doc = bson::to_document(&stray).unwrap();
+        doc.insert("product_id", product.id.to_hex());
+        raw_insert(&store, "reviews", doc).await;
+
+        // Neither is the parent's child on any read path.
+        let page = reviews
+            .page(&product.id, &PageRequest::first(50))
+            .await
+            .unwrap();
+        assert_eq!(page.items.len(), 2);
+        assert_eq!(reviews.all(&product.id).count().await, 2);
+        assert_eq!(reviews.count(&product.id).await.unwrap(), 2);
+        assert!(reviews.check(&product.id).await.unwrap().is_clean());
+        // Pushing either id is refused, naming who holds it; nothing changes.
+        for (child, owner) in [
+            (&orphan, Bson::Null),
+            (&stray, Bson::String(product.id.to_hex())),
+        ] {
+            match reviews.push(&product.id, child).await.unwrap_err() {
+                Error::ChildOwnedElsewhere {
+                    collection,
+                    id,
+                    owner: got,
+                    ..
+                } => {
+                    assert_eq!(collection, "reviews");
+                    assert_eq!(*id, Bson::ObjectId(child.id));
+                    assert_eq!(*got, owner);
+                }
+                other => panic!("{other:?}"),
+            }
+            // Nor can it be removed or updated through this parent.
+            let err = reviews.remove(&product.id, &child.id).await.unwrap_err();
+            assert!(matches!(err, Error::ChildNotFound { .. }), "{err}");
+            let err = reviews.update(&product.id, child).await.unwrap_err();
+            assert!(matches!(err, Error::ChildNotFound { .. }), "{err}");
+        }
+        let got = store.get(&product.id).await.unwrap().unwrap();
+        assert_eq!((got.recent_reviews.len(), got.total_reviews), (2, 2));
+        assert_subset_true(&store, Product::RECENT_REVIEWS, &Bson::ObjectId(product.id)).await;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+struct Tag {
+    #[serde(rename = "_id")]
+    id: String,
+    label: String,
+    note: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, subset::Subset)]
+#[subset(collection = "boards")]
+struct Board {
+    #[serde(rename = "_id")]
+    id: String,
+    title: String,
+    // Sorted by a string, so hostile strings also travel in keyset filters and cursors.
+    #[subset(child = "tags", keep = 3, sort = "label asc", count = "tag_count")]
+    tags: Vec<Tag>,
+    #[serde(default)]
+    tag_count: i64,
+}
+
+/// Strings that are operators, paths, or unusual text.
+fn hostile() -> Vec<String> {
+    let mut strings: Vec<String> = [
+        "$set",
+        "$inc",
+        "$where",
+        "$$ROOT",
+        "$",
+        "{ \"$gt\": \"\" }",
+        "{\"$ne\": null}",
+        "a.b.c",
+        ".",
+        "..",
+        "tags.$[]",
+        "tags.0",
+        "",
+        " ",
+        "日本語のレビュー",
+        "🦀 crab 👩‍👩‍👧 family",
+        "עברית RTL",
+        "e\u{301} combining",
+        "\u{200B}zero width\u{FEFF}",
+        "tab\tnew\nline\r",
+        "quote \" backslash \\",
+        "\u{10FFFF}",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    strings.push("x".repeat(300_000));
+    strings.push("ü$.".repeat(100_000));
+    strings
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_strings_round_trip_verbatim() {
+    for store in stores::<Board>().await {
+        store.ensure_indexes().await.unwrap();
+        let strings = hostile();
+        let board = Board {
+            id: "$set.board.日本".to_owned(),
+            title: "{ \"$inc\": { \"tag_count\": 100 } }".to_owned(),
+            tags: Vec::new(),
+            tag_count: 0,
+        };
+        store.insert(&board).await.unwrap();
+        let tags = store.subset(Board::TAGS);
+        let all_tags: Vec<Tag> = strings
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Tag {
+                id: format!("{s}#{i}").chars().take(200).collect(),
+                label: s.clone(),
+                note: s.clone(),
+            })
+            .collect();
+        let (one_by_one, batch) = all_tags.split_at(all_tags.len() / 2);
+        for tag in one_by_one {
+            tags.push(&board.id, tag).await.unwrap();
+        }
+        tags.push_many(&board.id, batch).await.unwrap();
+
+        let mut expected = all_tags.clone();
+        expected.sort_by(|a, b| (a.label.as_bytes(), &a.id).cmp(&(b.label.as_bytes(), &b.id)));
+        // The parent, verbatim, with the first three in order and the exact count.
+        let got = store.get(&board.id).await.unwrap().unwrap();
+        assert_eq!(got.title, board.title);
+        assert_eq!(got.tags, expected[..3]);
+        assert_eq!(got.tag_count, strings.len() as i64);
+        // Every page, through encoded cursors, in order, verbatim.
+        for size in [1, 2, 3, 7] {
+            let mut request = PageRequest::first(size);
+            let mut paged = Vec::new();
+            loop {
+                let page = tags.page(&board.id, &request).await.unwrap();
+                paged.extend(page.items);
+                match page.next {
+                    Some(next) => {
+                        let token = next.encode();
+                        assert!(
+                            token
+                                .bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+                            "URL-safe token"
+                        );
+                        request = PageRequest::after(token.parse().unwrap(), size);
+                    }
+                    None => break,
+                }
+            }
+            assert!(
+                paged == expected,
+                "page size {size}: order or content differs"
+            );
+        }
+        let streamed: Vec<Tag> = tags.all(&board.id).try_collect().await.unwrap();
+        assert!(streamed == expected);
+        // Stored as given: no operator ran, no path was followed.
+        let raw = store
+            .database()
+            .collection::<Document>("tags")
+            .find_one(doc! { "_id": &expected[0].id })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(raw.get_str("label").unwrap(), expected[0].label);
+        assert_eq!(raw.get_str("board_id").unwrap(), board.id);
+        // And the lifecycle works on them.
+        let mut edited = expected[1].clone();
+        edited.note = "$unset".to_owned();
+        tags.update(&board.id, &edited).await.unwrap();
+        tags.remove(&board.id, &expected[0].id).await.unwrap();
+        let got = store.get(&board.id).await.unwrap().unwrap();
+        assert_eq!(got.tags[0], edited);
+        assert_eq!(got.tags[1..], expected[2..4]);
+        assert!(tags.reconcile(&board.id).await.unwrap().is_clean());
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[subset(collection = "accounts")]
+struct Account {
+    #[serde(rename = "_id")]
+    id: u64,
+    #[subset(child = "entries", keep = 2, sort = "date desc")]
+    recent: Vec<Review>,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parent_id_that_cannot_be_bson_is_a_typed_error() {
+    let store = Store::<Account>::new(&replica_db().await);
+    let entries = store.subset(Account::RECENT);
+    // BSON has no unsigned 64-bit integer; this one does not fit an int64.
+    let id = u64::MAX;
+    let is_id_error =
+        |e: &Error| matches!(e, Error::Serialize { what, .. } if what.contains("_id"));
+    let errors = [
+        store.get(&id).await.unwrap_err(),
+        store.delete(&id).await.unwrap_err(),
+        entries.push(&id, &Review::at(1)).await.unwrap_err(),
+        entries.push_many(&id, &[Review::at(1)]).await.unwrap_err(),
+        entries.page(&id, &PageRequest::first(2)).await.unwrap_err(),
+        entries.count(&id).await.unwrap_err(),
+        entries.remove(&id, &ObjectId::new()).await.unwrap_err(),
+        entries.update(&id, &Review::at(1)).await.unwrap_err(),
+        entries.reconcile(&id).await.unwrap_err(),
+        entries.check(&id).await.unwrap_err(),
+    ];
+    for err in &errors {
+        assert!(is_id_error(err), "{err:?}");
+    }
+    let streamed: Vec<_> = entries.all(&id).collect().await;
+    assert_eq!(streamed.len(), 1);
+    assert!(is_id_error(streamed[0].as_ref().unwrap_err()));
+    // Nothing was written anywhere.
+    for name in ["accounts", "entries"] {
+        let n = store
+            .database()
+            .collection::<Document>(name)
+            .count_documents(doc! {})
+            .await
+            .unwrap();
+        assert_eq!(n, 0, "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parent_id_of_the_wrong_bson_type_finds_no_parent() {
+    for store in stores::<Product>().await {
+        let product = product_with(&store, 2).await;
+        let raw = store.raw().subset(Product::RECENT_REVIEWS.spec());
+        // The right hex, the wrong type: a string is not the ObjectId.
+        let wrong = Bson::String(product.id.to_hex());
+        let child = bson::to_document(&Review::at(5)).unwrap();
+        for err in [
+            raw.push(&wrong, vec![child.clone()]).await.unwrap_err(),
+            raw.page(&wrong, &PageRequest::first(2)).await.unwrap_err(),
+            raw.page(&wrong, &PageRequest::first(20)).await.unwrap_err(),
+            raw.reconcile(&wrong).await.unwrap_err(),
+            raw.check(&wrong).await.unwrap_err(),
+        ] {
+            match err {
+                Error::ParentNotFound { collection, id } => {
+                    assert_eq!(collection, "products");
+                    assert_eq!(*id, wrong);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let err = raw
+            .remove(&wrong, child.get("_id").unwrap())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::ChildNotFound { .. }), "{err}");
+        assert_eq!(raw.count(&wrong).await.unwrap(), 0);
+        assert!(store.raw().get(&wrong).await.unwrap().is_none());
+        // Nothing was left in the child collection, and the real parent is untouched.
+        assert_eq!(
+            store
+                .subset(Product::RECENT_REVIEWS)
+                .count(&product.id)
+                .await
+                .unwrap(),
+            2
+        );
+        let n = store
+            .database()
+            .collection::<Document>("reviews")
+            .count_documents(doc! {})
+            .await
+            .unwrap();
+        assert_eq!(n, 2);
+        assert_subset_true(&store, Product::RECENT_REVIEWS, &Bson::ObjectId(product.id)).await;
+    }
+}
