@@ -42,7 +42,7 @@ const MAX_VOTING_MEMBERS: usize = 7;
 /// let primary = set.wait_for_primary(Duration::from_secs(30)).await?;
 /// set.step_down(primary, 10).await?;
 /// let primary = set.wait_for_primary(Duration::from_secs(30)).await?;
-/// set.kill(primary)?;
+/// set.kill(primary);
 /// set.restart(primary).await?;
 /// # let _ = db;
 /// # Ok(())
