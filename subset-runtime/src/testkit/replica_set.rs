@@ -339,3 +339,24 @@ impl Drop for ReplicaSet {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_count_out_of_range_is_refused_before_anything_starts() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for n in [0, 8] {
+            let error = runtime.block_on(ReplicaSet::start(n)).unwrap_err();
+            assert!(
+                matches!(error, TestkitError::Members { members } if members == n),
+                "{error:?}"
+            );
+            assert!(error.to_string().contains(&n.to_string()), "{error}");
+        }
+    }
+}
