@@ -74,10 +74,10 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
     tasks: Vec<usize>,
     /// Seconds measured per read configuration and round.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 4.0)]
     duration: f64,
     /// Seconds of unrecorded reads before each measurement (the cache fills with that layout).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 1.5)]
     warmup: f64,
     /// Repetitions of every read configuration (and of the batching experiment), interleaved.
     #[arg(long, default_value_t = 3)]
@@ -283,6 +283,7 @@ async fn working_set(args: &Args, client: &mongodb::Client, report: &mut Report)
                 ops: pick(|r| r.ops_per_sec),
                 p50: pick(|r| r.p50_ms),
                 p99: pick(|r| r.p99_ms),
+                cache_kb: pick(|r| r.cache_kb),
             });
         }
     }

@@ -21,6 +21,9 @@ use crate::Res;
 /// The ways of storing products and their reviews.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
+    /// Every review inside its product; the page reads the whole product, as an application
+    /// that maps the document to one type does.
+    EmbeddedWhole,
     /// Every review inside its product; the page reads the product with `$slice: 10`.
     Embedded,
     /// This library: the 10 latest reviews embedded, all of them in the review collection.
@@ -32,7 +35,8 @@ pub enum Layout {
 }
 
 impl Layout {
-    pub const ALL: [Layout; 4] = [
+    pub const ALL: [Layout; 5] = [
+        Layout::EmbeddedWhole,
         Layout::Embedded,
         Layout::Subset,
         Layout::TwoQuery,
@@ -41,7 +45,8 @@ impl Layout {
 
     pub fn name(self) -> &'static str {
         match self {
-            Layout::Embedded => "fully embedded",
+            Layout::EmbeddedWhole => "fully embedded, whole document",
+            Layout::Embedded => "fully embedded, `$slice: 10`",
             Layout::Subset => "subset (this library)",
             Layout::TwoQuery => "referenced, two queries",
             Layout::Lookup => "referenced, $lookup",
@@ -51,6 +56,7 @@ impl Layout {
 
 /// Everything a benchmark task needs; shared by all tasks.
 pub struct Ctx {
+    db: Database,
     pub store: Store<Product>,
     pub data: DataSet,
     embedded: Collection<ProductWithReviews>,
@@ -61,6 +67,7 @@ pub struct Ctx {
 impl Ctx {
     pub fn new(db: &Database, data: DataSet) -> Ctx {
         Ctx {
+            db: db.clone(),
             store: Store::new(db),
             data,
             embedded: db.collection(EMBEDDED),
@@ -74,6 +81,14 @@ impl Ctx {
     pub async fn read(&self, layout: Layout, i: usize) -> Res<usize> {
         let id = self.data.product_id(i);
         let shown = match layout {
+            Layout::EmbeddedWhole => {
+                let p = self
+                    .embedded
+                    .find_one(doc! { "_id": id })
+                    .await?
+                    .ok_or("missing product")?;
+                p.reviews.len().min(PAGE_REVIEWS)
+            }
             Layout::Embedded => {
                 let p = self
                     .embedded
@@ -135,7 +150,7 @@ impl Ctx {
         let id = self.data.product_id(i);
         let review = self.data.new_review(i, n);
         match layout {
-            Layout::Embedded => {
+            Layout::Embedded | Layout::EmbeddedWhole => {
                 self.embedded
                     .update_one(
                         doc! { "_id": id },
@@ -182,7 +197,7 @@ impl Ctx {
         let id = self.data.product_id(i);
         let (mut seen, mut pages) = (0, 0);
         match layout {
-            Layout::Embedded => loop {
+            Layout::Embedded | Layout::EmbeddedWhole => loop {
                 // An array has no keyset: each page is a `$slice` at an offset.
                 let p = self
                     .embedded
@@ -248,11 +263,31 @@ impl Ctx {
 #[derive(Debug, Clone, Copy)]
 pub struct ReadRun {
     pub ops_per_sec: f64,
+    /// Kilobytes WiredTiger read into its cache per page view (from the OS or disk).
+    pub cache_kb: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
 }
 
-/// `tasks` tasks read random product pages for `warmup` (not recorded), then for `duration`.
+/// Bytes WiredTiger has read into its cache since the server started.
+pub async fn cache_reads(db: &Database) -> Res<f64> {
+    let status = db.run_command(doc! { "serverStatus": 1 }).await?;
+    let bytes = status
+        .get_document("wiredTiger")
+        .and_then(|w| w.get_document("cache"))
+        .ok()
+        .and_then(|c| c.get("bytes read into cache"))
+        .and_then(|b| match b {
+            Bson::Int64(n) => Some(*n as f64),
+            Bson::Int32(n) => Some(f64::from(*n)),
+            Bson::Double(n) => Some(*n),
+            _ => None,
+        });
+    Ok(bytes.unwrap_or(f64::NAN))
+}
+
+/// `tasks` tasks read random product pages for `warmup` (not recorded), then for `duration`,
+/// counting what WiredTiger reads into its cache during the measured part.
 pub async fn reads(
     ctx: &Arc<Ctx>,
     layout: Layout,
@@ -262,9 +297,23 @@ pub async fn reads(
     duration: Duration,
     seed: u64,
 ) -> Res<ReadRun> {
-    let start = Instant::now();
-    let measure_from = start + warmup;
-    let end = measure_from + duration;
+    run_reads(ctx, layout, picker, tasks, warmup, seed ^ 0x5EED).await?;
+    let before = cache_reads(&ctx.db).await?;
+    let mut run = run_reads(ctx, layout, picker, tasks, duration, seed).await?;
+    let after = cache_reads(&ctx.db).await?;
+    run.cache_kb = (after - before) / 1024.0 / (run.ops_per_sec * duration.as_secs_f64());
+    Ok(run)
+}
+
+async fn run_reads(
+    ctx: &Arc<Ctx>,
+    layout: Layout,
+    picker: &Arc<Picker>,
+    tasks: usize,
+    duration: Duration,
+    seed: u64,
+) -> Res<ReadRun> {
+    let end = Instant::now() + duration;
     let handles: Vec<_> = (0..tasks)
         .map(|t| {
             let ctx = Arc::clone(ctx);
@@ -282,9 +331,7 @@ pub async fn reads(
                     if shown != PAGE_REVIEWS {
                         return Err(format!("{}: page of {shown} reviews", layout.name()).into());
                     }
-                    if now >= measure_from {
-                        latencies.push(millis(now.elapsed()));
-                    }
+                    latencies.push(millis(now.elapsed()));
                 }
                 Res::Ok(latencies)
             })
@@ -297,6 +344,7 @@ pub async fn reads(
     let all = sorted(all);
     Ok(ReadRun {
         ops_per_sec: all.len() as f64 / duration.as_secs_f64(),
+        cache_kb: f64::NAN,
         p50_ms: quantile(&all, 0.5),
         p99_ms: quantile(&all, 0.99),
     })
