@@ -258,11 +258,15 @@ async fn malformed_children_are_named_on_every_read_path() {
     assert_eq!(results.len(), 10);
     let err = results[0].as_ref().unwrap_err();
     assert_malformed_child(err, "reviews", &Bson::ObjectId(bad_rating), "rating");
-    // A missing field is named in the message (`missing field `author``); the `field` of the
-    // error is the document itself, ".".
+    // A missing field is named as the field.
     let err = results[1].as_ref().unwrap_err();
-    assert!(err.to_string().contains("author"), "{err}");
-    assert!(matches!(err, Error::MalformedChild { .. }), "{err}");
+    match err {
+        Error::MalformedChild { field, problem, .. } => {
+            assert_eq!(field, "author");
+            assert!(problem.contains("missing field"), "{problem}");
+        }
+        other => panic!("expected MalformedChild, got {other}"),
+    }
     assert!(results[2..].iter().all(Result::is_ok));
 
     // Reconcile works on documents and does not judge their shape: it embeds what ranks
@@ -624,5 +628,60 @@ async fn a_parent_id_of_the_wrong_bson_type_finds_no_parent() {
             .unwrap();
         assert_eq!(n, 2);
         assert_subset_true(&store, Product::RECENT_REVIEWS, &Bson::ObjectId(product.id)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sort_key_of_the_wrong_type_is_reported_by_keyset_pages_not_skipped() {
+    for store in stores::<Product>().await {
+        store.ensure_indexes().await.unwrap();
+        let product = Product::named("mistyped");
+        store.insert(&product).await.unwrap();
+        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let batch: Vec<Review> = (0..12).map(Review::at).collect();
+        reviews.push_many(&product.id, &batch).await.unwrap();
+        // Written by someone else, with the date as a string: `$lt: <date>` never matches it.
+        let bad = ObjectId::new();
+        store
+            .database()
+            .collection::<Document>("reviews")
+            .insert_one(doc! { "_id": bad, "product_id": product.id, "author": "x", "rating": 1, "date": "2024-01-01" })
+            .await
+            .unwrap();
+        let mut request = PageRequest::first(5);
+        let mut served = 0;
+        let err = loop {
+            match reviews.page(&product.id, &request).await {
+                Ok(page) => {
+                    served += page.items.len();
+                    match page.next {
+                        Some(next) => request = PageRequest::after(next, 5),
+                        None => panic!("the walk ended after {served} children without an error"),
+                    }
+                }
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(
+            served, 10,
+            "the well-typed children before the end are served"
+        );
+        match &err {
+            Error::MalformedChild {
+                collection,
+                id,
+                field,
+                problem,
+            } => {
+                assert_eq!(collection, "reviews");
+                assert_eq!(**id, Bson::ObjectId(bad));
+                assert_eq!(field, "date");
+                assert!(
+                    problem.contains("a string") && problem.contains("a date"),
+                    "{problem}"
+                );
+            }
+            other => panic!("expected MalformedChild, got {other}"),
+        }
     }
 }

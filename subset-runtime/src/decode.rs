@@ -131,8 +131,20 @@ fn locate<T: DeserializeOwned>(raw: &RawDocument, fast: &str) -> (String, String
     };
     match serde_path_to_error::deserialize::<_, T>(bson::Deserializer::new(Bson::Document(doc))) {
         Err(e) => {
-            let path = dotted(e.path());
-            (path, format!("does not decode: {}", e.into_inner()))
+            let mut path = dotted(e.path());
+            let inner = e.into_inner().to_string();
+            // serde reports a missing field at the struct that lacks it; name the field itself.
+            if let Some(name) = inner
+                .strip_prefix("missing field `")
+                .and_then(|rest| rest.split('`').next())
+            {
+                path = if path == "." {
+                    name.to_owned()
+                } else {
+                    format!("{path}.{name}")
+                };
+            }
+            (path, format!("does not decode: {inner}"))
         }
         // The two decoders disagree; report the fast path's words.
         Ok(_) => (String::from("."), format!("does not decode: {fast}")),

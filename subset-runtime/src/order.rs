@@ -77,6 +77,36 @@ pub(crate) fn after_filter(spec: &SubsetSpec, parent: &Bson, after: &[Bson]) -> 
     filter
 }
 
+/// The `$type` operand matching `value`'s comparison bracket: all numbers compare with each
+/// other, so they are one bracket; `None` for `null`, which says nothing about the others.
+fn type_bracket(value: &Bson) -> Option<Bson> {
+    match value {
+        Bson::Null | Bson::Undefined => None,
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
+            Some(Bson::String("number".to_owned()))
+        }
+        other => Some(Bson::Int32(i32::from(other.element_type() as u8))),
+    }
+}
+
+/// Children of `parent` whose sort values are of another type than `reference`'s (a position
+/// of a well-formed child). MongoDB brackets `$lt`/`$gt` by type, so a keyset page never reaches
+/// such a child: pagination looks for them once it has reached the end, so that they are
+/// reported rather than silently skipped.
+pub(crate) fn misfit_filter(spec: &SubsetSpec, parent: &Bson, reference: &[Bson]) -> Document {
+    let branches: Vec<Bson> = spec
+        .order()
+        .zip(reference)
+        .filter_map(|(key, value)| {
+            let bracket = type_bracket(value)?;
+            Some(Bson::Document(
+                doc! { key.field: { "$not": { "$type": bracket } } },
+            ))
+        })
+        .collect();
+    doc! { spec.key: parent.clone(), "$or": branches }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +163,21 @@ mod tests {
         assert_eq!(
             position(&SPEC, &raw),
             vec![Bson::Int32(4), Bson::Null, Bson::Int32(1)]
+        );
+    }
+
+    #[test]
+    fn misfits_are_other_brackets_of_each_key() {
+        let f = misfit_filter(&SPEC, &Bson::Int32(7), &[3.into(), Bson::Null, "x".into()]);
+        assert_eq!(
+            f,
+            doc! {
+                "product_id": 7,
+                "$or": [
+                    { "rating": { "$not": { "$type": "number" } } },
+                    { "_id": { "$not": { "$type": 2 } } },
+                ]
+            }
         );
     }
 }

@@ -394,28 +394,13 @@ impl<'a> RawSubset<'a> {
                 (fresh, duplicates, other.then_some(e))
             }
         };
-        if !fresh.is_empty() {
+        if !fresh.is_empty() && !self.push_to_parent(parent, &fresh).await? {
             let ids: Vec<Bson> = fresh.iter().map(|p| p.id.clone()).collect();
-            let each = fresh
-                .iter()
-                .map(|p| Bson::Document(p.embedded.clone()))
-                .collect();
-            let updated = self
-                .store
-                .parents::<Document>()
-                .update_one(
-                    self.push_filter(parent, ids.clone()),
-                    self.push_update(each, fresh.len() as i64),
-                )
+            self.children::<Document>()
+                .delete_many(doc! { "_id": { "$in": ids }, self.spec.key: parent.clone() })
                 .await
-                .map_err(|e| self.store.mongo(e))?;
-            if updated.matched_count == 0 && !self.parent_exists(parent).await? {
-                self.children::<Document>()
-                    .delete_many(doc! { "_id": { "$in": ids }, self.spec.key: parent.clone() })
-                    .await
-                    .map_err(|e| self.mongo_child(e))?;
-                return Err(self.parent_not_found(parent));
-            }
+                .map_err(|e| self.mongo_child(e))?;
+            return Err(self.parent_not_found(parent));
         }
         for p in &duplicates {
             self.restore(parent, &p.id).await?;
@@ -424,6 +409,63 @@ impl<'a> RawSubset<'a> {
             Some(e) => Err(self.mongo_child(e)),
             None => Ok(()),
         }
+    }
+
+    /// The parent half of an ordered push: `$push`/`$sort`/`$slice` and `$inc` in one update,
+    /// unless a concurrent remove, update or reconcile has already embedded some of these
+    /// children (it read them from the child collection between our insert and this update).
+    /// Then only the others are pushed, and all of them are counted, since a remove or update
+    /// does not recount. Returns `false` when the parent does not exist.
+    async fn push_to_parent(&self, parent: &Bson, fresh: &[Prepared]) -> Result<bool> {
+        let parents = self.store.parents::<Document>();
+        let added = fresh.len() as i64;
+        let mut pending: Vec<&Prepared> = fresh.iter().collect();
+        for _ in 0..8 {
+            let ids: Vec<Bson> = pending.iter().map(|p| p.id.clone()).collect();
+            let each = pending
+                .iter()
+                .map(|p| Bson::Document(p.embedded.clone()))
+                .collect();
+            let updated = parents
+                .update_one(self.push_filter(parent, ids), self.push_update(each, added))
+                .await
+                .map_err(|e| self.store.mongo(e))?;
+            if updated.matched_count == 1 {
+                return Ok(true);
+            }
+            let path = format!("{}._id", self.spec.field);
+            let found = parents
+                .find_one(doc! { "_id": parent.clone() })
+                .projection(doc! { path: 1 })
+                .await
+                .map_err(|e| self.store.mongo(e))?;
+            let Some(found) = found else {
+                return Ok(false);
+            };
+            let embedded: Vec<&Bson> = found
+                .get_array(self.spec.field)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|c| c.as_document()?.get("_id"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            pending.retain(|p| !embedded.contains(&&p.id));
+            if pending.is_empty() {
+                break;
+            }
+        }
+        // Everything is embedded (or the parent is too contended to say): count what we added.
+        if let Some(count) = self.spec.count {
+            parents
+                .update_one(
+                    doc! { "_id": parent.clone() },
+                    doc! { "$inc": { count: added } },
+                )
+                .await
+                .map_err(|e| self.store.mongo(e))?;
+        }
+        Ok(true)
     }
 
     /// After a duplicate-key abort: finds which children of `batch` are already stored, checks
@@ -550,7 +592,67 @@ impl<'a> RawSubset<'a> {
             .take(size)
             .map(|raw| decode(raw, spec.child_collection, None))
             .collect::<Result<_>>()?;
+        if let (None, Some(position)) = (&next, after) {
+            let reference = match raws.last() {
+                Some(last) => order::position(spec, last),
+                None => position.to_vec(),
+            };
+            self.report_misfit(parent, &reference).await?;
+        }
         Ok(Page { items, next })
+    }
+
+    /// At the end of a keyset walk: fails with [`Error::MalformedChild`] if a child of `parent`
+    /// has a sort value of another type than the children served, which the keyset pages could
+    /// not reach. One index scan of the parent's keys, once per walk.
+    async fn report_misfit(&self, parent: &Bson, reference: &[Bson]) -> Result<()> {
+        let spec = self.spec;
+        let filter = order::misfit_filter(spec, parent, reference);
+        if filter.get_array("$or").map_or(true, |b| b.is_empty()) {
+            return Ok(());
+        }
+        let projection: Document = spec
+            .order()
+            .map(|k| (k.field.to_owned(), Bson::Int32(1)))
+            .collect();
+        let misfit = self
+            .children::<RawDocumentBuf>()
+            .find_one(filter)
+            .projection(projection)
+            .await
+            .map_err(|e| self.mongo_child(e))?;
+        let Some(misfit) = misfit else {
+            return Ok(());
+        };
+        let (field, found, expected) = spec
+            .order()
+            .zip(reference)
+            .zip(order::position(spec, &misfit))
+            .find_map(|((key, want), got)| {
+                let differs = !matches!(want, Bson::Null)
+                    && std::mem::discriminant(want) != std::mem::discriminant(&got)
+                    && !(is_number(want) && is_number(&got));
+                differs.then_some((key.field, got.element_type(), want.element_type()))
+            })
+            .unwrap_or((
+                spec.key,
+                bson::spec::ElementType::Null,
+                bson::spec::ElementType::Null,
+            ));
+        Err(Error::MalformedChild {
+            collection: spec.child_collection.to_owned(),
+            id: Box::new(decode::id_of(&misfit)),
+            field: field.to_owned(),
+            problem: format!(
+                "is {} where the other children have {}, so it has no place in the subset's order",
+                if misfit.get(field).ok().flatten().is_none() {
+                    "missing"
+                } else {
+                    decode::type_name(found)
+                },
+                decode::type_name(expected)
+            ),
+        })
     }
 
     /// The first page, from the embedded subset, in one query projecting this field (and the
@@ -833,4 +935,11 @@ pub(crate) fn count_value(v: bson::RawBsonRef<'_>) -> Option<i64> {
         bson::RawBsonRef::Int64(n) => Some(n),
         _ => None,
     }
+}
+
+fn is_number(v: &Bson) -> bool {
+    matches!(
+        v,
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)
+    )
 }
