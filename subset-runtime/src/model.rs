@@ -233,28 +233,32 @@ pub fn assert_sortable<T: SortableField + ?Sized>(_: &T) {}
 #[doc(hidden)]
 pub fn assert_count<T: CountField + ?Sized>(_: &T) {}
 
+/// A descriptor for unit tests: `rating asc, date desc`, keep 5, key `product_id`.
+#[cfg(test)]
+pub(crate) const TEST_SPEC: SubsetSpec = SubsetSpec {
+    field: "recent",
+    rust_field: "recent",
+    child_collection: "reviews",
+    key: "product_id",
+    keep: 5,
+    sort: &[
+        SortKey {
+            field: "rating",
+            direction: Direction::Asc,
+        },
+        SortKey {
+            field: "date",
+            direction: Direction::Desc,
+        },
+    ],
+    count: None,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const SPEC: SubsetSpec = SubsetSpec {
-        field: "recent",
-        rust_field: "recent",
-        child_collection: "reviews",
-        key: "product_id",
-        keep: 5,
-        sort: &[
-            SortKey {
-                field: "rating",
-                direction: Direction::Asc,
-            },
-            SortKey {
-                field: "date",
-                direction: Direction::Desc,
-            },
-        ],
-        count: None,
-    };
+    use crate::model::TEST_SPEC as SPEC;
 
     #[test]
     fn order_appends_id_in_last_direction() {

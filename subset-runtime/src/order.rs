@@ -110,26 +110,8 @@ pub(crate) fn misfit_filter(spec: &SubsetSpec, parent: &Bson, reference: &[Bson]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::SortKey;
 
-    const SPEC: SubsetSpec = SubsetSpec {
-        field: "recent",
-        rust_field: "recent",
-        child_collection: "reviews",
-        key: "product_id",
-        keep: 5,
-        sort: &[
-            SortKey {
-                field: "rating",
-                direction: Direction::Asc,
-            },
-            SortKey {
-                field: "date",
-                direction: Direction::Desc,
-            },
-        ],
-        count: None,
-    };
+    use crate::model::TEST_SPEC as SPEC;
 
     #[test]
     fn sort_and_index_documents() {

@@ -216,9 +216,7 @@ impl MongoServer {
     ///
     /// The driver rejects the URI (only possible for `MONGODB_URI`).
     pub async fn client(&self) -> Result<mongodb::Client, TestkitError> {
-        mongodb::Client::with_uri_str(&self.uri)
-            .await
-            .map_err(|e| TestkitError::mongo("creating a client", e))
+        connect(&self.uri).await
     }
 
     /// A new client and a database name no other caller in this process gets,
@@ -229,13 +227,7 @@ impl MongoServer {
     ///
     /// As for [`client`](Self::client).
     pub async fn database(&self) -> Result<mongodb::Database, TestkitError> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let name = format!(
-            "subset_test_{}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        Ok(self.client().await?.database(&name))
+        Ok(self.client().await?.database(&unique_database_name()))
     }
 
     /// Kills the server at once (SIGKILL), as a crash would, keeping its data directory and port
@@ -269,4 +261,21 @@ fn external_uri() -> Option<String> {
     std::env::var("MONGODB_URI")
         .ok()
         .filter(|uri| !uri.trim().is_empty())
+}
+
+/// A new client of `uri`, bound to the caller's runtime.
+async fn connect(uri: &str) -> Result<mongodb::Client, TestkitError> {
+    mongodb::Client::with_uri_str(uri)
+        .await
+        .map_err(|e| TestkitError::mongo("creating a client", e))
+}
+
+/// `subset_test_<pid>_<n>`: a database name no other caller in this process gets.
+fn unique_database_name() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "subset_test_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }

@@ -165,9 +165,7 @@ impl ReplicaSet {
     ///
     /// The driver rejects the URI (it does not).
     pub async fn client(&self) -> Result<mongodb::Client, TestkitError> {
-        mongodb::Client::with_uri_str(&self.uri)
-            .await
-            .map_err(|e| TestkitError::mongo("creating a client", e))
+        super::connect(&self.uri).await
     }
 
     /// A new client of the whole set and a database name no other caller in this process gets.
@@ -176,13 +174,10 @@ impl ReplicaSet {
     ///
     /// As for [`client`](Self::client).
     pub async fn database(&self) -> Result<mongodb::Database, TestkitError> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let name = format!(
-            "subset_set_test_{}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        Ok(self.client().await?.database(&name))
+        Ok(self
+            .client()
+            .await?
+            .database(&super::unique_database_name()))
     }
 
     /// The `admin` database of one member through a direct connection (no server discovery).
