@@ -265,9 +265,9 @@ impl Report {
             let _ = writeln!(w, "![product-page throughput](working-set.svg)\n");
             let _ = writeln!(
                 w,
-                "| popularity | tasks | layout | pages/s | p50 ms | p99 ms |"
+                "| popularity | tasks | layout | pages/s | p50 ms | p99 ms | KB read into cache per page |"
             );
-            let _ = writeln!(w, "|---|--:|---|--:|--:|--:|");
+            let _ = writeln!(w, "|---|--:|---|--:|--:|--:|--:|");
             for (p, t) in &configs {
                 for layout in Layout::ALL {
                     if let Some(r) = self.reads_of(layout, p, *t) {
@@ -292,9 +292,9 @@ impl Report {
             );
             let _ = writeln!(
                 w,
-                "| popularity | tasks | / fully embedded | / two queries | / `$lookup` |"
+                "| popularity | tasks | / fully embedded, whole | / fully embedded, `$slice` | / two queries | / `$lookup` |"
             );
-            let _ = writeln!(w, "|---|--:|--:|--:|--:|");
+            let _ = writeln!(w, "|---|--:|--:|--:|--:|--:|");
             for (p, t) in &configs {
                 let ratio = |other| match (
                     self.reads_of(Layout::Subset, p, *t),
@@ -535,7 +535,7 @@ impl Report {
                         color.filled(),
                     )
                 }))?
-                .label(layout.name())
+                .label(layout.name().replace('`', ""))
                 .legend(move |(x, y)| {
                     Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
                 });
