@@ -43,10 +43,21 @@ pub(crate) fn child<C: DeserializeOwned>(
 /// `#[serde(default)]`: a parent without it was not written by this library, and serving an
 /// empty first page for it would hide the children in the child collection.
 pub(crate) fn parent<P: Parent>(raw: &RawDocument) -> Result<P> {
+    // Only presence and type here, one lookup per field; the elements are checked by the decode
+    // itself, and walked for a precise message only when it fails.
     for spec in P::SUBSETS {
-        subset_elements(raw, P::COLLECTION, spec)?;
+        if !matches!(raw.get(spec.field), Ok(Some(RawBsonRef::Array(_)))) {
+            subset_elements(raw, P::COLLECTION, spec)?;
+        }
     }
     bson::from_slice(raw.as_bytes()).map_err(|fast| {
+        if let Some(Err(shape)) = P::SUBSETS
+            .iter()
+            .map(|spec| subset_elements(raw, P::COLLECTION, spec))
+            .find(Result::is_err)
+        {
+            return shape;
+        }
         let (field, problem) = locate::<P>(raw, &fast.to_string());
         // Point into the array element when the failure is inside a child.
         let child = P::SUBSETS.iter().find_map(|spec| {
