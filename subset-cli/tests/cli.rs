@@ -9,17 +9,11 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::Database;
-use rand::distr::Alphanumeric;
-use rand::Rng;
 use serde_json::Value;
 use subset::testkit::{MongoServer, Topology};
 
-/// Large shops: enough that a migration takes long enough to be killed half-way.
-const LARGE: usize = 40;
-/// Reviews embedded in each large shop.
-const REVIEWS: usize = 800;
-/// Small shops, with 3 reviews each.
-const SMALL: usize = 4;
+mod support;
+use support::*;
 
 /// A fresh database on the shared replica set, and the URI to hand the binary.
 async fn fresh() -> (Database, String) {
@@ -28,55 +22,6 @@ async fn fresh() -> (Database, String) {
         .expect("start the test mongod");
     let db = server.database().await.expect("connect to the test mongod");
     (db, server.uri().to_owned())
-}
-
-fn word(rng: &mut impl Rng, len: usize) -> String {
-    rng.sample_iter(&Alphanumeric)
-        .take(len)
-        .map(char::from)
-        .collect()
-}
-
-fn review(rng: &mut impl Rng, with_id: bool, now: i64) -> Document {
-    let mut review = Document::new();
-    if with_id {
-        review.insert("_id", ObjectId::new());
-    }
-    review.insert("user", word(rng, 8));
-    review.insert("stars", rng.random_range(1..=5_i32));
-    review.insert("text", word(rng, 8));
-    review.insert(
-        "date",
-        DateTime::from_millis(now - rng.random_range(0..90 * 24 * 3_600_000_i64)),
-    );
-    review
-}
-
-/// The delivery app before the subset pattern: `LARGE` shops with `REVIEWS` embedded reviews
-/// (every other one without review `_id`s), `SMALL` small shops, and one shop with no `reviews`.
-async fn seed(db: &Database) {
-    let mut rng = rand::rng();
-    let now = DateTime::now().timestamp_millis();
-    let mut shops = Vec::new();
-    for i in 0..LARGE {
-        let reviews: Vec<Document> = (0..REVIEWS)
-            .map(|_| review(&mut rng, i % 2 == 0, now))
-            .collect();
-        shops.push(
-            doc! { "_id": ObjectId::new(), "name": format!("Noodle Bar {i}"), "reviews": reviews },
-        );
-    }
-    for i in 0..SMALL {
-        let reviews: Vec<Document> = (0..3).map(|_| review(&mut rng, true, now)).collect();
-        shops.push(
-            doc! { "_id": ObjectId::new(), "name": format!("Corner Café {i}"), "reviews": reviews },
-        );
-    }
-    shops.push(doc! { "_id": ObjectId::new(), "name": "New Kiosk" });
-    db.collection::<Document>("shops")
-        .insert_many(shops)
-        .await
-        .unwrap();
 }
 
 /// `subset <args> --uri <uri> --db <db>`, run to completion.
@@ -582,7 +527,7 @@ async fn malformed_shops_stop_the_migration_before_any_write_or_are_skipped() {
     let out = subset(&uri, &db, &with("check", &[])).await;
     assert_eq!(code(&out), 1);
     assert!(
-        stderr(&out).contains("parent 2 in `shops`: field `reviews` is String, not an array"),
+        stderr(&out).contains("parent 2 in `shops`: field `reviews` is a string, not an array"),
         "{}",
         stderr(&out)
     );
@@ -685,16 +630,4 @@ async fn usage_and_connection_errors_exit_2() {
         stderr(&out)
     );
     assert_eq!(json(&out)["exit_code"], 2);
-}
-
-/// Seeds the delivery-app data into database `delivery` on `MONGODB_URI`, for the terminal
-/// session in the README: `MONGODB_URI=… cargo test -p subset-cli --test cli -- --ignored`.
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "seeds a demo database; run by hand"]
-async fn seed_demo_database() {
-    // Standalone accepts a replica set too.
-    let server = MongoServer::shared(Topology::Standalone).await.unwrap();
-    let db = server.client().await.unwrap().database("delivery");
-    db.drop().await.unwrap();
-    seed(&db).await;
 }

@@ -89,6 +89,13 @@ pub enum Error {
         source: Box<bson::ser::Error>,
     },
 
+    /// A parent to be inserted has no `_id`: its children could not name it.
+    #[error("parent for `{collection}` has no `_id` field")]
+    ParentWithoutId {
+        /// The parent collection.
+        collection: String,
+    },
+
     /// A child to be written has no `_id`, which exactly-once pagination and idempotent pushes
     /// rely on.
     #[error("child for `{collection}` has no `_id` field")]
@@ -132,6 +139,19 @@ impl Error {
         Error::Mongo {
             collection: collection.to_owned(),
             source: Box::new(source),
+        }
+    }
+
+    /// A driver error that kept being transient until `deadline`: the same error, as a
+    /// [`Error::TransactionTimeout`]. Other errors are returned unchanged.
+    pub(crate) fn into_timeout(self, deadline: std::time::Duration) -> Self {
+        match self {
+            Error::Mongo { collection, source } => Error::TransactionTimeout {
+                collection,
+                seconds: deadline.as_secs(),
+                source,
+            },
+            other => other,
         }
     }
 

@@ -51,7 +51,8 @@ pub(crate) fn after_filter(spec: &SubsetSpec, parent: &Bson, after: &[Bson]) -> 
         let mut branch = equal.clone();
         branch.insert(key.field, doc! { op: value.clone() });
         branches.push(Bson::Document(branch));
-        equal.insert(key.field, value.clone());
+        // `$eq`, not a bare value: a forged cursor value such as `{"$ne": null}` stays a value.
+        equal.insert(key.field, doc! { "$eq": value.clone() });
     }
     let mut filter = doc! { spec.key: parent.clone() };
     match branches.len() {
@@ -132,8 +133,8 @@ mod tests {
                 "rating": { "$gte": 3 },
                 "$or": [
                     { "rating": { "$gt": 3 } },
-                    { "rating": 3, "date": { "$lt": 10 } },
-                    { "rating": 3, "date": 10, "_id": { "$lt": 99 } },
+                    { "rating": { "$eq": 3 }, "date": { "$lt": 10 } },
+                    { "rating": { "$eq": 3 }, "date": { "$eq": 10 }, "_id": { "$lt": 99 } },
                 ]
             }
         );

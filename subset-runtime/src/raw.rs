@@ -127,7 +127,12 @@ impl RawStore {
     /// As [`crate::Store::insert`].
     #[tracing::instrument(skip_all, fields(collection = %self.collection))]
     pub async fn insert(&self, specs: &[SubsetSpec], mut parent: Document) -> Result<()> {
-        let id = parent.get("_id").cloned().unwrap_or(Bson::Null);
+        let id = parent
+            .get("_id")
+            .cloned()
+            .ok_or_else(|| Error::ParentWithoutId {
+                collection: self.collection.clone(),
+            })?;
         let mut children = Vec::with_capacity(specs.len());
         for spec in specs {
             let given = match parent.insert(spec.field, Bson::Array(Vec::new())) {
@@ -169,10 +174,10 @@ impl RawStore {
                     .await
                     .map_err(|e| self.mongo(e))?;
                 let written = op.write_children(None).await;
-                if !matches!(written, Ok(Ok(()))) {
+                if written.is_err() {
                     op.undo().await;
                 }
-                written.map_err(|e| self.mongo(e))?
+                written
             }
         }
     }
@@ -182,6 +187,7 @@ impl RawStore {
     /// # Errors
     ///
     /// [`Error::Mongo`].
+    #[tracing::instrument(skip_all, fields(collection = %self.collection))]
     pub async fn get(&self, id: &Bson) -> Result<Option<RawDocumentBuf>> {
         self.parents::<RawDocumentBuf>()
             .find_one(doc! { "_id": id.clone() })
@@ -203,7 +209,7 @@ impl RawStore {
         };
         match self.mode().await? {
             WriteMode::Transactional => txn::run(self.db.client(), &self.collection, &op).await,
-            WriteMode::Ordered => op.write(None).await.map_err(|e| self.mongo(e))?,
+            WriteMode::Ordered => op.write(None).await,
         }
     }
 }
@@ -254,6 +260,7 @@ impl<'a> RawSubset<'a> {
     /// # Errors
     ///
     /// [`Error::Mongo`] naming the child collection.
+    #[tracing::instrument(skip_all, fields(collection = %self.store.collection, field = self.spec.field))]
     pub async fn ensure_index(&self) -> Result<()> {
         let spec = self.spec;
         let index = IndexModel::builder()
@@ -376,6 +383,10 @@ impl<'a> RawSubset<'a> {
         };
         let (fresh, duplicates, failure) = match inserted {
             Ok(()) => (batch, Vec::new(), None),
+            // Applied, but not as durably as asked: embed and count them, then report it.
+            Err(e) if failed_indexes(&e).is_empty() && is_write_concern_only(&e) => {
+                (batch, Vec::new(), Some(e))
+            }
             Err(e) => {
                 let failed = failed_indexes(&e);
                 if failed.is_empty() {
@@ -391,7 +402,8 @@ impl<'a> RawSubset<'a> {
                         Some(_) => other = true,
                     }
                 }
-                (fresh, duplicates, other.then_some(e))
+                let concern = is_write_concern_only(&e) || has_write_concern_error(&e);
+                (fresh, duplicates, (other || concern).then_some(e))
             }
         };
         if !fresh.is_empty() && !self.push_to_parent(parent, &fresh).await? {
@@ -513,7 +525,8 @@ impl<'a> RawSubset<'a> {
                 owner: Box::new(owner),
             });
         }
-        self.store
+        let updated = self
+            .store
             .parents::<Document>()
             .update_one(
                 self.push_filter(parent, vec![id.clone()]),
@@ -521,6 +534,11 @@ impl<'a> RawSubset<'a> {
             )
             .await
             .map_err(|e| self.store.mongo(e))?;
+        // No match: the child is embedded already, or the parent is gone (its children left
+        // behind by an interrupted delete), which a push must report.
+        if updated.matched_count == 0 && !self.parent_exists(parent).await? {
+            return Err(self.parent_not_found(parent));
+        }
         Ok(())
     }
 
@@ -586,7 +604,10 @@ impl<'a> RawSubset<'a> {
         if raws.is_empty() && after.is_none() && !self.parent_exists(parent).await? {
             return Err(self.parent_not_found(parent));
         }
-        let next = (raws.len() > size).then(|| self.cursor(parent, &raws[size - 1]));
+        let next = match raws.get(size - 1) {
+            Some(last) if raws.len() > size => Some(self.cursor(parent, last)?),
+            _ => None,
+        };
         let items = raws
             .iter()
             .take(size)
@@ -624,7 +645,7 @@ impl<'a> RawSubset<'a> {
         let Some(misfit) = misfit else {
             return Ok(());
         };
-        let (field, found, expected) = spec
+        let Some((field, found, expected)) = spec
             .order()
             .zip(reference)
             .zip(order::position(spec, &misfit))
@@ -634,11 +655,10 @@ impl<'a> RawSubset<'a> {
                     && !(is_number(want) && is_number(&got));
                 differs.then_some((key.field, got.element_type(), want.element_type()))
             })
-            .unwrap_or((
-                spec.key,
-                bson::spec::ElementType::Null,
-                bson::spec::ElementType::Null,
-            ));
+        else {
+            // The filter and this comparison agree on brackets; nothing to name if they do not.
+            return Ok(());
+        };
         Err(Error::MalformedChild {
             collection: spec.child_collection.to_owned(),
             id: Box::new(decode::id_of(&misfit)),
@@ -697,18 +717,35 @@ impl<'a> RawSubset<'a> {
                     _ => true,
                 });
         let next = match (more, items.len()) {
-            (true, n) if n > 0 => Some(self.cursor(parent, elements[n - 1])),
+            (true, n) if n > 0 => Some(self.cursor(parent, elements[n - 1])?),
             _ => None,
         };
         Ok(Page { items, next })
     }
 
-    fn cursor(&self, parent: &Bson, last: &RawDocument) -> Cursor {
-        Cursor {
+    /// The cursor after `last`. A child whose sort key is missing or null has no position a
+    /// keyset comparison can continue from (`$lt: null` matches nothing), so it is an error
+    /// naming it rather than a walk that silently ends there.
+    fn cursor(&self, parent: &Bson, last: &RawDocument) -> Result<Cursor> {
+        let position = order::position(self.spec, last);
+        if let Some(key) = self
+            .spec
+            .order()
+            .zip(&position)
+            .find_map(|(key, value)| matches!(value, Bson::Null).then_some(key.field))
+        {
+            return Err(Error::MalformedChild {
+                collection: self.spec.child_collection.to_owned(),
+                id: Box::new(decode::id_of(last)),
+                field: key.to_owned(),
+                problem: "is missing or null, so it has no place in the subset's order".into(),
+            });
+        }
+        Ok(Cursor {
             field: self.spec.field.to_owned(),
             parent: parent.clone(),
-            position: order::position(self.spec, last),
-        }
+            position,
+        })
     }
 
     /// Every child of `parent` in order, as raw documents; see [`crate::Subset::all`].
@@ -735,6 +772,7 @@ impl<'a> RawSubset<'a> {
     /// # Errors
     ///
     /// [`Error::Mongo`].
+    #[tracing::instrument(skip_all, fields(collection = %self.store.collection, field = self.spec.field))]
     pub async fn count(&self, parent: &Bson) -> Result<u64> {
         self.children::<Document>()
             .count_documents(doc! { self.spec.key: parent.clone() })
@@ -754,7 +792,7 @@ struct PushOp<'s, 'a> {
 impl txn::TxnOp for PushOp<'_, '_> {
     type Output = ();
 
-    async fn run(&self, session: &mut ClientSession) -> mongodb::error::Result<Result<()>> {
+    async fn run(&self, session: &mut ClientSession) -> Result<()> {
         let s = self.subset;
         let each = self
             .batch
@@ -767,20 +805,26 @@ impl txn::TxnOp for PushOp<'_, '_> {
             .parents::<Document>()
             .update_one(doc! { "_id": self.parent.clone() }, update)
             .session(&mut *session)
-            .await?;
+            .await
+            .map_err(|e| s.store.mongo(e))?;
         if updated.matched_count == 0 {
-            return Ok(Err(s.parent_not_found(self.parent)));
+            return Err(s.parent_not_found(self.parent));
         }
         let children = s.children::<Document>();
-        if let [one] = self.batch {
-            children.insert_one(&one.stored).session(session).await?;
+        let inserted = if let [one] = self.batch {
+            children
+                .insert_one(&one.stored)
+                .session(session)
+                .await
+                .map(|_| ())
         } else {
             children
                 .insert_many(self.batch.iter().map(|p| &p.stored))
                 .session(session)
-                .await?;
-        }
-        Ok(Ok(()))
+                .await
+                .map(|_| ())
+        };
+        inserted.map_err(|e| s.mongo_child(e))
     }
 }
 
@@ -796,29 +840,35 @@ struct InsertOp<'a> {
 
 impl InsertOp<'_> {
     /// Everything after the parent's own insert.
-    async fn write_children(
-        &self,
-        mut session: Option<&mut ClientSession>,
-    ) -> mongodb::error::Result<Result<()>> {
+    async fn write_children(&self, mut session: Option<&mut ClientSession>) -> Result<()> {
         let mut set = Document::new();
         for (spec, docs) in self.specs.iter().zip(self.children) {
             if docs.is_empty() {
                 continue;
             }
+            let child = |e| Error::mongo(spec.child_collection, e);
             let coll = self.store.db.collection::<Document>(spec.child_collection);
             match session.as_deref_mut() {
-                Some(s) => coll.insert_many(docs).session(s).await?,
-                None => coll.insert_many(docs).await?,
-            };
+                Some(s) => coll.insert_many(docs).session(s).await.map(|_| ()),
+                None => coll.insert_many(docs).await.map(|_| ()),
+            }
+            .map_err(child)?;
             let top = coll
                 .find(doc! { spec.key: self.id.clone() })
                 .sort(order::sort_doc(spec))
                 .limit(i64::from(spec.keep))
                 .projection(doc! { spec.key: 0 });
             let top: Vec<Document> = match session.as_deref_mut() {
-                Some(s) => top.session(&mut *s).await?.stream(s).try_collect().await?,
-                None => top.await?.try_collect().await?,
-            };
+                Some(s) => match top.session(&mut *s).await {
+                    Ok(mut cursor) => cursor.stream(s).try_collect().await,
+                    Err(e) => Err(e),
+                },
+                None => match top.await {
+                    Ok(cursor) => cursor.try_collect().await,
+                    Err(e) => Err(e),
+                },
+            }
+            .map_err(child)?;
             set.insert(spec.field, top);
             if let Some(count) = spec.count {
                 set.insert(count, docs.len() as i64);
@@ -828,11 +878,12 @@ impl InsertOp<'_> {
             let parents = self.store.parents::<Document>();
             let (filter, update) = (doc! { "_id": self.id.clone() }, doc! { "$set": set });
             match session {
-                Some(s) => parents.update_one(filter, update).session(s).await?,
-                None => parents.update_one(filter, update).await?,
-            };
+                Some(s) => parents.update_one(filter, update).session(s).await,
+                None => parents.update_one(filter, update).await,
+            }
+            .map_err(|e| self.store.mongo(e))?;
         }
-        Ok(Ok(()))
+        Ok(())
     }
 
     /// Best-effort removal of what a failed standalone insert wrote. Only children carrying the
@@ -858,12 +909,13 @@ impl InsertOp<'_> {
 impl txn::TxnOp for InsertOp<'_> {
     type Output = ();
 
-    async fn run(&self, session: &mut ClientSession) -> mongodb::error::Result<Result<()>> {
+    async fn run(&self, session: &mut ClientSession) -> Result<()> {
         self.store
             .parents::<Document>()
             .insert_one(self.parent)
             .session(&mut *session)
-            .await?;
+            .await
+            .map_err(|e| self.store.mongo(e))?;
         self.write_children(Some(session)).await
     }
 }
@@ -877,32 +929,31 @@ struct DeleteOp<'a> {
 }
 
 impl DeleteOp<'_> {
-    async fn write(
-        &self,
-        mut session: Option<&mut ClientSession>,
-    ) -> mongodb::error::Result<Result<bool>> {
+    async fn write(&self, mut session: Option<&mut ClientSession>) -> Result<bool> {
         let parents = self.store.parents::<Document>();
         let filter = doc! { "_id": self.id.clone() };
         let deleted = match session.as_deref_mut() {
-            Some(s) => parents.delete_one(filter).session(s).await?,
-            None => parents.delete_one(filter).await?,
-        };
+            Some(s) => parents.delete_one(filter).session(s).await,
+            None => parents.delete_one(filter).await,
+        }
+        .map_err(|e| self.store.mongo(e))?;
         for spec in self.specs {
             let coll = self.store.db.collection::<Document>(spec.child_collection);
             let filter = doc! { spec.key: self.id.clone() };
             match session.as_deref_mut() {
-                Some(s) => coll.delete_many(filter).session(s).await?,
-                None => coll.delete_many(filter).await?,
-            };
+                Some(s) => coll.delete_many(filter).session(s).await,
+                None => coll.delete_many(filter).await,
+            }
+            .map_err(|e| Error::mongo(spec.child_collection, e))?;
         }
-        Ok(Ok(deleted.deleted_count > 0))
+        Ok(deleted.deleted_count > 0)
     }
 }
 
 impl txn::TxnOp for DeleteOp<'_> {
     type Output = bool;
 
-    async fn run(&self, session: &mut ClientSession) -> mongodb::error::Result<Result<bool>> {
+    async fn run(&self, session: &mut ClientSession) -> Result<bool> {
         self.write(Some(session)).await
     }
 }
@@ -912,6 +963,22 @@ fn is_duplicate(e: &mongodb::error::Error) -> bool {
     failed_indexes(e)
         .iter()
         .any(|(_, code)| *code == DUPLICATE_KEY)
+}
+
+/// Whether an insert failed only on its write concern (the documents were written).
+fn is_write_concern_only(e: &mongodb::error::Error) -> bool {
+    match e.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteConcernError(_)) => true,
+        ErrorKind::InsertMany(m) => {
+            m.write_errors.as_ref().is_none_or(Vec::is_empty) && m.write_concern_error.is_some()
+        }
+        _ => false,
+    }
+}
+
+/// Whether an `insertMany` error also carries a write-concern error.
+fn has_write_concern_error(e: &mongodb::error::Error) -> bool {
+    matches!(e.kind.as_ref(), ErrorKind::InsertMany(m) if m.write_concern_error.is_some())
 }
 
 /// The (index in the batch, error code) of each failed document of an insert.

@@ -6,7 +6,7 @@ use futures::TryStreamExt;
 use mongodb::ClientSession;
 
 use crate::error::{Error, Result};
-use crate::raw::{RawSubset, WriteMode};
+use crate::raw::{count_value, RawSubset, WriteMode};
 use crate::{order, txn};
 
 /// How many times an ordered (non-transactional) resync re-reads and retries when a concurrent
@@ -129,12 +129,14 @@ impl RawSubset<'_> {
     ///
     /// As [`RawSubset::reconcile`].
     pub async fn check(&self, parent: &Bson) -> Result<Drift> {
+        // In a transaction on a replica set, so that its two reads see one snapshot and a push
+        // landing between them is not reported as drift.
         let op = ResyncOp {
             subset: self,
             parent,
             write: false,
         };
-        op.exec(None).await
+        self.run(&op).await
     }
 
     async fn run<O: ChildWrite>(&self, op: &O) -> Result<Drift> {
@@ -222,7 +224,9 @@ impl RawSubset<'_> {
             };
 
             drift = compare(parent, embedded.as_deref().unwrap_or_default(), &top);
-            let stored_n = stored_count.as_ref().and_then(bson_count);
+            let stored_n = stored_count.as_ref().and_then(|v| {
+                count_value(bson::RawBson::try_from(v.clone()).ok()?.as_raw_bson_ref())
+            });
             if let Some(n) = actual {
                 if stored_n != Some(n as i64) {
                     drift.count = Some((stored_n.unwrap_or(0), n));
@@ -277,17 +281,19 @@ impl RawSubset<'_> {
             }
             tracing::debug!(parent = %parent, "subset changed while resyncing; reading again");
         }
-        // Still contended after every attempt: a removal must still count, the array is left
-        // for the next reconcile.
+        // Still contended after every attempt (in a transaction, the snapshot changed under
+        // us): a removal must still count, in the same transaction if there is one; the array
+        // is left for the next reconcile.
         if let (Some(count), CountFix::Add(n)) = (spec.count, count_fix) {
-            store
-                .parents::<Document>()
-                .update_one(
-                    doc! { "_id": parent.clone() },
-                    doc! { "$inc": { count: n } },
-                )
-                .await
-                .map_err(|e| store.mongo(e))?;
+            let inc = parents.update_one(
+                doc! { "_id": parent.clone() },
+                doc! { "$inc": { count: n } },
+            );
+            match session {
+                Some(s) => inc.session(s).await,
+                None => inc.await,
+            }
+            .map_err(|e| store.mongo(e))?;
         }
         Ok(drift)
     }
@@ -308,8 +314,8 @@ struct InTxn<'o, O>(&'o O);
 impl<O: ChildWrite> txn::TxnOp for InTxn<'_, O> {
     type Output = Drift;
 
-    async fn run(&self, session: &mut ClientSession) -> mongodb::error::Result<Result<Drift>> {
-        txn::surface(self.0.exec(Some(session)).await)
+    async fn run(&self, session: &mut ClientSession) -> Result<Drift> {
+        self.0.exec(Some(session)).await
     }
 }
 
@@ -406,16 +412,11 @@ fn embedded_array(
             .map(Some),
         Some(other) => Err(malformed(
             field.to_owned(),
-            format!("is {:?}, not an array", other.element_type()),
+            format!(
+                "is {}, not an array",
+                crate::decode::type_name(other.element_type())
+            ),
         )),
-    }
-}
-
-fn bson_count(v: &Bson) -> Option<i64> {
-    match v {
-        Bson::Int32(n) => Some(i64::from(*n)),
-        Bson::Int64(n) => Some(*n),
-        _ => None,
     }
 }
 

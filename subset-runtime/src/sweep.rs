@@ -18,8 +18,8 @@ const DRIFT_SAMPLES: usize = 1_000;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SweepOptions {
-    /// How many parent `_id`s are read per query.
-    pub batch_size: u32,
+    /// How many parent `_id`s are read per query; at least 1 (`limit(0)` would mean no limit).
+    batch_size: u32,
 }
 
 impl Default for SweepOptions {

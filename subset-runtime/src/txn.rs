@@ -18,15 +18,14 @@ const DEADLINE: Duration = Duration::from_secs(120);
 pub(crate) trait TxnOp {
     type Output;
 
-    /// Runs the writes with `session`. `Ok(Err(e))` is a business outcome (such as a missing
-    /// parent) that aborts the transaction and is returned as is; `Err` is a driver error.
-    fn run(
-        &self,
-        session: &mut ClientSession,
-    ) -> impl Future<Output = mongodb::error::Result<Result<Self::Output>>> + Send;
+    /// Runs the writes with `session`. An error aborts the transaction; a driver error labelled
+    /// `TransientTransactionError` then retries it, any other error is returned as is.
+    fn run(&self, session: &mut ClientSession)
+        -> impl Future<Output = Result<Self::Output>> + Send;
 }
 
-/// Runs `op` in a transaction on `client`; `collection` names the parent collection in errors.
+/// Runs `op` in a transaction on `client`; `collection` (the parent collection) names errors of
+/// the session and the commit, the operations name their own.
 pub(crate) async fn run<O: TxnOp + Sync>(
     client: &Client,
     collection: &str,
@@ -40,32 +39,34 @@ pub(crate) async fn run<O: TxnOp + Sync>(
         attempt += 1;
         session.start_transaction().await.map_err(mongo)?;
         let output = match op.run(&mut session).await {
-            Ok(Ok(output)) => output,
-            Ok(Err(outcome)) => {
+            Ok(output) => output,
+            Err(error) => {
                 // Aborting can fail only if the server is gone; the transaction then dies with
-                // the session, so the outcome is still the right thing to report.
+                // the session, so the error is still the right thing to report.
                 let _ = session.abort_transaction().await;
-                return Err(outcome);
-            }
-            Err(e) => {
-                let _ = session.abort_transaction().await;
-                if e.contains_label(TRANSIENT_TRANSACTION_ERROR) {
-                    if started.elapsed() < DEADLINE {
-                        tracing::debug!(attempt, error = %e, "transient transaction error, retrying");
-                        backoff(attempt).await;
-                        continue 'transaction;
-                    }
-                    return Err(timeout(collection, e));
+                let transient = error
+                    .mongo_error()
+                    .is_some_and(|e| e.contains_label(TRANSIENT_TRANSACTION_ERROR));
+                if !transient {
+                    return Err(error);
                 }
-                return Err(mongo(e));
+                if started.elapsed() >= DEADLINE {
+                    return Err(error.into_timeout(DEADLINE));
+                }
+                tracing::debug!(attempt, %error, "transient transaction error, retrying");
+                backoff(attempt).await;
+                continue 'transaction;
             }
         };
         loop {
             match session.commit_transaction().await {
                 Ok(()) => return Ok(output),
-                Err(e) if started.elapsed() >= DEADLINE => return Err(timeout(collection, e)),
+                Err(e) if started.elapsed() >= DEADLINE => {
+                    return Err(mongo(e).into_timeout(DEADLINE))
+                }
                 Err(e) if e.contains_label(UNKNOWN_TRANSACTION_COMMIT_RESULT) => {
                     tracing::debug!(error = %e, "unknown commit result, retrying the commit");
+                    backoff(attempt).await;
                 }
                 Err(e) if e.contains_label(TRANSIENT_TRANSACTION_ERROR) => {
                     tracing::debug!(attempt, error = %e, "transient commit error, retrying");
@@ -75,14 +76,6 @@ pub(crate) async fn run<O: TxnOp + Sync>(
                 Err(e) => return Err(mongo(e)),
             }
         }
-    }
-}
-
-fn timeout(collection: &str, source: mongodb::error::Error) -> Error {
-    Error::TransactionTimeout {
-        collection: collection.to_owned(),
-        seconds: DEADLINE.as_secs(),
-        source: Box::new(source),
     }
 }
 
@@ -96,13 +89,4 @@ async fn backoff(attempt: u32) {
     let base = u64::from(attempt.min(20));
     let millis = base + spread % (base + 1);
     tokio::time::sleep(Duration::from_millis(millis)).await;
-}
-
-/// Moves driver errors out of a transaction body's result, so that [`run`] sees their labels
-/// and retries transient ones; other errors stay outcomes that abort the transaction.
-pub(crate) fn surface<T>(result: Result<T>) -> mongodb::error::Result<Result<T>> {
-    match result {
-        Err(Error::Mongo { source, .. }) => Err(*source),
-        other => Ok(other),
-    }
 }
