@@ -685,3 +685,48 @@ async fn a_sort_key_of_the_wrong_type_is_reported_by_keyset_pages_not_skipped() 
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_cursor_value_is_a_value_not_an_operator() {
+    use base64::Engine as _;
+    let store = Store::<Product>::new(&replica_db().await);
+    let product = Product::named("forged");
+    store.insert(&product).await.unwrap();
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let batch: Vec<Review> = (0..12).map(Review::at).collect();
+    reviews.push_many(&product.id, &batch).await.unwrap();
+    // A cursor whose date is `{"$ne": null}`: read as an operator it would match every child.
+    let forged = doc! {
+        "v": 1,
+        "f": "recent_reviews",
+        "p": product.id,
+        "k": [{ "$ne": null }, ObjectId::new()],
+    };
+    let mut bytes = Vec::new();
+    forged.to_writer(&mut bytes).unwrap();
+    let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    match token.parse::<subset::Cursor>() {
+        Err(Error::InvalidCursor { reason }) => assert!(reason.contains("scalar"), "{reason}"),
+        other => panic!("expected InvalidCursor, got {other:?}"),
+    }
+    // A forged scalar is only a position: the children after it, no more.
+    let forged = doc! {
+        "v": 1,
+        "f": "recent_reviews",
+        "p": product.id,
+        "k": [DateTime::from_millis(6), ObjectId::new()],
+    };
+    let mut bytes = Vec::new();
+    forged.to_writer(&mut bytes).unwrap();
+    let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let page = reviews
+        .page(&product.id, &PageRequest::after(token.parse().unwrap(), 20))
+        .await
+        .unwrap();
+    let dates: Vec<i64> = page
+        .items
+        .iter()
+        .map(|r| r.date.timestamp_millis())
+        .collect();
+    assert_eq!(dates, [6, 5, 4, 3, 2, 1, 0]);
+}

@@ -79,6 +79,12 @@ impl Cursor {
         if token.len() != 1 {
             return Err(invalid("the token has unexpected fields"));
         }
+        // Sort keys are scalars; only the last value, the `_id`, may be a document. A document
+        // or array elsewhere is forged (and would sort among no real child).
+        let (_, keys) = position.split_last().unwrap_or((&Bson::Null, &[]));
+        if keys.iter().any(|v| !is_scalar(v)) {
+            return Err(invalid("the token holds a sort value that is not a scalar"));
+        }
         Ok(Cursor {
             field,
             parent,
@@ -102,6 +108,23 @@ impl Cursor {
         };
         Err(Error::InvalidCursor { reason })
     }
+}
+
+/// The BSON types a sort key can hold (see `SortableField`).
+fn is_scalar(v: &Bson) -> bool {
+    matches!(
+        v,
+        Bson::Double(_)
+            | Bson::String(_)
+            | Bson::Boolean(_)
+            | Bson::Int32(_)
+            | Bson::Int64(_)
+            | Bson::DateTime(_)
+            | Bson::ObjectId(_)
+            | Bson::Decimal128(_)
+            | Bson::Timestamp(_)
+            | Bson::Binary(_)
+    )
 }
 
 impl fmt::Display for Cursor {
