@@ -312,7 +312,7 @@ impl Report {
                     ratio(Layout::Lookup)
                 );
             }
-            let _ = writeln!(w, "| target | 4 | ≥ 4 | ≥ 4 | ≥ 2.5 | ≥ 2 |\n");
+            let _ = writeln!(w, "| target | 4 | ≥ 4 | – | ≥ 2.5 | ≥ 2 |\n");
         }
 
         if !self.writes.is_empty() {
