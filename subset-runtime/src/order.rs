@@ -80,7 +80,7 @@ pub(crate) fn after_filter(spec: &SubsetSpec, parent: &Bson, after: &[Bson]) -> 
 
 /// The `$type` operand matching `value`'s comparison bracket: all numbers compare with each
 /// other, so they are one bracket; `None` for `null`, which says nothing about the others.
-fn type_bracket(value: &Bson) -> Option<Bson> {
+pub(crate) fn type_bracket(value: &Bson) -> Option<Bson> {
     match value {
         Bson::Null | Bson::Undefined => None,
         Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {

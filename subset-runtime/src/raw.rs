@@ -650,9 +650,8 @@ impl<'a> RawSubset<'a> {
             .zip(reference)
             .zip(order::position(spec, &misfit))
             .find_map(|((key, want), got)| {
-                let differs = !matches!(want, Bson::Null)
-                    && std::mem::discriminant(want) != std::mem::discriminant(&got)
-                    && !(is_number(want) && is_number(&got));
+                let bracket = order::type_bracket(want);
+                let differs = bracket.is_some() && bracket != order::type_bracket(&got);
                 differs.then_some((key.field, got.element_type(), want.element_type()))
             })
         else {
@@ -1002,11 +1001,4 @@ pub(crate) fn count_value(v: bson::RawBsonRef<'_>) -> Option<i64> {
         bson::RawBsonRef::Int64(n) => Some(n),
         _ => None,
     }
-}
-
-fn is_number(v: &Bson) -> bool {
-    matches!(
-        v,
-        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)
-    )
 }

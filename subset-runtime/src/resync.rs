@@ -1,13 +1,14 @@
 //! Keeping the copy true: removing and replacing children, and recomputing a subset from the
 //! child collection (the one primitive behind backfill, re-sorting and reconcile).
 
-use bson::{doc, Bson, Document};
+use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::ClientSession;
 
 use crate::error::{Error, Result};
+use crate::model::SubsetSpec;
 use crate::raw::{count_value, RawSubset, WriteMode};
-use crate::{order, txn};
+use crate::{decode, order, txn};
 
 /// How many times an ordered (non-transactional) resync re-reads and retries when a concurrent
 /// writer changed the subset between its reads and its conditional write.
@@ -172,13 +173,14 @@ impl RawSubset<'_> {
         };
         let mut drift = Drift::default();
         let (parents, children) = (store.parents::<Document>(), self.children::<Document>());
+        let raw_parents = store.parents::<RawDocumentBuf>();
         for _ in 0..attempts {
             // The parent's subset and count, as stored.
             let mut projection = doc! { spec.field: 1 };
             if let Some(count) = spec.count {
                 projection.insert(count, 1);
             }
-            let find = parents
+            let find = raw_parents
                 .find_one(doc! { "_id": parent.clone() })
                 .projection(projection);
             let found = match session.as_deref_mut() {
@@ -187,8 +189,11 @@ impl RawSubset<'_> {
             }
             .map_err(|e| store.mongo(e))?
             .ok_or_else(|| self.parent_not_found(parent))?;
-            let embedded = embedded_array(&found, store.collection_name(), spec.field, parent)?;
-            let stored_count = spec.count.and_then(|c| found.get(c).cloned());
+            let embedded = embedded_array(&found, store.collection_name(), spec)?;
+            let stored_count = spec
+                .count
+                .and_then(|c| found.get(c).ok().flatten())
+                .and_then(|v| Bson::try_from(v).ok());
 
             // The truth: the child collection's first `keep`, and its count when it is needed.
             let top = children
@@ -224,9 +229,10 @@ impl RawSubset<'_> {
             };
 
             drift = compare(parent, embedded.as_deref().unwrap_or_default(), &top);
-            let stored_n = stored_count.as_ref().and_then(|v| {
-                count_value(bson::RawBson::try_from(v.clone()).ok()?.as_raw_bson_ref())
-            });
+            let stored_n = spec
+                .count
+                .and_then(|c| found.get(c).ok().flatten())
+                .and_then(count_value);
             if let Some(n) = actual {
                 if stored_n != Some(n as i64) {
                     drift.count = Some((stored_n.unwrap_or(0), n));
@@ -380,44 +386,28 @@ impl ChildWrite for ResyncOp<'_, '_> {
 }
 
 /// The subset field as stored: `None` when absent; an error when it is not an array of
-/// documents.
+/// documents (the same check, and message, as every other read of a parent).
 fn embedded_array(
-    parent_doc: &Document,
+    parent_doc: &RawDocument,
     collection: &str,
-    field: &str,
-    parent: &Bson,
+    spec: &SubsetSpec,
 ) -> Result<Option<Vec<Document>>> {
-    let malformed = |field: String, problem: String| Error::MalformedParent {
-        collection: collection.to_owned(),
-        id: Box::new(parent.clone()),
-        field,
-        problem,
-    };
-    match parent_doc.get(field) {
-        None => Ok(None),
-        Some(Bson::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| match item {
-                Bson::Document(d) => Ok(d.clone()),
-                other => Err(malformed(
-                    format!("{field}.{i}"),
-                    format!(
-                        "is {:?}, not an embedded child document",
-                        other.element_type()
-                    ),
-                )),
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some),
-        Some(other) => Err(malformed(
-            field.to_owned(),
-            format!(
-                "is {}, not an array",
-                crate::decode::type_name(other.element_type())
-            ),
-        )),
+    if matches!(parent_doc.get(spec.field), Ok(None)) {
+        return Ok(None);
     }
+    decode::subset_elements(parent_doc, collection, spec)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, element)| {
+            Document::try_from(element).map_err(|e| Error::MalformedParent {
+                collection: collection.to_owned(),
+                id: Box::new(decode::id_of(parent_doc)),
+                field: format!("{}.{i}", spec.field),
+                problem: format!("is unreadable: {e}"),
+            })
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }
 
 /// How an embedded subset differs from the top `keep` of the collection.
