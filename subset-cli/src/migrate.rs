@@ -19,7 +19,7 @@ use futures::{StreamExt, TryStreamExt};
 use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::Database;
 use serde_json::json;
-use subset_runtime::{RawStore, SubsetSpec};
+use subset_runtime::{ParentSpec, RawStore, SubsetSpec};
 
 use crate::args::MigrateArgs;
 use crate::error::{CliError, Invalid};
@@ -93,7 +93,7 @@ pub async fn run(
         });
     }
 
-    let store = RawStore::new(db, a.parent.clone());
+    let store = RawStore::new(db, ParentSpec::leak(a.parent.clone(), vec![*spec]));
     store.subset(spec).ensure_index().await?;
     let bar = progress::bar(survey.parents, "migrating", json);
     let mut moved = Moved::default();

@@ -5,7 +5,7 @@ use bson::{doc, Bson, Document};
 use futures::{StreamExt, TryStreamExt};
 use mongodb::Database;
 use serde_json::{json, Value};
-use subset_runtime::{Drift, Error, RawStore, SubsetSpec};
+use subset_runtime::{Drift, Error, ParentSpec, RawStore, SubsetSpec};
 
 use crate::args::SubsetArgs;
 use crate::error::{CliError, Invalid};
@@ -39,7 +39,7 @@ pub async fn run(
 ) -> Result<Outcome, CliError> {
     let json = args.conn.json;
     scan::require_collection(db, &args.parent).await?;
-    let store = RawStore::new(db, args.parent.clone());
+    let store = RawStore::new(db, ParentSpec::leak(args.parent.clone(), vec![*spec]));
     let subset = store.subset(spec);
     let mut index = has_index(db, spec).await?;
     let index_created = mode == Mode::Reconcile && !index;

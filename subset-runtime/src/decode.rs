@@ -215,3 +215,12 @@ pub(crate) fn type_name(t: bson::spec::ElementType) -> &'static str {
         T::MinKey => "MinKey",
     }
 }
+
+/// An integer count as stored (`$inc` may leave an int32 or an int64).
+pub(crate) fn count_value(v: RawBsonRef<'_>) -> Option<i64> {
+    match v {
+        RawBsonRef::Int32(n) => Some(i64::from(n)),
+        RawBsonRef::Int64(n) => Some(n),
+        _ => None,
+    }
+}

@@ -21,6 +21,12 @@ pub trait Parent: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     /// One descriptor per subset field, in declaration order.
     const SUBSETS: &'static [SubsetSpec];
 
+    /// The parent collection and its subset fields, as the engine takes them.
+    const SPEC: ParentSpec = ParentSpec {
+        collection: Self::COLLECTION,
+        subsets: Self::SUBSETS,
+    };
+
     /// The parent's `_id`.
     fn id(&self) -> &Self::Id;
 }
@@ -78,6 +84,27 @@ pub struct SortKey {
     pub field: &'static str,
     /// Its direction.
     pub direction: Direction,
+}
+
+/// A parent collection and its subset fields: what [`crate::RawStore`] works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParentSpec {
+    /// The parent collection.
+    pub collection: &'static str,
+    /// One descriptor per subset field.
+    pub subsets: &'static [SubsetSpec],
+}
+
+impl ParentSpec {
+    /// A descriptor made at run time (see [`crate::SpecBuilder`]): the strings are leaked, as a
+    /// descriptor describes the program's configuration and lives as long as it does. Build one
+    /// per configuration, not one per request.
+    pub fn leak(collection: impl Into<String>, subsets: Vec<SubsetSpec>) -> Self {
+        ParentSpec {
+            collection: Box::leak(collection.into().into_boxed_str()),
+            subsets: Box::leak(subsets.into_boxed_slice()),
+        }
+    }
 }
 
 /// Everything the runtime needs to know about one subset field.

@@ -2,15 +2,14 @@
 
 use std::marker::PhantomData;
 
-use bson::Bson;
 use mongodb::Database;
 
-use crate::decode;
-use crate::error::{Error, Result};
+use crate::action::Action;
+use crate::engine::{RawStore, SweepOptions, SweepProgress, SweepReport, WriteMode};
+use crate::error::Result;
 use crate::model::{Child, Parent, SubsetField};
-use crate::raw::{RawStore, WriteMode};
 use crate::subset::Subset;
-use crate::sweep::{SweepOptions, SweepProgress, SweepReport};
+use crate::{decode, encode};
 
 /// The store of parent type `P`: its collection, its child collections, and the write mode.
 ///
@@ -42,7 +41,7 @@ impl<P: Parent> Store<P> {
     /// A store on `db`. The write mode is detected from the server on first use.
     pub fn new(db: &Database) -> Self {
         Store {
-            raw: RawStore::new(db, P::COLLECTION),
+            raw: RawStore::new(db, P::SPEC),
             _parent: PhantomData,
         }
     }
@@ -71,7 +70,7 @@ impl<P: Parent> Store<P> {
     ///
     /// # Errors
     ///
-    /// [`Error::Mongo`] when the server cannot be reached.
+    /// [`crate::Error::Mongo`] when the server cannot be reached.
     pub async fn mode(&self) -> Result<WriteMode> {
         self.raw.mode().await
     }
@@ -81,52 +80,60 @@ impl<P: Parent> Store<P> {
         Subset::new(self.raw.subset(field.spec()))
     }
 
-    pub(crate) fn parent_id(id: &P::Id) -> Result<Bson> {
-        bson::to_bson(id).map_err(|source| Error::Serialize {
-            what: "a parent _id",
-            source: Box::new(source),
-        })
-    }
-
     /// Inserts a new parent and all its children.
     ///
     /// Every child given in a subset field goes into that field's child collection (with the
     /// parent key set); the parent is stored with the first `keep` of them in the subset's order
-    /// (as the server sorts them) and its count fields set to the number given.
+    /// (as the server sorts them) and its count fields set to the number given. Runs in the
+    /// caller's session with `.session(&mut s)` (see [`Action`]).
     ///
     /// # Errors
     ///
-    /// [`Error::Mongo`] for a duplicate parent `_id` or child `_id` (nothing is written, or on a
-    /// standalone server what was written is removed again), [`Error::ChildWithoutId`] for a child
-    /// without `_id`, [`Error::Serialize`] when the parent does not serialize.
-    pub async fn insert(&self, parent: &P) -> Result<()> {
-        let doc = bson::to_document(parent).map_err(|source| Error::Serialize {
-            what: "a parent",
-            source: Box::new(source),
-        })?;
-        self.raw.insert(P::SUBSETS, doc).await
+    /// [`crate::Error::Mongo`] for a duplicate parent `_id` or child `_id` (nothing is written,
+    /// or on a standalone server what was written is removed again),
+    /// [`crate::Error::ChildWithoutId`] for a child without `_id`, [`crate::Error::Serialize`]
+    /// when the parent does not serialize.
+    pub fn insert<'a>(&'a self, parent: &'a P) -> Action<'a, ()> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let doc = encode::document(parent, "a parent")?;
+                self.raw.insert_in(doc, session).await
+            })
+        })
     }
 
-    /// Reads one parent, with its embedded subsets, in one query.
+    /// Reads one parent, with its embedded subsets, in one query; in the caller's session with
+    /// `.session(&mut s)`, e.g. to read a transaction's own writes.
     ///
     /// # Errors
     ///
-    /// [`Error::MalformedParent`] / [`Error::MalformedChild`] when the stored document does not
-    /// have the shape of `P` (naming the `_id` and the field), [`Error::Mongo`] from the server.
-    #[tracing::instrument(skip_all, fields(collection = P::COLLECTION))]
-    pub async fn get(&self, id: &P::Id) -> Result<Option<P>> {
-        let raw = self.raw.get(&Self::parent_id(id)?).await?;
-        raw.map(|raw| decode::parent::<P>(&raw)).transpose()
+    /// [`crate::Error::MalformedParent`] / [`crate::Error::MalformedChild`] when the stored
+    /// document does not have the shape of `P` (naming the `_id` and the field),
+    /// [`crate::Error::Mongo`] from the server.
+    pub fn get<'a>(&'a self, id: &'a P::Id) -> Action<'a, Option<P>> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let id = encode::id(id, "a parent _id")?;
+                let raw = self.raw.get_in(&id, session).await?;
+                raw.map(|raw| decode::parent::<P>(&raw)).transpose()
+            })
+        })
     }
 
     /// Deletes a parent and every child of it in each child collection. Returns whether the
     /// parent existed; its children are deleted either way, so orphans left by a crash go too.
+    /// Runs in the caller's session with `.session(&mut s)`.
     ///
     /// # Errors
     ///
-    /// [`Error::Mongo`] from the server.
-    pub async fn delete(&self, id: &P::Id) -> Result<bool> {
-        self.raw.delete(P::SUBSETS, &Self::parent_id(id)?).await
+    /// [`crate::Error::Mongo`] from the server.
+    pub fn delete<'a>(&'a self, id: &'a P::Id) -> Action<'a, bool> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let id = encode::id(id, "a parent _id")?;
+                self.raw.delete_in(&id, session).await
+            })
+        })
     }
 
     /// Creates, on each child collection, the index `{key: 1, <sort keys>, _id}` that makes
@@ -134,14 +141,10 @@ impl<P: Parent> Store<P> {
     ///
     /// # Errors
     ///
-    /// [`Error::Mongo`] naming the child collection, e.g. when an index of the same name but
+    /// [`crate::Error::Mongo`] naming the child collection, e.g. when an index of the same name but
     /// other options exists.
-    #[tracing::instrument(skip_all, fields(collection = P::COLLECTION))]
     pub async fn ensure_indexes(&self) -> Result<()> {
-        for spec in P::SUBSETS {
-            self.raw.subset(spec).ensure_index().await?;
-        }
-        Ok(())
+        self.raw.ensure_indexes().await
     }
 
     /// Reconciles every parent's subsets and counts with the child collections, in batches,
@@ -149,16 +152,18 @@ impl<P: Parent> Store<P> {
     /// standalone server crashed, after writes outside this library, or on a schedule as a
     /// safety net.
     ///
+    /// A parent that fails (a malformed one, say) is recorded in [`SweepReport::failures`], named,
+    /// and the sweep goes on to the others.
+    ///
     /// # Errors
     ///
-    /// The first error stops the sweep (a malformed parent, say, named in the error); a rerun
-    /// starts over harmlessly.
+    /// [`crate::Error::Mongo`] when the parent collection itself cannot be scanned.
     pub async fn reconcile_all(
         &self,
         options: &SweepOptions,
         progress: impl FnMut(&SweepProgress),
     ) -> Result<SweepReport> {
-        self.raw.reconcile_all(P::SUBSETS, options, progress).await
+        self.raw.reconcile_all(options, progress).await
     }
 
     /// The same scan as [`Store::reconcile_all`], read-only: how much drift there is, for
@@ -172,7 +177,7 @@ impl<P: Parent> Store<P> {
         options: &SweepOptions,
         progress: impl FnMut(&SweepProgress),
     ) -> Result<SweepReport> {
-        self.raw.check_all(P::SUBSETS, options, progress).await
+        self.raw.check_all(options, progress).await
     }
 
     /// Installs the server-side cap: a `$jsonSchema` validator on the parent collection with
@@ -182,8 +187,8 @@ impl<P: Parent> Store<P> {
     ///
     /// # Errors
     ///
-    /// [`Error::Mongo`], e.g. without the `collMod` privilege.
+    /// [`crate::Error::Mongo`], e.g. without the `collMod` privilege.
     pub async fn ensure_schema(&self) -> Result<()> {
-        self.raw.ensure_schema(P::SUBSETS).await
+        self.raw.ensure_schema().await
     }
 }

@@ -4,13 +4,12 @@ use std::marker::PhantomData;
 
 use futures::{Stream, TryStreamExt};
 
+use crate::action::Action;
 use crate::cursor::{Page, PageRequest};
-use crate::decode;
-use crate::error::{Error, Result};
+use crate::engine::{Drift, RawSubset};
+use crate::error::Result;
 use crate::model::{Child, Parent, SubsetSpec};
-use crate::raw::RawSubset;
-use crate::resync::Drift;
-use crate::store::Store;
+use crate::{decode, encode};
 
 /// One subset field of one store: `store.subset(Product::RECENT_REVIEWS)`.
 ///
@@ -47,13 +46,12 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     fn serialize(children: &[C]) -> Result<Vec<bson::Document>> {
         children
             .iter()
-            .map(|c| {
-                bson::to_document(c).map_err(|source| Error::Serialize {
-                    what: "a child",
-                    source: Box::new(source),
-                })
-            })
+            .map(|c| encode::document(c, "a child"))
             .collect()
+    }
+
+    fn parent_id(id: &P::Id) -> Result<bson::Bson> {
+        encode::id(id, "a parent _id")
     }
 
     /// Adds one child: it goes into the child collection with the parent key, and into the
@@ -69,11 +67,11 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     ///
     /// # Errors
     ///
-    /// [`Error::ParentNotFound`] (nothing is left in the child collection),
-    /// [`Error::ChildOwnedElsewhere`] when the `_id` is stored under another parent,
-    /// [`Error::ChildWithoutId`], [`Error::Serialize`], [`Error::Mongo`].
-    pub async fn push(&self, parent: &P::Id, child: &C) -> Result<()> {
-        self.push_many(parent, std::slice::from_ref(child)).await
+    /// [`crate::Error::ParentNotFound`] (nothing is left in the child collection),
+    /// [`crate::Error::ChildOwnedElsewhere`] when the `_id` is stored under another parent,
+    /// [`crate::Error::ChildWithoutId`], [`crate::Error::Serialize`], [`crate::Error::Mongo`].
+    pub fn push<'r>(&'r self, parent: &'r P::Id, child: &'r C) -> Action<'r, ()> {
+        self.push_many(parent, std::slice::from_ref(child))
     }
 
     /// Adds many children at once: one `insertMany` and one update, in one transaction on a
@@ -83,9 +81,14 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// # Errors
     ///
     /// As [`Subset::push`].
-    pub async fn push_many(&self, parent: &P::Id, children: &[C]) -> Result<()> {
-        let parent = Store::<P>::parent_id(parent)?;
-        self.raw.push(&parent, Self::serialize(children)?).await
+    pub fn push_many<'r>(&'r self, parent: &'r P::Id, children: &'r [C]) -> Action<'r, ()> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let parent = Self::parent_id(parent)?;
+                let docs = Self::serialize(children)?;
+                self.raw.push_in(&parent, docs, session).await
+            })
+        })
     }
 
     /// One page of children, in the subset's order, exactly once across pages.
@@ -101,12 +104,12 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPageSize`], [`Error::InvalidCursor`] (malformed, or made for another
-    /// parent or field), [`Error::ParentNotFound`] for a first page of a missing parent,
-    /// [`Error::MalformedParent`] / [`Error::MalformedChild`] for stored documents of the wrong
-    /// shape, [`Error::Mongo`].
+    /// [`crate::Error::InvalidPageSize`], [`crate::Error::InvalidCursor`] (malformed, or made for another
+    /// parent or field), [`crate::Error::ParentNotFound`] for a first page of a missing parent,
+    /// [`crate::Error::MalformedParent`] / [`crate::Error::MalformedChild`] for stored documents of the wrong
+    /// shape, [`crate::Error::Mongo`].
     pub async fn page(&self, parent: &P::Id, request: &PageRequest) -> Result<Page<C>> {
-        let parent = Store::<P>::parent_id(parent)?;
+        let parent = Self::parent_id(parent)?;
         self.raw
             .page_with(&parent, request, |raw, collection, path| {
                 decode::child::<C>(raw, collection, path)
@@ -117,10 +120,10 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// Every child of `parent`, in the subset's order, streamed from the child collection.
     ///
     /// The query starts when the stream is first polled. Each item is a [`Result`]: a stored
-    /// child of the wrong shape is an [`Error::MalformedChild`] naming its `_id` and field.
+    /// child of the wrong shape is an [`crate::Error::MalformedChild`] naming its `_id` and field.
     pub fn all(&self, parent: &P::Id) -> impl Stream<Item = Result<C>> + Send + 'static {
         let name = self.spec().child_collection;
-        let parent = Store::<P>::parent_id(parent);
+        let parent = Self::parent_id(parent);
         let raw = parent.map(|parent| self.raw.all(parent));
         futures::stream::once(async move { raw })
             .try_flatten()
@@ -131,9 +134,9 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     ///
     /// # Errors
     ///
-    /// [`Error::Mongo`].
+    /// [`crate::Error::Mongo`].
     pub async fn count(&self, parent: &P::Id) -> Result<u64> {
-        self.raw.count(&Store::<P>::parent_id(parent)?).await
+        self.raw.count(&Self::parent_id(parent)?).await
     }
 
     /// Removes a child: from the child collection, from the subset (backfilling the next child
@@ -145,16 +148,16 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     ///
     /// # Errors
     ///
-    /// [`Error::ChildNotFound`] when no such child is stored under `parent` (nothing changes),
-    /// [`Error::ParentNotFound`], [`Error::Mongo`].
-    pub async fn remove(&self, parent: &P::Id, child: &C::Id) -> Result<()> {
-        let child = bson::to_bson(child).map_err(|source| Error::Serialize {
-            what: "a child _id",
-            source: Box::new(source),
-        })?;
-        self.raw
-            .remove(&Store::<P>::parent_id(parent)?, &child)
-            .await
+    /// [`crate::Error::ChildNotFound`] when no such child is stored under `parent` (nothing changes),
+    /// [`crate::Error::ParentNotFound`], [`crate::Error::Mongo`].
+    pub fn remove<'r>(&'r self, parent: &'r P::Id, child: &'r C::Id) -> Action<'r, ()> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let child = encode::id(child, "a child _id")?;
+                let parent = Self::parent_id(parent)?;
+                self.raw.remove_in(&parent, &child, session).await
+            })
+        })
     }
 
     /// Replaces a stored child (matched by `_id`) in the child collection and in the subset.
@@ -162,12 +165,16 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     ///
     /// # Errors
     ///
-    /// [`Error::ChildNotFound`] when no child with this `_id` is stored under `parent`,
-    /// [`Error::ParentNotFound`], [`Error::Serialize`], [`Error::Mongo`].
-    pub async fn update(&self, parent: &P::Id, child: &C) -> Result<()> {
-        let mut docs = Self::serialize(std::slice::from_ref(child))?;
-        let doc = docs.pop().unwrap_or_default();
-        self.raw.update(&Store::<P>::parent_id(parent)?, doc).await
+    /// [`crate::Error::ChildNotFound`] when no child with this `_id` is stored under `parent`,
+    /// [`crate::Error::ParentNotFound`], [`crate::Error::Serialize`], [`crate::Error::Mongo`].
+    pub fn update<'r>(&'r self, parent: &'r P::Id, child: &'r C) -> Action<'r, ()> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let doc = encode::document(child, "a child")?;
+                let parent = Self::parent_id(parent)?;
+                self.raw.update_in(&parent, doc, session).await
+            })
+        })
     }
 
     /// Recomputes the subset and the count from the child collection, fixes them if they
@@ -175,9 +182,15 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     ///
     /// # Errors
     ///
-    /// [`Error::ParentNotFound`], [`Error::MalformedParent`], [`Error::Mongo`].
-    pub async fn reconcile(&self, parent: &P::Id) -> Result<Drift> {
-        self.raw.reconcile(&Store::<P>::parent_id(parent)?).await
+    /// [`crate::Error::ParentNotFound`], [`crate::Error::MalformedParent`],
+    /// [`crate::Error::Mongo`].
+    pub fn reconcile<'r>(&'r self, parent: &'r P::Id) -> Action<'r, Drift> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let parent = Self::parent_id(parent)?;
+                self.raw.resync_in(&parent, true, session).await
+            })
+        })
     }
 
     /// What [`Subset::reconcile`] would find, without changing anything.
@@ -185,7 +198,12 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// # Errors
     ///
     /// As [`Subset::reconcile`].
-    pub async fn check(&self, parent: &P::Id) -> Result<Drift> {
-        self.raw.check(&Store::<P>::parent_id(parent)?).await
+    pub fn check<'r>(&'r self, parent: &'r P::Id) -> Action<'r, Drift> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let parent = Self::parent_id(parent)?;
+                self.raw.resync_in(&parent, false, session).await
+            })
+        })
     }
 }

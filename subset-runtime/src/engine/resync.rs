@@ -1,14 +1,15 @@
-//! Keeping the copy true: removing and replacing children, and recomputing a subset from the
-//! child collection (the one primitive behind backfill, re-sorting and reconcile).
+//! Keeping the copy true: recomputing a subset from the child collection, the one primitive
+//! behind backfill, re-ranking, `reconcile` and `check`.
 
 use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
-use futures::TryStreamExt;
 use mongodb::ClientSession;
 
+use super::exec::{self, Ctx, Steps};
+use super::{query, RawSubset};
+use crate::action::Action;
+use crate::decode;
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
-use crate::raw::{count_value, RawSubset, WriteMode};
-use crate::{decode, order, txn};
 
 /// How many times an ordered (non-transactional) resync re-reads and retries when a concurrent
 /// writer changed the subset between its reads and its conditional write.
@@ -58,96 +59,47 @@ pub(crate) enum CountFix {
 }
 
 impl RawSubset<'_> {
-    /// Removes a child from the child collection and from the subset, decrements the count and,
-    /// if the child was embedded, backfills the next child so the subset is again the top `keep`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::ChildNotFound`] when no child with that `_id` is stored under `parent` (nothing
-    /// changes), [`Error::Mongo`].
-    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
-    pub async fn remove(&self, parent: &Bson, child: &Bson) -> Result<()> {
-        let op = ChildOp {
-            subset: self,
-            parent,
-            child,
-            replacement: None,
-        };
-        self.run(&op).await.map(|_| ())
-    }
-
-    /// Replaces a stored child (matched by `_id` under `parent`) in the child collection and its
-    /// embedded copy; when its sort keys changed, the subset is recomputed, so the child may
-    /// enter or leave it.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::ChildNotFound`], [`Error::ChildWithoutId`], [`Error::Mongo`].
-    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
-    pub async fn update(&self, parent: &Bson, child: Document) -> Result<()> {
-        let id = child
-            .get("_id")
-            .cloned()
-            .ok_or_else(|| Error::ChildWithoutId {
-                collection: self.spec().child_collection.to_owned(),
-            })?;
-        let mut stored = child;
-        stored.insert(self.spec().key, parent.clone());
-        let op = ChildOp {
-            subset: self,
-            parent,
-            child: &id,
-            replacement: Some(&stored),
-        };
-        self.run(&op).await.map(|_| ())
-    }
-
     /// Recomputes the subset (the top `keep` of the child collection) and the count, writes them
     /// if they differ, and reports what differed.
     ///
     /// Safe while writers run: the write is conditional on the subset and count being as read,
     /// and is retried otherwise, so it never overwrites a child pushed after it read. In
-    /// [`WriteMode::Ordered`] a push whose child is stored but whose parent update is still in
-    /// flight can leave the count one high; the next reconcile corrects it.
+    /// [`crate::WriteMode::Ordered`] a push whose child is stored but whose parent update is
+    /// still in flight can leave the count one high; the next reconcile corrects it.
     ///
     /// # Errors
     ///
     /// [`Error::ParentNotFound`], [`Error::MalformedParent`] when the stored subset field is not
     /// an array, [`Error::Mongo`].
-    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
-    pub async fn reconcile(&self, parent: &Bson) -> Result<Drift> {
-        let op = ResyncOp {
-            subset: self,
-            parent,
-            write: true,
-        };
-        self.run(&op).await
+    pub fn reconcile<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
+        Action::new(move |session| Box::pin(self.resync_in(parent, true, session)))
     }
 
     /// What [`RawSubset::reconcile`] would find, without writing anything.
     ///
+    /// In a transaction on a replica set, so that its reads see one snapshot and a push landing
+    /// between them is not reported as drift.
+    ///
     /// # Errors
     ///
     /// As [`RawSubset::reconcile`].
-    pub async fn check(&self, parent: &Bson) -> Result<Drift> {
-        // In a transaction on a replica set, so that its two reads see one snapshot and a push
-        // landing between them is not reported as drift.
-        let op = ResyncOp {
-            subset: self,
-            parent,
-            write: false,
-        };
-        self.run(&op).await
+    pub fn check<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
+        Action::new(move |session| Box::pin(self.resync_in(parent, false, session)))
     }
 
-    async fn run<O: ChildWrite>(&self, op: &O) -> Result<Drift> {
-        match self.store().mode().await? {
-            WriteMode::Transactional => {
-                let client = self.store().database().client();
-                txn::run(client, self.store().collection_name(), &InTxn(op)).await
-            }
-            WriteMode::Ordered => op.exec(None).await,
-        }
+    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field, write))]
+    pub(crate) async fn resync_in(
+        &self,
+        parent: &Bson,
+        write: bool,
+        caller: Option<&mut ClientSession>,
+    ) -> Result<Drift> {
+        let steps = ResyncSteps {
+            subset: self,
+            parent,
+            write,
+        };
+        exec::execute(self.store(), caller, &steps).await
     }
 
     /// Reads the subset and the count, then the child collection's top `keep` (and count), and,
@@ -159,36 +111,27 @@ impl RawSubset<'_> {
     /// (see `RawSubset::push_filter`).
     pub(crate) async fn resync(
         &self,
-        mut session: Option<&mut ClientSession>,
+        ctx: &mut Ctx<'_>,
         parent: &Bson,
         count_fix: CountFix,
         write: bool,
     ) -> Result<Drift> {
         let spec = self.spec();
         let store = self.store();
-        let attempts = if session.is_some() {
-            1
-        } else {
-            ORDERED_ATTEMPTS
-        };
+        let attempts = if ctx.atomic() { 1 } else { ORDERED_ATTEMPTS };
         let mut drift = Drift::default();
         let (parents, children) = (store.parents::<Document>(), self.children::<Document>());
         let raw_parents = store.parents::<RawDocumentBuf>();
         for _ in 0..attempts {
             // The parent's subset and count, as stored.
-            let mut projection = doc! { spec.field: 1 };
-            if let Some(count) = spec.count {
-                projection.insert(count, 1);
-            }
             let find = raw_parents
                 .find_one(doc! { "_id": parent.clone() })
-                .projection(projection);
-            let found = match session.as_deref_mut() {
-                Some(s) => find.session(s).await,
-                None => find.await,
-            }
-            .map_err(|e| store.mongo(e))?
-            .ok_or_else(|| self.parent_not_found(parent))?;
+                .projection(query::subset_projection(spec));
+            let found = ctx
+                .run(find)
+                .await
+                .map_err(|e| store.mongo(e))?
+                .ok_or_else(|| self.parent_not_found(parent))?;
             let embedded = embedded_array(&found, store.collection_name(), spec)?;
             let stored_count = spec
                 .count
@@ -196,33 +139,14 @@ impl RawSubset<'_> {
                 .and_then(|v| Bson::try_from(v).ok());
 
             // The truth: the child collection's first `keep`, and its count when it is needed.
-            let top = children
-                .find(doc! { spec.key: parent.clone() })
-                .sort(order::sort_doc(spec))
-                .limit(i64::from(spec.keep))
-                .projection(doc! { spec.key: 0 });
-            let top: Vec<Document> = match session.as_deref_mut() {
-                Some(s) => {
-                    let mut cursor = top
-                        .session(&mut *s)
-                        .await
-                        .map_err(|e| self.mongo_child(e))?;
-                    cursor.stream(s).try_collect().await
-                }
-                None => match top.await {
-                    Ok(cursor) => cursor.try_collect().await,
-                    Err(e) => Err(e),
-                },
-            }
-            .map_err(|e| self.mongo_child(e))?;
+            let top = ctx
+                .collect(query::top_children(&children, spec, parent))
+                .await
+                .map_err(|e| self.mongo_child(e))?;
             let actual = match (spec.count, count_fix) {
                 (Some(_), CountFix::Recount) => {
                     let count = children.count_documents(doc! { spec.key: parent.clone() });
-                    let n = match session.as_deref_mut() {
-                        Some(s) => count.session(s).await,
-                        None => count.await,
-                    }
-                    .map_err(|e| self.mongo_child(e))?;
+                    let n = ctx.run(count).await.map_err(|e| self.mongo_child(e))?;
                     Some(n)
                 }
                 _ => None,
@@ -232,7 +156,7 @@ impl RawSubset<'_> {
             let stored_n = spec
                 .count
                 .and_then(|c| found.get(c).ok().flatten())
-                .and_then(count_value);
+                .and_then(decode::count_value);
             if let Some(n) = actual {
                 if stored_n != Some(n as i64) {
                     drift.count = Some((stored_n.unwrap_or(0), n));
@@ -276,11 +200,10 @@ impl RawSubset<'_> {
                     };
                 }
             }
-            let updated = match session.as_deref_mut() {
-                Some(s) => parents.update_one(filter, update).session(s).await,
-                None => parents.update_one(filter, update).await,
-            }
-            .map_err(|e| store.mongo(e))?;
+            let updated = ctx
+                .run(parents.update_one(filter, update))
+                .await
+                .map_err(|e| store.mongo(e))?;
             if updated.matched_count == 1 {
                 drift.fixed = true;
                 return Ok(drift);
@@ -295,92 +218,25 @@ impl RawSubset<'_> {
                 doc! { "_id": parent.clone() },
                 doc! { "$inc": { count: n } },
             );
-            match session {
-                Some(s) => inc.session(s).await,
-                None => inc.await,
-            }
-            .map_err(|e| store.mongo(e))?;
+            ctx.run(inc).await.map_err(|e| store.mongo(e))?;
         }
         Ok(drift)
     }
 }
 
-/// A write on one child followed by a resync, runnable in a transaction or in order.
-pub(crate) trait ChildWrite: Sync {
-    /// Runs the writes, in `session`'s transaction when there is one.
-    fn exec(
-        &self,
-        session: Option<&mut ClientSession>,
-    ) -> impl std::future::Future<Output = Result<Drift>> + Send;
-}
-
-/// Runs a [`ChildWrite`] as a transaction body.
-struct InTxn<'o, O>(&'o O);
-
-impl<O: ChildWrite> txn::TxnOp for InTxn<'_, O> {
-    type Output = Drift;
-
-    async fn run(&self, session: &mut ClientSession) -> Result<Drift> {
-        self.0.exec(Some(session)).await
-    }
-}
-
-/// [`RawSubset::remove`] (no replacement) or [`RawSubset::update`].
-struct ChildOp<'s, 'a> {
-    subset: &'s RawSubset<'a>,
-    parent: &'s Bson,
-    child: &'s Bson,
-    replacement: Option<&'s Document>,
-}
-
-impl ChildWrite for ChildOp<'_, '_> {
-    async fn exec(&self, mut session: Option<&mut ClientSession>) -> Result<Drift> {
-        let s = self.subset;
-        let spec = s.spec();
-        let filter = doc! { "_id": self.child.clone(), spec.key: self.parent.clone() };
-        let children = s.children::<Document>();
-        let (found, fix) = match self.replacement {
-            None => {
-                let delete = children.delete_one(filter);
-                let deleted = match session.as_deref_mut() {
-                    Some(ses) => delete.session(ses).await,
-                    None => delete.await,
-                }
-                .map_err(|e| s.mongo_child(e))?;
-                (deleted.deleted_count == 1, CountFix::Add(-1))
-            }
-            Some(stored) => {
-                let replace = children.replace_one(filter, stored);
-                let replaced = match session.as_deref_mut() {
-                    Some(ses) => replace.session(ses).await,
-                    None => replace.await,
-                }
-                .map_err(|e| s.mongo_child(e))?;
-                (replaced.matched_count == 1, CountFix::Keep)
-            }
-        };
-        if !found {
-            return Err(Error::ChildNotFound {
-                collection: spec.child_collection.to_owned(),
-                parent: Box::new(self.parent.clone()),
-                id: Box::new(self.child.clone()),
-            });
-        }
-        s.resync(session, self.parent, fix, true).await
-    }
-}
-
-/// [`RawSubset::reconcile`].
-struct ResyncOp<'s, 'a> {
+/// [`RawSubset::reconcile`] and [`RawSubset::check`].
+struct ResyncSteps<'s, 'a> {
     subset: &'s RawSubset<'a>,
     parent: &'s Bson,
     write: bool,
 }
 
-impl ChildWrite for ResyncOp<'_, '_> {
-    async fn exec(&self, session: Option<&mut ClientSession>) -> Result<Drift> {
+impl Steps for ResyncSteps<'_, '_> {
+    type Output = Drift;
+
+    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<Drift> {
         self.subset
-            .resync(session, self.parent, CountFix::Recount, self.write)
+            .resync(ctx, self.parent, CountFix::Recount, self.write)
             .await
     }
 }

@@ -1,0 +1,234 @@
+//! The executor: every engine operation is a [`Steps`] value, and this module alone decides how
+//! its steps run.
+//!
+//! - In [`WriteMode::Transactional`] the steps run in a transaction of ours, retried the way the
+//!   driver specification prescribes: the whole transaction on `TransientTransactionError`, the
+//!   commit alone on `UnknownTransactionCommitResult`, both until a deadline.
+//! - In [`WriteMode::Ordered`] they run one after the other, without a transaction.
+//! - When the caller passes a session that is already in a transaction, the steps join it: the
+//!   caller owns that transaction, so we neither commit nor retry it.
+//!
+//! Steps never look at sessions themselves: they hand each driver action to [`Ctx::run`] (or a
+//! `find` to [`Ctx::collect`]), which attaches the session when there is one.
+
+use std::future::{Future, IntoFuture};
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use mongodb::action::{
+    CountDocuments, Delete, Find, FindOne, InsertMany, InsertOne, ReplaceOne, Update,
+};
+use mongodb::error::{ErrorKind, TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
+use mongodb::ClientSession;
+use serde::de::DeserializeOwned;
+
+use super::{RawStore, WriteMode};
+use crate::error::Result;
+
+/// How long a transaction keeps retrying; the same 120 s the drivers' callback API uses.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// The steps of one engine operation.
+pub(crate) trait Steps: Sync {
+    type Output: Send;
+
+    /// Runs the steps in `ctx`. In a transaction of ours this may be called again after a
+    /// transient error, so it must not consume anything it needs again.
+    fn run(&self, ctx: &mut Ctx<'_>) -> impl Future<Output = Result<Self::Output>> + Send;
+}
+
+/// Where steps run: in a transaction (ours or the caller's), or in order, with or without the
+/// caller's session.
+pub(crate) struct Ctx<'s> {
+    session: Option<&'s mut ClientSession>,
+    atomic: bool,
+    joined: bool,
+}
+
+impl<'s> Ctx<'s> {
+    fn new(session: Option<&'s mut ClientSession>, atomic: bool, joined: bool) -> Self {
+        Ctx {
+            session,
+            atomic,
+            joined,
+        }
+    }
+
+    /// The context of a read outside any [`Steps`]: in the caller's session, if given.
+    pub(crate) fn read(caller: Option<&'s mut ClientSession>) -> Self {
+        Ctx::new(caller, false, false)
+    }
+
+    /// Whether the steps run inside one transaction, so that they all apply or none does.
+    pub(crate) fn atomic(&self) -> bool {
+        self.atomic
+    }
+
+    /// Whether that transaction is the caller's: a failed write aborts it for the caller too, so
+    /// steps must avoid errors they would otherwise recover from by retrying.
+    pub(crate) fn joined(&self) -> bool {
+        self.joined
+    }
+
+    /// Awaits a driver action, in this context's session when there is one.
+    pub(crate) async fn run<'a, A: Step<'a>>(&'a mut self, action: A) -> A::Output {
+        match self.session.as_deref_mut() {
+            Some(session) => action.in_session(session).await,
+            None => action.await,
+        }
+    }
+
+    /// Runs a `find` and collects every document, in this context's session when there is one.
+    pub(crate) async fn collect<T>(&mut self, find: Find<'_, T>) -> mongodb::error::Result<Vec<T>>
+    where
+        T: DeserializeOwned + Send + Sync,
+    {
+        match self.session.as_deref_mut() {
+            Some(session) => {
+                let mut cursor = find.session(&mut *session).await?;
+                cursor.stream(session).try_collect().await
+            }
+            None => find.await?.try_collect().await,
+        }
+    }
+}
+
+/// A driver action that can be attached to a session (`.session(s)` returning the same action).
+pub(crate) trait Step<'a>: IntoFuture + Sized {
+    fn in_session(self, session: &'a mut ClientSession) -> Self;
+}
+
+macro_rules! steps {
+    ($($action:ty),* $(,)?) => {$(
+        impl<'a> Step<'a> for $action {
+            fn in_session(self, session: &'a mut ClientSession) -> Self {
+                self.session(session)
+            }
+        }
+    )*};
+}
+
+steps!(
+    Update<'a>,
+    InsertOne<'a>,
+    InsertMany<'a>,
+    Delete<'a>,
+    ReplaceOne<'a>,
+    CountDocuments<'a>,
+);
+
+impl<'a, T: DeserializeOwned + Send + Sync> Step<'a> for FindOne<'a, T> {
+    fn in_session(self, session: &'a mut ClientSession) -> Self {
+        self.session(session)
+    }
+}
+
+/// Runs `steps` for `store`, in `caller`'s session if given (see the module docs).
+pub(crate) async fn execute<S: Steps>(
+    store: &RawStore,
+    mut caller: Option<&mut ClientSession>,
+    steps: &S,
+) -> Result<S::Output> {
+    if let Some(session) = caller.as_deref_mut() {
+        if in_transaction(session).await {
+            return steps.run(&mut Ctx::new(caller, true, true)).await;
+        }
+    }
+    match store.mode().await? {
+        WriteMode::Ordered => steps.run(&mut Ctx::new(caller, false, false)).await,
+        WriteMode::Transactional => match caller {
+            Some(session) => transaction(store, session, steps).await,
+            None => {
+                let client = store.database().client();
+                let mut own = client.start_session().await.map_err(|e| store.mongo(e))?;
+                transaction(store, &mut own, steps).await
+            }
+        },
+    }
+}
+
+/// Whether the caller's session is in a transaction. The driver keeps that to itself, but
+/// `start_transaction` refuses a session that is in one before anything else; when it succeeds
+/// instead, the transaction it began exists only on the client (nothing was sent), and
+/// aborting it is a client-side reset as well. Any other refusal (a standalone server, a
+/// snapshot session, an unacknowledged write concern) means there is no transaction to join.
+async fn in_transaction(session: &mut ClientSession) -> bool {
+    match session.start_transaction().await {
+        Ok(()) => {
+            let _ = session.abort_transaction().await;
+            false
+        }
+        Err(e) => matches!(
+            e.kind.as_ref(),
+            ErrorKind::Transaction { message, .. } if message == "transaction already in progress"
+        ),
+    }
+}
+
+/// Runs `steps` in a transaction of ours on `session`, with the retry loop.
+async fn transaction<S: Steps>(
+    store: &RawStore,
+    session: &mut ClientSession,
+    steps: &S,
+) -> Result<S::Output> {
+    let mongo = |e| store.mongo(e);
+    let started = Instant::now();
+    let mut attempt: u32 = 0;
+    'transaction: loop {
+        attempt += 1;
+        session.start_transaction().await.map_err(mongo)?;
+        let output = match steps
+            .run(&mut Ctx::new(Some(&mut *session), true, false))
+            .await
+        {
+            Ok(output) => output,
+            Err(error) => {
+                // Aborting can fail only if the server is gone; the transaction then dies with
+                // the session, so the error is still the right thing to report.
+                let _ = session.abort_transaction().await;
+                let transient = error
+                    .mongo_error()
+                    .is_some_and(|e| e.contains_label(TRANSIENT_TRANSACTION_ERROR));
+                if !transient {
+                    return Err(error);
+                }
+                if started.elapsed() >= DEADLINE {
+                    return Err(error.into_timeout(DEADLINE));
+                }
+                tracing::debug!(attempt, %error, "transient transaction error, retrying");
+                backoff(attempt).await;
+                continue 'transaction;
+            }
+        };
+        loop {
+            match session.commit_transaction().await {
+                Ok(()) => return Ok(output),
+                Err(e) if started.elapsed() >= DEADLINE => {
+                    return Err(mongo(e).into_timeout(DEADLINE))
+                }
+                Err(e) if e.contains_label(UNKNOWN_TRANSACTION_COMMIT_RESULT) => {
+                    tracing::debug!(error = %e, "unknown commit result, retrying the commit");
+                    backoff(attempt).await;
+                }
+                Err(e) if e.contains_label(TRANSIENT_TRANSACTION_ERROR) => {
+                    tracing::debug!(attempt, error = %e, "transient commit error, retrying");
+                    backoff(attempt).await;
+                    continue 'transaction;
+                }
+                Err(e) => return Err(mongo(e)),
+            }
+        }
+    }
+}
+
+/// Write conflicts between transactions on one hot parent resolve faster when the losers do not
+/// all come back at once: wait a few milliseconds, growing with the attempt and spread by the
+/// clock's low bits (no random generator needed for this).
+async fn backoff(attempt: u32) {
+    let spread = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos() >> 10));
+    let base = u64::from(attempt.min(20));
+    let millis = base + spread % (base + 1);
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+}

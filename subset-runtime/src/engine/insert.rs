@@ -1,0 +1,147 @@
+//! Inserting a parent with its children: the parent with empty subsets, the children into their
+//! collections, then each subset as the server sorts the child collection.
+
+use bson::{doc, Bson, Document};
+use mongodb::ClientSession;
+
+use super::exec::{self, Ctx, Steps};
+use super::{query, RawStore};
+use crate::action::Action;
+use crate::error::{Error, Result};
+
+impl RawStore {
+    /// Inserts a parent document with the children found in its subset fields; see
+    /// [`crate::Store::insert`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Store::insert`].
+    pub fn insert(&self, parent: Document) -> Action<'_, ()> {
+        Action::new(move |session| Box::pin(self.insert_in(parent, session)))
+    }
+
+    #[tracing::instrument(skip_all, fields(collection = %self.collection_name()))]
+    pub(crate) async fn insert_in(
+        &self,
+        mut parent: Document,
+        caller: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        let id = parent
+            .get("_id")
+            .cloned()
+            .ok_or_else(|| Error::ParentWithoutId {
+                collection: self.collection_name().to_owned(),
+            })?;
+        let mut children = Vec::with_capacity(self.spec().subsets.len());
+        for spec in self.spec().subsets {
+            let given = match parent.insert(spec.field, Bson::Array(Vec::new())) {
+                Some(Bson::Array(given)) => given,
+                _ => Vec::new(),
+            };
+            if let Some(count) = spec.count {
+                parent.insert(count, 0_i64);
+            }
+            let mut docs = Vec::with_capacity(given.len());
+            for child in given {
+                let without_id = || Error::ChildWithoutId {
+                    collection: spec.child_collection.to_owned(),
+                };
+                let Bson::Document(mut child) = child else {
+                    return Err(without_id());
+                };
+                if !child.contains_key("_id") {
+                    return Err(without_id());
+                }
+                child.insert(spec.key, id.clone());
+                docs.push(child);
+            }
+            children.push(docs);
+        }
+        let steps = InsertSteps {
+            store: self,
+            id: &id,
+            parent: &parent,
+            children: &children,
+        };
+        exec::execute(self, caller, &steps).await
+    }
+}
+
+/// The writes of [`RawStore::insert`]; `children[i]` are the children of the `i`th subset.
+struct InsertSteps<'a> {
+    store: &'a RawStore,
+    id: &'a Bson,
+    parent: &'a Document,
+    children: &'a [Vec<Document>],
+}
+
+impl Steps for InsertSteps<'_> {
+    type Output = ();
+
+    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        // A duplicate parent fails here, before anything else is written.
+        let parents = self.store.parents::<Document>();
+        ctx.run(parents.insert_one(self.parent))
+            .await
+            .map_err(|e| self.store.mongo(e))?;
+        let written = self.write_children(ctx).await;
+        if written.is_err() && !ctx.atomic() {
+            self.undo(ctx).await;
+        }
+        written
+    }
+}
+
+impl InsertSteps<'_> {
+    /// Everything after the parent's own insert.
+    async fn write_children(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        let mut set = Document::new();
+        for (spec, docs) in self.store.spec().subsets.iter().zip(self.children) {
+            if docs.is_empty() {
+                continue;
+            }
+            let child = |e| Error::mongo(spec.child_collection, e);
+            let coll = self
+                .store
+                .database()
+                .collection::<Document>(spec.child_collection);
+            ctx.run(coll.insert_many(docs)).await.map_err(child)?;
+            let top = ctx
+                .collect(query::top_children(&coll, spec, self.id))
+                .await
+                .map_err(child)?;
+            set.insert(spec.field, top);
+            if let Some(count) = spec.count {
+                set.insert(count, docs.len() as i64);
+            }
+        }
+        if !set.is_empty() {
+            let parents = self.store.parents::<Document>();
+            let update = parents.update_one(doc! { "_id": self.id.clone() }, doc! { "$set": set });
+            ctx.run(update).await.map_err(|e| self.store.mongo(e))?;
+        }
+        Ok(())
+    }
+
+    /// Best-effort removal of what a failed ordered insert wrote. Only children carrying the
+    /// ids given are removed, so children an existing parent already had stay.
+    async fn undo(&self, ctx: &mut Ctx<'_>) {
+        let parents = self.store.parents::<Document>();
+        let _ = ctx
+            .run(parents.delete_one(doc! { "_id": self.id.clone() }))
+            .await;
+        for (spec, docs) in self.store.spec().subsets.iter().zip(self.children) {
+            let ids: Vec<Bson> = docs.iter().filter_map(|d| d.get("_id").cloned()).collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let coll = self
+                .store
+                .database()
+                .collection::<Document>(spec.child_collection);
+            let _ = ctx
+                .run(coll.delete_many(query::owned(spec, self.id, ids)))
+                .await;
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Removing and replacing one child: the child collection first, then the subset is recomputed
+//! from it (backfilling a removed child, re-ranking a replaced one).
+
+use bson::{doc, Bson, Document};
+use mongodb::ClientSession;
+
+use super::exec::{self, Ctx, Steps};
+use super::resync::CountFix;
+use super::RawSubset;
+use crate::action::Action;
+use crate::error::{Error, Result};
+
+impl RawSubset<'_> {
+    /// Removes a child from the child collection and from the subset, decrements the count and,
+    /// if the child was embedded, backfills the next child so the subset is again the top `keep`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ChildNotFound`] when no child with that `_id` is stored under `parent` (nothing
+    /// changes), [`Error::Mongo`].
+    pub fn remove<'r>(&'r self, parent: &'r Bson, child: &'r Bson) -> Action<'r, ()> {
+        Action::new(move |session| Box::pin(self.remove_in(parent, child, session)))
+    }
+
+    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
+    pub(crate) async fn remove_in(
+        &self,
+        parent: &Bson,
+        child: &Bson,
+        caller: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        let steps = ChildSteps {
+            subset: self,
+            parent,
+            child,
+            replacement: None,
+        };
+        exec::execute(self.store(), caller, &steps).await
+    }
+
+    /// Replaces a stored child (matched by `_id` under `parent`) in the child collection and its
+    /// embedded copy; when its sort keys changed, the subset is recomputed, so the child may
+    /// enter or leave it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ChildNotFound`], [`Error::ChildWithoutId`], [`Error::Mongo`].
+    pub fn update<'r>(&'r self, parent: &'r Bson, child: Document) -> Action<'r, ()> {
+        Action::new(move |session| Box::pin(self.update_in(parent, child, session)))
+    }
+
+    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
+    pub(crate) async fn update_in(
+        &self,
+        parent: &Bson,
+        child: Document,
+        caller: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        let id = child
+            .get("_id")
+            .cloned()
+            .ok_or_else(|| Error::ChildWithoutId {
+                collection: self.spec().child_collection.to_owned(),
+            })?;
+        let mut stored = child;
+        stored.insert(self.spec().key, parent.clone());
+        let steps = ChildSteps {
+            subset: self,
+            parent,
+            child: &id,
+            replacement: Some(&stored),
+        };
+        exec::execute(self.store(), caller, &steps).await
+    }
+}
+
+/// [`RawSubset::remove`] (no replacement) or [`RawSubset::update`].
+struct ChildSteps<'s, 'a> {
+    subset: &'s RawSubset<'a>,
+    parent: &'s Bson,
+    child: &'s Bson,
+    replacement: Option<&'s Document>,
+}
+
+impl Steps for ChildSteps<'_, '_> {
+    type Output = ();
+
+    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        let s = self.subset;
+        let spec = s.spec();
+        let filter = doc! { "_id": self.child.clone(), spec.key: self.parent.clone() };
+        let children = s.children::<Document>();
+        let (found, fix) = match self.replacement {
+            None => {
+                let deleted = ctx
+                    .run(children.delete_one(filter))
+                    .await
+                    .map_err(|e| s.mongo_child(e))?;
+                (deleted.deleted_count == 1, CountFix::Add(-1))
+            }
+            Some(stored) => {
+                let replaced = ctx
+                    .run(children.replace_one(filter, stored))
+                    .await
+                    .map_err(|e| s.mongo_child(e))?;
+                (replaced.matched_count == 1, CountFix::Keep)
+            }
+        };
+        if !found {
+            return Err(Error::ChildNotFound {
+                collection: spec.child_collection.to_owned(),
+                parent: Box::new(self.parent.clone()),
+                id: Box::new(self.child.clone()),
+            });
+        }
+        s.resync(ctx, self.parent, fix, true).await.map(|_| ())
+    }
+}
