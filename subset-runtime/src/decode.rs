@@ -189,8 +189,8 @@ fn join(prefix: Option<&str>, field: &str) -> String {
     }
 }
 
-/// A readable name for a BSON type, for messages.
-pub(crate) fn type_name(t: bson::spec::ElementType) -> &'static str {
+/// A readable name for a BSON type, for messages: "a date", "an ObjectId", "an int32".
+pub fn type_name(t: bson::spec::ElementType) -> &'static str {
     use bson::spec::ElementType as T;
     match t {
         T::Double => "a double",

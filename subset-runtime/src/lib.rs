@@ -24,6 +24,7 @@ pub mod testkit;
 
 pub use action::Action;
 pub use cursor::{Cursor, Page, PageRequest};
+pub use decode::type_name as bson_type_name;
 pub use dynamic::{parse_sort, SpecBuilder, SpecError, MAX_KEEP};
 pub use engine::driver_error::{InsertFailure, DUPLICATE_KEY};
 pub use engine::{
