@@ -1,10 +1,11 @@
 //! Model-based property test: random sequences of push, push_many, remove, update, retried
-//! pushes and reconcile over three parents, against an in-memory model of "the top `keep` by
+//! pushes, concurrent pushes to one parent and reconcile over three parents, against an in-memory model of "the top `keep` by
 //! (sort keys, `_id`)". After every step each parent's embedded array and count (read raw) equal
 //! the model, and full pagination, the `all` stream and `count` equal the model's full list.
 //!
 //! Sort keys come from a tiny range (6 days × 3 scores) so that ties are the rule and `_id`
-//! decides; the two sort keys run in opposite directions.
+//! decides; the two sort keys run in opposite directions. Children arrive in random order, so
+//! pushes land at the head (the `$position: 0` update) and behind it (the `$sort` fallback).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -83,6 +84,12 @@ enum Op {
     Reconcile {
         parent: usize,
     },
+    /// Several pushes to one parent at once: in a transaction they queue behind each other and
+    /// share transactions (group commit).
+    Concurrent {
+        parent: usize,
+        items: Vec<(i64, i32)>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -95,10 +102,12 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (parent.clone(), prop::collection::vec((day.clone(), score.clone()), 0..6))
             .prop_map(|(parent, items)| Op::PushMany { parent, items }),
         3 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Remove { parent, pick }),
-        3 => (parent.clone(), any::<usize>(), prop::option::of(day), prop::option::of(score))
+        3 => (parent.clone(), any::<usize>(), prop::option::of(day.clone()), prop::option::of(score.clone()))
             .prop_map(|(parent, pick, day, score)| Op::Update { parent, pick, day, score }),
         1 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Repush { parent, pick }),
-        1 => parent.prop_map(|parent| Op::Reconcile { parent }),
+        1 => parent.clone().prop_map(|parent| Op::Reconcile { parent }),
+        2 => (parent, prop::collection::vec((day, score), 2..6))
+            .prop_map(|(parent, items)| Op::Concurrent { parent, items }),
     ]
 }
 
@@ -247,6 +256,17 @@ async fn run_case(store: &Store<Board>, steps: &[(Op, u32)]) {
                 if let Some(note) = model.pick(*parent, *pick) {
                     notes.push(&board_id(*parent), &note).await.unwrap();
                 }
+            }
+            Op::Concurrent { parent, items } => {
+                let batch: Vec<Note> = items.iter().map(|(d, s)| model.note(*d, *s)).collect();
+                let id = board_id(*parent);
+                let pushes = batch
+                    .iter()
+                    .map(|note| std::future::IntoFuture::into_future(notes.push(&id, note)));
+                for pushed in futures::future::join_all(pushes).await {
+                    pushed.unwrap();
+                }
+                model.insert(*parent, &batch);
             }
             Op::Reconcile { parent } => {
                 let drift = notes.reconcile(&board_id(*parent)).await.unwrap();

@@ -176,6 +176,15 @@ async fn push_on_a_standalone_is_insert_then_update() {
     let batch: Vec<Review> = (2_000..2_100).map(review).collect();
     reviews.push_many(&product.id, &batch).await.unwrap();
     assert_eq!(log.take(), ["insert", "update"], "push_many of 100");
+
+    // Older than the subset's head: the guarded head update matches nothing, and the sorting
+    // one follows.
+    reviews.push(&product.id, &review(10)).await.unwrap();
+    assert_eq!(
+        log.take(),
+        ["insert", "update", "update"],
+        "push behind the head"
+    );
 }
 
 #[tokio::test]
@@ -206,4 +215,32 @@ async fn push_on_a_replica_set_is_one_transaction_of_three_commands() {
         ["update", "insert", "commitTransaction"],
         "push_many of 100"
     );
+
+    reviews.push(&product.id, &review(10)).await.unwrap();
+    assert_eq!(
+        log.take(),
+        ["update", "update", "insert", "commitTransaction"],
+        "push behind the head"
+    );
+
+    // Sixteen pushes to one parent at once: the first runs alone, the fifteen that arrive while
+    // its transaction is in flight queue behind it and go together in the next one.
+    let sixteen: Vec<Review> = (3_000..3_016).map(review).collect();
+    let pushes = sixteen
+        .iter()
+        .map(|r| std::future::IntoFuture::into_future(reviews.push(&product.id, r)));
+    for pushed in futures::future::join_all(pushes).await {
+        pushed.unwrap();
+    }
+    let commands = log.take();
+    let commits = commands
+        .iter()
+        .filter(|c| *c == "commitTransaction")
+        .count();
+    assert_eq!(commits, 2, "{commands:?}");
+    let stored = store.get(&product.id).await.unwrap().unwrap();
+    assert_eq!(stored.total_reviews, 50 + 1 + 100 + 1 + 16);
+    let newest: Vec<ObjectId> = sixteen.iter().rev().take(10).map(|r| r.id).collect();
+    let embedded: Vec<ObjectId> = stored.recent_reviews.iter().map(|r| r.id).collect();
+    assert_eq!(embedded, newest);
 }

@@ -120,6 +120,21 @@ pub enum Error {
         max: u32,
     },
 
+    /// The parent document would outgrow MongoDB's 16 MiB document limit with the subset a
+    /// write asked for: its children (or its `keep`) are too large to embed. Nothing of the write
+    /// is left behind.
+    #[error("parent {id} in `{collection}` would be about {bytes} bytes with this `{field}` subset, over MongoDB's document limit of 16777216 bytes: embed fewer or smaller children (a lower `keep`)")]
+    SubsetTooLarge {
+        /// The parent collection.
+        collection: String,
+        /// The parent's `_id`.
+        id: Box<Bson>,
+        /// The subset field (BSON name).
+        field: String,
+        /// The parent's stored size plus what the write would have added.
+        bytes: u64,
+    },
+
     /// A transaction that kept failing with transient errors until its time ran out.
     #[error("transaction on `{collection}` did not commit within {seconds} s: {source}")]
     TransactionTimeout {

@@ -1,6 +1,8 @@
 //! The total order of a subset and the queries derived from it: `$sort` documents, index keys
 //! and keyset filters.
 
+use std::cmp::Ordering;
+
 use bson::{doc, Bson, Document, RawDocument};
 
 use crate::model::{Direction, SubsetSpec};
@@ -41,19 +43,7 @@ pub(crate) fn position(spec: &SubsetSpec, child: &RawDocument) -> Vec<Bson> {
 /// For keys `k1..kn` this is `k1 > v1 OR (k1 = v1 AND k2 > v2) OR …`, with `<` for descending
 /// keys; the last key is `_id`, so the order is total and no child is served twice.
 pub(crate) fn after_filter(spec: &SubsetSpec, parent: &Bson, after: &[Bson]) -> Document {
-    let mut branches = Vec::with_capacity(after.len());
-    let mut equal = Document::new();
-    for (key, value) in spec.order().zip(after) {
-        let op = match key.direction {
-            Direction::Asc => "$gt",
-            Direction::Desc => "$lt",
-        };
-        let mut branch = equal.clone();
-        branch.insert(key.field, doc! { op: value.clone() });
-        branches.push(Bson::Document(branch));
-        // `$eq`, not a bare value: a forged cursor value such as `{"$ne": null}` stays a value.
-        equal.insert(key.field, doc! { "$eq": value.clone() });
-    }
+    let mut branches = after_branches(spec, "", after);
     let mut filter = doc! { spec.key: parent.clone() };
     match branches.len() {
         0 => {}
@@ -76,6 +66,55 @@ pub(crate) fn after_filter(spec: &SubsetSpec, parent: &Bson, after: &[Bson]) -> 
         }
     }
     filter
+}
+
+/// The `$or` branches matching documents whose order fields, under `prefix` (`""` for a
+/// child document, `"recent.0."` for the head of an embedded subset), sort strictly after
+/// `after`: `k1 > v1`, `k1 = v1 AND k2 > v2`, …, with `<` for descending keys.
+pub(crate) fn after_branches(spec: &SubsetSpec, prefix: &str, after: &[Bson]) -> Vec<Bson> {
+    let mut branches = Vec::with_capacity(after.len());
+    let mut equal = Document::new();
+    for (key, value) in spec.order().zip(after) {
+        let op = match key.direction {
+            Direction::Asc => "$gt",
+            Direction::Desc => "$lt",
+        };
+        let path = format!("{prefix}{}", key.field);
+        let mut branch = equal.clone();
+        branch.insert(path.clone(), doc! { op: value.clone() });
+        branches.push(Bson::Document(branch));
+        // `$eq`, not a bare value: a forged cursor value such as `{"$ne": null}` stays a value.
+        equal.insert(path, doc! { "$eq": value.clone() });
+    }
+    branches
+}
+
+/// How two positions compare in the subset's order, computed here as the server would, for
+/// the values whose order is plain (numbers of one kind, strings under the simple collation,
+/// dates, ObjectIds, booleans); `None` for anything else, which the server must sort.
+pub(crate) fn compare(spec: &SubsetSpec, a: &[Bson], b: &[Bson]) -> Option<Ordering> {
+    for ((key, x), y) in spec.order().zip(a).zip(b) {
+        let ordering = match (x, y) {
+            (Bson::Int32(x), Bson::Int32(y)) => x.cmp(y),
+            (Bson::Int64(x), Bson::Int64(y)) => x.cmp(y),
+            (Bson::Int32(x), Bson::Int64(y)) => i64::from(*x).cmp(y),
+            (Bson::Int64(x), Bson::Int32(y)) => x.cmp(&i64::from(*y)),
+            (Bson::Double(x), Bson::Double(y)) if !x.is_nan() && !y.is_nan() => x.partial_cmp(y)?,
+            (Bson::String(x), Bson::String(y)) => x.as_bytes().cmp(y.as_bytes()),
+            (Bson::DateTime(x), Bson::DateTime(y)) => x.cmp(y),
+            (Bson::ObjectId(x), Bson::ObjectId(y)) => x.bytes().cmp(&y.bytes()),
+            (Bson::Boolean(x), Bson::Boolean(y)) => x.cmp(y),
+            _ => return None,
+        };
+        let ordering = match key.direction {
+            Direction::Asc => ordering,
+            Direction::Desc => ordering.reverse(),
+        };
+        if ordering != Ordering::Equal {
+            return Some(ordering);
+        }
+    }
+    Some(Ordering::Equal)
 }
 
 /// The `$type` operand matching `value`'s comparison bracket: all numbers compare with each

@@ -51,6 +51,40 @@ impl InsertFailure {
     }
 }
 
+/// Server codes for a document over the BSON size limit: an update's result
+/// (`17419`), or a document as written (`10334`, `BSONObjectTooLarge`).
+const TOO_LARGE: [i32; 2] = [17419, 10334];
+
+/// Whether the server refused a write because the document would be over 16 MiB.
+pub(crate) fn is_too_large(error: &mongodb::error::Error) -> bool {
+    code(error).is_some_and(|c| TOO_LARGE.contains(&c))
+}
+
+/// Whether the server answered that it did not apply a write (a write or command error), as
+/// opposed to a failure after which nobody knows (a lost connection).
+pub(crate) fn is_refused(error: &mongodb::error::Error) -> bool {
+    matches!(
+        error.kind.as_ref(),
+        ErrorKind::Write(WriteFailure::WriteError(_)) | ErrorKind::Command(_)
+    )
+}
+
+/// Whether our error says the server refused a write, which then left nothing behind.
+pub(crate) fn was_refused(error: &crate::Error) -> bool {
+    match error {
+        crate::Error::SubsetTooLarge { .. } => true,
+        other => other.mongo_error().is_some_and(is_refused),
+    }
+}
+
+fn code(error: &mongodb::error::Error) -> Option<i32> {
+    match error.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some(w.code),
+        ErrorKind::Command(c) => Some(c.code),
+        _ => None,
+    }
+}
+
 /// Whether a driver error is a duplicate-key write error.
 pub(crate) fn is_duplicate(error: &mongodb::error::Error) -> bool {
     InsertFailure::of(error).is_some_and(|f| !f.duplicates.is_empty())

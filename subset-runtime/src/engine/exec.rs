@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
 use mongodb::action::{
-    CountDocuments, Delete, Find, FindOne, InsertMany, InsertOne, ReplaceOne, Update,
+    CountDocuments, Delete, Find, FindOne, FindOneAndDelete, FindOneAndReplace, InsertMany,
+    InsertOne, ReplaceOne, Update,
 };
 use mongodb::error::{ErrorKind, TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
 use mongodb::ClientSession;
@@ -117,11 +118,17 @@ steps!(
     CountDocuments<'a>,
 );
 
-impl<'a, T: DeserializeOwned + Send + Sync> Step<'a> for FindOne<'a, T> {
-    fn in_session(self, session: &'a mut ClientSession) -> Self {
-        self.session(session)
-    }
+macro_rules! typed_steps {
+    ($($action:ident),* $(,)?) => {$(
+        impl<'a, T: DeserializeOwned + Send + Sync> Step<'a> for $action<'a, T> {
+            fn in_session(self, session: &'a mut ClientSession) -> Self {
+                self.session(session)
+            }
+        }
+    )*};
 }
+
+typed_steps!(FindOne, FindOneAndDelete, FindOneAndReplace);
 
 /// Runs `steps` for `store`, in `caller`'s session if given (see the module docs).
 pub(crate) async fn execute<S: Steps>(
@@ -221,14 +228,15 @@ async fn transaction<S: Steps>(
     }
 }
 
-/// Write conflicts between transactions on one hot parent resolve faster when the losers do not
-/// all come back at once: wait a few milliseconds, growing with the attempt and spread by the
-/// clock's low bits (no random generator needed for this).
+/// The first backoff's ceiling, and the largest.
+const BACKOFF_BASE_MS: u64 = 2;
+const BACKOFF_CAP_MS: u64 = 1_000;
+
+/// Exponential backoff with full jitter: a wait drawn uniformly from zero to a ceiling that
+/// doubles with each attempt. Writers that conflicted on one parent then spread out instead of
+/// colliding again, and the ones that drew short waits go first.
 async fn backoff(attempt: u32) {
-    let spread = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::from(d.subsec_nanos() >> 10));
-    let base = u64::from(attempt.min(20));
-    let millis = base + spread % (base + 1);
+    let ceiling = (BACKOFF_BASE_MS << attempt.min(16)).min(BACKOFF_CAP_MS);
+    let millis = rand::random_range(0..=ceiling);
     tokio::time::sleep(Duration::from_millis(millis)).await;
 }

@@ -96,6 +96,8 @@ impl InsertSteps<'_> {
     /// Everything after the parent's own insert.
     async fn write_children(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         let mut set = Document::new();
+        let mut largest = None;
+        let mut bytes = super::bson_len([self.parent]);
         for (spec, docs) in self.store.spec().subsets.iter().zip(self.children) {
             if docs.is_empty() {
                 continue;
@@ -110,6 +112,11 @@ impl InsertSteps<'_> {
                 .collect(query::top_children(&coll, spec, self.id))
                 .await
                 .map_err(child)?;
+            let adding = super::bson_len(&top);
+            bytes += adding;
+            if largest.is_none_or(|(_, most)| adding > most) {
+                largest = Some((spec, adding));
+            }
             set.insert(spec.field, top);
             if let Some(count) = spec.count {
                 set.insert(count, docs.len() as i64);
@@ -118,7 +125,16 @@ impl InsertSteps<'_> {
         if !set.is_empty() {
             let parents = self.store.parents::<Document>();
             let update = parents.update_one(doc! { "_id": self.id.clone() }, doc! { "$set": set });
-            ctx.run(update).await.map_err(|e| self.store.mongo(e))?;
+            if let Err(e) = ctx.run(update).await {
+                // Named after the largest subset, the likeliest to have outgrown the document.
+                return Err(match largest {
+                    Some((spec, _)) => {
+                        let subset = self.store.subset(spec);
+                        subset.too_large(e, self.id, bytes.max(0) as u64)
+                    }
+                    None => self.store.mongo(e),
+                });
+            }
         }
         Ok(())
     }

@@ -9,7 +9,9 @@
 //! |---|---|
 //! | `exec.rs` | the executor: transactions and their retry loop, ordered runs, caller sessions |
 //! | `insert.rs`, `delete.rs` | a parent with its children, in and out |
-//! | `push.rs` | `push` / `push_many`: the child insert and the capped `$push` |
+//! | `push.rs` | `push` / `push_many` in a transaction; `push_ordered.rs` without one |
+//! | `push_update.rs` | the capped `$push` into the parent, at the head when it can |
+//! | `combine.rs` | group commit: pushes to one hot parent share a transaction |
 //! | `page.rs` | merged pagination, `all`, `count` |
 //! | `remove_update.rs` | removing and replacing one child |
 //! | `resync.rs` | recomputing a subset from the child collection: backfill, reconcile, check |
@@ -20,19 +22,23 @@
 
 use std::sync::Arc;
 
-use bson::{doc, Bson};
+use bson::{doc, Bson, Document, RawDocumentBuf};
+use futures::TryStreamExt;
 use mongodb::{Collection, Database};
 use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
 
+mod combine;
 mod delete;
 pub mod driver_error;
 mod exec;
 mod insert;
 mod page;
 mod push;
+mod push_ordered;
+mod push_update;
 mod query;
 mod remove_update;
 mod resync;
@@ -62,6 +68,7 @@ pub struct RawStore {
     db: Database,
     spec: ParentSpec,
     mode: Arc<OnceCell<WriteMode>>,
+    combiner: combine::Combiner<push::Batch>,
 }
 
 impl std::fmt::Debug for RawStore {
@@ -82,6 +89,7 @@ impl RawStore {
             db: db.clone(),
             spec,
             mode: Arc::new(OnceCell::new()),
+            combiner: combine::Combiner::default(),
         }
     }
 
@@ -182,4 +190,64 @@ impl<'a> RawSubset<'a> {
             id: Box::new(parent.clone()),
         }
     }
+
+    /// The error of a parent update meant to add about `adding` bytes to the subset:
+    /// [`Error::SubsetTooLarge`] when the server refused it for the document's size, else the
+    /// driver error.
+    pub(crate) async fn parent_write_error(
+        &self,
+        e: mongodb::error::Error,
+        parent: &Bson,
+        adding: i64,
+    ) -> Error {
+        if !driver_error::is_too_large(&e) {
+            return self.store.mongo(e);
+        }
+        let stored = self.stored_size(parent).await.unwrap_or(0);
+        self.too_large(e, parent, stored.saturating_add_signed(adding))
+    }
+
+    /// The error of a parent write that would have made a document of about `bytes`.
+    pub(crate) fn too_large(&self, e: mongodb::error::Error, parent: &Bson, bytes: u64) -> Error {
+        if !driver_error::is_too_large(&e) {
+            return self.store.mongo(e);
+        }
+        Error::SubsetTooLarge {
+            collection: self.store.spec.collection.to_owned(),
+            id: Box::new(parent.clone()),
+            field: self.spec.field.to_owned(),
+            bytes,
+        }
+    }
+
+    /// The parent's size as stored, read outside any transaction (a refused write has aborted
+    /// ours), for a message only.
+    async fn stored_size(&self, parent: &Bson) -> Option<u64> {
+        let pipeline = [
+            doc! { "$match": { "_id": parent.clone() } },
+            doc! { "$project": { "_id": 0, "size": { "$bsonSize": "$$ROOT" } } },
+        ];
+        let sizes: Vec<Document> = self
+            .store
+            .parents::<Document>()
+            .aggregate(pipeline)
+            .await
+            .ok()?
+            .try_collect()
+            .await
+            .ok()?;
+        let size = sizes.first()?.get("size")?;
+        match size {
+            Bson::Int32(n) => u64::try_from(*n).ok(),
+            Bson::Int64(n) => u64::try_from(*n).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// About how many bytes `docs` take as array elements.
+pub(crate) fn bson_len<'d>(docs: impl IntoIterator<Item = &'d Document>) -> i64 {
+    docs.into_iter()
+        .map(|d| RawDocumentBuf::from_document(d).map_or(0, |r| r.as_bytes().len() as i64 + 8))
+        .sum()
 }

@@ -4,24 +4,24 @@
 use bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
-use super::driver_error::{self, InsertFailure};
+use super::combine::{Role, Waiter};
+use super::driver_error;
 use super::exec::{self, Ctx, Steps};
-use super::{query, RawSubset};
+use super::{RawSubset, WriteMode};
 use crate::action::Action;
 use crate::error::{Error, Result};
-use crate::order;
-
-/// How many times an ordered push re-reads the subset when concurrent writers embedded some of
-/// its children between its insert and its update.
-const ORDERED_PUSH_ATTEMPTS: usize = 8;
 
 /// A child ready to be written: its `_id`, its embedded form, and its child-collection form
 /// (the embedded form plus the parent key).
-struct Prepared {
-    id: Bson,
-    embedded: Document,
-    stored: Document,
+#[derive(Clone)]
+pub(super) struct Prepared {
+    pub(super) id: Bson,
+    pub(super) embedded: Document,
+    pub(super) stored: Document,
 }
+
+/// The children of one push.
+pub(super) type Batch = Vec<Prepared>;
 
 impl<'a> RawSubset<'a> {
     /// Adds children (documents with an `_id`); see [`crate::Subset::push`].
@@ -38,7 +38,7 @@ impl<'a> RawSubset<'a> {
         &self,
         parent: &Bson,
         children: Vec<Document>,
-        mut caller: Option<&mut ClientSession>,
+        caller: Option<&mut ClientSession>,
     ) -> Result<()> {
         if children.is_empty() {
             return Ok(());
@@ -46,14 +46,28 @@ impl<'a> RawSubset<'a> {
         let batch = children
             .into_iter()
             .map(|c| self.prepare(parent, c))
-            .collect::<Result<Vec<_>>>()?;
-        // Optimistic: stored children (a retry) are looked for only after a duplicate aborted
-        // the first attempt. In the caller's transaction, where that abort would be the
-        // caller's, the steps look first instead (see `PushSteps::run`).
+            .collect::<Result<Batch>>()?;
+        // Within a transaction of ours, pushes to one parent go together (see `combine.rs`).
+        if caller.is_none() && self.store().mode().await? == WriteMode::Transactional {
+            return self.push_combined(parent, batch).await;
+        }
+        self.push_alone(parent, &batch, caller).await
+    }
+
+    /// One batch, in the caller's session if given. Optimistic: stored children (a retry) are
+    /// looked for only after a duplicate aborted the first attempt. In the caller's transaction,
+    /// where that abort would be the caller's, the steps look first instead (see
+    /// `PushSteps::run`).
+    async fn push_alone(
+        &self,
+        parent: &Bson,
+        batch: &[Prepared],
+        mut caller: Option<&mut ClientSession>,
+    ) -> Result<()> {
         let steps = PushSteps {
             subset: self,
             parent,
-            batch: &batch,
+            batch,
             look_first: false,
         };
         match exec::execute(self.store(), caller.as_deref_mut(), &steps).await {
@@ -66,6 +80,48 @@ impl<'a> RawSubset<'a> {
             }
             other => other,
         }
+    }
+
+    /// `batch` in a transaction of ours, together with the pushes queued on the same parent.
+    async fn push_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
+        let combiner = &self.store().combiner;
+        let (batch, mut others, leader) =
+            match combiner.join(self.spec().field, parent, batch).await {
+                Role::Done(result) => return result,
+                Role::Lead {
+                    batch,
+                    others,
+                    leader,
+                } => (batch, others, leader),
+            };
+        let theirs: Vec<Batch> = others.iter_mut().filter_map(Waiter::take_batch).collect();
+        let all: Batch = batch
+            .iter()
+            .chain(theirs.iter().flatten())
+            .cloned()
+            .collect();
+        let mut ids: Vec<&Bson> = all.iter().map(|p| &p.id).collect();
+        ids.sort_unstable_by_key(|id| id.to_string());
+        ids.dedup();
+        // The same child from two callers: each on its own, so that one stores it and the
+        // other finds it stored.
+        let together = !theirs.is_empty() && ids.len() == all.len();
+        if together && self.push_alone(parent, &all, None).await.is_ok() {
+            for waiter in others {
+                waiter.answer(Ok(()));
+            }
+            drop(leader);
+            return Ok(());
+        }
+        // Alone, or the combined transaction failed: each batch on its own, so each caller
+        // gets its own result.
+        let mine = self.push_alone(parent, &batch, None).await;
+        for (waiter, batch) in others.into_iter().zip(theirs) {
+            let result = self.push_alone(parent, &batch, None).await;
+            waiter.answer(result);
+        }
+        drop(leader);
+        mine
     }
 
     fn prepare(&self, parent: &Bson, embedded: Document) -> Result<Prepared> {
@@ -84,39 +140,10 @@ impl<'a> RawSubset<'a> {
         })
     }
 
-    /// The one update that keeps the subset: `$push` with `$each`, `$sort`, `$slice: keep`, and
-    /// `$inc` of the count by `added`.
-    fn push_update(&self, each: Vec<Bson>, added: i64) -> Document {
-        let spec = self.spec();
-        let mut update = doc! {
-            "$push": {
-                spec.field: {
-                    "$each": each,
-                    "$sort": order::sort_doc(spec),
-                    "$slice": i64::from(spec.keep),
-                }
-            }
-        };
-        if let (Some(count), true) = (spec.count, added != 0) {
-            update.insert("$inc", doc! { count: added });
-        }
-        update
-    }
-
-    /// The parent filter of a push: the parent, unless one of `ids` is already embedded (a
-    /// reconcile that read the child collection between our insert and this update has put it
-    /// there and counted it; pushing it again would embed and count it twice).
-    fn push_filter(&self, parent: &Bson, ids: Vec<Bson>) -> Document {
-        doc! {
-            "_id": parent.clone(),
-            format!("{}._id", self.spec().field): { "$nin": ids },
-        }
-    }
-
     /// Puts a child that is already in the child collection back into the subset if it is
     /// missing there, without counting it again. `$push`/`$sort`/`$slice` drops it again at once
     /// when it does not rank in the top `keep`, so this never disturbs a correct subset.
-    async fn restore(&self, ctx: &mut Ctx<'_>, parent: &Bson, id: &Bson) -> Result<()> {
+    pub(super) async fn restore(&self, ctx: &mut Ctx<'_>, parent: &Bson, id: &Bson) -> Result<()> {
         let spec = self.spec();
         let children = self.children::<Document>();
         let stored = ctx
@@ -136,15 +163,18 @@ impl<'a> RawSubset<'a> {
                 owner: Box::new(owner),
             });
         }
-        let parents = self.store().parents::<Document>();
-        let update = parents.update_one(
-            self.push_filter(parent, vec![id.clone()]),
-            self.push_update(vec![Bson::Document(stored)], 0),
-        );
-        let updated = ctx.run(update).await.map_err(|e| self.store().mongo(e))?;
+        let restored = Prepared {
+            id: id.clone(),
+            embedded: stored.clone(),
+            stored,
+        };
+        let filter = self.push_filter(parent, vec![id.clone()]);
+        let pushed = self
+            .capped_push(ctx, parent, filter, &[&restored], 0)
+            .await?;
         // No match: the child is embedded already, or the parent is gone (its children left
         // behind by an interrupted delete), which a push must report.
-        if updated.matched_count == 0 && !self.parent_exists(ctx, parent).await? {
+        if !pushed && !self.parent_exists(ctx, parent).await? {
             return Err(self.parent_not_found(parent));
         }
         Ok(())
@@ -161,10 +191,10 @@ impl<'a> RawSubset<'a> {
 }
 
 /// The writes of one push.
-struct PushSteps<'s, 'a> {
-    subset: &'s RawSubset<'a>,
-    parent: &'s Bson,
-    batch: &'s [Prepared],
+pub(super) struct PushSteps<'s, 'a> {
+    pub(super) subset: &'s RawSubset<'a>,
+    pub(super) parent: &'s Bson,
+    pub(super) batch: &'s [Prepared],
     /// Look for children of the batch already stored before writing (a retry), restoring them
     /// into the subset instead of inserting them again.
     look_first: bool,
@@ -188,17 +218,12 @@ impl Steps for PushSteps<'_, '_> {
         // The parent update first, so that a missing parent or a write conflict on a hot parent
         // is found before the insert does any work.
         let s = self.subset;
-        let each = fresh
-            .iter()
-            .map(|p| Bson::Document(p.embedded.clone()))
-            .collect();
-        let parents = s.store().parents::<Document>();
-        let update = parents.update_one(
-            doc! { "_id": self.parent.clone() },
-            s.push_update(each, fresh.len() as i64),
-        );
-        let updated = ctx.run(update).await.map_err(|e| s.store().mongo(e))?;
-        if updated.matched_count == 0 {
+        let filter = doc! { "_id": self.parent.clone() };
+        let added = fresh.len() as i64;
+        if !s
+            .capped_push(ctx, self.parent, filter, &fresh, added)
+            .await?
+        {
             return Err(s.parent_not_found(self.parent));
         }
         let children = s.children::<Document>();
@@ -233,114 +258,5 @@ impl PushSteps<'_, '_> {
             .iter()
             .filter(|p| !stored.contains(&&p.id))
             .collect())
-    }
-
-    /// Without a transaction: `insertMany` (unordered) first, then one update for what it
-    /// inserted, so that a crash in between leaves a child uncounted or missing from the subset,
-    /// never an embedded child missing from the collection.
-    async fn ordered(&self, ctx: &mut Ctx<'_>) -> Result<()> {
-        let s = self.subset;
-        let children = s.children::<Document>();
-        let inserted = match self.batch {
-            [one] => ctx.run(children.insert_one(&one.stored)).await.map(|_| ()),
-            _ => ctx
-                .run(
-                    children
-                        .insert_many(self.batch.iter().map(|p| &p.stored))
-                        .ordered(false),
-                )
-                .await
-                .map(|_| ()),
-        };
-        let (fresh, duplicates, failure) = match inserted {
-            Ok(()) => (self.batch.iter().collect(), Vec::new(), None),
-            Err(e) => {
-                let Some(failed) = InsertFailure::of(&e) else {
-                    return Err(s.mongo_child(e));
-                };
-                let mut fresh = Vec::new();
-                let mut duplicates = Vec::new();
-                for (i, p) in self.batch.iter().enumerate() {
-                    if failed.duplicates.contains(&i) {
-                        duplicates.push(p);
-                    } else if !failed.refused.iter().any(|(index, _)| *index == i) {
-                        fresh.push(p);
-                    }
-                }
-                // Applied, but not as durably as asked, or some refused: embed and count what
-                // was written, then report it.
-                let report = !failed.refused.is_empty() || failed.write_concern;
-                (fresh, duplicates, report.then_some(e))
-            }
-        };
-        if !fresh.is_empty() && !self.push_to_parent(ctx, &fresh).await? {
-            let ids: Vec<Bson> = fresh.iter().map(|p| p.id.clone()).collect();
-            let spec = s.spec();
-            ctx.run(children.delete_many(query::owned(spec, self.parent, ids)))
-                .await
-                .map_err(|e| s.mongo_child(e))?;
-            return Err(s.parent_not_found(self.parent));
-        }
-        for p in &duplicates {
-            s.restore(ctx, self.parent, &p.id).await?;
-        }
-        match failure {
-            Some(e) => Err(s.mongo_child(e)),
-            None => Ok(()),
-        }
-    }
-
-    /// The parent half of an ordered push: `$push`/`$sort`/`$slice` and `$inc` in one update,
-    /// unless a concurrent remove, update or reconcile has already embedded some of these
-    /// children (it read them from the child collection between our insert and this update).
-    /// Then only the others are pushed, and all of them are counted, since a remove or update
-    /// does not recount. Returns `false` when the parent does not exist.
-    async fn push_to_parent(&self, ctx: &mut Ctx<'_>, fresh: &[&Prepared]) -> Result<bool> {
-        let s = self.subset;
-        let parents = s.store().parents::<Document>();
-        let added = fresh.len() as i64;
-        let mut pending: Vec<&Prepared> = fresh.to_vec();
-        for _ in 0..ORDERED_PUSH_ATTEMPTS {
-            let ids: Vec<Bson> = pending.iter().map(|p| p.id.clone()).collect();
-            let each = pending
-                .iter()
-                .map(|p| Bson::Document(p.embedded.clone()))
-                .collect();
-            let update =
-                parents.update_one(s.push_filter(self.parent, ids), s.push_update(each, added));
-            let updated = ctx.run(update).await.map_err(|e| s.store().mongo(e))?;
-            if updated.matched_count == 1 {
-                return Ok(true);
-            }
-            let path = format!("{}._id", s.spec().field);
-            let find = parents
-                .find_one(doc! { "_id": self.parent.clone() })
-                .projection(doc! { path: 1 });
-            let found = ctx.run(find).await.map_err(|e| s.store().mongo(e))?;
-            let Some(found) = found else {
-                return Ok(false);
-            };
-            let embedded: Vec<&Bson> = found
-                .get_array(s.spec().field)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|c| c.as_document()?.get("_id"))
-                        .collect()
-                })
-                .unwrap_or_default();
-            pending.retain(|p| !embedded.contains(&&p.id));
-            if pending.is_empty() {
-                break;
-            }
-        }
-        // Everything is embedded (or the parent is too contended to say): count what we added.
-        if let Some(count) = s.spec().count {
-            let update = parents.update_one(
-                doc! { "_id": self.parent.clone() },
-                doc! { "$inc": { count: added } },
-            );
-            ctx.run(update).await.map_err(|e| s.store().mongo(e))?;
-        }
-        Ok(true)
     }
 }

@@ -6,7 +6,7 @@ use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
-use super::RawSubset;
+use super::{driver_error, RawSubset};
 use crate::action::Action;
 use crate::error::{Error, Result};
 
@@ -90,29 +90,42 @@ impl Steps for ChildSteps<'_, '_> {
         let spec = s.spec();
         let filter = doc! { "_id": self.child.clone(), spec.key: self.parent.clone() };
         let children = s.children::<Document>();
-        let (found, fix) = match self.replacement {
-            None => {
-                let deleted = ctx
-                    .run(children.delete_one(filter))
-                    .await
-                    .map_err(|e| s.mongo_child(e))?;
-                (deleted.deleted_count == 1, CountFix::Add(-1))
-            }
-            Some(stored) => {
-                let replaced = ctx
-                    .run(children.replace_one(filter, stored))
-                    .await
-                    .map_err(|e| s.mongo_child(e))?;
-                (replaced.matched_count == 1, CountFix::Keep)
-            }
+        // The child as it was, to put back if the subset cannot follow.
+        let (before, fix) = match self.replacement {
+            None => (
+                ctx.run(children.find_one_and_delete(filter)).await,
+                CountFix::Add(-1),
+            ),
+            Some(stored) => (
+                ctx.run(children.find_one_and_replace(filter, stored)).await,
+                CountFix::Keep,
+            ),
         };
-        if !found {
+        let Some(before) = before.map_err(|e| s.mongo_child(e))? else {
             return Err(Error::ChildNotFound {
                 collection: spec.child_collection.to_owned(),
                 parent: Box::new(self.parent.clone()),
                 id: Box::new(self.child.clone()),
             });
+        };
+        match s.resync(ctx, self.parent, fix, true).await {
+            Ok(_) => Ok(()),
+            // Refused by the server (the re-ranked subset would not fit, say) outside a
+            // transaction: the child goes back as it was, so the write leaves nothing, as a
+            // transaction would.
+            Err(e) if !ctx.atomic() && driver_error::was_refused(&e) => {
+                let undo = doc! { "_id": self.child.clone(), spec.key: self.parent.clone() };
+                let put_back = match self.replacement {
+                    None => ctx.run(children.insert_one(&before)).await.map(|_| ()),
+                    Some(_) => ctx
+                        .run(children.replace_one(undo, &before))
+                        .await
+                        .map(|_| ()),
+                };
+                put_back.map_err(|e| s.mongo_child(e))?;
+                Err(e)
+            }
+            Err(e) => Err(e),
         }
-        s.resync(ctx, self.parent, fix, true).await.map(|_| ())
     }
 }

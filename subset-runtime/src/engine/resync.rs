@@ -200,10 +200,14 @@ impl RawSubset<'_> {
                     };
                 }
             }
-            let updated = ctx
-                .run(parents.update_one(filter, update))
-                .await
-                .map_err(|e| store.mongo(e))?;
+            let updated = match ctx.run(parents.update_one(filter, update)).await {
+                Ok(updated) => updated,
+                Err(e) => {
+                    let embedded = embedded.as_deref().unwrap_or_default();
+                    let adding = super::bson_len(&top) - super::bson_len(embedded);
+                    return Err(self.parent_write_error(e, parent, adding).await);
+                }
+            };
             if updated.matched_count == 1 {
                 drift.fixed = true;
                 return Ok(drift);

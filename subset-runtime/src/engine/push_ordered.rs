@@ -1,0 +1,134 @@
+//! A push without a transaction: the children first, then the parent, so that a crash in
+//! between leaves drift `reconcile` repairs, never an embedded child missing from the
+//! collection.
+
+use bson::{doc, Bson, Document};
+
+use super::driver_error::{self, InsertFailure};
+use super::exec::Ctx;
+use super::push::{Prepared, PushSteps};
+use super::query;
+use crate::error::Result;
+
+/// How many times an ordered push re-reads the subset when concurrent writers embedded some of
+/// its children between its insert and its update.
+const ORDERED_PUSH_ATTEMPTS: usize = 8;
+
+impl PushSteps<'_, '_> {
+    /// Without a transaction: `insertMany` (unordered) first, then one update for what it
+    /// inserted, so that a crash in between leaves a child uncounted or missing from the subset,
+    /// never an embedded child missing from the collection.
+    pub(super) async fn ordered(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        let s = self.subset;
+        let children = s.children::<Document>();
+        let inserted = match self.batch {
+            [one] => ctx.run(children.insert_one(&one.stored)).await.map(|_| ()),
+            _ => ctx
+                .run(
+                    children
+                        .insert_many(self.batch.iter().map(|p| &p.stored))
+                        .ordered(false),
+                )
+                .await
+                .map(|_| ()),
+        };
+        let (fresh, duplicates, failure) = match inserted {
+            Ok(()) => (self.batch.iter().collect(), Vec::new(), None),
+            Err(e) => {
+                let Some(failed) = InsertFailure::of(&e) else {
+                    return Err(s.mongo_child(e));
+                };
+                let mut fresh = Vec::new();
+                let mut duplicates = Vec::new();
+                for (i, p) in self.batch.iter().enumerate() {
+                    if failed.duplicates.contains(&i) {
+                        duplicates.push(p);
+                    } else if !failed.refused.iter().any(|(index, _)| *index == i) {
+                        fresh.push(p);
+                    }
+                }
+                // Applied, but not as durably as asked, or some refused: embed and count what
+                // was written, then report it.
+                let report = !failed.refused.is_empty() || failed.write_concern;
+                (fresh, duplicates, report.then_some(e))
+            }
+        };
+        if !fresh.is_empty() {
+            let failed = match self.push_to_parent(ctx, &fresh).await {
+                Ok(true) => None,
+                Ok(false) => Some(s.parent_not_found(self.parent)),
+                // Refused by the server (too large, say): nothing reached the parent, so the
+                // children come out again and the push leaves nothing, as a transaction would.
+                Err(e) if driver_error::was_refused(&e) => Some(e),
+                // Nobody knows whether it applied (a lost connection): the children stay, for a
+                // retry or `reconcile` to finish.
+                Err(e) => return Err(e),
+            };
+            if let Some(error) = failed {
+                let ids: Vec<Bson> = fresh.iter().map(|p| p.id.clone()).collect();
+                let spec = s.spec();
+                ctx.run(children.delete_many(query::owned(spec, self.parent, ids)))
+                    .await
+                    .map_err(|e| s.mongo_child(e))?;
+                return Err(error);
+            }
+        }
+        for p in &duplicates {
+            s.restore(ctx, self.parent, &p.id).await?;
+        }
+        match failure {
+            Some(e) => Err(s.mongo_child(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// The parent half of an ordered push: `$push`/`$sort`/`$slice` and `$inc` in one update,
+    /// unless a concurrent remove, update or reconcile has already embedded some of these
+    /// children (it read them from the child collection between our insert and this update).
+    /// Then only the others are pushed, and all of them are counted, since a remove or update
+    /// does not recount. Returns `false` when the parent does not exist.
+    async fn push_to_parent(&self, ctx: &mut Ctx<'_>, fresh: &[&Prepared]) -> Result<bool> {
+        let s = self.subset;
+        let parents = s.store().parents::<Document>();
+        let added = fresh.len() as i64;
+        let mut pending: Vec<&Prepared> = fresh.to_vec();
+        for _ in 0..ORDERED_PUSH_ATTEMPTS {
+            let ids: Vec<Bson> = pending.iter().map(|p| p.id.clone()).collect();
+            let filter = s.push_filter(self.parent, ids);
+            if s.capped_push(ctx, self.parent, filter, &pending, added)
+                .await?
+            {
+                return Ok(true);
+            }
+            let path = format!("{}._id", s.spec().field);
+            let find = parents
+                .find_one(doc! { "_id": self.parent.clone() })
+                .projection(doc! { path: 1 });
+            let found = ctx.run(find).await.map_err(|e| s.store().mongo(e))?;
+            let Some(found) = found else {
+                return Ok(false);
+            };
+            let embedded: Vec<&Bson> = found
+                .get_array(s.spec().field)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|c| c.as_document()?.get("_id"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            pending.retain(|p| !embedded.contains(&&p.id));
+            if pending.is_empty() {
+                break;
+            }
+        }
+        // Everything is embedded (or the parent is too contended to say): count what we added.
+        if let Some(count) = s.spec().count {
+            let update = parents.update_one(
+                doc! { "_id": self.parent.clone() },
+                doc! { "$inc": { count: added } },
+            );
+            ctx.run(update).await.map_err(|e| s.store().mongo(e))?;
+        }
+        Ok(true)
+    }
+}
