@@ -11,7 +11,7 @@ use bson::{doc, Bson, DateTime, Document};
 use common::*;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
-use subset::{Child, Error, PageRequest, Store, SweepOptions, WriteMode};
+use subset::{Child, Error, PageRequest, Store, SweepOptions};
 
 /// Writes `doc` straight through the driver into `collection`.
 async fn raw_insert(store: &Store<Product>, collection: &str, doc: Document) {
