@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use bson::spec::ElementType;
 use bson::{RawBsonRef, RawDocument};
-use subset_runtime::SubsetSpec;
+use subset_runtime::{bson_type_name, SubsetSpec};
 
 /// How many element positions a problem names.
 const NAMED: usize = 3;
@@ -51,7 +51,7 @@ pub fn check(parent: &RawDocument, spec: &SubsetSpec) -> Result<Shape, String> {
     let RawBsonRef::Array(array) = value else {
         return Err(format!(
             "`{field}` is {}, not an array",
-            a_type(value.element_type())
+            bson_type_name(value.element_type())
         ));
     };
     let mut shape = Shape {
@@ -66,7 +66,7 @@ pub fn check(parent: &RawDocument, spec: &SubsetSpec) -> Result<Shape, String> {
         let RawBsonRef::Document(child) = element else {
             return Err(format!(
                 "`{field}.{i}` is {}, not a document",
-                a_type(element.element_type())
+                bson_type_name(element.element_type())
             ));
         };
         shape.len += 1;
@@ -84,7 +84,7 @@ pub fn check(parent: &RawDocument, spec: &SubsetSpec) -> Result<Shape, String> {
                 ) {
                     return Err(format!(
                         "`{field}.{i}._id` is {}, which MongoDB does not accept as an `_id`",
-                        a_type(kind)
+                        bson_type_name(kind)
                     ));
                 }
                 // Display conflates 1 and 1.0 and 1L, as the `_id` index does.
@@ -125,33 +125,6 @@ pub fn check(parent: &RawDocument, spec: &SubsetSpec) -> Result<Shape, String> {
     Ok(shape)
 }
 
-/// A BSON type as MongoDB's `$type` names it, with an article.
-pub fn a_type(kind: ElementType) -> &'static str {
-    match kind {
-        ElementType::Double => "a double",
-        ElementType::String => "a string",
-        ElementType::EmbeddedDocument => "a document",
-        ElementType::Array => "an array",
-        ElementType::Binary => "binary data",
-        ElementType::Undefined => "undefined",
-        ElementType::ObjectId => "an objectId",
-        ElementType::Boolean => "a bool",
-        ElementType::DateTime => "a date",
-        ElementType::Null => "null",
-        ElementType::RegularExpression => "a regex",
-        ElementType::DbPointer => "a dbPointer",
-        ElementType::JavaScriptCode => "javascript",
-        ElementType::Symbol => "a symbol",
-        ElementType::JavaScriptCodeWithScope => "javascript with scope",
-        ElementType::Int32 => "an int",
-        ElementType::Timestamp => "a timestamp",
-        ElementType::Int64 => "a long",
-        ElementType::Decimal128 => "a decimal",
-        ElementType::MaxKey => "maxKey",
-        ElementType::MinKey => "minKey",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,7 +155,7 @@ mod tests {
         let err = shape(doc! { "reviews": "many" }).unwrap_err();
         assert_eq!(err, "`reviews` is a string, not an array");
         let err = shape(doc! { "reviews": [{ "date": 1 }, 7] }).unwrap_err();
-        assert_eq!(err, "`reviews.1` is an int, not a document");
+        assert_eq!(err, "`reviews.1` is an int32, not a document");
         let err = shape(doc! { "reviews": [{ "date": 1 }, { "x": 1 }] }).unwrap_err();
         assert_eq!(
             err,

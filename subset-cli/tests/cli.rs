@@ -486,7 +486,7 @@ async fn malformed_shops_stop_the_migration_before_any_write_or_are_skipped() {
         "{err}"
     );
     assert!(
-        err.contains("3: `reviews.1` is an int, not a document"),
+        err.contains("3: `reviews.1` is an int32, not a document"),
         "{err}"
     );
     assert!(
