@@ -114,10 +114,7 @@ impl RawStore {
                     .try_collect()
                     .await
                     .map_err(|e| Error::mongo(name, e))?;
-                Ok(match ids.last().cloned() {
-                    Some(last) => Some((ids, Some(Some(last)))),
-                    None => None,
-                })
+                Ok(ids.last().cloned().map(|last| (ids, Some(Some(last)))))
             }
         })
     }
