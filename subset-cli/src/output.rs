@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use bson::Bson;
+use bson::{Bson, Document};
 use serde_json::{json, Value};
 
 use subset_runtime::{Direction, SubsetSpec};
@@ -115,6 +115,12 @@ pub fn spec_json(spec: &SubsetSpec, parent: &str) -> serde_json::Value {
         "sort": spec.sort.iter().map(|k| json!({ "field": k.field, "direction": k.direction.as_i32() })).collect::<Vec<_>>(),
         "count": spec.count,
     })
+}
+
+/// Index keys as people write them: `{shop_id: 1, date: -1, _id: -1}`.
+pub fn keys_text(keys: &Document) -> String {
+    let keys: Vec<String> = keys.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    format!("{{{}}}", keys.join(", "))
 }
 
 /// Lists invalid parents under a heading, for the text form.

@@ -9,7 +9,7 @@ use subset_runtime::{Drift, Error, ParentSpec, RawStore, SubsetSpec};
 
 use crate::args::SubsetArgs;
 use crate::error::{CliError, Invalid};
-use crate::output::{headline, id_json, invalid_json, push_invalid, spec_json, Outcome};
+use crate::output::{headline, id_json, invalid_json, keys_text, push_invalid, spec_json, Outcome};
 use crate::{progress, scan};
 
 /// Parents checked at once.
@@ -41,7 +41,7 @@ pub async fn run(
     scan::require_collection(db, &args.parent).await?;
     let store = RawStore::new(db, ParentSpec::leak(args.parent.clone(), vec![*spec]));
     let subset = store.subset(spec);
-    let mut index = has_index(db, spec).await?;
+    let mut index = subset.has_index().await?;
     let index_created = mode == Mode::Reconcile && !index;
     if index_created {
         subset.ensure_index().await?;
@@ -61,12 +61,9 @@ pub async fn run(
     let (mut checked, mut drifted, mut fixed, mut unfixed) = (0_u64, 0_u64, 0_u64, 0_u64);
     let mut drifts: Vec<Drift> = Vec::new();
     let mut skipped: Vec<Invalid> = Vec::new();
-    let mut after: Option<Bson> = None;
-    loop {
-        let ids = scan::next_ids(db, &args.parent, after.as_ref(), args.batch).await?;
-        let Some(last) = ids.last().cloned() else {
-            break;
-        };
+    let batches = store.parent_ids(args.batch);
+    futures::pin_mut!(batches);
+    while let Some(ids) = batches.try_next().await? {
         // Reconcile takes the child collection as the truth: on a parent that was never
         // migrated it would drop every embedded child. Those are refused.
         let refused = match mode {
@@ -138,7 +135,6 @@ pub async fn run(
                 drifts.push(drift);
             }
         }
-        after = Some(last);
     }
     bar.finish_and_clear();
 
@@ -167,12 +163,8 @@ pub async fn run(
         (false, false) => "MISSING (reconcile or migrate creates it)",
     };
     text.push_str(&format!(
-        "  index {{{}}} on `{}`: {index_state}\n",
-        index_keys(spec)
-            .iter()
-            .map(|(k, v)| format!("{k}: {v}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        "  index {} on `{}`: {index_state}\n",
+        keys_text(&subset.index_keys()),
         spec.child_collection
     ));
     for drift in drifts.iter().take(LISTED) {
@@ -245,53 +237,6 @@ async fn unmigrated(
     Ok(overfull.chain(orphaned).collect())
 }
 
-/// The child index the engine creates: `{key: 1, <sort keys>, _id}`.
-fn index_keys(spec: &SubsetSpec) -> Document {
-    let mut keys = doc! { spec.key: 1 };
-    for k in spec.order() {
-        keys.insert(k.field, k.direction.as_i32());
-    }
-    keys
-}
-
-/// Whether the child collection has an index with exactly the engine's keys (under any name).
-async fn has_index(db: &Database, spec: &SubsetSpec) -> Result<bool, CliError> {
-    let name = spec.child_collection;
-    let exists = !db
-        .list_collection_names()
-        .filter(doc! { "name": name })
-        .await
-        .map_err(|e| CliError::mongo(name, e))?
-        .is_empty();
-    if !exists {
-        return Ok(false);
-    }
-    let wanted = index_keys(spec);
-    let indexes: Vec<mongodb::IndexModel> = db
-        .collection::<Document>(name)
-        .list_indexes()
-        .await
-        .map_err(|e| CliError::mongo(name, e))?
-        .try_collect()
-        .await
-        .map_err(|e| CliError::mongo(name, e))?;
-    Ok(indexes.iter().any(|i| same_keys(&i.keys, &wanted)))
-}
-
-/// Key documents compared field by field in order, numbers by value (`1` and `1.0` alike).
-fn same_keys(a: &Document, b: &Document) -> bool {
-    let number = |v: &Bson| match v {
-        Bson::Int32(n) => Some(f64::from(*n)),
-        Bson::Int64(n) => Some(*n as f64),
-        Bson::Double(n) => Some(*n),
-        _ => None,
-    };
-    a.len() == b.len()
-        && a.iter().zip(b.iter()).all(|((ka, va), (kb, vb))| {
-            ka == kb && number(va).is_some() && number(va) == number(vb)
-        })
-}
-
 /// One line about a drifted parent.
 fn describe(drift: &Drift) -> String {
     let mut parts = Vec::new();
@@ -327,22 +272,4 @@ fn drift_json(drift: &Drift) -> Value {
         "count": drift.count.map(|(stored, actual)| json!({ "stored": stored, "children": actual })),
         "fixed": drift.fixed,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn index_keys_match_by_value() {
-        assert!(same_keys(
-            &doc! { "k": 1, "d": -1 },
-            &doc! { "k": 1.0, "d": -1_i64 }
-        ));
-        assert!(!same_keys(
-            &doc! { "k": 1, "d": -1 },
-            &doc! { "d": -1, "k": 1 }
-        ));
-        assert!(!same_keys(&doc! { "k": 1 }, &doc! { "k": 1, "d": 1 }));
-    }
 }
