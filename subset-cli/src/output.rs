@@ -125,12 +125,25 @@ pub fn keys_text(keys: &Document) -> String {
 
 /// Lists invalid parents under a heading, for the text form.
 pub fn push_invalid(text: &mut String, invalid: &[Invalid], what: &str) {
-    if invalid.is_empty() {
+    push_listed(text, invalid, invalid.len() as u64, usize::MAX, what);
+}
+
+/// Lists the first `most` of `listed` parents under a heading that counts `total` of them.
+pub fn push_listed(text: &mut String, listed: &[Invalid], total: u64, most: usize, what: &str) {
+    if total == 0 {
         return;
     }
-    text.push_str(&format!("  {} parent(s) {what}:\n", invalid.len()));
-    for i in invalid {
+    text.push_str(&format!("  {total} parent(s) {what}:\n"));
+    for i in listed.iter().take(most) {
         text.push_str(&format!("    {}: {}\n", i.id, i.problem));
+    }
+    let shown = listed.len().min(most) as u64;
+    if total > shown {
+        text.push_str(&format!(
+            "    … and {} more (--json lists up to {})\n",
+            total - shown,
+            listed.len()
+        ));
     }
 }
 

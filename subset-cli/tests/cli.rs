@@ -539,6 +539,91 @@ async fn malformed_shops_stop_the_migration_before_any_write_or_are_skipped() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_parent_that_cannot_be_fixed_does_not_stop_the_sweep() {
+    let (db, uri) = fresh().await;
+    let shops = db.collection::<Document>("shops");
+    let children = db.collection::<Document>("reviews");
+    let review = |id: i32, shop: i32, text: String| {
+        doc! { "_id": id, "shop_id": shop, "date": DateTime::from_millis(i64::from(id)), "text": text }
+    };
+    // Shop 2's ten latest reviews (800 KB each) and its 9 MB of other data cannot fit in one
+    // document: the server refuses its reconcile. Shops 1 and 3 have drift to fix.
+    shops
+        .insert_many([
+            doc! { "_id": 1, "reviews": [], "total_reviews": 0_i64 },
+            doc! { "_id": 2, "reviews": [], "total_reviews": 0_i64, "blob": "b".repeat(9_000_000) },
+            doc! { "_id": 3, "reviews": [review(30, 3, "c".into())], "total_reviews": 1_i64 },
+        ])
+        .await
+        .unwrap();
+    let mut stored = vec![
+        review(10, 1, "a".into()),
+        review(11, 1, "a".into()),
+        review(30, 3, "c".into()),
+        review(31, 3, "c".into()),
+    ];
+    stored.extend((20..30).map(|id| review(id, 2, "x".repeat(800_000))));
+    children.insert_many(&stored).await.unwrap();
+    let embedded = |id: i32| {
+        let shops = shops.clone();
+        async move {
+            let shop = shops.find_one(doc! { "_id": id }).await.unwrap().unwrap();
+            let n = shop.get_array("reviews").unwrap().len();
+            (n, shop.get_i64("total_reviews").unwrap_or(-1))
+        }
+    };
+
+    let out = subset(&uri, &db, &with("reconcile", &["--json", "--batch", "2"])).await;
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["checked"], 2, "{report}");
+    assert_eq!(report["fixed"], 2, "{report}");
+    assert_eq!(report["failed"], 1, "{report}");
+    assert_eq!(report["failures"][0]["_id"], 2, "{report}");
+    let error = report["failures"][0]["error"].as_str().unwrap();
+    // 17419 or 10334, depending on where the server finds the document too large.
+    assert!(
+        error.starts_with("server error 17419 on `shops`: ")
+            || error.starts_with("server error 10334 on `shops`: "),
+        "{error}"
+    );
+    // The shop after it was fixed all the same.
+    assert_eq!(embedded(1).await, (2, 2));
+    assert_eq!(embedded(3).await, (2, 2));
+    assert_eq!(embedded(2).await, (0, 0));
+
+    // The text form names it; the exit code stays 1 while it cannot be fixed.
+    let out = subset(&uri, &db, &with("reconcile", &[])).await;
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("failed: 1"), "{text}");
+    assert!(
+        text.contains("1 parent(s) could not be reconciled (the pass went on past them):\n    2: "),
+        "{text}"
+    );
+
+    // A malformed parent in the middle, passed over with --skip-invalid: the later one is fixed,
+    // and the exit code says that not everything is.
+    shops
+        .update_one(
+            doc! { "_id": 2 },
+            doc! { "$set": { "reviews": "lots" }, "$unset": { "blob": "" } },
+        )
+        .await
+        .unwrap();
+    shops
+        .update_one(doc! { "_id": 3 }, doc! { "$pop": { "reviews": 1 } })
+        .await
+        .unwrap();
+    let out = subset(&uri, &db, &with("reconcile", &["--skip-invalid", "--json"])).await;
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["skipped"][0]["_id"], 2, "{report}");
+    assert_eq!(report["fixed"], 1, "{report}");
+    assert_eq!(embedded(3).await, (2, 2));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_child_id_under_two_parents_is_a_conflict_not_a_loss() {
     let (db, uri) = fresh().await;
     db.collection::<Document>("shops")
