@@ -624,6 +624,81 @@ async fn a_parent_that_cannot_be_fixed_does_not_stop_the_sweep() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn children_whose_sort_key_has_another_type_are_reported_and_refused() {
+    let (db, uri) = fresh().await;
+    seed(&db).await;
+    // One review among 800 dates with `date: "not a date"`.
+    let shops = db.collection::<Document>("shops");
+    let odd = shops
+        .find_one(doc! { "name": "Noodle Bar 3" })
+        .await
+        .unwrap()
+        .unwrap();
+    let odd_id = odd.get("_id").unwrap().clone();
+    shops
+        .update_one(
+            doc! { "_id": odd_id.clone() },
+            doc! { "$set": { "reviews.17.date": "not a date" } },
+        )
+        .await
+        .unwrap();
+    let odd_json = odd_id.clone().into_relaxed_extjson();
+
+    // inspect knows no sort key: it names the field, how many elements, and where.
+    let out = subset(&uri, &db, &["inspect", "--collection", "shops", "--json"]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report = json(&out);
+    let mixed = &report["collections"][0]["arrays"][0]["mixed_types"];
+    assert_eq!(mixed.as_array().unwrap().len(), 1, "{mixed}");
+    assert_eq!(mixed[0]["field"], "date");
+    assert_eq!(mixed[0]["elements"], 1);
+    assert_eq!(mixed[0]["documents"], 1);
+    assert_eq!(mixed[0]["examples"][0]["_id"], odd_json);
+    assert_eq!(mixed[0]["examples"][0]["others"][0], "a string");
+    let out = subset(&uri, &db, &["inspect", "--collection", "shops"]).await;
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(&format!(
+            "`date`: 1 element(s) in 1 document(s) of another type than the rest of their array (as a --sort field: out of the order)\n        {odd_id}: 799 of 800 are a date; the others: a string"
+        )),
+        "{text}"
+    );
+
+    // The dry run counts the shop as invalid and says why.
+    let out = subset(&uri, &db, &with("migrate", &["--dry-run", "--json"])).await;
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["invalid"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["invalid"][0]["_id"], odd_json);
+    assert_eq!(
+        report["invalid"][0]["problem"],
+        "sort field `date` is a date on 799 of 800 elements and of another type on 1, which pages in this order never reach: `reviews.17` (a string)"
+    );
+
+    // migrate refuses before writing anything, or migrates the others with --skip-invalid.
+    let before = all_shops(&db).await;
+    let out = subset(&uri, &db, &with("migrate", &[])).await;
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains(&format!("{odd_id}: sort field `date` is a date on 799")),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(all_shops(&db).await, before);
+    let out = subset(&uri, &db, &with("migrate", &["--skip-invalid", "--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["parents_migrated"], (LARGE + SMALL) as u64);
+    assert_eq!(report["skipped"][0]["_id"], odd_json);
+    let kept = shops
+        .find_one(doc! { "_id": odd_id })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.get_array("reviews").unwrap().len(), REVIEWS);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_child_id_under_two_parents_is_a_conflict_not_a_loss() {
     let (db, uri) = fresh().await;
     db.collection::<Document>("shops")
