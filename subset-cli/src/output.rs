@@ -139,11 +139,12 @@ pub fn push_listed(text: &mut String, listed: &[Invalid], total: u64, most: usiz
     }
     let shown = listed.len().min(most) as u64;
     if total > shown {
-        text.push_str(&format!(
-            "    … and {} more (--json lists up to {})\n",
-            total - shown,
-            listed.len()
-        ));
+        let json = if listed.len() as u64 == total {
+            "--json lists them all".to_owned()
+        } else {
+            format!("--json lists the first {}", listed.len())
+        };
+        text.push_str(&format!("    … and {} more ({json})\n", total - shown));
     }
 }
 
