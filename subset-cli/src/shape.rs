@@ -249,29 +249,30 @@ fn order_problem(field: &str, key: &str, values: &[SortValue]) -> Result<(), Str
             .map(|(i, v)| (i, kind(v)))
             .collect()
     };
-    let missing = positions(|v| *v == SortValue::Missing);
-    if !missing.is_empty() {
-        return Err(format!(
-            "sort field `{key}` is missing on {} of {len} elements: {}",
-            missing.len(),
-            named(&missing)
-        ));
-    }
-    let null = positions(|v| *v == SortValue::Null);
-    if !null.is_empty() {
-        return Err(format!(
-            "sort field `{key}` is null on {} of {len} elements, which gives them no place in the order: {}",
-            null.len(),
-            named(&null)
-        ));
-    }
-    let unsortable = positions(|v| matches!(v, SortValue::Unsortable(_)));
-    if !unsortable.is_empty() {
-        return Err(format!(
-            "sort field `{key}` holds no sortable value on {} of {len} elements: {}",
-            unsortable.len(),
-            named(&unsortable)
-        ));
+    // Which values, what they are, and why that matters when it is not plain.
+    type Kind = fn(&SortValue) -> bool;
+    let absent: [(Kind, &str, &str); 3] = [
+        (|v| *v == SortValue::Missing, "is missing", ""),
+        (
+            |v| *v == SortValue::Null,
+            "is null",
+            ", which gives them no place in the order",
+        ),
+        (
+            |v| matches!(v, SortValue::Unsortable(_)),
+            "holds no sortable value",
+            "",
+        ),
+    ];
+    for (wanted, what, why) in absent {
+        let at = positions(wanted);
+        if !at.is_empty() {
+            return Err(format!(
+                "sort field `{key}` {what} on {} of {len} elements{why}: {}",
+                at.len(),
+                named(&at)
+            ));
+        }
     }
     let mut brackets = Brackets::default();
     for (i, v) in values.iter().enumerate() {
