@@ -104,7 +104,9 @@ pub struct SubsetArgs {
     /// How many parents are read per query.
     #[arg(long, default_value_t = 500, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub batch: u32,
-    /// Skip parents whose array is malformed (and list them) instead of stopping.
+    /// Pass over invalid parents and list them, instead of stopping at the first: a malformed
+    /// array; for `migrate`, sort values that give some element no place in the order; for
+    /// `reconcile`, a parent never migrated. Other failures never stop `check`/`reconcile`.
     #[arg(long)]
     pub skip_invalid: bool,
 }

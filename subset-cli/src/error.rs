@@ -1,7 +1,7 @@
 //! What can stop a command, and the exit code each means.
 
 use bson::Bson;
-use mongodb::error::ErrorKind;
+use mongodb::error::{ErrorKind, WriteFailure};
 use subset_runtime::SpecError;
 
 /// How many invalid parents an error message lists (`--json` lists them all).
@@ -90,6 +90,22 @@ impl CliError {
             CliError::Invalid { invalid, .. } => invalid,
             _ => &[],
         }
+    }
+}
+
+/// An engine error in one line. A server's refusal is its code and message: the driver's own
+/// text carries the raw reply, in hex.
+pub fn reason(e: &subset_runtime::Error) -> String {
+    let said = e.mongo_error().and_then(|m| match m.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some((w.code, w.message.as_str())),
+        ErrorKind::Command(c) => Some((c.code, c.message.as_str())),
+        _ => None,
+    });
+    match (e, said) {
+        (subset_runtime::Error::Mongo { collection, .. }, Some((code, message))) => {
+            format!("server error {code} on `{collection}`: {message}")
+        }
+        _ => e.to_string(),
     }
 }
 

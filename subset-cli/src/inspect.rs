@@ -11,6 +11,7 @@ use crate::args::InspectArgs;
 use crate::error::CliError;
 use crate::output::{bytes, id_json, Outcome};
 use crate::progress;
+use crate::shape::{Bracket, Brackets};
 
 /// How many of the largest documents are named.
 const LARGEST: usize = 5;
@@ -20,6 +21,9 @@ const NEAR_LIMIT: u64 = 8 * 1024 * 1024;
 
 /// How deep into embedded documents arrays are looked for (`a.b.c` is depth 3).
 const MAX_DEPTH: usize = 4;
+
+/// How many documents are named for each field of mixed types.
+const EXAMPLES: usize = 3;
 
 /// Runs `subset inspect`.
 pub async fn run(db: &Database, args: &InspectArgs) -> Result<Outcome, CliError> {
@@ -95,6 +99,38 @@ struct ArrayReport {
     reasons: Vec<String>,
     /// The collection if only `--keep` elements of this array stayed embedded.
     estimate: Option<Estimate>,
+    /// Fields of the elements whose type, in some documents, differs from the type most
+    /// elements of that document's array have: as a sort key, they would be out of the order.
+    mixed_types: Vec<MixedReport>,
+}
+
+/// One element field of mixed types.
+#[derive(Debug, Serialize)]
+struct MixedReport {
+    field: String,
+    /// Elements of another type than most of their array, in the documents read.
+    elements: u64,
+    /// Documents holding such elements.
+    documents: u64,
+    /// The first few of those documents.
+    examples: Vec<MixedDocument>,
+}
+
+/// A document whose array mixes types in one field.
+#[derive(Debug, Clone, Serialize)]
+struct MixedDocument {
+    #[serde(rename = "_id")]
+    id: serde_json::Value,
+    #[serde(skip)]
+    display: String,
+    /// The type most elements have ("a date"; numbers are one type).
+    usual: &'static str,
+    /// How many elements have it.
+    usual_elements: u64,
+    /// The other types found, one entry per element (the first few).
+    others: Vec<&'static str>,
+    /// How many elements have another type.
+    other_elements: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -113,6 +149,8 @@ struct ArrayStats {
     bytes: u64,
     kept_bytes: u64,
     largest_holder: u64,
+    /// Per element field, the documents whose array mixes types in it.
+    mixed: Vec<(String, Vec<MixedDocument>)>,
 }
 
 /// Running totals for one collection.
@@ -129,21 +167,22 @@ impl Stats {
         let size = raw.as_bytes().len() as u64;
         self.read += 1;
         self.bytes += size;
+        let id = raw
+            .get("_id")
+            .ok()
+            .flatten()
+            .and_then(|v| Bson::try_from(v).ok())
+            .unwrap_or(Bson::Null);
         if self.largest.len() < LARGEST || self.largest.last().is_some_and(|(s, _)| size > *s) {
-            let id = raw
-                .get("_id")
-                .ok()
-                .flatten()
-                .and_then(|v| Bson::try_from(v).ok())
-                .unwrap_or(Bson::Null);
             let at = self.largest.partition_point(|(s, _)| *s >= size);
-            self.largest.insert(at, (size, id));
+            self.largest.insert(at, (size, id.clone()));
             self.largest.truncate(LARGEST);
         }
-        self.walk(raw, "", 1, size, keep);
+        let holder = Holder { id: &id, size };
+        self.walk(raw, "", 1, &holder, keep);
     }
 
-    fn walk(&mut self, doc: &RawDocument, prefix: &str, depth: usize, size: u64, keep: u32) {
+    fn walk(&mut self, doc: &RawDocument, prefix: &str, depth: usize, holder: &Holder, keep: u32) {
         for element in doc.into_iter().flatten() {
             let (key, value) = element;
             let path = if prefix.is_empty() {
@@ -162,24 +201,79 @@ impl Stats {
                         }
                     };
                     let mut len = 0;
+                    let mut fields: Vec<(&str, Brackets, u64)> = Vec::new();
                     for item in array.into_iter().flatten() {
                         len += 1;
-                        if !matches!(item, RawBsonRef::Document(_)) {
+                        let RawBsonRef::Document(element) = item else {
                             stats.non_documents += 1;
+                            continue;
+                        };
+                        for (name, value) in element.into_iter().flatten() {
+                            let Some(bracket) = Bracket::of(value) else {
+                                continue;
+                            };
+                            let at = match fields.iter().position(|(n, ..)| *n == name) {
+                                Some(at) => at,
+                                None => {
+                                    fields.push((name, Brackets::default(), 0));
+                                    fields.len() - 1
+                                }
+                            };
+                            let (_, brackets, values) = &mut fields[at];
+                            brackets.add(bracket, *values);
+                            *values += 1;
                         }
                     }
+                    stats.add_mixed(holder.id, fields);
                     let array_bytes = array.as_bytes().len() as u64;
                     stats.lengths.push(len);
                     stats.elements += len;
                     stats.bytes += array_bytes;
                     stats.kept_bytes += crate::shape::kept_bytes(array_bytes, len, keep);
-                    stats.largest_holder = stats.largest_holder.max(size);
+                    stats.largest_holder = stats.largest_holder.max(holder.size);
                 }
                 RawBsonRef::Document(inner) if depth < MAX_DEPTH => {
-                    self.walk(inner, &path, depth + 1, size, keep);
+                    self.walk(inner, &path, depth + 1, holder, keep);
                 }
                 _ => {}
             }
+        }
+    }
+}
+
+/// The top-level document an array is in.
+struct Holder<'a> {
+    id: &'a Bson,
+    size: u64,
+}
+
+impl ArrayStats {
+    /// Records the fields of one array's elements whose values are not all of one type.
+    fn add_mixed(&mut self, id: &Bson, fields: Vec<(&str, Brackets, u64)>) {
+        for (name, brackets, values) in fields {
+            let Some((usual, usual_elements)) = brackets.majority() else {
+                continue;
+            };
+            let documents = match self.mixed.iter().position(|(n, _)| n == name) {
+                Some(at) => &mut self.mixed[at].1,
+                None => {
+                    self.mixed.push((name.to_owned(), Vec::new()));
+                    let last = self.mixed.len() - 1;
+                    &mut self.mixed[last].1
+                }
+            };
+            documents.push(MixedDocument {
+                id: id_json(id),
+                display: id.to_string(),
+                usual: usual.name(),
+                usual_elements,
+                others: brackets
+                    .others(usual)
+                    .map(Bracket::name)
+                    .take(EXAMPLES)
+                    .collect(),
+                other_elements: values - usual_elements,
+            });
         }
     }
 }
@@ -252,6 +346,16 @@ async fn inspect(db: &Database, name: &str, args: &InspectArgs) -> Result<Report
                     avg_document_bytes: after.checked_div(documents).unwrap_or(0),
                 }
             });
+            let mixed_types = a
+                .mixed
+                .into_iter()
+                .map(|(field, documents)| MixedReport {
+                    field,
+                    elements: documents.iter().map(|d| d.other_elements).sum(),
+                    documents: documents.len() as u64,
+                    examples: documents.into_iter().take(EXAMPLES).collect(),
+                })
+                .collect();
             ArrayReport {
                 documents: (a.lengths.len() as f64 * scale) as u64,
                 p50: percentile(&a.lengths, 50),
@@ -262,6 +366,7 @@ async fn inspect(db: &Database, name: &str, args: &InspectArgs) -> Result<Report
                 flagged,
                 reasons,
                 estimate,
+                mixed_types,
                 path,
             }
         })
@@ -347,6 +452,22 @@ impl Report {
             for reason in &a.reasons {
                 out.push_str(&format!("      {reason}\n"));
             }
+            for m in &a.mixed_types {
+                out.push_str(&format!(
+                    "      `{}`: {} element(s) in {} document(s) of another type than the rest of their array (as a --sort field: out of the order)\n",
+                    m.field, m.elements, m.documents
+                ));
+                for d in &m.examples {
+                    out.push_str(&format!(
+                        "        {}: {} of {} are {}; the others: {}\n",
+                        d.display,
+                        d.usual_elements,
+                        d.usual_elements + d.other_elements,
+                        d.usual,
+                        d.others.join(", ")
+                    ));
+                }
+            }
             if let Some(e) = &a.estimate {
                 let ratio = self.bytes as f64 / e.bytes.max(1) as f64;
                 out.push_str(&format!(
@@ -392,5 +513,31 @@ mod tests {
         let paths: Vec<&str> = stats.arrays.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(paths, ["items", "meta.tags"]);
         assert_eq!(stats.arrays[0].1.elements, 21);
+    }
+
+    #[test]
+    fn stats_name_documents_whose_array_mixes_types_in_a_field() {
+        let mut stats = Stats::default();
+        let docs = [
+            doc! { "_id": 1, "items": [{ "d": 1, "t": "a" }, { "d": "x" }, { "d": 2.5 }, { "d": null }] },
+            doc! { "_id": 2, "items": [{ "d": "a" }, { "d": "b" }] },
+        ];
+        for d in docs {
+            stats.add(&RawDocumentBuf::from_document(&d).unwrap(), 2);
+        }
+        let mixed = &stats.arrays[0].1.mixed;
+        assert_eq!(mixed.len(), 1, "{mixed:?}");
+        let (field, documents) = &mixed[0];
+        assert_eq!(field, "d");
+        assert_eq!(documents.len(), 1);
+        let d = &documents[0];
+        assert_eq!(
+            (d.display.as_str(), d.usual, d.usual_elements),
+            ("1", "a number", 2)
+        );
+        assert_eq!(
+            (d.others.as_slice(), d.other_elements),
+            (&["a string"][..], 1)
+        );
     }
 }

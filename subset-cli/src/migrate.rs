@@ -15,20 +15,16 @@
 
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
-use futures::{StreamExt, TryStreamExt};
-use mongodb::error::{ErrorKind, WriteFailure};
+use futures::TryStreamExt;
 use mongodb::Database;
 use serde_json::json;
-use subset_runtime::{ParentSpec, RawStore, SubsetSpec};
+use subset_runtime::{InsertFailure, ParentSpec, RawStore, SubsetSpec, SweepOptions};
 
 use crate::args::MigrateArgs;
 use crate::error::{CliError, Invalid};
-use crate::output::{bytes, headline, invalid_json, push_invalid, spec_json, Outcome};
+use crate::output::{bytes, headline, invalid_json, keys_text, push_invalid, spec_json, Outcome};
 use crate::scan::{self, Sizes};
 use crate::{progress, shape};
-
-/// MongoDB's duplicate-key error code.
-const DUPLICATE_KEY: i32 = 11000;
 
 /// Parents migrated at once: enough to overlap round trips, few enough to leave the server room.
 const CONCURRENCY: usize = 4;
@@ -94,49 +90,55 @@ pub async fn run(
     }
 
     let store = RawStore::new(db, ParentSpec::leak(a.parent.clone(), vec![*spec]));
-    store.subset(spec).ensure_index().await?;
+    let subset = store.subset(spec);
+    subset.ensure_index().await?;
     let bar = progress::bar(survey.parents, "migrating", json);
     let mut moved = Moved::default();
-    let mut after: Option<Bson> = None;
-    loop {
-        let ids = scan::next_ids(db, &a.parent, after.as_ref(), a.batch).await?;
-        let Some(last) = ids.last().cloned() else {
-            break;
-        };
-        let mut results = futures::stream::iter(ids.iter().map(|id| migrate_one(&store, spec, id)))
-            .buffered(CONCURRENCY);
-        while let Some(result) = results.next().await {
-            match result? {
-                One::Done {
-                    inserted,
-                    already,
-                    assigned,
-                } => {
-                    moved.parents += 1;
-                    moved.inserted += inserted;
-                    moved.already += already;
-                    moved.assigned += assigned;
-                }
-                One::Gone => moved.gone += 1,
-                One::Invalid(invalid) if a.skip_invalid => moved.skipped.push(invalid),
-                One::Invalid(invalid) => {
-                    bar.abandon();
-                    return Err(CliError::Invalid {
-                        collection: a.parent.clone(),
-                        field: spec.field.to_owned(),
-                        action: "migrated",
-                        invalid: vec![invalid],
-                        hint: "the parents before it are migrated; fix it (or pass --skip-invalid) and run the same command again to finish",
-                    });
-                }
+    let options = SweepOptions::default()
+        .batch_size(a.batch)
+        .concurrency(CONCURRENCY);
+    let parents = store.sweep(&options, |id| {
+        let store = &store;
+        async move { Ok(migrate_one(store, spec, &id).await) }
+    });
+    futures::pin_mut!(parents);
+    while let Some((_, result)) = parents.try_next().await? {
+        match result?? {
+            One::Done {
+                inserted,
+                already,
+                assigned,
+            } => {
+                moved.parents += 1;
+                moved.inserted += inserted;
+                moved.already += already;
+                moved.assigned += assigned;
             }
-            bar.inc(1);
+            One::Gone => moved.gone += 1,
+            One::Invalid(invalid) if a.skip_invalid => moved.skipped.push(invalid),
+            One::Invalid(invalid) => {
+                bar.abandon();
+                return Err(CliError::Invalid {
+                    collection: a.parent.clone(),
+                    field: spec.field.to_owned(),
+                    action: "migrated",
+                    invalid: vec![invalid],
+                    hint: "the parents before it are migrated; fix it (or pass --skip-invalid) and run the same command again to finish",
+                });
+            }
         }
-        after = Some(last);
+        bar.inc(1);
     }
     bar.finish_and_clear();
     let after = scan::sizes(db, &a.parent).await?;
-    Ok(report(spec, &a.parent, &before, &after, &moved))
+    Ok(report(
+        spec,
+        &a.parent,
+        &subset.index_keys(),
+        &before,
+        &after,
+        &moved,
+    ))
 }
 
 /// Reads every parent's array (read-only) and checks its shape.
@@ -323,29 +325,17 @@ async fn copy_children(
             e
         })
         .collect();
-    let result = children.insert_many(&stored).ordered(false).await;
-    let failed = match result {
+    // Duplicates alone are copies an earlier run made; anything else stops the migration.
+    let failed = match children.insert_many(&stored).ordered(false).await {
         Ok(_) => return Ok((total, none)),
-        Err(e) => {
-            let failed: Vec<(usize, i32)> = match e.kind.as_ref() {
-                ErrorKind::InsertMany(m) if m.write_concern_error.is_none() => m
-                    .write_errors
-                    .iter()
-                    .flatten()
-                    .map(|w| (w.index, w.code))
-                    .collect(),
-                ErrorKind::Write(WriteFailure::WriteError(w)) => vec![(0, w.code)],
-                _ => Vec::new(),
-            };
-            if failed.is_empty() || failed.iter().any(|(_, code)| *code != DUPLICATE_KEY) {
-                return Err(CliError::mongo(spec.child_collection, e));
-            }
-            failed
-        }
+        Err(e) => match InsertFailure::of(&e) {
+            Some(failure) if failure.only_duplicates() => failure.duplicates,
+            _ => return Err(CliError::mongo(spec.child_collection, e)),
+        },
     };
     let duplicates: Vec<Bson> = failed
         .iter()
-        .filter_map(|(i, _)| stored.get(*i).and_then(|d| d.get("_id")).cloned())
+        .filter_map(|i| stored.get(*i).and_then(|d| d.get("_id")).cloned())
         .collect();
     let elsewhere = children
         .find_one(doc! { "_id": { "$in": duplicates }, spec.key: { "$ne": parent.clone() } })
@@ -419,6 +409,7 @@ fn dry_run_report(spec: &SubsetSpec, parent: &str, before: &Sizes, survey: &Surv
 fn report(
     spec: &SubsetSpec,
     parent: &str,
+    index_keys: &Document,
     before: &Sizes,
     after: &Sizes,
     moved: &Moved,
@@ -443,16 +434,10 @@ fn report(
             moved.gone
         ));
     }
-    let keys: Vec<String> = std::iter::once(format!("{}: 1", spec.key))
-        .chain(
-            spec.order()
-                .map(|k| format!("{}: {}", k.field, k.direction.as_i32())),
-        )
-        .collect();
     text.push_str(&format!(
-        "  index on `{}`: {{{}}}\n",
+        "  index on `{}`: {}\n",
         spec.child_collection,
-        keys.join(", ")
+        keys_text(index_keys)
     ));
     push_invalid(
         &mut text,

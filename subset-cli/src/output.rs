@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use bson::Bson;
+use bson::{Bson, Document};
 use serde_json::{json, Value};
 
 use subset_runtime::{Direction, SubsetSpec};
@@ -117,14 +117,34 @@ pub fn spec_json(spec: &SubsetSpec, parent: &str) -> serde_json::Value {
     })
 }
 
+/// Index keys as people write them: `{shop_id: 1, date: -1, _id: -1}`.
+pub fn keys_text(keys: &Document) -> String {
+    let keys: Vec<String> = keys.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    format!("{{{}}}", keys.join(", "))
+}
+
 /// Lists invalid parents under a heading, for the text form.
 pub fn push_invalid(text: &mut String, invalid: &[Invalid], what: &str) {
-    if invalid.is_empty() {
+    push_listed(text, invalid, invalid.len() as u64, usize::MAX, what);
+}
+
+/// Lists the first `most` of `listed` parents under a heading that counts `total` of them.
+pub fn push_listed(text: &mut String, listed: &[Invalid], total: u64, most: usize, what: &str) {
+    if total == 0 {
         return;
     }
-    text.push_str(&format!("  {} parent(s) {what}:\n", invalid.len()));
-    for i in invalid {
+    text.push_str(&format!("  {total} parent(s) {what}:\n"));
+    for i in listed.iter().take(most) {
         text.push_str(&format!("    {}: {}\n", i.id, i.problem));
+    }
+    let shown = listed.len().min(most) as u64;
+    if total > shown {
+        let json = if listed.len() as u64 == total {
+            "--json lists them all".to_owned()
+        } else {
+            format!("--json lists the first {}", listed.len())
+        };
+        text.push_str(&format!("    … and {} more ({json})\n", total - shown));
     }
 }
 

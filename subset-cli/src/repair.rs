@@ -8,8 +8,10 @@ use serde_json::{json, Value};
 use subset_runtime::{Drift, Error, ParentSpec, RawStore, SubsetSpec};
 
 use crate::args::SubsetArgs;
-use crate::error::{CliError, Invalid};
-use crate::output::{headline, id_json, invalid_json, push_invalid, spec_json, Outcome};
+use crate::error::{is_connection, reason, CliError, Invalid};
+use crate::output::{
+    headline, id_json, invalid_json, keys_text, push_invalid, push_listed, spec_json, Outcome,
+};
 use crate::{progress, scan};
 
 /// Parents checked at once.
@@ -30,6 +32,76 @@ pub enum Mode {
     Reconcile,
 }
 
+/// What a pass found, parent by parent.
+#[derive(Debug, Default)]
+struct Tally {
+    checked: u64,
+    drifted: u64,
+    fixed: u64,
+    /// Drifted parents a reconcile could not rewrite because they kept changing.
+    unfixed: u64,
+    /// The first [`DETAILED`] drifted parents.
+    drifts: Vec<Drift>,
+    /// Parents passed over as invalid (`--skip-invalid`).
+    skipped: Vec<Invalid>,
+    /// Parents that could not be checked or fixed.
+    failed: u64,
+    /// The first [`DETAILED`] of them, with the error.
+    failures: Vec<Invalid>,
+}
+
+impl Tally {
+    /// Counts one parent's result. A parent that fails for reasons of its own (a subset too
+    /// large for one document, a write the server refused) is recorded and the pass goes on; an
+    /// invalid one stops it unless `--skip-invalid`, and so does a lost connection.
+    fn record(
+        &mut self,
+        id: Bson,
+        result: subset_runtime::Result<Drift>,
+        mode: Mode,
+        skip_invalid: bool,
+    ) -> Result<(), CliError> {
+        let drift = match result {
+            Ok(drift) => drift,
+            // Deleted between the `_id` scan and its check: nothing to compare.
+            Err(Error::ParentNotFound { .. }) => return Ok(()),
+            Err(Error::MalformedParent { field, problem, .. }) if skip_invalid => {
+                self.skipped.push(Invalid {
+                    id,
+                    problem: format!("`{field}` {problem}"),
+                });
+                return Ok(());
+            }
+            Err(e @ Error::MalformedParent { .. }) => return Err(e.into()),
+            Err(e) if e.mongo_error().is_some_and(is_connection) => return Err(e.into()),
+            Err(e) => {
+                self.failed += 1;
+                if self.failures.len() < DETAILED {
+                    self.failures.push(Invalid {
+                        id,
+                        problem: reason(&e),
+                    });
+                }
+                return Ok(());
+            }
+        };
+        self.checked += 1;
+        if drift.is_clean() {
+            return Ok(());
+        }
+        self.drifted += 1;
+        if drift.fixed {
+            self.fixed += 1;
+        } else if mode == Mode::Reconcile {
+            self.unfixed += 1;
+        }
+        if self.drifts.len() < DETAILED {
+            self.drifts.push(drift);
+        }
+        Ok(())
+    }
+}
+
 /// Runs `subset check` or `subset reconcile`.
 pub async fn run(
     db: &Database,
@@ -41,7 +113,7 @@ pub async fn run(
     scan::require_collection(db, &args.parent).await?;
     let store = RawStore::new(db, ParentSpec::leak(args.parent.clone(), vec![*spec]));
     let subset = store.subset(spec);
-    let mut index = has_index(db, spec).await?;
+    let mut index = subset.has_index().await?;
     let index_created = mode == Mode::Reconcile && !index;
     if index_created {
         subset.ensure_index().await?;
@@ -58,17 +130,12 @@ pub async fn run(
         Mode::Reconcile => "reconciling",
     };
     let bar = progress::bar(total, label, json);
-    let (mut checked, mut drifted, mut fixed, mut unfixed) = (0_u64, 0_u64, 0_u64, 0_u64);
-    let mut drifts: Vec<Drift> = Vec::new();
-    let mut skipped: Vec<Invalid> = Vec::new();
-    let mut after: Option<Bson> = None;
-    loop {
-        let ids = scan::next_ids(db, &args.parent, after.as_ref(), args.batch).await?;
-        let Some(last) = ids.last().cloned() else {
-            break;
-        };
+    let mut tally = Tally::default();
+    let batches = store.parent_ids(args.batch);
+    futures::pin_mut!(batches);
+    while let Some(ids) = batches.try_next().await? {
         // Reconcile takes the child collection as the truth: on a parent that was never
-        // migrated it would drop every embedded child. Those are refused.
+        // migrated it would drop every embedded child. Those are refused, a batch at a time.
         let refused = match mode {
             Mode::Reconcile => unmigrated(db, spec, &args.parent, &ids).await?,
             Mode::Check => Vec::new(),
@@ -96,7 +163,7 @@ pub async fn run(
                     hint: "nothing was written to this parent",
                 });
             }
-            skipped.push(invalid);
+            tally.skipped.push(invalid);
         }
         let mut results = futures::stream::iter(ids.into_iter().map(|id| async move {
             let result = match mode {
@@ -108,101 +175,107 @@ pub async fn run(
         .buffered(CONCURRENCY);
         while let Some((id, result)) = results.next().await {
             bar.inc(1);
-            let drift = match result {
-                Ok(drift) => drift,
-                // Deleted between the `_id` scan and its check: nothing to compare.
-                Err(Error::ParentNotFound { .. }) => continue,
-                Err(Error::MalformedParent { field, problem, .. }) if args.skip_invalid => {
-                    skipped.push(Invalid {
-                        id,
-                        problem: format!("`{field}` {problem}"),
-                    });
-                    continue;
-                }
-                Err(e) => {
-                    bar.abandon();
-                    return Err(e.into());
-                }
-            };
-            checked += 1;
-            if drift.is_clean() {
-                continue;
-            }
-            drifted += 1;
-            if drift.fixed {
-                fixed += 1;
-            } else if mode == Mode::Reconcile {
-                unfixed += 1;
-            }
-            if drifts.len() < DETAILED {
-                drifts.push(drift);
+            if let Err(e) = tally.record(id, result, mode, args.skip_invalid) {
+                bar.abandon();
+                return Err(e);
             }
         }
-        after = Some(last);
     }
     bar.finish_and_clear();
-
-    let problems = match mode {
-        Mode::Check => drifted > 0 || !index || !skipped.is_empty(),
-        Mode::Reconcile => unfixed > 0,
-    };
-    let command = match mode {
-        Mode::Check => "check",
-        Mode::Reconcile => "reconcile",
-    };
-    let mut text = format!("{command} {}", headline(spec, &args.parent));
-    text.push_str(&format!("  parents checked: {checked}; drifted: {drifted}"));
-    if mode == Mode::Reconcile {
-        text.push_str(&format!("; fixed: {fixed}"));
-        if unfixed > 0 {
-            text.push_str(&format!(
-                "; not fixed (changing under concurrent writes, run again): {unfixed}"
-            ));
-        }
-    }
-    text.push('\n');
     let index_state = match (index, index_created) {
         (_, true) => "created",
         (true, false) => "present",
         (false, false) => "MISSING (reconcile or migrate creates it)",
     };
-    text.push_str(&format!(
-        "  index {{{}}} on `{}`: {index_state}\n",
-        index_keys(spec)
-            .iter()
-            .map(|(k, v)| format!("{k}: {v}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+    let index_line = format!(
+        "index {} on `{}`: {index_state}",
+        keys_text(&subset.index_keys()),
         spec.child_collection
+    );
+    Ok(report(
+        spec,
+        &args.parent,
+        mode,
+        &tally,
+        index_line,
+        index,
+        index_created,
+    ))
+}
+
+/// The report of a pass. Exit code 1 when anything is left to do: drift (`check`), drift that
+/// could not be fixed, a missing index (`check`), parents skipped or failed.
+fn report(
+    spec: &SubsetSpec,
+    parent: &str,
+    mode: Mode,
+    t: &Tally,
+    index_line: String,
+    index: bool,
+    index_created: bool,
+) -> Outcome {
+    let problems = t.unfixed > 0
+        || t.failed > 0
+        || !t.skipped.is_empty()
+        || (mode == Mode::Check && (t.drifted > 0 || !index));
+    let command = match mode {
+        Mode::Check => "check",
+        Mode::Reconcile => "reconcile",
+    };
+    let mut text = format!("{command} {}", headline(spec, parent));
+    text.push_str(&format!(
+        "  parents checked: {}; drifted: {}",
+        t.checked, t.drifted
     ));
-    for drift in drifts.iter().take(LISTED) {
+    if mode == Mode::Reconcile {
+        text.push_str(&format!("; fixed: {}", t.fixed));
+        if t.unfixed > 0 {
+            text.push_str(&format!(
+                "; not fixed (changing under concurrent writes, run again): {}",
+                t.unfixed
+            ));
+        }
+    }
+    if t.failed > 0 {
+        text.push_str(&format!("; failed: {}", t.failed));
+    }
+    text.push('\n');
+    text.push_str(&format!("  {index_line}\n"));
+    for drift in t.drifts.iter().take(LISTED) {
         text.push_str(&format!("  {}: {}\n", drift.parent, describe(drift)));
     }
-    if drifts.len() > LISTED {
+    if t.drifts.len() > LISTED {
         text.push_str(&format!(
             "  … and {} more drifted parents (--json lists up to {DETAILED})\n",
-            drifted - LISTED as u64
+            t.drifted - LISTED as u64
         ));
     }
-    push_invalid(&mut text, &skipped, "skipped as invalid (--skip-invalid)");
-    if drifted == 0 && skipped.is_empty() {
+    push_invalid(&mut text, &t.skipped, "skipped as invalid (--skip-invalid)");
+    let failed = match mode {
+        Mode::Check => "could not be checked (the pass went on past them)",
+        Mode::Reconcile => "could not be reconciled (the pass went on past them)",
+    };
+    push_listed(&mut text, &t.failures, t.failed, LISTED, failed);
+    if t.drifted == 0 && t.skipped.is_empty() && t.failed == 0 {
         text.push_str("  no drift\n");
     }
-    Ok(Outcome {
+    Outcome {
         json: json!({
             "command": command,
-            "subset": spec_json(spec, &args.parent),
-            "checked": checked,
-            "drifted": drifted,
-            "fixed": fixed,
-            "unfixed": unfixed,
+            "subset": spec_json(spec, parent),
+            "checked": t.checked,
+            "drifted": t.drifted,
+            "fixed": t.fixed,
+            "unfixed": t.unfixed,
             "index": { "present": index, "created": index_created },
-            "drifts": drifts.iter().map(drift_json).collect::<Vec<_>>(),
-            "skipped": invalid_json(&skipped),
+            "drifts": t.drifts.iter().map(drift_json).collect::<Vec<_>>(),
+            "skipped": invalid_json(&t.skipped),
+            "failed": t.failed,
+            "failures": t.failures.iter().map(|f| json!({ "_id": id_json(&f.id), "error": f.problem })).collect::<Vec<_>>(),
         }),
         text,
         problems,
-    })
+    }
 }
 
 /// Which of `ids` look never migrated: more than `keep` elements embedded (a subset never
@@ -245,53 +318,6 @@ async fn unmigrated(
     Ok(overfull.chain(orphaned).collect())
 }
 
-/// The child index the engine creates: `{key: 1, <sort keys>, _id}`.
-fn index_keys(spec: &SubsetSpec) -> Document {
-    let mut keys = doc! { spec.key: 1 };
-    for k in spec.order() {
-        keys.insert(k.field, k.direction.as_i32());
-    }
-    keys
-}
-
-/// Whether the child collection has an index with exactly the engine's keys (under any name).
-async fn has_index(db: &Database, spec: &SubsetSpec) -> Result<bool, CliError> {
-    let name = spec.child_collection;
-    let exists = !db
-        .list_collection_names()
-        .filter(doc! { "name": name })
-        .await
-        .map_err(|e| CliError::mongo(name, e))?
-        .is_empty();
-    if !exists {
-        return Ok(false);
-    }
-    let wanted = index_keys(spec);
-    let indexes: Vec<mongodb::IndexModel> = db
-        .collection::<Document>(name)
-        .list_indexes()
-        .await
-        .map_err(|e| CliError::mongo(name, e))?
-        .try_collect()
-        .await
-        .map_err(|e| CliError::mongo(name, e))?;
-    Ok(indexes.iter().any(|i| same_keys(&i.keys, &wanted)))
-}
-
-/// Key documents compared field by field in order, numbers by value (`1` and `1.0` alike).
-fn same_keys(a: &Document, b: &Document) -> bool {
-    let number = |v: &Bson| match v {
-        Bson::Int32(n) => Some(f64::from(*n)),
-        Bson::Int64(n) => Some(*n as f64),
-        Bson::Double(n) => Some(*n),
-        _ => None,
-    };
-    a.len() == b.len()
-        && a.iter().zip(b.iter()).all(|((ka, va), (kb, vb))| {
-            ka == kb && number(va).is_some() && number(va) == number(vb)
-        })
-}
-
 /// One line about a drifted parent.
 fn describe(drift: &Drift) -> String {
     let mut parts = Vec::new();
@@ -327,22 +353,4 @@ fn drift_json(drift: &Drift) -> Value {
         "count": drift.count.map(|(stored, actual)| json!({ "stored": stored, "children": actual })),
         "fixed": drift.fixed,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn index_keys_match_by_value() {
-        assert!(same_keys(
-            &doc! { "k": 1, "d": -1 },
-            &doc! { "k": 1.0, "d": -1_i64 }
-        ));
-        assert!(!same_keys(
-            &doc! { "k": 1, "d": -1 },
-            &doc! { "d": -1, "k": 1 }
-        ));
-        assert!(!same_keys(&doc! { "k": 1 }, &doc! { "k": 1, "d": 1 }));
-    }
 }

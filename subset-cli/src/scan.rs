@@ -1,4 +1,4 @@
-//! Reading a collection in `_id` order and batches, and its size statistics.
+//! What the commands ask of a collection before they work on it: that it exists, and its size.
 
 use bson::{doc, Bson, Document};
 use futures::TryStreamExt;
@@ -6,35 +6,6 @@ use mongodb::Database;
 use serde::Serialize;
 
 use crate::error::CliError;
-
-/// The next `batch` parent `_id`s after `after`, in `_id` order: a scan that stays correct while
-/// the documents it has passed are rewritten, and that needs no long-lived cursor.
-pub async fn next_ids(
-    db: &Database,
-    collection: &str,
-    after: Option<&Bson>,
-    batch: u32,
-) -> Result<Vec<Bson>, CliError> {
-    let filter = match after {
-        Some(last) => doc! { "_id": { "$gt": last.clone() } },
-        None => doc! {},
-    };
-    let docs: Vec<Document> = db
-        .collection::<Document>(collection)
-        .find(filter)
-        .sort(doc! { "_id": 1 })
-        .projection(doc! { "_id": 1 })
-        .limit(i64::from(batch))
-        .await
-        .map_err(|e| CliError::mongo(collection, e))?
-        .try_collect()
-        .await
-        .map_err(|e| CliError::mongo(collection, e))?;
-    Ok(docs
-        .into_iter()
-        .filter_map(|mut d| d.remove("_id"))
-        .collect())
-}
 
 /// Fails with a usage error when `collection` does not exist: a misspelt `--parent` should not
 /// look like an empty success.
