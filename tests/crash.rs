@@ -13,8 +13,8 @@ use bson::oid::ObjectId;
 use bson::Bson;
 use common::*;
 use rand::Rng;
-use subset::testkit::{MongoServer, Topology};
 use subset::{Store, SweepOptions, WriteMode};
+use subset_testkit::{MongoServer, Topology};
 
 const WRITERS: usize = 4;
 const PARENTS: usize = 3;

@@ -17,8 +17,8 @@ use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use rand::Rng;
-use subset::testkit::ReplicaSet;
 use subset::{Store, SweepOptions, WriteMode};
+use subset_testkit::ReplicaSet;
 
 /// How long each phase may take before the test gives up on it.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -13,8 +13,8 @@ use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use serde::{Deserialize, Serialize};
-use subset::testkit::{MongoServer, Topology};
 use subset::{Child, PageRequest, Store, Subset, WriteMode};
+use subset_testkit::{MongoServer, Topology};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
 struct Review {

@@ -10,7 +10,7 @@ use bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::Database;
 use serde_json::Value;
-use subset::testkit::{MongoServer, Topology};
+use subset_testkit::{MongoServer, Topology};
 
 mod support;
 use support::*;

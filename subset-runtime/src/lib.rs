@@ -20,9 +20,6 @@ mod subset;
 mod sweep;
 mod txn;
 
-#[cfg(feature = "testkit")]
-pub mod testkit;
-
 pub use cursor::{Cursor, Page, PageRequest};
 pub use dynamic::{parse_sort, SpecBuilder, SpecError, MAX_KEEP};
 pub use error::{Error, Result};

@@ -5,8 +5,8 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
-use subset::testkit::{MongoServer, Topology};
 use subset::{Child, Parent, Store, Subset, SubsetField, WriteMode};
+use subset_testkit::{MongoServer, Topology};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 pub struct Review {

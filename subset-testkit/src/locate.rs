@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::error::TestkitError;
+use crate::error::TestkitError;
 
 /// The MongoDB server version that is downloaded.
 pub(crate) const MONGOD_VERSION: &str = "6.0.5";

@@ -4,7 +4,7 @@ use std::net::TcpStream;
 use std::time::Instant;
 
 use bson::{doc, Document};
-use subset::testkit::{MongoServer, Topology};
+use subset_testkit::{MongoServer, Topology};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -1,4 +1,7 @@
-//! A throwaway MongoDB server for tests and examples (feature `testkit`).
+//! A throwaway MongoDB server for tests and examples.
+//!
+//! The `subset` crate re-exports it as `subset::testkit` behind its `testkit` feature; it has no
+//! ties to the rest of `subset` and works for any code on the official `mongodb` driver.
 //!
 //! [`MongoServer::shared`] gives every test in a test binary the same server, started on first
 //! use; [`MongoServer::database`] gives each test its own database on it. [`MongoServer::start`]
@@ -7,10 +10,9 @@
 //! restart it.
 //!
 //! ```no_run
-//! # use subset_runtime as subset;
-//! use subset::testkit::{MongoServer, Topology};
+//! use subset_testkit::{MongoServer, Topology};
 //!
-//! # async fn demo() -> Result<(), subset::testkit::TestkitError> {
+//! # async fn demo() -> Result<(), subset_testkit::TestkitError> {
 //! // In a `#[tokio::test]`: one server per test binary, one database per test.
 //! let server = MongoServer::shared(Topology::ReplicaSet).await?;
 //! let db = server.database().await?;
@@ -47,6 +49,8 @@
 //! A private server is stopped and its directory removed when it is dropped. The shared servers
 //! live in statics that are never dropped; a watchdog process stops them and removes their
 //! directories when the test process exits, even if it is killed.
+
+#![warn(missing_docs)]
 
 mod error;
 mod locate;
