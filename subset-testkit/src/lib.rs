@@ -7,7 +7,7 @@
 //! use; [`MongoServer::database`] gives each test its own database on it. [`MongoServer::start`]
 //! starts a private server that is stopped when dropped. [`ReplicaSet::start`] starts a replica
 //! set of several members, for failover tests: find the primary, step it down, kill a member,
-//! restart it.
+//! restart it. [`skip`] reports a test that cannot run where the test output shows it.
 //!
 //! ```no_run
 //! use subset_testkit::{MongoServer, Topology};
@@ -63,6 +63,7 @@ mod error;
 mod locate;
 mod mongod;
 mod replica_set;
+mod skip;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,6 +75,7 @@ use tracing::Instrument;
 
 pub use error::TestkitError;
 pub use replica_set::ReplicaSet;
+pub use skip::skip;
 
 use mongod::Node;
 
