@@ -55,6 +55,18 @@ struct DeliveryShop {
     order_count: i32,
 }
 
+impl ExpectedOrder<Score> for Player {
+    fn expected_order(field: &str, a: &Score, b: &Score) -> std::cmp::Ordering {
+        match field {
+            // `points desc, at asc`, then `_id` asc.
+            "best" => (b.points, a.at, a.id).cmp(&(a.points, b.at, b.id)),
+            // `at asc`, then `_id` asc.
+            "first" => (a.at, a.id).cmp(&(b.at, b.id)),
+            other => panic!("a subset of Player with no known order: {other}"),
+        }
+    }
+}
+
 fn player(id: &str) -> Player {
     Player {
         id: id.to_owned(),
