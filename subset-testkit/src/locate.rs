@@ -145,7 +145,7 @@ pub(crate) async fn mongod(env: Env) -> Result<PathBuf, TestkitError> {
         return Ok(path);
     }
     let _only_one = DOWNLOAD.lock().await;
-    match tokio::task::spawn_blocking(move || install(&env, download)).await {
+    match tokio::task::spawn_blocking(move || install(&env, &notice, download)).await {
         Ok(done) => done,
         Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
         Err(join) => Err(TestkitError::io(
@@ -158,13 +158,15 @@ pub(crate) async fn mongod(env: Env) -> Result<PathBuf, TestkitError> {
 
 /// Makes sure the cached `mongod` exists, calling `fetch` to put it at its path when it does not,
 /// with the cache's lock file held: of several processes that find no binary at once, one
-/// downloads while the others wait, then find its binary when they get the lock.
+/// downloads while the others wait, then find its binary when they get the lock. Waiting and
+/// its end are told to `say` ([`notice`], outside tests).
 ///
 /// # Errors
 ///
 /// See [`locate`]; the cache or its lock file cannot be created or locked; `fetch` fails.
 fn install(
     env: &Env,
+    say: &dyn Fn(&str),
     fetch: impl FnOnce(&Path) -> Result<PathBuf, TestkitError>,
 ) -> Result<PathBuf, TestkitError> {
     if let Located::Found(path) = locate(env)? {
@@ -173,12 +175,12 @@ fn install(
     let cache = env.cache_dir()?;
     std::fs::create_dir_all(&cache)
         .map_err(|e| TestkitError::io("create the cache directory", &cache, e))?;
-    let lock = CacheLock::acquire(&cache)?;
+    let lock = CacheLock::acquire(&cache, say)?;
     // The process that held the lock may have installed the binary meanwhile.
     let target = match locate(env)? {
         Located::Found(path) => {
             if lock.waited {
-                notice(&format!(
+                say(&format!(
                     "the other process is done; using its mongod: {}",
                     path.display()
                 ));
@@ -204,7 +206,7 @@ struct CacheLock {
 }
 
 impl CacheLock {
-    fn acquire(cache: &Path) -> Result<Self, TestkitError> {
+    fn acquire(cache: &Path, say: &dyn Fn(&str)) -> Result<Self, TestkitError> {
         let path = cache.join(format!("mongodb-{MONGOD_VERSION}.lock"));
         let file = File::options()
             .read(true)
@@ -216,7 +218,7 @@ impl CacheLock {
         let waited = match file.try_lock() {
             Ok(()) => false,
             Err(TryLockError::WouldBlock) => {
-                notice(&format!(
+                say(&format!(
                     "another process is downloading mongod into {}; waiting for it (lock: {})",
                     cache.display(),
                     path.display()
@@ -650,6 +652,8 @@ mod tests {
         let stale = cache.join(format!("{SCRATCH_PREFIX}1-0"));
         std::fs::create_dir_all(&stale).unwrap();
         let calls = AtomicU64::new(0);
+        let said = std::sync::Mutex::new(Vec::new());
+        let say = |message: &str| said.lock().unwrap().push(message.to_owned());
         let start = std::sync::Barrier::new(4);
         let found: Vec<PathBuf> = std::thread::scope(|scope| {
             let threads: Vec<_> = (0..4)
@@ -657,7 +661,7 @@ mod tests {
                     scope.spawn(|| {
                         start.wait();
                         // Each opens the lock file itself, as separate processes do.
-                        install(&env, fake_fetch(&calls, &dir)).unwrap()
+                        install(&env, &say, fake_fetch(&calls, &dir)).unwrap()
                     })
                 })
                 .collect();
@@ -669,6 +673,15 @@ mod tests {
         assert!(is_executable(&binary));
         assert!(!stale.exists(), "the interrupted download is removed");
         assert!(cache.join("mongodb-6.0.5.lock").is_file());
+        // Whoever waited said so, and then that the binary was there.
+        let said = said.into_inner().unwrap();
+        let waits = said.iter().filter(|m| m.contains("waiting for it")).count();
+        let done = said
+            .iter()
+            .filter(|m| m.contains("using its mongod"))
+            .count();
+        assert_eq!(waits + done, said.len(), "{said:?}");
+        assert_eq!(waits, done, "{said:?}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -681,14 +694,15 @@ mod tests {
             subset_cache_dir: Some(cache.clone().into()),
             ..Env::default()
         };
-        let error = install(&env, |_| Err(TestkitError::NoCacheDir)).unwrap_err();
+        let quiet = |_: &str| {};
+        let error = install(&env, &quiet, |_| Err(TestkitError::NoCacheDir)).unwrap_err();
         assert!(matches!(error, TestkitError::NoCacheDir), "{error:?}");
         let calls = AtomicU64::new(0);
-        let binary = install(&env, fake_fetch(&calls, &dir)).unwrap();
+        let binary = install(&env, &quiet, fake_fetch(&calls, &dir)).unwrap();
         assert_eq!(binary, cache.join("mongodb-6.0.5").join("mongod"));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // Installed: the next caller finds it without fetching.
-        install(&env, |_| panic!("fetched although installed")).unwrap();
+        install(&env, &quiet, |_| panic!("fetched although installed")).unwrap();
         std::fs::remove_dir_all(dir).unwrap();
     }
 
