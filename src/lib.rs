@@ -92,11 +92,21 @@
 //!
 //! For each subset field the derive adds an associated constant named after the field in upper
 //! case (`Product::RECENT_REVIEWS`), a [`SubsetField`] to pass to [`Store::subset`].
+//!
+//! # Test server
+//!
+//! With the `testkit` feature, `subset::testkit` is the `subset-testkit` crate: a throwaway
+//! `mongod` (found on the machine or downloaded once) for tests and examples.
 
 #![warn(missing_docs)]
 
 pub use subset_derive::{Child, Subset};
 pub use subset_runtime::*;
+
+// The `subset-testkit` crate, whose own docs render as this module's.
+#[cfg(feature = "testkit")]
+#[doc(inline)]
+pub use subset_testkit as testkit;
 
 #[doc(hidden)]
 pub use subset_runtime::__private;

@@ -733,3 +733,34 @@ async fn a_forged_cursor_value_is_a_value_not_an_operator() {
         .collect();
     assert_eq!(dates, [6, 5, 4, 3, 2, 1, 0]);
 }
+
+/// Every single-byte corruption of a token is refused as `InvalidCursor`, or decodes to a cursor
+/// that encodes and decodes to itself: never another error, never a panic.
+#[test]
+fn every_single_byte_flip_of_a_token_is_rejected_or_a_whole_cursor() {
+    use base64::Engine as _;
+    let base64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let token = doc! { "v": 1, "f": "recent_reviews", "p": 7, "k": ["a/b+c", -3_i64] };
+    let mut bytes = Vec::new();
+    token.to_writer(&mut bytes).unwrap();
+    base64
+        .encode(&bytes)
+        .parse::<subset::Cursor>()
+        .expect("the token before any flip is a cursor");
+    let mut rejected = Vec::new();
+    for i in 0..bytes.len() {
+        let mut flipped = bytes.clone();
+        flipped[i] ^= 0xff;
+        match base64.encode(&flipped).parse::<subset::Cursor>() {
+            Err(Error::InvalidCursor { .. }) => rejected.push(i),
+            Err(other) => panic!("byte {i}: expected InvalidCursor, got {other:?}"),
+            Ok(cursor) => assert_eq!(
+                cursor.encode().parse::<subset::Cursor>().ok(),
+                Some(cursor.clone()),
+                "byte {i}: a flipped token decoded to a cursor that does not round-trip"
+            ),
+        }
+    }
+    // The document's length prefix is structure: a flip there can only be refused.
+    assert!((0..4).all(|i| rejected.contains(&i)), "{rejected:?}");
+}

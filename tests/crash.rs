@@ -13,8 +13,8 @@ use bson::oid::ObjectId;
 use bson::Bson;
 use common::*;
 use rand::Rng;
-use subset::testkit::{MongoServer, Topology};
 use subset::{Store, SweepOptions, WriteMode};
+use subset_testkit::{skip, MongoServer, Topology};
 
 const WRITERS: usize = 4;
 const PARENTS: usize = 3;
@@ -201,8 +201,7 @@ async fn assert_no_acknowledged_child_lost(run: &Run) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_crash_loses_nothing_acknowledged_and_reconcile_repairs_its_drift() {
     if external_server() {
-        eprintln!("MONGODB_URI is set: this test kills mongod, so it needs its own; skipped");
-        return;
+        return skip("MONGODB_URI is set: this test kills mongod, so it needs its own");
     }
     let mut server = MongoServer::start(Topology::Standalone).await.unwrap();
     let run = crash_run(&mut server, 3, WriteMode::Ordered).await;
@@ -266,8 +265,7 @@ async fn a_standalone_crash_loses_nothing_acknowledged_and_reconcile_repairs_its
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_set_crash_loses_nothing_acknowledged_and_leaves_no_drift() {
     if external_server() {
-        eprintln!("MONGODB_URI is set: this test kills mongod, so it needs its own; skipped");
-        return;
+        return skip("MONGODB_URI is set: this test kills mongod, so it needs its own");
     }
     let mut server = MongoServer::start(Topology::ReplicaSet).await.unwrap();
     let run = crash_run(&mut server, 2, WriteMode::Transactional).await;

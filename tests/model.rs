@@ -16,8 +16,8 @@ use futures::TryStreamExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde::{Deserialize, Serialize};
-use subset::testkit::{MongoServer, Topology};
 use subset::{Child, Cursor, Error, PageRequest, Store, SweepOptions, WriteMode};
+use subset_testkit::{MongoServer, Topology};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Note {

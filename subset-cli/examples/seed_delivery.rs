@@ -6,7 +6,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use subset::testkit::{MongoServer, Topology};
+use subset_testkit::{MongoServer, Topology};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

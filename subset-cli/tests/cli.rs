@@ -10,7 +10,7 @@ use bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::Database;
 use serde_json::Value;
-use subset::testkit::{MongoServer, Topology};
+use subset_testkit::{MongoServer, Topology};
 
 mod support;
 use support::*;
@@ -301,10 +301,12 @@ async fn migrate_check_corrupt_and_reconcile() {
 
     // Sizes per large shop: about 72 KB before, under 1.5 KB after.
     let sizes_after = sizes(&db).await;
+    let mut large = 0;
     for (id, size, name) in &sizes_before {
         let Some(i) = name.strip_prefix("Noodle Bar ") else {
             continue;
         };
+        large += 1;
         // Reviews with an `_id` make 72 KB, those without 58 KB.
         let about = if i.parse::<usize>().unwrap() % 2 == 0 {
             72_000
@@ -315,6 +317,7 @@ async fn migrate_check_corrupt_and_reconcile() {
         let after = sizes_after.iter().find(|(i, ..)| i == id).unwrap().1;
         assert!(after < 1_500, "{name} after: {after}");
     }
+    assert_eq!(large, LARGE, "every large shop's size was checked");
 
     // Idempotent: a second run copies nothing and changes nothing.
     let shops = all_shops(&db).await;

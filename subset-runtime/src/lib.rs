@@ -19,9 +19,6 @@ mod order;
 mod store;
 mod subset;
 
-#[cfg(feature = "testkit")]
-pub mod testkit;
-
 pub use action::Action;
 pub use cursor::{Cursor, Page, PageRequest};
 pub use decode::type_name as bson_type_name;

