@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use futures::TryStreamExt;
+use mongodb::options::Acknowledgment;
 use mongodb::{Collection, Database};
 use tokio::sync::OnceCell;
 
@@ -138,10 +139,41 @@ impl RawStore {
                     WriteMode::Ordered
                 };
                 tracing::debug!(?mode, "detected write mode");
+                self.warn_if_not_durable(mode);
                 Ok(mode)
             })
             .await
             .copied()
+    }
+
+    /// Warns, once per store, when the database's write concern cannot make an acknowledged
+    /// push survive what the deployment is exposed to: a failover (`w` other than majority on
+    /// a replica set, where the write can be rolled back) or a crash (no `j: true` on a
+    /// standalone server, where the write may not be journaled yet).
+    fn warn_if_not_durable(&self, mode: WriteMode) {
+        let concern = self.db.write_concern();
+        let collection = self.spec.collection;
+        match mode {
+            WriteMode::Transactional => {
+                if let Some(w) = concern.and_then(|c| c.w.as_ref()) {
+                    if *w != Acknowledgment::Majority {
+                        tracing::warn!(
+                            collection,
+                            ?w,
+                            "write concern is not w: majority: an acknowledged push can be rolled back by a failover"
+                        );
+                    }
+                }
+            }
+            WriteMode::Ordered => {
+                if concern.and_then(|c| c.journal) != Some(true) {
+                    tracing::warn!(
+                        collection,
+                        "standalone server without a j: true write concern: an acknowledged push can be lost in a crash"
+                    );
+                }
+            }
+        }
     }
 
     /// The engine of one subset field of this collection.
