@@ -114,11 +114,25 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         subset.field.rust_name
     );
     let parent_key = &subset.key;
+    // Located at the sort string but resolved like macro-internal code: rustc points its errors
+    // at the string, and does not suggest replacing the whole string with a bare field name (a
+    // fix that would not compile).
+    let sort_span = Span::mixed_site().located_at(subset.sort.lit.span());
     let sort = subset.sort.keys.iter().map(|key| {
         let name = &key.name;
         let direction = match key.direction {
             Direction::Asc => quote!(Asc),
             Direction::Desc => quote!(Desc),
+        };
+        // The field's type is inferred from the accessor; its `SortableField` bound is also the
+        // check that the field exists and can be a sort key.
+        let child = Ident::new("__subset_child", sort_span);
+        let mut member = key.ident.clone();
+        member.set_span(sort_span);
+        let values = quote_spanned! {sort_span=>
+            ::subset::__private::sort_values::<#child_ty, _>(
+                |#child: &#child_ty| &(*#child).#member
+            )
         };
         // Spanned at the child type: a child without `#[derive(Child)]`, or one with a field
         // stored under the parent key, is reported there.
@@ -126,6 +140,7 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
             ::subset::SortKey {
                 field: ::subset::__private::child_field_bson_name::<#child_ty>(#name, #parent_key, #key_message),
                 direction: ::subset::Direction::#direction,
+                values: #values,
             }
         }
     });
@@ -145,6 +160,12 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
             keep: #keep,
             sort: &[#(#sort),*],
             count: #count,
+            // The child's `_id` values, or any `_id` if the child type is not a `Child` (which
+            // `child_field_bson_name` reports, once).
+            id_values: {
+                use ::subset::__private::IdFallback as _;
+                ::subset::__private::ChildIds::<#child_ty>::VALUES
+            },
         }
     }
 }
@@ -184,27 +205,9 @@ fn const_doc(subset: &Subset<'_>) -> String {
     )
 }
 
-/// The compile-time checks of one subset field: every sort key is a scalar field of the child,
-/// and the count field is an integer.
+/// The compile-time check of one subset field's count: an integer field. (The sort keys are
+/// checked where the descriptor records their types, in [`spec`].)
 fn checks(subset: &Subset<'_>) -> TokenStream {
-    let child_ty = subset.child_ty;
-    // Located at the sort string but resolved like macro-internal code: rustc points its errors
-    // at the string, and does not suggest replacing the whole string with a bare field name (a
-    // fix that would not compile).
-    let span = Span::mixed_site().located_at(subset.sort.lit.span());
-    let child = Ident::new("__subset_child", span);
-    let sort_checks = subset.sort.keys.iter().map(|key| {
-        let mut member = key.ident.clone();
-        member.set_span(span);
-        quote_spanned! {span=>
-            ::subset::__private::assert_sortable(&#child.#member);
-        }
-    });
-    let sort_checks = quote_spanned! {span=>
-        let _ = |#child: #child_ty| {
-            #(#sort_checks)*
-        };
-    };
     let count_check = subset.count.map(|(field, lit)| {
         let span = lit.span();
         let parent = Ident::new("__subset_parent", span);
@@ -215,7 +218,6 @@ fn checks(subset: &Subset<'_>) -> TokenStream {
         }
     });
     quote! {
-        #sort_checks
         #count_check
     }
 }
@@ -236,6 +238,11 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
             impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
                 const FIELDS: &'static [::subset::FieldName] = &[#(#fields),*];
+                // The `_id` type's values if it is a `SortableField`, else any `_id`.
+                const ID_VALUES: ::subset::SortValues = {
+                    use ::subset::__private::IdFallback as _;
+                    ::subset::__private::Probe::<#id_ty>::VALUES
+                };
             }
         };
     }

@@ -23,6 +23,7 @@
 //! ```
 
 use crate::model::{Direction, SortKey, SubsetSpec};
+use crate::values::SortValues;
 
 /// The largest `keep` the derive accepts, and so the builder: a bigger subset defeats the
 /// pattern (the parent document grows with it).
@@ -262,6 +263,8 @@ impl SpecBuilder {
             .map(|(field, direction)| SortKey {
                 field: leak(field),
                 direction,
+                // No Rust types here: any value a sort key can have.
+                values: SortValues::Scalar,
             })
             .collect();
         let field = leak(self.field);
@@ -273,6 +276,7 @@ impl SpecBuilder {
             keep: self.keep,
             sort: Box::leak(sort.into_boxed_slice()),
             count: self.count.map(leak),
+            id_values: SortValues::Id,
         })))
     }
 }

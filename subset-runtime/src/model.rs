@@ -7,6 +7,8 @@ use std::marker::PhantomData;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::values::SortValues;
+
 /// A parent document type: one collection, an `_id`, and one or more subset fields.
 ///
 /// Implemented by `#[derive(Subset)]`; implementing it by hand is possible but the derive checks
@@ -47,6 +49,11 @@ pub trait Child: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
 
     /// Every serialized field, as (Rust name, BSON name).
     const FIELDS: &'static [FieldName];
+
+    /// The values the `_id` can hold, which a cursor's `_id` is checked against.
+    /// `#[derive(Child)]` sets it from [`Child::Id`] when that is a [`SortableField`]; the
+    /// default admits anything an `_id` can sort by.
+    const ID_VALUES: SortValues = SortValues::Id;
 }
 
 /// A field's Rust name and the name it has in BSON after serde's renames.
@@ -84,6 +91,9 @@ pub struct SortKey {
     pub field: &'static str,
     /// Its direction.
     pub direction: Direction,
+    /// The values the field can hold: the Rust field's type for the derive,
+    /// [`SortValues::Scalar`] for descriptors built at run time.
+    pub values: SortValues,
 }
 
 /// A parent collection and its subset fields: what [`crate::RawStore`] works on.
@@ -124,6 +134,9 @@ pub struct SubsetSpec {
     pub sort: &'static [SortKey],
     /// BSON name of the parent's integer field that counts the children, if any.
     pub count: Option<&'static str>,
+    /// The values the children's `_id` can hold ([`Child::ID_VALUES`]), for the `_id` that
+    /// [`SubsetSpec::order`] appends.
+    pub id_values: SortValues,
 }
 
 impl SubsetSpec {
@@ -135,6 +148,7 @@ impl SubsetSpec {
         let tie = (!has_id).then_some(SortKey {
             field: "_id",
             direction: last,
+            values: self.id_values,
         });
         self.sort.iter().copied().chain(tie)
     }
@@ -233,7 +247,11 @@ const fn str_eq(a: &str, b: &str) -> bool {
     label = "sort keys must be scalar fields",
     note = "sort by a required scalar child field (integer, float, string, bool, date, ObjectId); arrays and nested documents have no single sort value, and an `Option` would put nulls where keyset pagination cannot reach them"
 )]
-pub trait SortableField {}
+pub trait SortableField {
+    /// The BSON values a field of this type holds once serialized (and reads back): a cursor
+    /// position for this key must be one of them.
+    const VALUES: SortValues;
+}
 
 /// Integer types that can hold a subset's child count.
 #[diagnostic::on_unimplemented(
@@ -243,18 +261,41 @@ pub trait SortableField {}
 )]
 pub trait CountField {}
 
+macro_rules! impl_sortable {
+    ($($t:ty => $values:expr),* $(,)?) => {
+        $(impl SortableField for $t { const VALUES: SortValues = $values; })*
+    };
+}
+
+/// The values of an integer type: an int32 or int64 in its range (`u64` beyond `i64::MAX` has
+/// no BSON form).
+macro_rules! integer {
+    ($t:ty) => {{
+        let max = <$t>::MAX as u64;
+        let max = if max > i64::MAX as u64 {
+            i64::MAX
+        } else {
+            max as i64
+        };
+        SortValues::integer(<$t>::MIN as i64, max)
+    }};
+}
+
+impl_sortable!(
+    i8 => integer!(i8), i16 => integer!(i16), i32 => integer!(i32), i64 => integer!(i64),
+    u8 => integer!(u8), u16 => integer!(u16), u32 => integer!(u32), u64 => integer!(u64),
+    f32 => SortValues::Float, f64 => SortValues::Float,
+    bool => SortValues::Bool, char => SortValues::Char, String => SortValues::String,
+    bson::DateTime => SortValues::DateTime, bson::oid::ObjectId => SortValues::ObjectId,
+    bson::Decimal128 => SortValues::Decimal128, bson::Timestamp => SortValues::Timestamp,
+    bson::Uuid => SortValues::Uuid,
+);
+
 macro_rules! impl_marker {
     ($trait:ident: $($t:ty),* $(,)?) => { $(impl $trait for $t {})* };
 }
 
-impl_marker!(SortableField: i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, bool, char, String,
-    bson::DateTime, bson::oid::ObjectId, bson::Decimal128, bson::Timestamp, bson::Uuid);
-
 impl_marker!(CountField: i32, i64, u32, u64);
-
-/// Compile-time check emitted by the derive for each sort key.
-#[doc(hidden)]
-pub fn assert_sortable<T: SortableField + ?Sized>(_: &T) {}
 
 /// Compile-time check emitted by the derive for the `count` field.
 #[doc(hidden)]
@@ -272,13 +313,19 @@ pub(crate) const TEST_SPEC: SubsetSpec = SubsetSpec {
         SortKey {
             field: "rating",
             direction: Direction::Asc,
+            values: SortValues::Integer {
+                min: i32::MIN as i64,
+                max: i32::MAX as i64,
+            },
         },
         SortKey {
             field: "date",
             direction: Direction::Desc,
+            values: SortValues::DateTime,
         },
     ],
     count: None,
+    id_values: SortValues::ObjectId,
 };
 
 #[cfg(test)]
@@ -295,7 +342,8 @@ mod tests {
             order[2],
             SortKey {
                 field: "_id",
-                direction: Direction::Desc
+                direction: Direction::Desc,
+                values: SortValues::ObjectId,
             }
         );
     }
@@ -306,6 +354,7 @@ mod tests {
             sort: &[SortKey {
                 field: "_id",
                 direction: Direction::Asc,
+                values: SortValues::ObjectId,
             }],
             ..SPEC
         };
