@@ -188,6 +188,11 @@ impl RawStore {
     pub(crate) fn mongo(&self, e: mongodb::error::Error) -> Error {
         Error::mongo(self.spec.collection, e)
     }
+
+    /// Refuses a parent `_id` no parent can have (see [`Error::InvalidId`]).
+    pub(crate) fn check_parent_id(&self, id: &Bson) -> Result<()> {
+        crate::encode::check_id(id, "parent", self.spec.collection)
+    }
 }
 
 /// One subset field of a [`RawStore`]: the double write and merged pagination over documents.
@@ -214,6 +219,11 @@ impl<'a> RawSubset<'a> {
 
     pub(crate) fn mongo_child(&self, e: mongodb::error::Error) -> Error {
         Error::mongo(self.spec.child_collection, e)
+    }
+
+    /// Refuses a child `_id` no child can have (see [`Error::InvalidId`]).
+    pub(crate) fn check_child_id(&self, id: &Bson) -> Result<()> {
+        crate::encode::check_id(id, "child", self.spec.child_collection)
     }
 
     pub(crate) fn parent_not_found(&self, parent: &Bson) -> Error {

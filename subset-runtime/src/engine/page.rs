@@ -30,6 +30,7 @@ impl RawSubset<'_> {
         decode: impl Fn(&RawDocument, &str, Option<&str>) -> Result<T>,
     ) -> Result<Page<T>> {
         let spec = self.spec;
+        self.store.check_parent_id(parent)?;
         if request.size == 0 || request.size > MAX_PAGE_SIZE {
             return Err(Error::InvalidPageSize {
                 size: request.size,
@@ -246,7 +247,9 @@ impl RawSubset<'_> {
             self.spec.child_collection,
             order::sort_doc(self.spec),
         );
+        let checked = self.store.check_parent_id(&parent);
         futures::stream::once(async move {
+            checked?;
             let cursor = collection
                 .find(doc! { key: parent })
                 .sort(sort)
@@ -264,6 +267,7 @@ impl RawSubset<'_> {
     /// [`Error::Mongo`].
     #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field))]
     pub async fn count(&self, parent: &Bson) -> Result<u64> {
+        self.store.check_parent_id(parent)?;
         self.children::<Document>()
             .count_documents(doc! { self.spec.key: parent.clone() })
             .await
