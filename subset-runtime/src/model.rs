@@ -91,7 +91,7 @@ pub struct SubsetSpec {
     pub child_collection: &'static str,
     /// BSON name of the field that holds the parent's `_id` in each child-collection document.
     pub key: &'static str,
-    /// How many children stay embedded (1..=1000).
+    /// How many children stay embedded, 1 to [`MAX_KEEP`](crate::MAX_KEEP).
     pub keep: u32,
     /// The sort order as written by the user; `_id` is appended by [`SubsetSpec::order`].
     pub sort: &'static [SortKey],
