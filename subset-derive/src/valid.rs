@@ -45,6 +45,9 @@ pub(crate) struct Child<'a> {
     pub(crate) id_ty: &'a syn::Type,
     /// Every field serialized under its own name.
     pub(crate) fields: Vec<&'a Field<'a>>,
+    /// Every field serde never serializes, with the serde key that says so (`skip` or
+    /// `skip_serializing`): not a sort key a parent may use.
+    pub(crate) unstored: Vec<(&'a Field<'a>, &'static str)>,
 }
 
 /// The example `_id` field quoted by messages.
@@ -62,11 +65,24 @@ pub(crate) fn child<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Child<'a
         );
     }
     let fields = cont.fields.iter().filter(|f| f.is_serialized()).collect();
+    let unstored = cont
+        .fields
+        .iter()
+        .filter_map(
+            |f| match (f.serde.skip_serializing, f.serde.skip_deserializing) {
+                (true, true) => Some((f, "skip")),
+                (true, false) => Some((f, "skip_serializing")),
+                // Stored, so sortable: see `Child::__UNSTORED`.
+                (false, _) => None,
+            },
+        )
+        .collect();
     let id_ty = id?.ty;
     (!ctxt.has_errors()).then_some(Child {
         cont,
         id_ty,
         fields,
+        unstored,
     })
 }
 
