@@ -54,6 +54,15 @@ pub trait Child: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     /// `#[derive(Child)]` sets it from [`Child::Id`] when that is a [`SortableField`]; the
     /// default admits anything an `_id` can sort by.
     const ID_VALUES: SortValues = SortValues::Id;
+    /// Used by the derives: the fields serde never writes, as (Rust name, serde key: `skip` or
+    /// `skip_serializing`), so that a parent naming one in `sort` fails to build.
+    ///
+    /// `#[serde(skip_deserializing)]` fields are not listed: they are stored, so MongoDB sorts by
+    /// them, and the engine takes every sort value it needs (cursors, the last embedded child,
+    /// reconciliation) from stored documents, never from decoded children; that such a field
+    /// reads back as its default changes what the caller sees, not the order or the pages.
+    #[doc(hidden)]
+    const __UNSTORED: &'static [(&'static str, &'static str)] = &[];
 }
 
 /// A field's Rust name and the name it has in BSON after serde's renames.
@@ -128,7 +137,7 @@ pub struct SubsetSpec {
     pub child_collection: &'static str,
     /// BSON name of the field that holds the parent's `_id` in each child-collection document.
     pub key: &'static str,
-    /// How many children stay embedded (1..=1000).
+    /// How many children stay embedded, 1 to [`MAX_KEEP`](crate::MAX_KEEP).
     pub keep: u32,
     /// The sort order as written by the user; `_id` is appended by [`SubsetSpec::order`].
     pub sort: &'static [SortKey],
@@ -198,31 +207,68 @@ impl<P, C> fmt::Debug for SubsetField<P, C> {
     }
 }
 
-/// Looks up the BSON name of a child's Rust field; used by the derive in constant context.
+/// A child field found by Rust name: see [`child_field`].
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct ChildField {
+    bson: &'static str,
+    /// The serde key that keeps the field from being stored, if any.
+    unstored: Option<&'static str>,
+}
+
+/// Looks up a child's Rust field; used by the derive in constant context, with
+/// [`stored_bson_name`] around it.
 ///
 /// An unknown name comes back unchanged: the derive separately checks that the field exists, with
 /// a compiler error that points at the sort string. It also fails the build with `message` when
 /// a child field is stored under the parent `key` (checked here rather than in a check of its
 /// own so that a child type without `#[derive(Child)]` is reported once).
 #[doc(hidden)]
-pub const fn child_field_bson_name<C: Child>(
+pub const fn child_field<C: Child>(
     rust: &'static str,
     key: &str,
     message: &'static str,
-) -> &'static str {
+) -> ChildField {
     let fields = C::FIELDS;
-    let mut found = rust;
+    let mut found = ChildField {
+        bson: rust,
+        unstored: None,
+    };
     let mut i = 0;
     while i < fields.len() {
         if str_eq(fields[i].bson, key) {
             panic!("{}", message);
         }
         if str_eq(fields[i].rust, rust) {
-            found = fields[i].bson;
+            found.bson = fields[i].bson;
+        }
+        i += 1;
+    }
+    let unstored = C::__UNSTORED;
+    let mut i = 0;
+    while i < unstored.len() {
+        if str_eq(unstored[i].0, rust) {
+            found.unstored = Some(unstored[i].1);
         }
         i += 1;
     }
     found
+}
+
+/// The BSON name of a sort key's field; fails the build with `skip` or `skip_serializing` (the
+/// derive's messages, naming the field) when serde never stores it. Separate from
+/// [`child_field`] so that the derive can place this call, and so the error, at the sort string.
+#[doc(hidden)]
+pub const fn stored_bson_name(
+    field: ChildField,
+    skip: &'static str,
+    skip_serializing: &'static str,
+) -> &'static str {
+    match field.unstored {
+        None => field.bson,
+        Some(key) if str_eq(key, "skip") => panic!("{}", skip),
+        Some(_) => panic!("{}", skip_serializing),
+    }
 }
 
 const fn str_eq(a: &str, b: &str) -> bool {
