@@ -125,14 +125,7 @@ impl RawStore {
     pub async fn mode(&self) -> Result<WriteMode> {
         self.mode
             .get_or_try_init(|| async {
-                let hello = self
-                    .db
-                    .run_command(doc! { "hello": 1 })
-                    .await
-                    .map_err(|e| self.mongo(e))?;
-                let replicated = hello.contains_key("setName")
-                    || hello.get_str("msg").is_ok_and(|m| m == "isdbgrid");
-                let mode = if replicated {
+                let mode = if self.replicated().await? {
                     WriteMode::Transactional
                 } else {
                     WriteMode::Ordered
@@ -142,6 +135,17 @@ impl RawStore {
             })
             .await
             .copied()
+    }
+
+    /// Whether the server is a replica set member or a `mongos` (asked with `hello`, whatever
+    /// mode is forced): what transactions and change streams need.
+    pub(crate) async fn replicated(&self) -> Result<bool> {
+        let hello = self
+            .db
+            .run_command(doc! { "hello": 1 })
+            .await
+            .map_err(|e| self.mongo(e))?;
+        Ok(hello.contains_key("setName") || hello.get_str("msg").is_ok_and(|m| m == "isdbgrid"))
     }
 
     /// The engine of one subset field of this collection.
