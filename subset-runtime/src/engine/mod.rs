@@ -17,6 +17,7 @@
 //! | `resync.rs` | recomputing a subset from the child collection: backfill, reconcile, check |
 //! | `sweep.rs` | every parent in `_id` batches: `reconcile_all`, `check_all`, and the sweep itself |
 //! | `schema.rs` | the child-collection indexes and the server-side cap |
+//! | `follow/` | the change-stream follower: other programs' writes to the child collections |
 //! | `query.rs` | the queries several operations share |
 //! | `driver_error.rs` | what a driver error means for us |
 
@@ -34,6 +35,7 @@ mod combine;
 mod delete;
 pub mod driver_error;
 mod exec;
+mod follow;
 mod insert;
 mod page;
 mod push;
@@ -45,6 +47,10 @@ mod resync;
 mod schema;
 mod sweep;
 
+pub use follow::{
+    CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
+    DEFAULT_TOKEN_COLLECTION,
+};
 pub use resync::Drift;
 pub use sweep::{ParentFailure, SweepOptions, SweepProgress, SweepReport};
 
