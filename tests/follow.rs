@@ -959,3 +959,120 @@ async fn a_python_writer_is_followed() {
     print_stats("python", &stats);
     assert!(stats.written > 0);
 }
+
+/// The follower's figures, run by hand: `cargo test --release --test follow -- --ignored
+/// --nocapture follow_figures`. The follower runs on one thread (a current-thread runtime);
+/// the server shares the machine.
+///
+/// 1. Throughput: 20,000 changes written across 1,000 parents while the follower is stopped,
+///    then the time the follower takes to read and apply them all.
+/// 2. Lag: a writer at a steady rate, the lag of every batch (from its oldest event to its
+///    parents resynced), p50 and p99.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "measures; run by hand"]
+async fn follow_figures() {
+    let db = replica_db().await;
+    let store = Store::<Product>::new(&db);
+    store.ensure_indexes().await.unwrap();
+    let products: Vec<Product> = (0..1_000)
+        .map(|i| Product::named(&format!("p{i}")))
+        .collect();
+    for product in &products {
+        store.insert(product).await.unwrap();
+    }
+    let mut parents: Vec<ObjectId> = products.iter().map(|p| p.id).collect();
+    // Written to by `caught_up` only: a parent the backlog also touches could show the
+    // sentinel embedded by a resync that read it early.
+    let sentinel = parents.pop().unwrap();
+    let first = store.follow(FollowOptions::new("figures")).spawn();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.stop().await.unwrap();
+
+    // 1. A backlog: 20,000 inserts, 100 per insert_many, each on one parent; then 20,000 on
+    //    parents drawn at random, 1,000 per insert_many.
+    let mut rng = StdRng::seed_from_u64(1);
+    for _ in 0..200 {
+        let parent = parents[rng.random_range(0..parents.len())];
+        let batch: Vec<Document> = (0..100).map(|_| raw_review(&mut rng, parent)).collect();
+        reviews_of(&db).insert_many(batch).await.unwrap();
+    }
+    let mut scattered = Vec::new();
+    for _ in 0..20_000 {
+        let parent = parents[rng.random_range(0..parents.len())];
+        scattered.push(raw_review(&mut rng, parent));
+    }
+    for chunk in scattered.chunks(1_000) {
+        reviews_of(&db).insert_many(chunk.to_vec()).await.unwrap();
+    }
+    let started = Instant::now();
+    let follower = store.follow(FollowOptions::new("figures")).spawn();
+    caught_up(&db, sentinel).await;
+    let took = started.elapsed();
+    let stats = follower.stop().await.unwrap();
+    print_stats("backlog", &stats);
+    println!(
+        "backlog: 20,000 changes on 200 parents + 20,000 on 999 parents: {:?}, {:.0} events/s",
+        took,
+        stats.events as f64 / took.as_secs_f64()
+    );
+
+    // 2. Lag at steady rates.
+    for (rate, window) in [(200_u64, 100_u64), (1_000, 100), (1_000, 20), (3_000, 100)] {
+        let lags = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&lags);
+        let follower = store
+            .follow(FollowOptions::new("figures").window(Duration::from_millis(window)))
+            .on_update(move |u| {
+                if let FollowUpdate::Batch(b) = u {
+                    if let Some(lag) = b.lag {
+                        seen.lock().unwrap().push(lag);
+                    }
+                }
+            })
+            .spawn();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let db2 = db.clone();
+        let parents2 = parents.clone();
+        // The writer on its own thread, so that it keeps its rate whatever the follower does.
+        let writer = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let mut rng = StdRng::seed_from_u64(rate);
+                let tick = Duration::from_micros(1_000_000 / rate * 10);
+                let mut next = Instant::now();
+                let end = next + Duration::from_secs(8);
+                while next < end {
+                    // 10 single-document inserts per tick, on random parents.
+                    for _ in 0..10 {
+                        let parent = parents2[rng.random_range(0..parents2.len())];
+                        reviews_of(&db2)
+                            .insert_one(raw_review(&mut rng, parent))
+                            .await
+                            .unwrap();
+                    }
+                    next += tick;
+                    tokio::time::sleep_until(next.into()).await;
+                }
+            });
+        });
+        tokio::task::spawn_blocking(move || writer.join().unwrap())
+            .await
+            .unwrap();
+        caught_up(&db, sentinel).await;
+        let stats = follower.stop().await.unwrap();
+        let mut lags = lags.lock().unwrap().clone();
+        lags.sort();
+        let at = |q: f64| lags[((lags.len() - 1) as f64 * q) as usize];
+        println!(
+            "{rate} inserts/s, window {window} ms: {} events in {} batches; batch lag p50 {:?}, p99 {:?}, max {:?}",
+            stats.events,
+            stats.batches,
+            at(0.5),
+            at(0.99),
+            lags.last().unwrap()
+        );
+    }
+}
