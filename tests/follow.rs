@@ -22,7 +22,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use subset::{
-    CatchUp, Child, Error, FollowOptions, FollowStats, FollowUpdate, Store, Subset,
+    CatchUp, Child, Error, FollowOptions, FollowStats, FollowUpdate, Follower, Store, Subset,
     DEFAULT_TOKEN_COLLECTION,
 };
 
@@ -250,6 +250,27 @@ async fn caught_up(db: &Database, sentinel: ObjectId) -> Duration {
     started.elapsed()
 }
 
+/// [`caught_up`], watching the follower: one that ended (failed) is reported with its error
+/// rather than as a timeout.
+async fn caught_up_by(
+    db: &Database,
+    sentinel: ObjectId,
+    follower: Follower,
+) -> (Duration, Follower) {
+    let waiting = caught_up(db, sentinel);
+    tokio::pin!(waiting);
+    loop {
+        tokio::select! {
+            took = &mut waiting => return (took, follower),
+            () = tokio::time::sleep(Duration::from_millis(50)) => {
+                if follower.is_finished() {
+                    panic!("the follower ended before catching up: {:?}", follower.stop().await);
+                }
+            }
+        }
+    }
+}
+
 /// Counts of what a follower reported, across restarts.
 #[derive(Debug, Default)]
 struct Seen {
@@ -336,7 +357,7 @@ async fn external_writes_are_followed_to_an_exact_end_state() {
         written.updated += w.updated;
         written.deleted += w.deleted;
     }
-    let catch_up = caught_up(&db, sentinel).await;
+    let (catch_up, follower) = caught_up_by(&db, sentinel, follower).await;
     println!(
         "external writers: {written:?} in {:?}; follower caught up {catch_up:?} after they stopped",
         until - started
@@ -400,7 +421,7 @@ async fn a_follower_killed_at_random_points_misses_no_change() {
         .follow(options("killed"))
         .on_update(seen.observer())
         .spawn();
-    let catch_up = caught_up(&db, sentinel).await;
+    let (catch_up, last) = caught_up_by(&db, sentinel, last).await;
     println!(
         "{kills} kills during {written:?}; the last follower caught up in {catch_up:?}; {} starts, {} resumed",
         Seen::get(&seen.started),
@@ -489,7 +510,7 @@ async fn library_writes_cost_no_second_write_and_interleave_with_external_ones()
         external.deleted += w.deleted;
     }
     let external_events = external.inserted + external.updated + external.deleted;
-    let catch_up = caught_up(&db, sentinel).await;
+    let (catch_up, follower) = caught_up_by(&db, sentinel, follower).await;
     assert_exact(&db, &parents).await;
     let stats = follower.stop().await.unwrap();
     let library = library_pushes.load(Ordering::SeqCst);
@@ -574,7 +595,7 @@ async fn a_place_that_cannot_be_resumed_is_caught_up_with_a_full_pass() {
     // And after the pass, the stream again.
     let until = Instant::now() + Duration::from_millis(800);
     let written = external_writer(db.clone(), parents.clone(), 8, until).await;
-    let catch_up = caught_up(&db, sentinel).await;
+    let (catch_up, follower) = caught_up_by(&db, sentinel, follower).await;
     assert_exact(&db, &parents).await;
     let stats = follower.stop().await.unwrap();
     print_stats("history lost", &stats);
@@ -649,7 +670,7 @@ async fn pre_images_turned_off_under_the_follower_cause_a_catch_up() {
         .delete_one(doc! { "_id": victim[0].clone() })
         .await
         .unwrap();
-    caught_up(&db, sentinel).await;
+    let (_, follower) = caught_up_by(&db, sentinel, follower).await;
     assert_exact(&db, &parents).await;
     let stats = follower.stop().await.unwrap();
     print_stats("images", &stats);
@@ -949,7 +970,7 @@ async fn a_python_writer_is_followed() {
         String::from_utf8_lossy(&out.stderr)
     );
     let wrote = started.elapsed();
-    let catch_up = caught_up(&db, sentinel).await;
+    let (catch_up, follower) = caught_up_by(&db, sentinel, follower).await;
     println!(
         "python wrote {} operations in {wrote:?}; the follower caught up {catch_up:?} after",
         String::from_utf8_lossy(&out.stdout).trim()

@@ -306,16 +306,35 @@ impl CollectionFollower<'_> {
         let mut pending = parents;
         for attempt in 1..=ATTEMPTS {
             let results: Vec<_> = futures::stream::iter(pending.drain(..))
-                .map(|(field, parent)| async move {
-                    let spec = &self.fields[field];
-                    let result = store.subset(spec).resync_in(&parent, true, None).await;
-                    (field, parent, result)
+                .map(|(field, parent)| {
+                    // Each reconcile runs in a task of its own, so that a follower whose task is
+                    // aborted never leaves a transaction half-done: the driver marks a
+                    // transaction committed before it sends `commitTransaction`, so one cut off
+                    // there would not be aborted, and would hold its parent until the server's
+                    // transaction lifetime (60 s) ran out. The reconcile finishes; the place is
+                    // not saved, so the next start redoes it.
+                    let (store, spec, key) = (store.clone(), self.fields[field], parent.clone());
+                    let task = tokio::spawn(async move {
+                        store.subset(&spec).resync_in(&key, true, None).await
+                    });
+                    async move {
+                        match task.await {
+                            Ok(result) => (field, parent, Some(result)),
+                            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                            // Cancelled: the runtime is shutting down, and this follower with it.
+                            Err(_) => (field, parent, None),
+                        }
+                    }
                 })
                 .buffer_unordered(self.shared.options.concurrency)
                 .collect()
                 .await;
             let mut error = None;
             for (field, parent, result) in results {
+                let Some(result) = result else {
+                    pending.push((field, parent));
+                    continue;
+                };
                 match result {
                     Ok(drift) if drift.is_clean() => tally.skipped += 1,
                     Ok(drift) if drift.fixed => tally.written += 1,
