@@ -764,3 +764,42 @@ fn every_single_byte_flip_of_a_token_is_rejected_or_a_whole_cursor() {
     // The document's length prefix is structure: a flip there can only be refused.
     assert!((0..4).all(|i| rejected.contains(&i)), "{rejected:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_id_that_would_act_as_an_operator_is_refused_before_any_query() {
+    let store = Store::<Product>::new(&replica_db().await);
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let (victim, other) = (product_with(&store, 3).await, product_with(&store, 2).await);
+    let raw = store.raw().subset(Product::RECENT_REVIEWS.spec());
+    let hostile = [
+        Bson::Document(doc! { "$ne": null }),
+        Bson::Document(doc! { "$exists": true }),
+        Bson::Array(vec![Bson::ObjectId(victim.id)]),
+        Bson::Undefined,
+    ];
+    let is_invalid = |e: &Error, what: &str| {
+        matches!(e, Error::InvalidId { what: w, .. } if *w == what) || panic!("{what}: {e:?}")
+    };
+    for id in &hostile {
+        is_invalid(&raw.count(id).await.unwrap_err(), "parent");
+        let page = raw.page(id, &PageRequest::first(50)).await;
+        is_invalid(&page.unwrap_err(), "parent");
+        let all: Vec<_> = raw.all(id.clone()).collect().await;
+        is_invalid(all[0].as_ref().unwrap_err(), "parent");
+        is_invalid(&store.raw().get(id).await.unwrap_err(), "parent");
+        is_invalid(&store.raw().delete(id).await.unwrap_err(), "parent");
+        is_invalid(&raw.reconcile(id).await.unwrap_err(), "parent");
+        let review = bson::to_document(&Review::at(1)).unwrap();
+        is_invalid(&raw.push(id, vec![review]).await.unwrap_err(), "parent");
+        let parent = Bson::ObjectId(victim.id);
+        is_invalid(&raw.remove(&parent, id).await.unwrap_err(), "child");
+        let mut forged = bson::to_document(&Review::at(2)).unwrap();
+        forged.insert("_id", id.clone());
+        is_invalid(&raw.push(&parent, vec![forged]).await.unwrap_err(), "child");
+    }
+    // Nothing was touched: both parents keep every child.
+    for (product, n) in [(&victim, 3), (&other, 2)] {
+        assert_eq!(reviews.count(&product.id).await.unwrap(), n);
+        assert!(store.get(&product.id).await.unwrap().is_some());
+    }
+}

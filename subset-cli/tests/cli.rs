@@ -766,7 +766,7 @@ async fn usage_and_connection_errors_exit_2() {
     args[keep] = "0";
     let out = subset(&uri, &db, &args).await;
     assert_eq!(code(&out), 2);
-    assert!(stderr(&out).contains("`keep` must be from 1 to 1000, not 0"));
+    assert!(stderr(&out).contains("`keep` must be an integer from 1 to 1000, not 0"));
 
     let out = subset(&uri, &db, &["check", "--parent", "shops"]).await;
     assert_eq!(code(&out), 2, "a missing flag is a usage error");

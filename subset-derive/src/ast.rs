@@ -87,7 +87,7 @@ impl<'a> Container<'a> {
                 let subset = match derive {
                     Derive::Parent => {
                         let child_ex = Examples {
-                            collection: vec_element(&field.ty).and_then(type_name).map_or_else(
+                            collection: child_guess(&field.ty).and_then(type_name).map_or_else(
                                 || "children".to_owned(),
                                 |n| collection_suggestion(&n),
                             ),
@@ -178,6 +178,93 @@ pub(crate) fn vec_element(ty: &Type) -> Option<&Type> {
     }
 }
 
+/// Std types that hold other values: never a child type themselves, and what a subset field
+/// holds is in their type arguments.
+const WRAPPERS: &[&str] = &[
+    "Option", "Box", "Vec", "VecDeque", "Rc", "Arc", "Cow", "HashSet", "BTreeSet", "HashMap",
+    "BTreeMap", "Result",
+];
+
+/// Maps, whose last type argument is the value.
+const MAPS: &[&str] = &["HashMap", "BTreeMap"];
+
+/// Types that are never a child type and hold none.
+const SCALARS: &[&str] = &[
+    "bool", "char", "str", "String", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16",
+    "u32", "u64", "u128", "usize", "f32", "f64",
+];
+
+/// The child type a field type most likely holds, for suggestions: `Review` in `Vec<Review>`,
+/// `Option<Vec<Review>>`, `Vec<Option<Review>>`, `Box<[Review]>`, `[Review; 5]`, `&[Review]`,
+/// `HashSet<Review>` or `HashMap<String, Review>`, and a plain named type (`Review`) itself.
+/// `None` when the type gives no hint (`String`, a tuple, `Result<A, B>`): messages then name
+/// no child type rather than a wrong one.
+pub(crate) fn child_guess(ty: &Type) -> Option<&Type> {
+    match ty {
+        Type::Group(group) => child_guess(&group.elem),
+        Type::Paren(paren) => child_guess(&paren.elem),
+        Type::Array(array) => child_guess(&array.elem),
+        Type::Slice(slice) => child_guess(&slice.elem),
+        Type::Reference(reference) => child_guess(&reference.elem),
+        Type::Path(path) if path.qself.is_none() => {
+            let last = path.path.segments.last()?;
+            let name = unraw(&last.ident);
+            let args: Vec<&Type> = match &last.arguments {
+                PathArguments::AngleBracketed(args) => args
+                    .args
+                    .iter()
+                    .filter_map(|arg| match arg {
+                        GenericArgument::Type(ty) => Some(ty),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if WRAPPERS.contains(&name.as_str()) && !args.is_empty() {
+                match args.as_slice() {
+                    [inner] => child_guess(inner),
+                    [_, value] if MAPS.contains(&name.as_str()) => child_guess(value),
+                    _ => None,
+                }
+            } else if SCALARS.contains(&name.as_str()) && args.is_empty() {
+                None
+            } else {
+                Some(ty)
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Whether `ty` can be a child type: [`child_guess`] takes it as it is.
+pub(crate) fn is_child_candidate(ty: &Type) -> bool {
+    let mut bare = ty;
+    while let Type::Group(syn::TypeGroup { elem, .. }) | Type::Paren(syn::TypeParen { elem, .. }) =
+        bare
+    {
+        bare = elem;
+    }
+    child_guess(ty).is_some_and(|guess| std::ptr::eq(guess, bare))
+}
+
+/// A type as the user would write it, for messages: `HashMap<String, Review>`, `[Review; 5]`.
+pub(crate) fn show_type(ty: &Type) -> String {
+    let mut shown = quote::quote!(#ty).to_string();
+    for (spaced, tight) in [
+        (" <", "<"),
+        ("< ", "<"),
+        (" >", ">"),
+        (" ::", "::"),
+        (":: ", "::"),
+        (" ,", ","),
+        (" ;", ";"),
+        ("& ", "&"),
+    ] {
+        shown = shown.replace(spaced, tight);
+    }
+    shown
+}
+
 /// The last path segment of a type, for suggestions.
 pub(crate) fn type_name(ty: &Type) -> Option<String> {
     match ty {
@@ -198,4 +285,60 @@ pub(crate) fn unraw(ident: &Ident) -> String {
 /// The default `key`: `Product` → `product_id`.
 pub(crate) fn default_key(parent_name: &str) -> String {
     format!("{}_id", type_to_snake_case(parent_name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guess(ty: Type) -> Option<String> {
+        child_guess(&ty).map(show_type)
+    }
+
+    #[test]
+    fn child_guesses_name_the_child_or_nothing() {
+        let review = Some("Review".to_owned());
+        assert_eq!(guess(syn::parse_quote!(Vec<Review>)), review);
+        assert_eq!(guess(syn::parse_quote!(Option<Vec<Review>>)), review);
+        assert_eq!(guess(syn::parse_quote!(Box<Vec<Review>>)), review);
+        assert_eq!(guess(syn::parse_quote!(Vec<Option<Review>>)), review);
+        assert_eq!(guess(syn::parse_quote!(Vec<Vec<Review>>)), review);
+        assert_eq!(guess(syn::parse_quote!([Review; 5])), review);
+        assert_eq!(guess(syn::parse_quote!(&'static [Review])), review);
+        assert_eq!(guess(syn::parse_quote!(Box<[Review]>)), review);
+        assert_eq!(
+            guess(syn::parse_quote!(std::collections::HashSet<Review>)),
+            review
+        );
+        assert_eq!(guess(syn::parse_quote!(HashMap<String, Review>)), review);
+        assert_eq!(guess(syn::parse_quote!(Review)), review);
+        assert_eq!(
+            guess(syn::parse_quote!(Option<Vec<Review<T>>>)),
+            Some("Review<T>".to_owned())
+        );
+        assert_eq!(guess(syn::parse_quote!(String)), None);
+        let shown = |ty: Type| show_type(&ty);
+        assert_eq!(
+            shown(syn::parse_quote!(std::collections::HashMap<String, Vec<Review>>)),
+            "std::collections::HashMap<String, Vec<Review>>"
+        );
+        assert_eq!(
+            shown(syn::parse_quote!(&'static [Review; 5])),
+            "&'static [Review; 5]"
+        );
+        assert_eq!(guess(syn::parse_quote!(Vec<String>)), None);
+        assert_eq!(guess(syn::parse_quote!(Result<Review, String>)), None);
+        assert_eq!(guess(syn::parse_quote!((Review, Review))), None);
+    }
+
+    #[test]
+    fn child_candidates() {
+        assert!(is_child_candidate(&syn::parse_quote!(Review)));
+        assert!(is_child_candidate(&syn::parse_quote!(crate::Review<T>)));
+        // A user type that happens to share a std name, without type arguments.
+        assert!(is_child_candidate(&syn::parse_quote!(Box)));
+        assert!(!is_child_candidate(&syn::parse_quote!(Option<Review>)));
+        assert!(!is_child_candidate(&syn::parse_quote!(String)));
+        assert!(!is_child_candidate(&syn::parse_quote!([Review; 2])));
+    }
 }

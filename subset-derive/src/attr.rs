@@ -1,10 +1,12 @@
 //! Parses `#[subset(...)]` attributes with `syn::Meta::parse_nested_meta`, one branch per key.
 //!
 //! Rules about a single value (the range of `keep`, the syntax of `sort`, what MongoDB accepts as
-//! a collection name) are checked here, where the literal's span is at hand. Rules that involve
-//! several keys or fields live in `valid.rs`.
+//! a collection name) are checked here, where the literal's span is at hand. The rules themselves,
+//! and their messages, are `subset_spec`'s, shared with the runtime's `SpecBuilder`. Rules that
+//! involve several keys or fields live in `valid.rs`.
 
-use proc_macro2::{Ident, TokenTree};
+use proc_macro2::{Ident, Span, TokenTree};
+use subset_spec::{NameError, NameRole, SortError, KEEP_RULE};
 use syn::meta::ParseNestedMeta;
 use syn::{Attribute, Expr, ExprLit, ExprUnary, Lit, LitStr, Path, Token, UnOp};
 
@@ -28,9 +30,6 @@ pub(crate) const COUNT: &str = "count";
 
 const CONTAINER_KEYS: &[&str] = &[COLLECTION];
 const FIELD_KEYS: &[&str] = &[CHILD, KEEP, SORT, KEY, COUNT];
-
-/// Smallest and largest accepted `keep`.
-const KEEP_RANGE: std::ops::RangeInclusive<u64> = 1..=1000;
 
 /// One key's state: whether it was written at all, and its value if that value was valid.
 ///
@@ -121,12 +120,7 @@ pub(crate) struct SortKey {
     pub(crate) direction: Direction,
 }
 
-/// A sort direction as written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Direction {
-    Asc,
-    Desc,
-}
+pub(crate) use subset_spec::Direction;
 
 /// Parses every `#[subset]` attribute on the parent struct.
 pub(crate) fn container<'a>(ctxt: &Ctxt, attrs: &'a [Attribute], ex: &Examples) -> Container<'a> {
@@ -142,7 +136,8 @@ pub(crate) fn container<'a>(ctxt: &Ctxt, attrs: &'a [Attribute], ex: &Examples) 
                 }
                 let hint = format!("`#[subset(collection = \"{}\")]`", ex.collection);
                 if let Some(lit) = expect_str(ctxt, COLLECTION, &expr, &hint) {
-                    if check_collection_name(ctxt, COLLECTION, &lit, &hint) {
+                    let checked = subset_spec::check_collection(NameRole::Collection, &lit.value());
+                    if name_ok(ctxt, &lit, checked, &hint) {
                         cont.collection.value = Some(lit);
                     }
                 }
@@ -209,8 +204,11 @@ fn field_key(
         CHILD => {
             if field.child.mark(ctxt, &meta.path, CHILD) {
                 let hint = format!("`#[subset(child = \"{}\")]`", ex.collection);
-                field.child.value = expect_str(ctxt, CHILD, &expr, &hint)
-                    .filter(|lit| check_collection_name(ctxt, CHILD, lit, &hint));
+                field.child.value = expect_str(ctxt, CHILD, &expr, &hint).filter(|lit| {
+                    let checked =
+                        subset_spec::check_collection(NameRole::ChildCollection, &lit.value());
+                    name_ok(ctxt, lit, checked, &hint)
+                });
             }
         }
         KEEP => {
@@ -228,8 +226,8 @@ fn field_key(
         KEY => {
             if field.key.mark(ctxt, &meta.path, KEY) {
                 let hint = format!("`#[subset(key = \"{}\")]`", ex.key);
-                field.key.value =
-                    expect_str(ctxt, KEY, &expr, &hint).filter(|lit| check_key(ctxt, lit, &hint));
+                field.key.value = expect_str(ctxt, KEY, &expr, &hint)
+                    .filter(|lit| name_ok(ctxt, lit, subset_spec::check_key(&lit.value()), &hint));
             }
         }
         _ => {
@@ -336,22 +334,22 @@ fn expect_str(ctxt: &Ctxt, key: &str, expr: &Expr, hint: &str) -> Option<LitStr>
 
 fn parse_keep(ctxt: &Ctxt, expr: &Expr) -> Option<u32> {
     const HINT: &str = "`#[subset(keep = 5)]`";
-    let range = format!(
-        "`keep` must be an integer from {} to {}",
-        KEEP_RANGE.start(),
-        KEEP_RANGE.end()
-    );
     match ungroup(expr) {
         Expr::Lit(ExprLit {
             lit: Lit::Int(int), ..
-        }) => match int.base10_parse::<u64>() {
-            Ok(n) if KEEP_RANGE.contains(&n) => u32::try_from(n).ok(),
-            _ => {
-                let digits = int.base10_digits();
-                ctxt.error_spanned_by(expr, format!("{range}, not {digits}: {HINT}"));
-                None
+        }) => {
+            let checked = int
+                .base10_parse::<u64>()
+                .map_err(|_| format!("{KEEP_RULE}, not {}", int.base10_digits()))
+                .and_then(|n| subset_spec::check_keep(n).map_err(|e| e.to_string()));
+            match checked {
+                Ok(keep) => Some(keep),
+                Err(message) => {
+                    ctxt.error_spanned_by(expr, format!("{message}: {HINT}"));
+                    None
+                }
             }
-        },
+        }
         Expr::Unary(ExprUnary {
             op: UnOp::Neg(_),
             expr: inner,
@@ -364,7 +362,7 @@ fn parse_keep(ctxt: &Ctxt, expr: &Expr) -> Option<u32> {
             })
         ) =>
         {
-            ctxt.error_spanned_by(expr, format!("{range}, not a negative number: {HINT}"));
+            ctxt.error_spanned_by(expr, format!("{KEEP_RULE}, not a negative number: {HINT}"));
             None
         }
         Expr::Lit(ExprLit {
@@ -372,71 +370,53 @@ fn parse_keep(ctxt: &Ctxt, expr: &Expr) -> Option<u32> {
         }) => {
             ctxt.error_spanned_by(
                 expr,
-                format!("{range}, not a string: write it without quotes, {HINT}"),
+                format!("{KEEP_RULE}, not a string: write it without quotes, {HINT}"),
             );
             None
         }
         _ => {
-            ctxt.error_spanned_by(expr, format!("{range}: {HINT}"));
+            ctxt.error_spanned_by(expr, format!("{KEEP_RULE}: {HINT}"));
             None
         }
     }
 }
 
-/// Checks a collection name against the rules MongoDB enforces; reports and returns `false` when
-/// it breaks one.
-fn check_collection_name(ctxt: &Ctxt, key: &str, lit: &LitStr, hint: &str) -> bool {
-    let name = lit.value();
-    let problem = if name.is_empty() {
-        "is empty".to_owned()
-    } else if name.contains('\0') {
-        "contains a NUL character, which MongoDB rejects".to_owned()
-    } else if name.contains('$') {
-        format!("`{name}` contains `$`, which MongoDB rejects")
-    } else if name.starts_with("system.") {
-        format!("`{name}` starts with `system.`, a prefix MongoDB reserves for its own collections")
-    } else {
-        return true;
-    };
-    let what = if key == CHILD {
-        "child collection name"
-    } else {
-        "collection name"
-    };
-    ctxt.error_spanned_by(lit, format!("{what} {problem}: {hint}"));
-    false
-}
-
-/// Checks the name of the child field holding the parent id.
-fn check_key(ctxt: &Ctxt, lit: &LitStr, hint: &str) -> bool {
-    let name = lit.value();
-    let problem = if name.is_empty() {
-        "cannot be empty"
-    } else if name == "_id" {
-        "cannot be `_id`, the child's own id"
-    } else if name.starts_with('$') {
-        "cannot start with `$`"
-    } else if name.contains('.') {
-        "cannot contain `.`, which MongoDB reads as a path into a nested document"
-    } else if name.contains('\0') {
-        "cannot contain a NUL character"
-    } else {
-        return true;
-    };
-    ctxt.error_spanned_by(lit, format!("`key` {problem}: {hint}"));
-    false
-}
-
-/// Parses a sort literal, reporting every problem at the literal.
-fn sort_attr(ctxt: &Ctxt, lit: LitStr) -> Option<Sort> {
-    let parsed = parse_sort(&lit.value());
-    let mut keys = Vec::new();
-    let mut ok = parsed.errors.is_empty();
-    for message in parsed.errors {
-        ctxt.error_spanned_by(&lit, message);
+/// Reports a name that breaks a rule: the shared message, then the example built from the
+/// user's own names, which the runtime cannot know.
+fn name_ok(ctxt: &Ctxt, lit: &LitStr, checked: Result<(), NameError>, hint: &str) -> bool {
+    match checked {
+        Ok(()) => true,
+        Err(error) => {
+            ctxt.error_spanned_by(lit, format!("{error}: {hint}"));
+            false
+        }
     }
-    for (name, direction) in parsed.keys {
-        // `type` is not an identifier but `r#type` is; `self` is neither.
+}
+
+/// Parses a sort literal with the shared grammar, reporting every problem at the literal, then
+/// checks what only the derive cares about: each field is a Rust field name (`r#` allowed), and
+/// no field appears twice once `r#` is dropped.
+fn sort_attr(ctxt: &Ctxt, lit: LitStr) -> Option<Sort> {
+    let value = lit.value();
+    let parsed = subset_spec::parse_sort(&value);
+    let mut ok = parsed.errors.is_empty();
+    for error in &parsed.errors {
+        ctxt.error_at(word_span(&lit, &value, error.at()), error);
+    }
+    let mut keys: Vec<SortKey> = Vec::new();
+    for key in parsed.keys {
+        let name = key.field.strip_prefix("r#").unwrap_or(key.field).to_owned();
+        let span = word_span(&lit, &value, key.at.clone());
+        if keys.iter().any(|k| k.name == name) {
+            ok = false;
+            let error = SortError::DuplicateField {
+                field: name,
+                at: key.at,
+            };
+            ctxt.error_at(span, error);
+            continue;
+        }
+        // `type` is not an identifier but `r#type` is; `self` and `1x` are neither.
         let ident = syn::parse_str::<Ident>(&name)
             .or_else(|_| syn::parse_str::<Ident>(&format!("r#{name}")));
         match ident {
@@ -445,14 +425,14 @@ fn sort_attr(ctxt: &Ctxt, lit: LitStr) -> Option<Sort> {
                 keys.push(SortKey {
                     name,
                     ident,
-                    direction,
+                    direction: key.direction,
                 });
             }
             Err(_) => {
                 ok = false;
-                ctxt.error_spanned_by(
-                    &lit,
-                    format!("`{name}` cannot be a field name: `sort` lists fields of the child struct, e.g. `#[subset(sort = \"created_at desc\")]`"),
+                ctxt.error_at(
+                    span,
+                    format!("`{name}` is not a Rust field name: `sort` names fields of the child struct, e.g. \"created_at desc\""),
                 );
             }
         }
@@ -460,138 +440,111 @@ fn sort_attr(ctxt: &Ctxt, lit: LitStr) -> Option<Sort> {
     ok.then_some(Sort { lit, keys })
 }
 
-/// The result of [`parse_sort`]: the keys that parsed, and one message per problem.
-#[derive(Debug, Default, PartialEq)]
-struct ParsedSort {
-    keys: Vec<(String, Direction)>,
-    errors: Vec<String>,
-}
-
-/// Parses `"field asc|desc[, field asc|desc ...]"`. Field names are Rust field names, optionally
-/// written with `r#`; directions are lowercase.
-fn parse_sort(value: &str) -> ParsedSort {
-    let mut out = ParsedSort::default();
-    if value.trim().is_empty() {
-        out.errors.push(
-            "`sort` is empty: name at least one child field and a direction, `#[subset(sort = \"created_at desc\")]`"
-                .to_owned(),
-        );
-        return out;
+/// The span of the word at `at` in the literal's value: the literal itself, unless the compiler
+/// can point inside it (`Literal::subspan`, nightly only for now) and the literal is written
+/// plainly, so that byte offsets in the value are offsets in the source.
+fn word_span(lit: &LitStr, value: &str, at: std::ops::Range<usize>) -> Span {
+    let token = lit.token();
+    if at.is_empty() || token.to_string() != format!("\"{value}\"") {
+        return lit.span();
     }
-    let segments: Vec<&str> = value.split(',').map(str::trim).collect();
-    let fixed = segments
-        .iter()
-        .filter(|s| !s.is_empty())
-        .copied()
-        .collect::<Vec<_>>()
-        .join(", ");
-    let last = segments.len() - 1;
-    for (i, segment) in segments.iter().enumerate() {
-        let words: Vec<&str> = segment.split_whitespace().collect();
-        match words.as_slice() {
-            [] if i == last => out.errors.push(format!(
-                "trailing comma in `sort`: `#[subset(sort = \"{fixed}\")]`"
-            )),
-            [] => out.errors.push(format!(
-                "empty key between commas in `sort`: `#[subset(sort = \"{fixed}\")]`"
-            )),
-            [field] => out.errors.push(format!(
-                "sort key `{field}` needs a direction, `asc` or `desc`: `#[subset(sort = \"{field} desc\")]`"
-            )),
-            [field, direction, rest @ ..] => {
-                let field = field.strip_prefix("r#").unwrap_or(field);
-                let mut good = true;
-                if !is_field_name(field) {
-                    good = false;
-                    out.errors.push(format!(
-                        "`{field}` is not a field name: `sort` lists fields of the child struct by their Rust name, e.g. `#[subset(sort = \"created_at desc\")]`"
-                    ));
-                }
-                let direction = match *direction {
-                    "asc" => Direction::Asc,
-                    "desc" => Direction::Desc,
-                    other => {
-                        good = false;
-                        out.errors.push(format!(
-                            "unknown sort direction `{other}` for `{field}`: use `asc` or `desc`, `#[subset(sort = \"{field} desc\")]`"
-                        ));
-                        Direction::Asc
-                    }
-                };
-                if let Some(extra) = rest.first() {
-                    good = false;
-                    out.errors.push(format!(
-                        "unexpected `{extra}` after `{field} {}` in `sort`: separate sort keys with commas, e.g. `#[subset(sort = \"rating desc, created_at desc\")]`",
-                        words[1]
-                    ));
-                }
-                if out.keys.iter().any(|(name, _)| name == field) {
-                    good = false;
-                    out.errors.push(format!(
-                        "`{field}` appears twice in `sort`: list each field once"
-                    ));
-                }
-                if good {
-                    out.keys.push((field.to_owned(), direction));
-                }
-            }
-        }
-    }
-    out
-}
-
-fn is_field_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    let Some(first) = chars.next() else {
-        return false;
-    };
-    (first == '_' || first.is_alphabetic())
-        && chars.all(|c| c == '_' || c.is_alphanumeric())
-        && name != "_"
+    token
+        .subspan(at.start + 1..at.end + 1)
+        .unwrap_or_else(|| lit.span())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use subset_runtime::SpecBuilder;
 
-    fn keys(value: &str) -> Vec<(String, Direction)> {
-        let parsed = parse_sort(value);
-        assert!(parsed.errors.is_empty(), "{value}: {:?}", parsed.errors);
-        parsed.keys
+    /// Every message the derive reports for a field's `#[subset(<key> = <value>)]`.
+    fn derive_errors(key: &str, value: impl quote::ToTokens) -> Vec<String> {
+        let key = Ident::new(key, Span::call_site());
+        let attr: Attribute = syn::parse_quote!(#[subset(#key = #value)]);
+        let ctxt = Ctxt::new();
+        let ex = Examples {
+            collection: "reviews".to_owned(),
+            key: "product_id".to_owned(),
+        };
+        let _ = field(&ctxt, std::slice::from_ref(&attr), &ex);
+        match ctxt.check() {
+            Ok(()) => Vec::new(),
+            Err(errors) => errors.into_iter().map(|e| e.to_string()).collect(),
+        }
     }
 
-    fn errors(value: &str) -> Vec<String> {
-        parse_sort(value).errors
+    fn lit(value: &str) -> LitStr {
+        LitStr::new(value, Span::call_site())
     }
 
+    /// The message the runtime's builder reports.
+    fn runtime_error(builder: SpecBuilder) -> String {
+        builder.build().map(|_| ()).unwrap_err().to_string()
+    }
+
+    fn builder() -> SpecBuilder {
+        SpecBuilder::new("reviews", "reviews", "product_id").sort("date desc")
+    }
+
+    /// The derive and the runtime say the same thing about the same sort string.
     #[test]
-    fn sort_keys() {
-        assert_eq!(keys("date desc"), [("date".to_owned(), Direction::Desc)]);
+    fn sort_wording_is_shared() {
+        for sort in [
+            "date desc,",
+            "",
+            "  ",
+            "date sideways",
+            "date DESC",
+            "date",
+            "date desc date asc",
+            "date desc, date asc",
+            ",date desc",
+            "a asc,, b desc",
+            "a.b asc",
+            "$a asc",
+            "a\0 asc",
+        ] {
+            let runtime = runtime_error(builder().sort(sort));
+            assert_eq!(derive_errors(SORT, lit(sort)), [runtime], "{sort:?}");
+        }
+    }
+
+    /// The same for names, where the derive adds an example built from the user's types.
+    #[test]
+    fn name_wording_is_shared() {
+        for child in ["", "re$views", "re\0views", "system.reviews"] {
+            let runtime = runtime_error(SpecBuilder::new("reviews", child, "product_id"));
+            let derive = format!("{runtime}: `#[subset(child = \"reviews\")]`");
+            assert_eq!(derive_errors(CHILD, lit(child)), [derive], "{child:?}");
+        }
+        for key in ["", "_id", "$id", "product.id", "product\0id"] {
+            let runtime = runtime_error(SpecBuilder::new("reviews", "reviews", key));
+            let derive = format!("{runtime}: `#[subset(key = \"product_id\")]`");
+            assert_eq!(derive_errors(KEY, lit(key)), [derive], "{key:?}");
+        }
+        for keep in [0_u32, 1001] {
+            let runtime = runtime_error(builder().keep(keep));
+            let derive = format!("{runtime}: `#[subset(keep = 5)]`");
+            let int = syn::LitInt::new(&keep.to_string(), Span::call_site());
+            assert_eq!(derive_errors(KEEP, int), [derive], "{keep}");
+        }
+    }
+
+    /// What only the derive checks: sort fields are Rust field names.
+    #[test]
+    fn sort_fields_are_rust_names() {
+        assert!(derive_errors(SORT, lit("r#type asc, date desc")).is_empty());
         assert_eq!(
-            keys("  rating asc ,created_at   desc "),
-            [
-                ("rating".to_owned(), Direction::Asc),
-                ("created_at".to_owned(), Direction::Desc)
-            ]
+            derive_errors(SORT, lit("1x asc")),
+            ["`1x` is not a Rust field name: `sort` names fields of the child struct, e.g. \"created_at desc\""]
         );
-        assert_eq!(keys("r#type asc"), [("type".to_owned(), Direction::Asc)]);
-    }
-
-    #[test]
-    fn sort_errors_name_the_problem() {
-        assert!(errors("")[0].contains("`sort` is empty"));
-        assert!(errors("   ")[0].contains("`sort` is empty"));
-        assert!(errors("date sideways")[0].contains("`sideways`"));
-        assert!(errors("date DESC")[0].contains("`DESC`"));
-        assert!(errors("date")[0].contains("needs a direction"));
-        let trailing = errors("date desc,");
-        assert_eq!(trailing.len(), 1);
-        assert!(trailing[0].contains("trailing comma"));
-        assert!(trailing[0].contains("\"date desc\""));
-        assert!(errors("a asc,, b desc")[0].contains("\"a asc, b desc\""));
-        assert!(errors("date desc rating")[0].contains("unexpected `rating`"));
-        assert!(errors("1x asc")[0].contains("`1x` is not a field name"));
-        assert!(errors("a asc, a desc")[0].contains("appears twice"));
-        assert_eq!(errors("a up, b, c asc,").len(), 3);
+        assert_eq!(derive_errors(SORT, lit("self asc")).len(), 1);
+        assert_eq!(
+            derive_errors(SORT, lit("r#type asc, type desc")),
+            ["`type` appears twice in `sort`: list each field once"]
+        );
+        // Every problem of one literal, not just the first.
+        assert_eq!(derive_errors(SORT, lit("a up, b, 1x asc,")).len(), 4);
     }
 }

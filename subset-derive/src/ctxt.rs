@@ -24,6 +24,11 @@ impl Ctxt {
         self.syn_error(syn::Error::new_spanned(tokens.into_token_stream(), message));
     }
 
+    /// An error at `span`.
+    pub(crate) fn error_at<M: Display>(&self, span: proc_macro2::Span, message: M) {
+        self.syn_error(syn::Error::new(span, message));
+    }
+
     /// An error produced by `syn` itself (malformed attribute syntax).
     pub(crate) fn syn_error(&self, error: syn::Error) {
         self.errors.borrow_mut().push(error);

@@ -6,7 +6,7 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{parse_quote, DeriveInput, Generics, Type};
 
-use crate::ast::{Container, Derive};
+use crate::ast::{show_type, Container, Derive};
 use crate::attr::Direction;
 use crate::ctxt::Ctxt;
 use crate::fallback;
@@ -114,18 +114,58 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         subset.field.rust_name
     );
     let parent_key = &subset.key;
+    // Located at the sort string but resolved like macro-internal code: rustc points its errors
+    // at the string, and does not suggest replacing the whole string with a bare field name (a
+    // fix that would not compile).
+    let sort_span = Span::mixed_site().located_at(subset.sort.lit.span());
+    let child_name = show_type(child_ty);
     let sort = subset.sort.keys.iter().map(|key| {
         let name = &key.name;
         let direction = match key.direction {
             Direction::Asc => quote!(Asc),
             Direction::Desc => quote!(Desc),
         };
-        // Spanned at the child type: a child without `#[derive(Child)]`, or one with a field
-        // stored under the parent key, is reported there.
+        // The field's type is inferred from the accessor; its `SortableField` bound is also the
+        // check that the field exists and can be a sort key.
+        let child = Ident::new("__subset_child", sort_span);
+        let mut member = key.ident.clone();
+        member.set_span(sort_span);
+        let values = quote_spanned! {sort_span=>
+            ::subset::__private::sort_values::<#child_ty, _>(
+                |#child: &#child_ty| &(*#child).#member
+            )
+        };
+        let unstored = |attr: &str| {
+            format!(
+                "`{name}` cannot be a sort key: it is `#[serde({attr})]` on `{child_name}`, so it is \
+                 never stored and MongoDB cannot sort by it; sort by a field that `{child_name}` \
+                 stores, or remove `{attr}` from the serde attributes of `{name}`"
+            )
+        };
+        let (skip, skip_serializing) = (unstored("skip"), unstored("skip_serializing"));
+        // The lookup is spanned at the child type: a child without `#[derive(Child)]`, or one
+        // with a field stored under the parent key, is reported there. The check that serde
+        // stores the field is spanned at the sort string, which names it.
+        //
+        // Only `#[derive(Child)]` sees the child's serde attributes, so the check reads what it
+        // recorded (`Child::__UNSTORED`) in constant evaluation and fails with a panic message,
+        // not a type error. A type error would need the child's fields as a type reached from
+        // here through `<C as Child>::…`: that reports a child without the derive a second time
+        // and a misspelt sort key a second time, and inside a generic parent's check function
+        // the `C: Child` bound keeps such a type from resolving. The cost, shared with the
+        // key check: for a generic parent the error appears only when a build (not `cargo check`)
+        // evaluates `SUBSETS` for a concrete type, still at the sort string.
+        let lookup = quote_spanned! {child_ty.span()=>
+            ::subset::__private::child_field::<#child_ty>(#name, #parent_key, #key_message)
+        };
+        let field = quote_spanned! {sort_span=>
+            ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
+        };
         quote_spanned! {child_ty.span()=>
             ::subset::SortKey {
-                field: ::subset::__private::child_field_bson_name::<#child_ty>(#name, #parent_key, #key_message),
+                field: #field,
                 direction: ::subset::Direction::#direction,
+                values: #values,
             }
         }
     });
@@ -145,6 +185,12 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
             keep: #keep,
             sort: &[#(#sort),*],
             count: #count,
+            // The child's `_id` values, or any `_id` if the child type is not a `Child` (which
+            // `child_field` reports, once).
+            id_values: {
+                use ::subset::__private::IdFallback as _;
+                ::subset::__private::ChildIds::<#child_ty>::VALUES
+            },
         }
     }
 }
@@ -184,27 +230,9 @@ fn const_doc(subset: &Subset<'_>) -> String {
     )
 }
 
-/// The compile-time checks of one subset field: every sort key is a scalar field of the child,
-/// and the count field is an integer.
+/// The compile-time check of one subset field's count: an integer field. (The sort keys are
+/// checked where the descriptor records their types, in [`spec`].)
 fn checks(subset: &Subset<'_>) -> TokenStream {
-    let child_ty = subset.child_ty;
-    // Located at the sort string but resolved like macro-internal code: rustc points its errors
-    // at the string, and does not suggest replacing the whole string with a bare field name (a
-    // fix that would not compile).
-    let span = Span::mixed_site().located_at(subset.sort.lit.span());
-    let child = Ident::new("__subset_child", span);
-    let sort_checks = subset.sort.keys.iter().map(|key| {
-        let mut member = key.ident.clone();
-        member.set_span(span);
-        quote_spanned! {span=>
-            ::subset::__private::assert_sortable(&#child.#member);
-        }
-    });
-    let sort_checks = quote_spanned! {span=>
-        let _ = |#child: #child_ty| {
-            #(#sort_checks)*
-        };
-    };
     let count_check = subset.count.map(|(field, lit)| {
         let span = lit.span();
         let parent = Ident::new("__subset_parent", span);
@@ -215,7 +243,6 @@ fn checks(subset: &Subset<'_>) -> TokenStream {
         }
     });
     quote! {
-        #sort_checks
         #count_check
     }
 }
@@ -230,12 +257,23 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
         let bson = &field.bson_name;
         quote!(::subset::FieldName { rust: #rust, bson: #bson })
     });
+    let unstored = child.unstored.iter().map(|(field, attr)| {
+        let rust = &field.rust_name;
+        quote!((#rust, #attr))
+    });
     quote! {
         const _: () = {
             #[automatically_derived]
             impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
                 const FIELDS: &'static [::subset::FieldName] = &[#(#fields),*];
+                // The `_id` type's values if it is a `SortableField`, else any `_id`.
+                const ID_VALUES: ::subset::SortValues = {
+                    use ::subset::__private::IdFallback as _;
+                    ::subset::__private::Probe::<#id_ty>::VALUES
+                };
+                const __UNSTORED: &'static [(&'static ::core::primitive::str, &'static ::core::primitive::str)] =
+                    &[#(#unstored),*];
             }
         };
     }

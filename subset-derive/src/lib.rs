@@ -53,9 +53,10 @@ use syn::{parse_macro_input, DeriveInput};
 /// SCREAMING_SNAKE_CASE, with the struct's visibility: `Product::RECENT_REVIEWS`, a
 /// `subset::SubsetField<Product, Review>` to pass to `Store::subset`.
 ///
-/// At compile time the derive checks every attribute value, that each sort key is a field of the
-/// child with a scalar type, and that the count field is an integer; errors point at the
-/// attribute or string at fault.
+/// At compile time the derive checks every attribute value (with the same rules and messages as
+/// the runtime's `SpecBuilder`), that each sort key is a field of the child with a scalar type
+/// that serde stores, and that the count field is an integer; errors point at the attribute or
+/// string at fault.
 #[proc_macro_derive(Subset, attributes(subset))]
 pub fn derive_subset(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
@@ -77,7 +78,8 @@ pub fn derive_subset(input: TokenStream) -> TokenStream {
 ///
 /// It records each serialized field's Rust name and BSON name (after serde's `rename`,
 /// `rename(serialize = …)` and `rename_all`), so that a parent's `sort` can name child fields the
-/// Rust way. Fields with `#[serde(skip)]`, `skip_serializing` or `flatten` are left out. The child
+/// Rust way. Fields with `#[serde(skip)]`, `skip_serializing` or `flatten` are left out; the first
+/// two are recorded as never stored, so that a parent sorting by one fails to build. The child
 /// needs a field stored as `_id`.
 #[proc_macro_derive(Child)]
 pub fn derive_child(input: TokenStream) -> TokenStream {

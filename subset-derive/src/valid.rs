@@ -6,7 +6,10 @@
 use proc_macro2::Ident;
 use syn::{LitStr, Type};
 
-use crate::ast::{default_key, type_name, vec_element, Container, Field};
+use crate::ast::{
+    child_guess, default_key, is_child_candidate, show_type, type_name, vec_element, Container,
+    Field,
+};
 use crate::attr::{self, Sort};
 use crate::case::{collection_suggestion, field_to_screaming_snake_case};
 use crate::ctxt::Ctxt;
@@ -42,6 +45,9 @@ pub(crate) struct Child<'a> {
     pub(crate) id_ty: &'a syn::Type,
     /// Every field serialized under its own name.
     pub(crate) fields: Vec<&'a Field<'a>>,
+    /// Every field serde never serializes, with the serde key that says so (`skip` or
+    /// `skip_serializing`): not a sort key a parent may use.
+    pub(crate) unstored: Vec<(&'a Field<'a>, &'static str)>,
 }
 
 /// The example `_id` field quoted by messages.
@@ -59,11 +65,24 @@ pub(crate) fn child<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Child<'a
         );
     }
     let fields = cont.fields.iter().filter(|f| f.is_serialized()).collect();
+    let unstored = cont
+        .fields
+        .iter()
+        .filter_map(
+            |f| match (f.serde.skip_serializing, f.serde.skip_deserializing) {
+                (true, true) => Some((f, "skip")),
+                (true, false) => Some((f, "skip_serializing")),
+                // Stored, so sortable: see `Child::__UNSTORED`.
+                (false, _) => None,
+            },
+        )
+        .collect();
     let id_ty = id?.ty;
     (!ctxt.has_errors()).then_some(Child {
         cont,
         id_ty,
         fields,
+        unstored,
     })
 }
 
@@ -132,13 +151,26 @@ fn subset<'a>(
     attrs: &'a attr::Field<'a>,
 ) -> Option<Subset<'a>> {
     let name = &field.rust_name;
-    let child_ty = vec_element(field.ty);
+    let element = vec_element(field.ty);
+    let child_ty = element.filter(|elem| is_child_candidate(elem));
     if child_ty.is_none() {
-        let child = element_guess(field.ty).unwrap_or_else(|| "Review".to_owned());
-        ctxt.error_spanned_by(
-            field.ty,
-            format!("a subset field must be a `Vec` of its child type: `{name}: Vec<{child}>`"),
-        );
+        // What the field holds instead: the whole type, or the `Vec`'s element.
+        let (what, held) = match element {
+            Some(elem) => ("not of", elem),
+            None => ("not", field.ty),
+        };
+        let message = match child_guess(field.ty) {
+            Some(child) => format!(
+                "a subset field must be a `Vec` of its child type, {what} `{}`: `{name}: Vec<{}>`",
+                show_type(held),
+                show_type(child)
+            ),
+            None => format!(
+                "a subset field must be a `Vec` of its child type, a struct that derives `subset::Child`, {what} `{}`",
+                show_type(held)
+            ),
+        };
+        ctxt.error_spanned_by(field.ty, message);
     }
     if let Some(blocker) = field.serde.round_trip_blocker() {
         ctxt.error_spanned_by(
@@ -161,7 +193,7 @@ fn subset<'a>(
         );
     };
     if attrs.child.is_missing() {
-        let example = child_ty
+        let example = child_guess(field.ty)
             .and_then(type_name)
             .map_or_else(|| "children".to_owned(), |n| collection_suggestion(&n));
         missing(
@@ -245,29 +277,6 @@ fn subset<'a>(
         },
         const_ident: const_ident?,
     })
-}
-
-/// The child type a non-`Vec` field most likely meant: `Review` in `Option<Review>`, `[Review; 5]`
-/// or plain `Review`.
-fn element_guess(ty: &Type) -> Option<String> {
-    match ty {
-        Type::Path(path) => {
-            let last = path.path.segments.last()?;
-            match &last.arguments {
-                syn::PathArguments::AngleBracketed(args) => {
-                    args.args.iter().find_map(|arg| match arg {
-                        syn::GenericArgument::Type(inner) => type_name(inner),
-                        _ => None,
-                    })
-                }
-                _ => type_name(ty),
-            }
-        }
-        Type::Array(array) => type_name(&array.elem),
-        Type::Slice(slice) => type_name(&slice.elem),
-        Type::Reference(reference) => element_guess(&reference.elem),
-        _ => None,
-    }
 }
 
 /// No two subset fields may share children (same collection and key) or a count field.

@@ -22,147 +22,68 @@
 //! # Ok::<(), subset::SpecError>(())
 //! ```
 
-use crate::model::{Direction, SortKey, SubsetSpec};
+use subset_spec::{
+    check_collection, check_field, check_keep, check_key, KeepError, NameError, NameRole, SortError,
+};
 
-/// The largest `keep` the derive accepts, and so the builder: a bigger subset defeats the
+use crate::model::{Direction, SortKey, SubsetSpec};
+use crate::values::SortValues;
+
+/// The largest `keep`, the same constant the derive checks against: a bigger subset defeats the
 /// pattern (the parent document grows with it).
-pub const MAX_KEEP: u32 = 1000;
+pub use subset_spec::MAX_KEEP;
 
 /// A descriptor that cannot be built, naming the word or value at fault.
+///
+/// The sort, name and `keep` errors are the ones `#[derive(Subset)]` reports at compile time for
+/// the same mistakes, with the same message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpecError {
-    /// The sort string is empty.
-    #[error("the sort order is empty: name at least one child field and a direction, e.g. \"date desc\"")]
-    EmptySort,
+    /// A sort order that does not parse; [`SortError::at`] is the byte range at fault.
+    #[error(transparent)]
+    Sort(#[from] SortError),
 
-    /// A sort key without a direction, or with an empty key between commas.
-    #[error("sort key `{key}` needs a direction, `asc` or `desc`: \"{key} desc\"")]
-    MissingDirection {
-        /// The key as written (empty for `"a asc,,b desc"` or a trailing comma).
-        key: String,
-    },
-
-    /// A direction that is neither `asc` nor `desc`.
-    #[error(
-        "unknown sort direction `{word}` for `{field}`: use `asc` or `desc`, \"{field} desc\""
-    )]
-    UnknownDirection {
-        /// The field it follows.
-        field: String,
-        /// The word found.
-        word: String,
-    },
-
-    /// A word after `field direction` with no comma before it.
-    #[error("unexpected `{word}` after `{key}` in the sort order: separate sort keys with commas, e.g. \"rating desc, date desc\"")]
-    UnexpectedWord {
-        /// The key before it.
-        key: String,
-        /// The extra word.
-        word: String,
-    },
-
-    /// A field named twice in the sort order.
-    #[error("`{field}` appears twice in the sort order: list each field once")]
-    DuplicateSortField {
-        /// The field.
-        field: String,
-    },
-
-    /// A name MongoDB would reject or the engine cannot use as a top-level field.
-    #[error("{what} `{name}` {problem}")]
-    BadFieldName {
-        /// Which name (`sort field`, `subset field`, `key`, `count`).
-        what: &'static str,
-        /// The name as given.
-        name: String,
-        /// What is wrong with it.
-        problem: &'static str,
-    },
-
-    /// A collection name MongoDB rejects.
-    #[error("child collection `{name}` {problem}")]
-    BadCollectionName {
-        /// The name as given.
-        name: String,
-        /// What is wrong with it.
-        problem: &'static str,
-    },
+    /// A collection or field name MongoDB would reject or the engine cannot use.
+    #[error(transparent)]
+    Name(#[from] NameError),
 
     /// `keep` out of range.
-    #[error("`keep` must be from 1 to {MAX_KEEP}, not {keep}")]
-    Keep {
-        /// The value given.
-        keep: u32,
-    },
+    #[error(transparent)]
+    Keep(#[from] KeepError),
 
     /// Two roles given the same field name.
-    #[error("`{name}` cannot be both the {first} and the {second}")]
+    #[error("`{name}` cannot be both the {first} and {second}")]
     SameName {
         /// The name.
         name: String,
-        /// One role.
+        /// One role (`key field`).
         first: &'static str,
-        /// The other.
+        /// The other, with its article (`a sort field`).
         second: &'static str,
     },
 }
 
 /// Parses a sort order, `"field asc|desc[, field asc|desc …]"`, by BSON field name.
 ///
-/// Directions are lowercase `asc` or `desc`; whitespace around words and commas is free.
+/// Directions are lowercase `asc` or `desc`; whitespace around words and commas is free. The
+/// grammar is the derive's, on BSON names instead of Rust names.
 ///
 /// # Errors
 ///
-/// The first problem found, naming the word at fault: [`SpecError::EmptySort`],
-/// [`SpecError::MissingDirection`], [`SpecError::UnknownDirection`],
-/// [`SpecError::UnexpectedWord`], [`SpecError::DuplicateSortField`],
-/// [`SpecError::BadFieldName`].
+/// [`SpecError::Sort`] with the first problem found, naming the word at fault.
 pub fn parse_sort(value: &str) -> Result<Vec<(String, Direction)>, SpecError> {
-    if value.trim().is_empty() {
-        return Err(SpecError::EmptySort);
-    }
-    let mut keys: Vec<(String, Direction)> = Vec::new();
-    for segment in value.split(',') {
-        let words: Vec<&str> = segment.split_whitespace().collect();
-        match words.as_slice() {
-            [] => {
-                return Err(SpecError::MissingDirection { key: String::new() });
-            }
-            [field] => {
-                return Err(SpecError::MissingDirection {
-                    key: (*field).to_owned(),
-                })
-            }
-            [field, direction, rest @ ..] => {
-                check_field_name("sort field", field)?;
-                let direction = match *direction {
-                    "asc" => Direction::Asc,
-                    "desc" => Direction::Desc,
-                    other => {
-                        return Err(SpecError::UnknownDirection {
-                            field: (*field).to_owned(),
-                            word: other.to_owned(),
-                        })
-                    }
-                };
-                if let Some(word) = rest.first() {
-                    return Err(SpecError::UnexpectedWord {
-                        key: format!("{field} {}", words[1]),
-                        word: (*word).to_owned(),
-                    });
-                }
-                if keys.iter().any(|(name, _)| name == field) {
-                    return Err(SpecError::DuplicateSortField {
-                        field: (*field).to_owned(),
-                    });
-                }
-                keys.push(((*field).to_owned(), direction));
-            }
-        }
-    }
-    Ok(keys)
+    let keys = subset_spec::parse_sort(value).into_result()?;
+    Ok(keys
+        .into_iter()
+        .map(|key| {
+            let direction = match key.direction {
+                subset_spec::Direction::Asc => Direction::Asc,
+                subset_spec::Direction::Desc => Direction::Desc,
+            };
+            (key.field.to_owned(), direction)
+        })
+        .collect())
 }
 
 /// Builds a [`SubsetSpec`] from run-time strings.
@@ -222,39 +143,30 @@ impl SpecBuilder {
     ///
     /// # Errors
     ///
-    /// The first problem found: a bad sort order (see [`parse_sort`]), `keep` out of range,
-    /// a field name that is empty, starts with `$`, or contains `.` or NUL, a collection name
-    /// MongoDB rejects, or one name given two roles.
+    /// The first problem found: a field name that is empty, starts with `$`, or contains `.`
+    /// or NUL, a key of `_id`, a collection name MongoDB rejects, `keep` out of range, a bad
+    /// sort order (see [`parse_sort`]), or one name given two roles.
     pub fn build(self) -> Result<&'static SubsetSpec, SpecError> {
-        check_field_name("subset field", &self.field)?;
-        check_field_name("key", &self.key)?;
-        check_collection_name(&self.child_collection)?;
+        check_field(NameRole::SubsetField, &self.field)?;
+        check_key(&self.key)?;
+        check_collection(NameRole::ChildCollection, &self.child_collection)?;
         if let Some(count) = &self.count {
-            check_field_name("count", count)?;
+            check_field(NameRole::CountField, count)?;
         }
-        if !(1..=MAX_KEEP).contains(&self.keep) {
-            return Err(SpecError::Keep { keep: self.keep });
-        }
+        check_keep(u64::from(self.keep))?;
         let sort = parse_sort(&self.sort)?;
-        if self.key == "_id" {
-            return Err(SpecError::SameName {
-                name: self.key,
-                first: "key",
-                second: "child `_id`",
-            });
-        }
         if let Some((field, _)) = sort.iter().find(|(f, _)| *f == self.key) {
             return Err(SpecError::SameName {
                 name: field.clone(),
-                first: "key",
-                second: "sort field",
+                first: "key field",
+                second: "a sort field",
             });
         }
         if self.count.as_deref() == Some(self.field.as_str()) {
             return Err(SpecError::SameName {
                 name: self.field,
                 first: "subset field",
-                second: "count",
+                second: "the count field",
             });
         }
         let sort: Vec<SortKey> = sort
@@ -262,6 +174,8 @@ impl SpecBuilder {
             .map(|(field, direction)| SortKey {
                 field: leak(field),
                 direction,
+                // No Rust types here: any value a sort key can have.
+                values: SortValues::Scalar,
             })
             .collect();
         let field = leak(self.field);
@@ -273,58 +187,13 @@ impl SpecBuilder {
             keep: self.keep,
             sort: Box::leak(sort.into_boxed_slice()),
             count: self.count.map(leak),
+            id_values: SortValues::Id,
         })))
     }
 }
 
 fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
-}
-
-/// A top-level field name the engine can use: it reads and writes these with `doc.get(name)`
-/// and `$set`, so a dotted path would not address the same field everywhere.
-fn check_field_name(what: &'static str, name: &str) -> Result<(), SpecError> {
-    let problem = if name.is_empty() {
-        Some("is empty")
-    } else if name.starts_with('$') {
-        Some("starts with `$`, which MongoDB reserves for operators")
-    } else if name.contains('.') {
-        Some("contains `.`: name a top-level field of the document")
-    } else if name.contains('\0') {
-        Some("contains a NUL character")
-    } else {
-        None
-    };
-    match problem {
-        Some(problem) => Err(SpecError::BadFieldName {
-            what,
-            name: name.to_owned(),
-            problem,
-        }),
-        None => Ok(()),
-    }
-}
-
-/// The rules MongoDB enforces on collection names.
-fn check_collection_name(name: &str) -> Result<(), SpecError> {
-    let problem = if name.is_empty() {
-        Some("is empty")
-    } else if name.contains('$') {
-        Some("contains `$`, which MongoDB does not allow in collection names")
-    } else if name.contains('\0') {
-        Some("contains a NUL character")
-    } else if name.starts_with("system.") {
-        Some("starts with `system.`, a prefix MongoDB reserves for its own collections")
-    } else {
-        None
-    };
-    match problem {
-        Some(problem) => Err(SpecError::BadCollectionName {
-            name: name.to_owned(),
-            problem,
-        }),
-        None => Ok(()),
-    }
 }
 
 #[cfg(test)]
@@ -349,11 +218,18 @@ mod tests {
         assert!(err("date sideways").contains("`sideways`"));
         assert!(err("date DESC").contains("`DESC`"));
         assert!(err("date").contains("`date` needs a direction"));
-        assert!(err("date desc,").contains("needs a direction"));
+        assert!(err("date desc,").contains("trailing comma"));
         assert!(err("date desc rating").contains("unexpected `rating` after `date desc`"));
         assert!(err("a asc, a desc").contains("`a` appears twice"));
         assert!(err("a.b asc").contains("`a.b` contains `.`"));
         assert!(err("$a asc").contains("`$a` starts with `$`"));
+        assert_eq!(
+            parse_sort("date desc,").unwrap_err(),
+            SpecError::Sort(SortError::TrailingComma {
+                fixed: "date desc".to_owned(),
+                at: 9..10
+            })
+        );
     }
 
     #[test]
@@ -371,10 +247,20 @@ mod tests {
         let base = || SpecBuilder::new("reviews", "reviews", "shop_id").sort("date desc");
         assert!(bad(base().keep(0)).contains("not 0"));
         assert!(bad(base().keep(1001)).contains("not 1001"));
+        assert!(bad(base().keep(MAX_KEEP + 1)).contains("from 1 to 1000"));
         assert!(bad(SpecBuilder::new("r", "system.x", "k")).contains("`system.x`"));
-        assert!(bad(SpecBuilder::new("r", "c", "_id")).contains("`_id` cannot be both"));
-        assert!(bad(base().sort("shop_id asc")).contains("`shop_id` cannot be both"));
+        assert_eq!(
+            bad(SpecBuilder::new("r", "c", "_id")),
+            "key field cannot be `_id`, the child's own id"
+        );
+        assert_eq!(
+            bad(base().sort("shop_id asc")),
+            "`shop_id` cannot be both the key field and a sort field"
+        );
         assert!(bad(base().count("reviews")).contains("`reviews` cannot be both"));
-        assert!(bad(SpecBuilder::new("", "c", "k")).contains("subset field `` is empty"));
+        assert_eq!(
+            bad(SpecBuilder::new("", "c", "k")),
+            "subset field name is empty"
+        );
     }
 }

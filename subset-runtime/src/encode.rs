@@ -20,3 +20,25 @@ pub(crate) fn document(value: &impl Serialize, what: &'static str) -> Result<Doc
         source: Box::new(source),
     })
 }
+
+/// Refuses an `_id` (of a parent or a child, `what` says which, in `collection`) that no stored
+/// document can have. Every filter puts ids in as values: a document such as `{"$ne": null}`
+/// would act as an operator there and match other documents, so it is refused here, before any
+/// query.
+pub(crate) fn check_id(id: &Bson, what: &'static str, collection: &str) -> Result<()> {
+    let reason = match id {
+        Bson::Undefined => "undefined is not a value an `_id` can have",
+        Bson::Array(_) => "an `_id` cannot be an array",
+        Bson::RegularExpression(_) => "an `_id` cannot be a regular expression",
+        Bson::Document(d) if d.keys().any(|k| k.starts_with('$')) => {
+            "a document with `$`-prefixed fields would be read as a query operator"
+        }
+        _ => return Ok(()),
+    };
+    Err(Error::InvalidId {
+        collection: collection.to_owned(),
+        what,
+        id: Box::new(id.clone()),
+        reason,
+    })
+}

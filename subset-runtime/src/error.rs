@@ -89,6 +89,21 @@ pub enum Error {
         source: Box<bson::ser::Error>,
     },
 
+    /// An `_id` given to an operation that no stored document can have (`undefined`, an array,
+    /// a regular expression, a document with `$`-prefixed fields): refused before any query,
+    /// since in a filter it would act as an operator, not a value.
+    #[error("{what} {id} cannot be an `_id` in `{collection}`: {reason}")]
+    InvalidId {
+        /// The collection the `_id` was for.
+        collection: String,
+        /// "parent" or "child".
+        what: &'static str,
+        /// The value given.
+        id: Box<Bson>,
+        /// Why no document can have it.
+        reason: &'static str,
+    },
+
     /// A parent to be inserted has no `_id`: its children could not name it.
     #[error("parent for `{collection}` has no `_id` field")]
     ParentWithoutId {

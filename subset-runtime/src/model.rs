@@ -7,6 +7,8 @@ use std::marker::PhantomData;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::values::SortValues;
+
 /// A parent document type: one collection, an `_id`, and one or more subset fields.
 ///
 /// Implemented by `#[derive(Subset)]`; implementing it by hand is possible but the derive checks
@@ -47,6 +49,20 @@ pub trait Child: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
 
     /// Every serialized field, as (Rust name, BSON name).
     const FIELDS: &'static [FieldName];
+
+    /// The values the `_id` can hold, which a cursor's `_id` is checked against.
+    /// `#[derive(Child)]` sets it from [`Child::Id`] when that is a [`SortableField`]; the
+    /// default admits anything an `_id` can sort by.
+    const ID_VALUES: SortValues = SortValues::Id;
+    /// Used by the derives: the fields serde never writes, as (Rust name, serde key: `skip` or
+    /// `skip_serializing`), so that a parent naming one in `sort` fails to build.
+    ///
+    /// `#[serde(skip_deserializing)]` fields are not listed: they are stored, so MongoDB sorts by
+    /// them, and the engine takes every sort value it needs (cursors, the last embedded child,
+    /// reconciliation) from stored documents, never from decoded children; that such a field
+    /// reads back as its default changes what the caller sees, not the order or the pages.
+    #[doc(hidden)]
+    const __UNSTORED: &'static [(&'static str, &'static str)] = &[];
 }
 
 /// A field's Rust name and the name it has in BSON after serde's renames.
@@ -84,6 +100,9 @@ pub struct SortKey {
     pub field: &'static str,
     /// Its direction.
     pub direction: Direction,
+    /// The values the field can hold: the Rust field's type for the derive,
+    /// [`SortValues::Scalar`] for descriptors built at run time.
+    pub values: SortValues,
 }
 
 /// A parent collection and its subset fields: what [`crate::RawStore`] works on.
@@ -118,12 +137,15 @@ pub struct SubsetSpec {
     pub child_collection: &'static str,
     /// BSON name of the field that holds the parent's `_id` in each child-collection document.
     pub key: &'static str,
-    /// How many children stay embedded (1..=1000).
+    /// How many children stay embedded, 1 to [`MAX_KEEP`](crate::MAX_KEEP).
     pub keep: u32,
     /// The sort order as written by the user; `_id` is appended by [`SubsetSpec::order`].
     pub sort: &'static [SortKey],
     /// BSON name of the parent's integer field that counts the children, if any.
     pub count: Option<&'static str>,
+    /// The values the children's `_id` can hold ([`Child::ID_VALUES`]), for the `_id` that
+    /// [`SubsetSpec::order`] appends.
+    pub id_values: SortValues,
 }
 
 impl SubsetSpec {
@@ -135,6 +157,7 @@ impl SubsetSpec {
         let tie = (!has_id).then_some(SortKey {
             field: "_id",
             direction: last,
+            values: self.id_values,
         });
         self.sort.iter().copied().chain(tie)
     }
@@ -184,31 +207,68 @@ impl<P, C> fmt::Debug for SubsetField<P, C> {
     }
 }
 
-/// Looks up the BSON name of a child's Rust field; used by the derive in constant context.
+/// A child field found by Rust name: see [`child_field`].
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct ChildField {
+    bson: &'static str,
+    /// The serde key that keeps the field from being stored, if any.
+    unstored: Option<&'static str>,
+}
+
+/// Looks up a child's Rust field; used by the derive in constant context, with
+/// [`stored_bson_name`] around it.
 ///
 /// An unknown name comes back unchanged: the derive separately checks that the field exists, with
 /// a compiler error that points at the sort string. It also fails the build with `message` when
 /// a child field is stored under the parent `key` (checked here rather than in a check of its
 /// own so that a child type without `#[derive(Child)]` is reported once).
 #[doc(hidden)]
-pub const fn child_field_bson_name<C: Child>(
+pub const fn child_field<C: Child>(
     rust: &'static str,
     key: &str,
     message: &'static str,
-) -> &'static str {
+) -> ChildField {
     let fields = C::FIELDS;
-    let mut found = rust;
+    let mut found = ChildField {
+        bson: rust,
+        unstored: None,
+    };
     let mut i = 0;
     while i < fields.len() {
         if str_eq(fields[i].bson, key) {
             panic!("{}", message);
         }
         if str_eq(fields[i].rust, rust) {
-            found = fields[i].bson;
+            found.bson = fields[i].bson;
+        }
+        i += 1;
+    }
+    let unstored = C::__UNSTORED;
+    let mut i = 0;
+    while i < unstored.len() {
+        if str_eq(unstored[i].0, rust) {
+            found.unstored = Some(unstored[i].1);
         }
         i += 1;
     }
     found
+}
+
+/// The BSON name of a sort key's field; fails the build with `skip` or `skip_serializing` (the
+/// derive's messages, naming the field) when serde never stores it. Separate from
+/// [`child_field`] so that the derive can place this call, and so the error, at the sort string.
+#[doc(hidden)]
+pub const fn stored_bson_name(
+    field: ChildField,
+    skip: &'static str,
+    skip_serializing: &'static str,
+) -> &'static str {
+    match field.unstored {
+        None => field.bson,
+        Some(key) if str_eq(key, "skip") => panic!("{}", skip),
+        Some(_) => panic!("{}", skip_serializing),
+    }
 }
 
 const fn str_eq(a: &str, b: &str) -> bool {
@@ -233,7 +293,11 @@ const fn str_eq(a: &str, b: &str) -> bool {
     label = "sort keys must be scalar fields",
     note = "sort by a required scalar child field (integer, float, string, bool, date, ObjectId); arrays and nested documents have no single sort value, and an `Option` would put nulls where keyset pagination cannot reach them"
 )]
-pub trait SortableField {}
+pub trait SortableField {
+    /// The BSON values a field of this type holds once serialized (and reads back): a cursor
+    /// position for this key must be one of them.
+    const VALUES: SortValues;
+}
 
 /// Integer types that can hold a subset's child count.
 #[diagnostic::on_unimplemented(
@@ -243,18 +307,41 @@ pub trait SortableField {}
 )]
 pub trait CountField {}
 
+macro_rules! impl_sortable {
+    ($($t:ty => $values:expr),* $(,)?) => {
+        $(impl SortableField for $t { const VALUES: SortValues = $values; })*
+    };
+}
+
+/// The values of an integer type: an int32 or int64 in its range (`u64` beyond `i64::MAX` has
+/// no BSON form).
+macro_rules! integer {
+    ($t:ty) => {{
+        let max = <$t>::MAX as u64;
+        let max = if max > i64::MAX as u64 {
+            i64::MAX
+        } else {
+            max as i64
+        };
+        SortValues::integer(<$t>::MIN as i64, max)
+    }};
+}
+
+impl_sortable!(
+    i8 => integer!(i8), i16 => integer!(i16), i32 => integer!(i32), i64 => integer!(i64),
+    u8 => integer!(u8), u16 => integer!(u16), u32 => integer!(u32), u64 => integer!(u64),
+    f32 => SortValues::Float, f64 => SortValues::Float,
+    bool => SortValues::Bool, char => SortValues::Char, String => SortValues::String,
+    bson::DateTime => SortValues::DateTime, bson::oid::ObjectId => SortValues::ObjectId,
+    bson::Decimal128 => SortValues::Decimal128, bson::Timestamp => SortValues::Timestamp,
+    bson::Uuid => SortValues::Uuid,
+);
+
 macro_rules! impl_marker {
     ($trait:ident: $($t:ty),* $(,)?) => { $(impl $trait for $t {})* };
 }
 
-impl_marker!(SortableField: i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, bool, char, String,
-    bson::DateTime, bson::oid::ObjectId, bson::Decimal128, bson::Timestamp, bson::Uuid);
-
 impl_marker!(CountField: i32, i64, u32, u64);
-
-/// Compile-time check emitted by the derive for each sort key.
-#[doc(hidden)]
-pub fn assert_sortable<T: SortableField + ?Sized>(_: &T) {}
 
 /// Compile-time check emitted by the derive for the `count` field.
 #[doc(hidden)]
@@ -272,13 +359,19 @@ pub(crate) const TEST_SPEC: SubsetSpec = SubsetSpec {
         SortKey {
             field: "rating",
             direction: Direction::Asc,
+            values: SortValues::Integer {
+                min: i32::MIN as i64,
+                max: i32::MAX as i64,
+            },
         },
         SortKey {
             field: "date",
             direction: Direction::Desc,
+            values: SortValues::DateTime,
         },
     ],
     count: None,
+    id_values: SortValues::ObjectId,
 };
 
 #[cfg(test)]
@@ -295,7 +388,8 @@ mod tests {
             order[2],
             SortKey {
                 field: "_id",
-                direction: Direction::Desc
+                direction: Direction::Desc,
+                values: SortValues::ObjectId,
             }
         );
     }
@@ -306,6 +400,7 @@ mod tests {
             sort: &[SortKey {
                 field: "_id",
                 direction: Direction::Asc,
+                values: SortValues::ObjectId,
             }],
             ..SPEC
         };

@@ -5,12 +5,21 @@ use std::cmp::Ordering;
 
 use bson::{doc, Bson, Document, RawDocument};
 
+use crate::decode;
 use crate::model::{Direction, SubsetSpec};
+use crate::values;
 
 /// The `$sort` / `sort` document: the user's keys, then `_id`.
 pub(crate) fn sort_doc(spec: &SubsetSpec) -> Document {
     spec.order()
         .map(|k| (k.field.to_owned(), Bson::Int32(k.direction.as_i32())))
+        .collect()
+}
+
+/// The projection of a child's position: the order's fields.
+pub(crate) fn projection(spec: &SubsetSpec) -> Document {
+    spec.order()
+        .map(|k| (k.field.to_owned(), Bson::Int32(1)))
         .collect()
 }
 
@@ -122,29 +131,116 @@ pub(crate) fn compare(spec: &SubsetSpec, a: &[Bson], b: &[Bson]) -> Option<Order
 pub(crate) fn type_bracket(value: &Bson) -> Option<Bson> {
     match value {
         Bson::Null | Bson::Undefined => None,
-        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
-            Some(Bson::String("number".to_owned()))
-        }
-        other => Some(Bson::Int32(i32::from(other.element_type() as u8))),
+        other => Some(values::element_bracket(other.element_type())),
     }
 }
 
-/// Children of `parent` whose sort values are of another type than `reference`'s (a position
-/// of a well-formed child). MongoDB brackets `$lt`/`$gt` by type, so a keyset page never reaches
-/// such a child: pagination looks for them once it has reached the end, so that they are
-/// reported rather than silently skipped.
-pub(crate) fn misfit_filter(spec: &SubsetSpec, parent: &Bson, reference: &[Bson]) -> Document {
+/// The type bracket one key of the order must have, and how a message says so.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Expected {
+    /// The `$type` operand of the bracket.
+    pub(crate) bracket: Bson,
+    /// The end of "is a string where …": `the child type holds a date`.
+    pub(crate) what: String,
+}
+
+/// The bracket each key of the order must have: the Rust field type's for typed keys; for keys
+/// the descriptor has no type for (run-time descriptors, an `_id` that is not a
+/// `SortableField`), the bracket of `stored`, the position of a stored child, if given; a
+/// missing or null value there says nothing. Never the cursor's: a forged cursor would make
+/// every healthy child look malformed.
+pub(crate) fn expected(spec: &SubsetSpec, stored: Option<&[Bson]>) -> Vec<Option<Expected>> {
+    spec.order()
+        .enumerate()
+        .map(|(i, key)| match key.values.bracket() {
+            Some(bracket) => Some(Expected {
+                bracket,
+                what: format!("the child type holds {}", key.values),
+            }),
+            None => {
+                let value = stored?.get(i)?;
+                Some(Expected {
+                    bracket: type_bracket(value)?,
+                    what: format!(
+                        "the other children have {}",
+                        decode::type_name(value.element_type())
+                    ),
+                })
+            }
+        })
+        .collect()
+}
+
+/// Children of `parent` with a sort value outside its key's `expected` bracket. MongoDB
+/// brackets `$lt`/`$gt` by type, so a keyset page never reaches such a child: pagination looks
+/// for them once it has reached the end, so that they are reported rather than silently skipped.
+pub(crate) fn misfit_filter(
+    spec: &SubsetSpec,
+    parent: &Bson,
+    expected: &[Option<Expected>],
+) -> Document {
     let branches: Vec<Bson> = spec
         .order()
-        .zip(reference)
-        .filter_map(|(key, value)| {
-            let bracket = type_bracket(value)?;
+        .zip(expected)
+        .filter_map(|(key, expected)| {
+            let bracket = expected.as_ref()?.bracket.clone();
             Some(Bson::Document(
                 doc! { key.field: { "$not": { "$type": bracket } } },
             ))
         })
         .collect();
     doc! { spec.key: parent.clone(), "$or": branches }
+}
+
+/// The first key of `misfit` (a child found by [`misfit_filter`]) outside its `expected`
+/// bracket, and the problem to report: `(field, "is a string where …")`.
+pub(crate) fn misfit_problem(
+    spec: &SubsetSpec,
+    expected: &[Option<Expected>],
+    misfit: &RawDocument,
+) -> Option<(&'static str, String)> {
+    spec.order()
+        .zip(expected)
+        .zip(position(spec, misfit))
+        .find_map(|((key, expected), got)| {
+            let expected = expected.as_ref()?;
+            (type_bracket(&got).as_ref() != Some(&expected.bracket)).then(|| {
+                let found = match misfit.get(key.field) {
+                    Ok(Some(_)) => values::describe(&got),
+                    _ => "missing".to_owned(),
+                };
+                let problem = format!(
+                    "is {found} where {}, so it has no place in the subset's order",
+                    expected.what
+                );
+                (key.field, problem)
+            })
+        })
+}
+
+/// Why `position`, read from a stored child, cannot be a cursor: the first key whose value is
+/// missing or null (`$lt: null` matches nothing, so a walk could not continue from it), or one
+/// the key's Rust type cannot hold (it sorts in another bracket than the other children).
+pub(crate) fn unplaceable(spec: &SubsetSpec, position: &[Bson]) -> Option<(&'static str, String)> {
+    spec.order().zip(position).find_map(|(key, value)| {
+        if matches!(value, Bson::Null) {
+            Some((
+                key.field,
+                "is missing or null, so it has no place in the subset's order".to_owned(),
+            ))
+        } else if !key.values.admits(value) {
+            Some((
+                key.field,
+                format!(
+                    "is {} where the child type holds {}, so it has no place in the subset's order",
+                    values::describe(value),
+                    key.values
+                ),
+            ))
+        } else {
+            None
+        }
+    })
 }
 
 #[cfg(test)]
@@ -189,8 +285,43 @@ mod tests {
     }
 
     #[test]
-    fn misfits_are_other_brackets_of_each_key() {
-        let f = misfit_filter(&SPEC, &Bson::Int32(7), &[3.into(), Bson::Null, "x".into()]);
+    fn misfits_are_other_brackets_of_each_typed_key() {
+        let expected = expected(&SPEC, None);
+        let f = misfit_filter(&SPEC, &Bson::Int32(7), &expected);
+        assert_eq!(
+            f,
+            doc! {
+                "product_id": 7,
+                "$or": [
+                    { "rating": { "$not": { "$type": "number" } } },
+                    { "date": { "$not": { "$type": 9 } } },
+                    { "_id": { "$not": { "$type": 7 } } },
+                ]
+            }
+        );
+        let misfit = bson::rawdoc! { "_id": bson::oid::ObjectId::new(), "rating": 2, "date": "x" };
+        let (field, problem) = misfit_problem(&SPEC, &expected, &misfit).unwrap();
+        assert_eq!(field, "date");
+        assert!(
+            problem.starts_with("is a string where the child type holds a date"),
+            "{problem}"
+        );
+        let missing =
+            bson::rawdoc! { "_id": bson::oid::ObjectId::new(), "date": bson::DateTime::MIN };
+        let (field, problem) = misfit_problem(&SPEC, &expected, &missing).unwrap();
+        assert_eq!((field, problem.starts_with("is missing")), ("rating", true));
+    }
+
+    #[test]
+    fn untyped_keys_take_their_bracket_from_a_stored_child_only() {
+        let untyped = crate::SpecBuilder::new("recent", "reviews", "product_id")
+            .sort("rating asc, date desc")
+            .build()
+            .unwrap();
+        assert_eq!(expected(untyped, None), [None, None, None]);
+        let stored = [3.into(), Bson::Null, "x".into()];
+        let expected = expected(untyped, Some(&stored));
+        let f = misfit_filter(untyped, &Bson::Int32(7), &expected);
         assert_eq!(
             f,
             doc! {
@@ -201,5 +332,35 @@ mod tests {
                 ]
             }
         );
+        let misfit = bson::rawdoc! { "_id": 5, "rating": 1 };
+        let (field, problem) = misfit_problem(untyped, &expected, &misfit).unwrap();
+        assert_eq!(field, "_id");
+        assert!(
+            problem.contains("is an int32 where the other children have a string"),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn a_stored_position_the_types_cannot_hold_is_unplaceable() {
+        let id = Bson::ObjectId(bson::oid::ObjectId::new());
+        let date = Bson::DateTime(bson::DateTime::from_millis(1));
+        assert_eq!(
+            unplaceable(&SPEC, &[3.into(), date.clone(), id.clone()]),
+            None
+        );
+        let (field, problem) = unplaceable(&SPEC, &[3.into(), Bson::Null, id.clone()]).unwrap();
+        assert_eq!(
+            (field, problem.starts_with("is missing or null")),
+            ("date", true)
+        );
+        let (field, problem) = unplaceable(&SPEC, &[3.into(), "x".into(), id]).unwrap();
+        assert_eq!(field, "date");
+        assert!(
+            problem.starts_with("is a string where the child type holds a date"),
+            "{problem}"
+        );
+        let (field, _) = unplaceable(&SPEC, &[3.into(), date, "x".into()]).unwrap();
+        assert_eq!(field, "_id");
     }
 }

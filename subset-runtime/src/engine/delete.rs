@@ -24,6 +24,7 @@ impl RawStore {
         id: &Bson,
         caller: Option<&mut ClientSession>,
     ) -> Result<Option<RawDocumentBuf>> {
+        self.check_parent_id(id)?;
         let parents = self.parents::<RawDocumentBuf>();
         Ctx::read(caller)
             .run(parents.find_one(doc! { "_id": id.clone() }))
@@ -46,6 +47,7 @@ impl RawStore {
         id: &Bson,
         caller: Option<&mut ClientSession>,
     ) -> Result<bool> {
+        self.check_parent_id(id)?;
         exec::execute(self, caller, &DeleteSteps { store: self, id }).await
     }
 }

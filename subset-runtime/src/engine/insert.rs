@@ -32,6 +32,7 @@ impl RawStore {
             .ok_or_else(|| Error::ParentWithoutId {
                 collection: self.collection_name().to_owned(),
             })?;
+        self.check_parent_id(&id)?;
         let mut children = Vec::with_capacity(self.spec().subsets.len());
         for spec in self.spec().subsets {
             let given = match parent.insert(spec.field, Bson::Array(Vec::new())) {

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use futures::TryStreamExt;
+use mongodb::options::Acknowledgment;
 use mongodb::{Collection, Database};
 use tokio::sync::OnceCell;
 
@@ -137,6 +138,7 @@ impl RawStore {
                     WriteMode::Ordered
                 };
                 tracing::debug!(?mode, "detected write mode");
+                self.warn_if_not_durable(mode);
                 Ok(mode)
             })
             .await
@@ -154,6 +156,36 @@ impl RawStore {
         Ok(hello.contains_key("setName") || hello.get_str("msg").is_ok_and(|m| m == "isdbgrid"))
     }
 
+    /// Warns, once per store, when the database's write concern cannot make an acknowledged
+    /// push survive what the deployment is exposed to: a failover (`w` other than majority on
+    /// a replica set, where the write can be rolled back) or a crash (no `j: true` on a
+    /// standalone server, where the write may not be journaled yet).
+    fn warn_if_not_durable(&self, mode: WriteMode) {
+        let concern = self.db.write_concern();
+        let collection = self.spec.collection;
+        match mode {
+            WriteMode::Transactional => {
+                if let Some(w) = concern.and_then(|c| c.w.as_ref()) {
+                    if *w != Acknowledgment::Majority {
+                        tracing::warn!(
+                            collection,
+                            ?w,
+                            "write concern is not w: majority: an acknowledged push can be rolled back by a failover"
+                        );
+                    }
+                }
+            }
+            WriteMode::Ordered => {
+                if concern.and_then(|c| c.journal) != Some(true) {
+                    tracing::warn!(
+                        collection,
+                        "standalone server without a j: true write concern: an acknowledged push can be lost in a crash"
+                    );
+                }
+            }
+        }
+    }
+
     /// The engine of one subset field of this collection.
     pub fn subset<'a>(&'a self, spec: &'a SubsetSpec) -> RawSubset<'a> {
         RawSubset { store: self, spec }
@@ -165,6 +197,11 @@ impl RawStore {
 
     pub(crate) fn mongo(&self, e: mongodb::error::Error) -> Error {
         Error::mongo(self.spec.collection, e)
+    }
+
+    /// Refuses a parent `_id` no parent can have (see [`Error::InvalidId`]).
+    pub(crate) fn check_parent_id(&self, id: &Bson) -> Result<()> {
+        crate::encode::check_id(id, "parent", self.spec.collection)
     }
 }
 
@@ -192,6 +229,11 @@ impl<'a> RawSubset<'a> {
 
     pub(crate) fn mongo_child(&self, e: mongodb::error::Error) -> Error {
         Error::mongo(self.spec.child_collection, e)
+    }
+
+    /// Refuses a child `_id` no child can have (see [`Error::InvalidId`]).
+    pub(crate) fn check_child_id(&self, id: &Bson) -> Result<()> {
+        crate::encode::check_id(id, "child", self.spec.child_collection)
     }
 
     pub(crate) fn parent_not_found(&self, parent: &Bson) -> Error {

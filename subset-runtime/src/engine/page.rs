@@ -30,15 +30,15 @@ impl RawSubset<'_> {
         decode: impl Fn(&RawDocument, &str, Option<&str>) -> Result<T>,
     ) -> Result<Page<T>> {
         let spec = self.spec;
+        self.store.check_parent_id(parent)?;
         if request.size == 0 || request.size > MAX_PAGE_SIZE {
             return Err(Error::InvalidPageSize {
                 size: request.size,
                 max: MAX_PAGE_SIZE,
             });
         }
-        let keys = spec.order().count();
         let after = match &request.after {
-            Some(cursor) => Some(cursor.check(spec.field, parent, keys)?),
+            Some(cursor) => Some(cursor.check(spec, parent)?),
             None if request.size <= spec.keep => {
                 return self.embedded_page(parent, request, decode).await
             }
@@ -74,65 +74,104 @@ impl RawSubset<'_> {
             .take(size)
             .map(|raw| decode(raw, spec.child_collection, None))
             .collect::<Result<_>>()?;
-        if let (None, Some(position)) = (&next, after) {
-            let reference = match raws.last() {
-                Some(last) => order::position(spec, last),
-                None => position.to_vec(),
-            };
-            self.report_misfit(parent, &reference).await?;
+        if let Some(cursor) = &request.after {
+            // At the end of the walk, or when the children served have other type brackets
+            // than the cursor (a forged position, or children of mixed types).
+            let served = raws[..raws.len().min(size)].last();
+            let served = served.map(|last| order::position(spec, last));
+            let odd = served
+                .as_ref()
+                .is_some_and(|s| cursor.check_brackets(spec, s).is_err());
+            if next.is_none() || odd {
+                self.report_misfit(parent, cursor, served).await?;
+            }
         }
         Ok(Page { items, next })
     }
 
-    /// At the end of a keyset walk: fails with [`Error::MalformedChild`] if a child of `parent`
-    /// has a sort value of another type than the children served, which the keyset pages could
-    /// not reach. One index scan of the parent's keys, once per walk.
-    async fn report_misfit(&self, parent: &Bson, reference: &[Bson]) -> Result<()> {
+    /// At the end of a keyset walk (or on a page whose children have other type brackets than
+    /// its cursor): fails with [`Error::MalformedChild`] if a child of `parent` has a sort value
+    /// outside its key's type bracket, which the keyset pages could not reach. One index scan of
+    /// the parent's keys, once per walk.
+    ///
+    /// The brackets come from the descriptor's types ([`crate::SortValues`]), which the cursor
+    /// was checked against before the query. Keys without a type (run-time descriptors) take
+    /// theirs from a stored child, never from the cursor, so that a forged cursor cannot make
+    /// healthy children look malformed: the last child `served`, or, when the last page is
+    /// empty, the one [`RawSubset::stored_position`] finds. When no child is malformed, a cursor
+    /// of other brackets than that child is [`Error::InvalidCursor`]: a genuine cursor is the
+    /// position of a child, so over healthy children it has their brackets.
+    async fn report_misfit(
+        &self,
+        parent: &Bson,
+        cursor: &Cursor,
+        served: Option<Vec<Bson>>,
+    ) -> Result<()> {
         let spec = self.spec;
-        let filter = order::misfit_filter(spec, parent, reference);
-        if filter.get_array("$or").map_or(true, |b| b.is_empty()) {
-            return Ok(());
+        let untyped = spec.order().any(|k| k.values.bracket().is_none());
+        let stored = match served {
+            None if untyped => self.stored_position(parent, cursor).await?,
+            served => served,
+        };
+        let expected = order::expected(spec, stored.as_deref());
+        let filter = order::misfit_filter(spec, parent, &expected);
+        if filter.get_array("$or").is_ok_and(|b| !b.is_empty()) {
+            let misfit = self
+                .children::<RawDocumentBuf>()
+                .find_one(filter)
+                .projection(order::projection(spec))
+                .await
+                .map_err(|e| self.mongo_child(e))?;
+            // The filter and `misfit_problem` agree on brackets; nothing to name if they do not.
+            if let Some((misfit, (field, problem))) = misfit.as_ref().and_then(|misfit| {
+                order::misfit_problem(spec, &expected, misfit).map(|found| (misfit, found))
+            }) {
+                return Err(Error::MalformedChild {
+                    collection: spec.child_collection.to_owned(),
+                    id: Box::new(decode::id_of(misfit)),
+                    field: field.to_owned(),
+                    problem,
+                });
+            }
         }
-        let projection: Document = spec
+        match (untyped, &stored) {
+            (true, Some(stored)) => cursor.check_brackets(spec, stored),
+            _ => Ok(()),
+        }
+    }
+
+    /// After an empty last page, the position of a stored child of `parent` to take untyped
+    /// keys' brackets from: the child `cursor` was made from, when it is still stored with the
+    /// cursor's brackets (a genuine cursor, even over children of mixed types); otherwise the
+    /// parent's first child in order. `None` when the parent has no children. One `find_one`
+    /// by `_id`, and a second only for a forged cursor or a child deleted since.
+    async fn stored_position(&self, parent: &Bson, cursor: &Cursor) -> Result<Option<Vec<Bson>>> {
+        let spec = self.spec;
+        let children = self.children::<RawDocumentBuf>();
+        let id = spec
             .order()
-            .map(|k| (k.field.to_owned(), Bson::Int32(1)))
-            .collect();
-        let misfit = self
-            .children::<RawDocumentBuf>()
-            .find_one(filter)
-            .projection(projection)
+            .zip(&cursor.position)
+            .find_map(|(key, value)| (key.field == "_id").then_some(value));
+        if let Some(id) = id {
+            let own = children
+                .find_one(doc! { spec.key: parent.clone(), "_id": { "$eq": id.clone() } })
+                .projection(order::projection(spec))
+                .await
+                .map_err(|e| self.mongo_child(e))?;
+            if let Some(own) = own {
+                let position = order::position(spec, &own);
+                if cursor.check_brackets(spec, &position).is_ok() {
+                    return Ok(Some(position));
+                }
+            }
+        }
+        let first = children
+            .find_one(doc! { spec.key: parent.clone() })
+            .sort(order::sort_doc(spec))
+            .projection(order::projection(spec))
             .await
             .map_err(|e| self.mongo_child(e))?;
-        let Some(misfit) = misfit else {
-            return Ok(());
-        };
-        let Some((field, found, expected)) = spec
-            .order()
-            .zip(reference)
-            .zip(order::position(spec, &misfit))
-            .find_map(|((key, want), got)| {
-                let bracket = order::type_bracket(want);
-                let differs = bracket.is_some() && bracket != order::type_bracket(&got);
-                differs.then_some((key.field, got.element_type(), want.element_type()))
-            })
-        else {
-            // The filter and this comparison agree on brackets; nothing to name if they do not.
-            return Ok(());
-        };
-        Err(Error::MalformedChild {
-            collection: spec.child_collection.to_owned(),
-            id: Box::new(decode::id_of(&misfit)),
-            field: field.to_owned(),
-            problem: format!(
-                "is {} where the other children have {}, so it has no place in the subset's order",
-                if misfit.get(field).ok().flatten().is_none() {
-                    "missing"
-                } else {
-                    decode::type_name(found)
-                },
-                decode::type_name(expected)
-            ),
-        })
+        Ok(first.map(|first| order::position(spec, &first)))
     }
 
     /// The first page, from the embedded subset, in one query projecting this field (and the
@@ -180,21 +219,17 @@ impl RawSubset<'_> {
     }
 
     /// The cursor after `last`. A child whose sort key is missing or null has no position a
-    /// keyset comparison can continue from (`$lt: null` matches nothing), so it is an error
-    /// naming it rather than a walk that silently ends there.
+    /// keyset comparison can continue from (`$lt: null` matches nothing), and one whose sort key
+    /// has a type its Rust field cannot hold would make a cursor that [`Cursor::check`] refuses:
+    /// both are errors naming the child rather than a walk that ends there.
     fn cursor(&self, parent: &Bson, last: &RawDocument) -> Result<Cursor> {
         let position = order::position(self.spec, last);
-        if let Some(key) = self
-            .spec
-            .order()
-            .zip(&position)
-            .find_map(|(key, value)| matches!(value, Bson::Null).then_some(key.field))
-        {
+        if let Some((field, problem)) = order::unplaceable(self.spec, &position) {
             return Err(Error::MalformedChild {
                 collection: self.spec.child_collection.to_owned(),
                 id: Box::new(decode::id_of(last)),
-                field: key.to_owned(),
-                problem: "is missing or null, so it has no place in the subset's order".into(),
+                field: field.to_owned(),
+                problem,
             });
         }
         Ok(Cursor {
@@ -212,7 +247,9 @@ impl RawSubset<'_> {
             self.spec.child_collection,
             order::sort_doc(self.spec),
         );
+        let checked = self.store.check_parent_id(&parent);
         futures::stream::once(async move {
+            checked?;
             let cursor = collection
                 .find(doc! { key: parent })
                 .sort(sort)
@@ -230,6 +267,7 @@ impl RawSubset<'_> {
     /// [`Error::Mongo`].
     #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field))]
     pub async fn count(&self, parent: &Bson) -> Result<u64> {
+        self.store.check_parent_id(parent)?;
         self.children::<Document>()
             .count_documents(doc! { self.spec.key: parent.clone() })
             .await

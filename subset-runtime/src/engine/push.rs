@@ -40,6 +40,7 @@ impl<'a> RawSubset<'a> {
         children: Vec<Document>,
         caller: Option<&mut ClientSession>,
     ) -> Result<()> {
+        self.store().check_parent_id(parent)?;
         if children.is_empty() {
             return Ok(());
         }
@@ -131,6 +132,7 @@ impl<'a> RawSubset<'a> {
             .ok_or_else(|| Error::ChildWithoutId {
                 collection: self.spec().child_collection.to_owned(),
             })?;
+        self.check_child_id(&id)?;
         let mut stored = embedded.clone();
         stored.insert(self.spec().key, parent.clone());
         Ok(Prepared {

@@ -29,6 +29,8 @@ impl RawSubset<'_> {
         child: &Bson,
         caller: Option<&mut ClientSession>,
     ) -> Result<()> {
+        self.store().check_parent_id(parent)?;
+        self.check_child_id(child)?;
         let steps = ChildSteps {
             subset: self,
             parent,
@@ -62,6 +64,8 @@ impl RawSubset<'_> {
             .ok_or_else(|| Error::ChildWithoutId {
                 collection: self.spec().child_collection.to_owned(),
             })?;
+        self.store().check_parent_id(parent)?;
+        self.check_child_id(&id)?;
         let mut stored = child;
         stored.insert(self.spec().key, parent.clone());
         let steps = ChildSteps {

@@ -94,6 +94,7 @@ impl RawSubset<'_> {
         write: bool,
         caller: Option<&mut ClientSession>,
     ) -> Result<Drift> {
+        self.store().check_parent_id(parent)?;
         let steps = ResyncSteps {
             subset: self,
             parent,

@@ -23,7 +23,8 @@ pub struct FollowStats {
     /// Of those, the ones that found the parent in sync and wrote nothing: a write this library
     /// made itself (already right), or a change that left the subset as it was.
     pub skipped: u64,
-    /// Events about children whose parent does not exist: nothing to keep in sync.
+    /// Parents named by events that do not exist, or whose key no parent `_id` can be (an
+    /// array, say): nothing to keep in sync.
     pub orphaned: u64,
     /// Parents that could not be resynced for reasons of their own (a malformed document, a
     /// subset over 16 MiB), logged and passed over; `reconcile_all` names them.

@@ -340,7 +340,10 @@ impl CollectionFollower<'_> {
                     Ok(drift) if drift.fixed => tally.written += 1,
                     // Drift the conditional rewrite could not fix: the parent kept changing.
                     Ok(_) => pending.push((field, parent)),
-                    Err(Error::ParentNotFound { .. }) => tally.orphaned += 1,
+                    // A key no parent has, or none can have (an array, say): no subset to keep.
+                    Err(Error::ParentNotFound { .. } | Error::InvalidId { .. }) => {
+                        tally.orphaned += 1
+                    }
                     Err(
                         e @ (Error::MalformedParent { .. }
                         | Error::MalformedChild { .. }

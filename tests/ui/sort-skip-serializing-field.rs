@@ -1,0 +1,23 @@
+use bson::oid::ObjectId;
+use serde::{Deserialize, Serialize};
+use subset::{Child, Subset};
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: bson::DateTime,
+    #[serde(skip_serializing)]
+    cached: i64,
+}
+
+#[derive(Serialize, Deserialize, Subset)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "reviews", keep = 5, sort = "cached desc")]
+    reviews: Vec<Review>,
+}
+
+fn main() {}
