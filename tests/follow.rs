@@ -713,6 +713,35 @@ async fn without_leave_to_enable_pre_images_the_follower_says_what_to_run() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn children_of_no_parent_are_counted_and_passed_over() {
+    let db = replica_db().await;
+    let store = Store::<Product>::new(&db);
+    let (parents, sentinel) = seeded(&store).await;
+    let seen = Arc::new(Seen::default());
+    let follower = store
+        .follow(options("orphans"))
+        .on_update(seen.observer())
+        .spawn();
+    seen.wait_started(1).await;
+    let mut rng = StdRng::seed_from_u64(4);
+    let mut orphan = raw_review(&mut rng, ObjectId::new());
+    reviews_of(&db).insert_one(orphan.clone()).await.unwrap();
+    // A key no parent `_id` can be.
+    orphan.insert("_id", ObjectId::new());
+    orphan.insert("product_id", vec![Bson::Int32(1), Bson::Int32(2)]);
+    reviews_of(&db).insert_one(orphan).await.unwrap();
+    reviews_of(&db)
+        .insert_one(raw_review(&mut rng, parents[0]))
+        .await
+        .unwrap();
+    let (_, follower) = caught_up_by(&db, sentinel, follower).await;
+    assert_exact(&db, &parents).await;
+    let stats = follower.stop().await.unwrap();
+    print_stats("orphans", &stats);
+    assert_eq!(stats.orphaned, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_standalone_server_is_refused_with_the_reason() {
     let db = standalone_db().await;
     let store = Store::<Product>::new(&db);
