@@ -28,6 +28,11 @@ pub enum Command {
     Check(SubsetArgs),
     /// Fix drift: recompute each embedded subset and count from the child collection.
     Reconcile(ReconcileArgs),
+    /// Keep the subset true while other programs write the child collection: follow its change
+    /// stream and reconcile each parent a change concerns. Runs until Ctrl-C or SIGTERM, then
+    /// saves its place; started again with the same `--name`, it goes on from there. Needs a
+    /// replica set or a sharded cluster (MongoDB 6.0 or later).
+    Follow(FollowArgs),
 }
 
 impl Command {
@@ -38,6 +43,7 @@ impl Command {
             Command::Migrate(a) => a.subset.conn.json,
             Command::Check(a) => a.conn.json,
             Command::Reconcile(a) => a.subset.conn.json,
+            Command::Follow(a) => a.subset.conn.json,
         }
     }
 }
@@ -148,4 +154,37 @@ pub struct ReconcileArgs {
     /// Change nothing; report the drift (the same as `subset check`).
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// `subset follow`.
+#[derive(Debug, Args)]
+pub struct FollowArgs {
+    #[command(flatten)]
+    pub subset: SubsetArgs,
+    /// The follower's name, under which its place (resume token) is saved
+    /// [default: subset-cli:<PARENT>.<FIELD>].
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Gather events for this long after the first of a batch, so that a burst on one parent
+    /// costs one reconcile.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    pub window_ms: u64,
+    /// End a batch at this many events.
+    #[arg(long, default_value_t = 1_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_batch: u64,
+    /// Parents reconciled at once.
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub concurrency: u64,
+    /// On a first start (no saved place), reconcile every parent before following.
+    #[arg(long)]
+    pub catch_up: bool,
+    /// The collection (in --db) where the place is saved.
+    #[arg(long, default_value = subset_runtime::DEFAULT_TOKEN_COLLECTION, value_name = "C")]
+    pub token_collection: String,
+    /// Do not turn on `changeStreamPreAndPostImages` on the child collection; fail if it is off.
+    #[arg(long)]
+    pub require_pre_images: bool,
+    /// In text mode without a terminal, print a status line this often.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub status_every: u64,
 }

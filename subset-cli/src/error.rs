@@ -80,6 +80,7 @@ impl CliError {
             CliError::Usage(_) | CliError::Spec(_) | CliError::Connect(_) => 2,
             CliError::Mongo { source, .. } if is_connection(source) => 2,
             CliError::Engine(e) if e.mongo_error().is_some_and(is_connection) => 2,
+            CliError::Engine(subset_runtime::Error::FollowUnsupported { .. }) => 2,
             _ => 1,
         }
     }

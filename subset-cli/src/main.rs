@@ -1,5 +1,6 @@
-//! `subset`: find unbounded arrays, migrate a collection to the MongoDB Subset Pattern, and check
-//! or repair the drift between an embedded subset and its child collection.
+//! `subset`: find unbounded arrays, migrate a collection to the MongoDB Subset Pattern, check or
+//! repair the drift between an embedded subset and its child collection, and follow the child
+//! collection to keep the subset true while other programs write it.
 //!
 //! The tool works at the BSON level, with collections and fields named by flags, on the same
 //! engine as `#[derive(Subset)]` (`subset_runtime::RawStore`): a collection it migrates is one the
@@ -11,6 +12,7 @@
 mod args;
 mod connect;
 mod error;
+mod follow;
 mod inspect;
 mod migrate;
 mod output;
@@ -69,6 +71,11 @@ async fn run(command: Command) -> Result<Outcome, CliError> {
                 repair::Mode::Reconcile
             };
             repair::run(&db, spec, &args.subset, mode).await
+        }
+        Command::Follow(args) => {
+            let spec = args.subset.spec()?;
+            let db = connect::database(&args.subset.conn).await?;
+            follow::run(&db, spec, &args).await
         }
     }
 }

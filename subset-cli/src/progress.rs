@@ -22,6 +22,23 @@ pub fn bar(len: u64, message: impl Into<String>, json: bool) -> ProgressBar {
     bar
 }
 
+/// A status line on stderr (a spinner with a message), shown only to a person watching a
+/// terminal, as [`bar`].
+pub fn status(json: bool) -> ProgressBar {
+    if json || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let line = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(STATUS) {
+        line.set_style(style);
+    }
+    line.enable_steady_tick(std::time::Duration::from_millis(200));
+    line
+}
+
+/// What a status line shows: `⠋ following reviews: 1,200 events, …`.
+const STATUS: &str = "{spinner} {msg}";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -29,5 +46,6 @@ mod tests {
     #[test]
     fn the_template_parses() {
         assert!(ProgressStyle::with_template(TEMPLATE).is_ok());
+        assert!(ProgressStyle::with_template(STATUS).is_ok());
     }
 }

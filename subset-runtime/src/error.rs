@@ -150,6 +150,22 @@ pub enum Error {
         bytes: u64,
     },
 
+    /// A follower ([`crate::RawStore::follow`]) cannot run on this deployment or collection:
+    /// change streams need a replica set or a sharded cluster, and telling the parent of a
+    /// deleted child needs `changeStreamPreAndPostImages` (MongoDB 6.0 or later) on the child
+    /// collection.
+    #[error("cannot follow `{collection}`: {reason}")]
+    FollowUnsupported {
+        /// The collection that cannot be followed (the parent collection when the whole
+        /// deployment cannot).
+        collection: String,
+        /// Why, and what to do instead.
+        reason: String,
+        /// The server's refusal, when there was one.
+        #[source]
+        source: Option<Box<mongodb::error::Error>>,
+    },
+
     /// A transaction that kept failing with transient errors until its time ran out.
     #[error("transaction on `{collection}` did not commit within {seconds} s: {source}")]
     TransactionTimeout {

@@ -26,7 +26,9 @@ pub use decode::type_name as bson_type_name;
 pub use dynamic::{parse_sort, SpecBuilder, SpecError, MAX_KEEP};
 pub use engine::driver_error::{InsertFailure, DUPLICATE_KEY};
 pub use engine::{
-    Drift, ParentFailure, RawStore, RawSubset, SweepOptions, SweepProgress, SweepReport, WriteMode,
+    CatchUp, Drift, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
+    ParentFailure, RawStore, RawSubset, SweepOptions, SweepProgress, SweepReport, WriteMode,
+    DEFAULT_TOKEN_COLLECTION,
 };
 pub use error::{Error, Result};
 pub use model::{

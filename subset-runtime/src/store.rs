@@ -5,7 +5,9 @@ use std::marker::PhantomData;
 use mongodb::Database;
 
 use crate::action::Action;
-use crate::engine::{RawStore, SweepOptions, SweepProgress, SweepReport, WriteMode};
+use crate::engine::{
+    Follow, FollowOptions, RawStore, SweepOptions, SweepProgress, SweepReport, WriteMode,
+};
 use crate::error::Result;
 use crate::model::{Child, Parent, SubsetField};
 use crate::subset::Subset;
@@ -164,6 +166,33 @@ impl<P: Parent> Store<P> {
         progress: impl FnMut(&SweepProgress),
     ) -> Result<SweepReport> {
         self.raw.reconcile_all(options, progress).await
+    }
+
+    /// A follower that keeps this store's subsets true while other programs write its child
+    /// collections (imports, scripts, other services): it follows each child collection's
+    /// change stream and resyncs the parents each change concerns, saving its place as it goes
+    /// so that a restart misses nothing. Await it (with [`Follow::until`] for a graceful stop)
+    /// or [`Follow::spawn`] it; see [`RawStore::follow`] for what it needs and does.
+    ///
+    /// Use it when writes outside this library are routine; for the occasional one, or on a
+    /// standalone server, [`Store::reconcile_all`] on a schedule does.
+    ///
+    /// ```no_run
+    /// # use subset_runtime::{FollowOptions, Parent, Store};
+    /// # async fn demo<P: Parent>(store: Store<P>) -> subset_runtime::Result<()> {
+    /// let follower = store.follow(FollowOptions::new("reviews-sync")).spawn();
+    /// // … until shutdown …
+    /// let stats = follower.stop().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When awaited: [`crate::Error::FollowUnsupported`] on a standalone server or where
+    /// `changeStreamPreAndPostImages` cannot be turned on; [`crate::Error::Mongo`].
+    pub fn follow(&self, options: FollowOptions) -> Follow {
+        self.raw.follow(options)
     }
 
     /// The same scan as [`Store::reconcile_all`], read-only: how much drift there is, for

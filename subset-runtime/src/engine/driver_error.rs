@@ -89,3 +89,24 @@ fn code(error: &mongodb::error::Error) -> Option<i32> {
 pub(crate) fn is_duplicate(error: &mongodb::error::Error) -> bool {
     InsertFailure::of(error).is_some_and(|f| !f.duplicates.is_empty())
 }
+
+/// `ChangeStreamHistoryLost`: the resume point has fallen off the oplog.
+const CHANGE_STREAM_HISTORY_LOST: i32 = 286;
+
+/// `ChangeStreamFatalError`: among others, a resume token the server cannot find in an oplog
+/// that was never truncated (where it does not say `ChangeStreamHistoryLost`).
+const CHANGE_STREAM_FATAL: i32 = 280;
+
+/// Whether a change stream cannot go on from its resume token: the changes since then can no
+/// longer be read, and only a full pass can make up for them.
+pub(crate) fn is_history_lost(error: &mongodb::error::Error) -> bool {
+    code(error).is_some_and(|c| c == CHANGE_STREAM_HISTORY_LOST || c == CHANGE_STREAM_FATAL)
+}
+
+/// `NamespaceExists`.
+pub(crate) const NAMESPACE_EXISTS: i32 = 48;
+
+/// Whether a command failed with the server error `expected`.
+pub(crate) fn has_code(error: &mongodb::error::Error, expected: i32) -> bool {
+    code(error) == Some(expected)
+}

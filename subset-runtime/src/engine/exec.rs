@@ -235,7 +235,7 @@ const BACKOFF_CAP_MS: u64 = 1_000;
 /// Exponential backoff with full jitter: a wait drawn uniformly from zero to a ceiling that
 /// doubles with each attempt. Writers that conflicted on one parent then spread out instead of
 /// colliding again, and the ones that drew short waits go first.
-async fn backoff(attempt: u32) {
+pub(super) async fn backoff(attempt: u32) {
     let ceiling = (BACKOFF_BASE_MS << attempt.min(16)).min(BACKOFF_CAP_MS);
     let millis = rand::random_range(0..=ceiling);
     tokio::time::sleep(Duration::from_millis(millis)).await;

@@ -17,6 +17,7 @@
 //! | `resync.rs` | recomputing a subset from the child collection: backfill, reconcile, check |
 //! | `sweep.rs` | every parent in `_id` batches: `reconcile_all`, `check_all`, and the sweep itself |
 //! | `schema.rs` | the child-collection indexes and the server-side cap |
+//! | `follow/` | the change-stream follower: other programs' writes to the child collections |
 //! | `query.rs` | the queries several operations share |
 //! | `driver_error.rs` | what a driver error means for us |
 
@@ -35,6 +36,7 @@ mod combine;
 mod delete;
 pub mod driver_error;
 mod exec;
+mod follow;
 mod insert;
 mod page;
 mod push;
@@ -46,6 +48,10 @@ mod resync;
 mod schema;
 mod sweep;
 
+pub use follow::{
+    CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
+    DEFAULT_TOKEN_COLLECTION,
+};
 pub use resync::Drift;
 pub use sweep::{ParentFailure, SweepOptions, SweepProgress, SweepReport};
 
@@ -126,14 +132,7 @@ impl RawStore {
     pub async fn mode(&self) -> Result<WriteMode> {
         self.mode
             .get_or_try_init(|| async {
-                let hello = self
-                    .db
-                    .run_command(doc! { "hello": 1 })
-                    .await
-                    .map_err(|e| self.mongo(e))?;
-                let replicated = hello.contains_key("setName")
-                    || hello.get_str("msg").is_ok_and(|m| m == "isdbgrid");
-                let mode = if replicated {
+                let mode = if self.replicated().await? {
                     WriteMode::Transactional
                 } else {
                     WriteMode::Ordered
@@ -144,6 +143,17 @@ impl RawStore {
             })
             .await
             .copied()
+    }
+
+    /// Whether the server is a replica set member or a `mongos` (asked with `hello`, whatever
+    /// mode is forced): what transactions and change streams need.
+    pub(crate) async fn replicated(&self) -> Result<bool> {
+        let hello = self
+            .db
+            .run_command(doc! { "hello": 1 })
+            .await
+            .map_err(|e| self.mongo(e))?;
+        Ok(hello.contains_key("setName") || hello.get_str("msg").is_ok_and(|m| m == "isdbgrid"))
     }
 
     /// Warns, once per store, when the database's write concern cannot make an acknowledged

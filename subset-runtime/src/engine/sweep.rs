@@ -9,6 +9,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 
 use super::{Drift, RawStore};
 use crate::error::{Error, Result};
+use crate::model::SubsetSpec;
 
 /// How many drifted parents, and how many failed ones, a [`SweepReport`] keeps in detail.
 const SAMPLES: usize = 1_000;
@@ -158,7 +159,19 @@ impl RawStore {
         options: &SweepOptions,
         progress: impl FnMut(&SweepProgress),
     ) -> Result<SweepReport> {
-        self.resync_all(options, true, progress).await
+        self.resync_all(self.spec().subsets, options, true, progress)
+            .await
+    }
+
+    /// [`RawStore::reconcile_all`] for some of the subset fields only: a follower catching up on
+    /// one child collection.
+    pub(crate) async fn reconcile_fields(
+        &self,
+        fields: &[SubsetSpec],
+        options: &SweepOptions,
+        progress: impl FnMut(&SweepProgress),
+    ) -> Result<SweepReport> {
+        self.resync_all(fields, options, true, progress).await
     }
 
     /// The same pass as [`RawStore::reconcile_all`], read-only: what drifted, for monitoring.
@@ -171,12 +184,14 @@ impl RawStore {
         options: &SweepOptions,
         progress: impl FnMut(&SweepProgress),
     ) -> Result<SweepReport> {
-        self.resync_all(options, false, progress).await
+        self.resync_all(self.spec().subsets, options, false, progress)
+            .await
     }
 
     #[tracing::instrument(skip_all, fields(collection = %self.collection_name(), write))]
     async fn resync_all(
         &self,
+        fields: &[SubsetSpec],
         options: &SweepOptions,
         write: bool,
         mut progress: impl FnMut(&SweepProgress),
@@ -184,8 +199,8 @@ impl RawStore {
         let started = Instant::now();
         let mut report = SweepReport::default();
         let parents = self.sweep(options, |id| async move {
-            let mut found = Vec::with_capacity(self.spec().subsets.len());
-            for spec in self.spec().subsets {
+            let mut found = Vec::with_capacity(fields.len());
+            for spec in fields {
                 let result = self.subset(spec).resync_in(&id, write, None).await;
                 found.push((spec.field, result));
             }

@@ -1,0 +1,266 @@
+//! `subset follow`: the engine's change-stream follower on one subset described by flags, with
+//! a status line, `--json` lines, and a graceful stop on Ctrl-C or SIGTERM.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use mongodb::Database;
+use serde_json::{json, Value};
+use subset_runtime::{
+    CatchUp, FollowOptions, FollowStats, FollowUpdate, ParentSpec, RawStore, SubsetSpec,
+    SweepOptions,
+};
+
+use crate::args::FollowArgs;
+use crate::error::CliError;
+use crate::output::{headline, spec_json, Outcome};
+use crate::{progress, scan};
+
+/// Runs `subset follow` until a signal, then reports the totals.
+pub async fn run(
+    db: &Database,
+    spec: &'static SubsetSpec,
+    args: &FollowArgs,
+) -> Result<Outcome, CliError> {
+    let subset = &args.subset;
+    let json = subset.conn.json;
+    scan::require_collection(db, &subset.parent).await?;
+    let store = RawStore::new(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
+    // Every reconcile reads the top `keep` of one parent: without the index, a scan each time.
+    let handle = store.subset(spec);
+    if !handle.has_index().await? {
+        handle.ensure_index().await?;
+    }
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("subset-cli:{}.{}", subset.parent, spec.field));
+    let options = FollowOptions::new(&name)
+        .window(Duration::from_millis(args.window_ms))
+        .max_batch(usize::try_from(args.max_batch).unwrap_or(usize::MAX))
+        .concurrency(usize::try_from(args.concurrency).unwrap_or(usize::MAX))
+        .token_collection(&args.token_collection)
+        .catch_up(args.catch_up)
+        .enable_pre_images(!args.require_pre_images)
+        .sweep(SweepOptions::default().batch_size(subset.batch));
+    let status = progress::status(json);
+    let printer = Printer {
+        json,
+        status: status.clone(),
+        every: Duration::from_secs(args.status_every.max(1)),
+        last: Mutex::new(Instant::now()),
+    };
+    let stats = store
+        .follow(options)
+        .on_update(move |update| printer.print(update))
+        .until(shutdown())
+        .await;
+    status.finish_and_clear();
+    Ok(report(spec, &subset.parent, &name, &stats?))
+}
+
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM; never, if neither can be listened for.
+async fn shutdown() {
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            futures::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    () = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => interrupt.await,
+        }
+    }
+    #[cfg(not(unix))]
+    interrupt.await;
+}
+
+/// Prints the follower's updates: one JSON line each with `--json`; otherwise a line for each
+/// start, catch-up and stop, and the totals on the status line (a terminal) or every `every`.
+struct Printer {
+    json: bool,
+    status: ProgressBar,
+    every: Duration,
+    last: Mutex<Instant>,
+}
+
+impl Printer {
+    fn print(&self, update: &FollowUpdate<'_>) {
+        if self.json {
+            println!("{}", update_json(update));
+            return;
+        }
+        let line = match update {
+            FollowUpdate::Started {
+                collection,
+                resumed: true,
+            } => format!("following `{collection}` from its saved place"),
+            FollowUpdate::Started { collection, .. } => {
+                format!("following `{collection}` from now (no saved place)")
+            }
+            FollowUpdate::CatchingUp { collection, reason } => format!(
+                "catching up on `{collection}`: {}; reconciling every parent",
+                reason_text(*reason)
+            ),
+            FollowUpdate::CaughtUp { collection, report } => {
+                let p = &report.progress;
+                format!(
+                    "caught up on `{collection}`: {} parents checked, {} drifted, {} fixed, {} failed",
+                    p.checked, p.drifted, p.fixed, p.failed
+                )
+            }
+            FollowUpdate::Stopped { collection } => {
+                format!("stopped following `{collection}`; place saved")
+            }
+            FollowUpdate::Batch(batch) => {
+                let line = status_text(batch.collection, &batch.totals);
+                if !self.status.is_hidden() {
+                    self.status.set_message(line);
+                    return;
+                }
+                let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+                if last.elapsed() < self.every {
+                    return;
+                }
+                *last = Instant::now();
+                line
+            }
+            _ => return,
+        };
+        self.status.suspend(|| println!("{line}"));
+    }
+}
+
+/// The status line: `reviews: 1200 events, 310 reconciled (300 written, 10 in sync), lag 80 ms`.
+fn status_text(collection: &str, t: &FollowStats) -> String {
+    let lag = t
+        .last_lag
+        .map(|l| format!(", lag {} ms", l.as_millis()))
+        .unwrap_or_default();
+    format!(
+        "following `{collection}`: {} events, {} reconciled ({} written, {} in sync){lag}",
+        t.events, t.resynced, t.written, t.skipped
+    )
+}
+
+fn reason_text(reason: CatchUp) -> &'static str {
+    match reason {
+        CatchUp::FirstStart => "first start with --catch-up",
+        CatchUp::HistoryLost => {
+            "the saved place can no longer be resumed (it fell off the oplog, or the server cannot find it)"
+        }
+        CatchUp::MissingImages => "changes without the pre-images that name their parents",
+        CatchUp::Dropped => "the collection was dropped or renamed",
+        _ => "the stream cannot be read",
+    }
+}
+
+fn reason_key(reason: CatchUp) -> &'static str {
+    match reason {
+        CatchUp::FirstStart => "first_start",
+        CatchUp::HistoryLost => "history_lost",
+        CatchUp::MissingImages => "missing_images",
+        CatchUp::Dropped => "dropped",
+        _ => "other",
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn totals_json(t: &FollowStats) -> Value {
+    json!({
+        "events": t.events,
+        "batches": t.batches,
+        "resynced": t.resynced,
+        "written": t.written,
+        "skipped": t.skipped,
+        "orphaned": t.orphaned,
+        "failed": t.failed,
+        "catch_ups": t.catch_ups,
+        "last_lag_ms": t.last_lag.map(millis),
+        "max_lag_ms": millis(t.max_lag),
+    })
+}
+
+fn update_json(update: &FollowUpdate<'_>) -> Value {
+    match update {
+        FollowUpdate::Started {
+            collection,
+            resumed,
+        } => json!({ "event": "started", "collection": collection, "resumed": resumed }),
+        FollowUpdate::Batch(b) => json!({
+            "event": "batch",
+            "collection": b.collection,
+            "events": b.events,
+            "resynced": b.resynced,
+            "written": b.written,
+            "skipped": b.skipped,
+            "orphaned": b.orphaned,
+            "failed": b.failed,
+            "lag_ms": b.lag.map(millis),
+            "took_ms": millis(b.took),
+            "totals": totals_json(&b.totals),
+        }),
+        FollowUpdate::CatchingUp { collection, reason } => json!({
+            "event": "catching_up",
+            "collection": collection,
+            "reason": reason_key(*reason),
+        }),
+        FollowUpdate::CaughtUp { collection, report } => {
+            let p = &report.progress;
+            json!({
+                "event": "caught_up",
+                "collection": collection,
+                "checked": p.checked,
+                "drifted": p.drifted,
+                "fixed": p.fixed,
+                "failed": p.failed,
+            })
+        }
+        FollowUpdate::Stopped { collection } => {
+            json!({ "event": "stopped", "collection": collection })
+        }
+        _ => json!({ "event": "other" }),
+    }
+}
+
+/// The totals after a stop. Exit code 1 when parents were passed over.
+fn report(spec: &SubsetSpec, parent: &str, name: &str, t: &FollowStats) -> Outcome {
+    let mut text = format!("follow {}", headline(spec, parent));
+    text.push_str(&format!(
+        "  follower `{name}`: {} events in {} batches; {} reconciled: {} written, {} already in sync",
+        t.events, t.batches, t.resynced, t.written, t.skipped
+    ));
+    if t.orphaned > 0 {
+        text.push_str(&format!("; {} without a parent", t.orphaned));
+    }
+    if t.failed > 0 {
+        text.push_str(&format!("; {} passed over (see `subset check`)", t.failed));
+    }
+    if t.catch_ups > 0 {
+        text.push_str(&format!("; {} full catch-ups", t.catch_ups));
+    }
+    text.push_str(&format!("; max lag {} ms\n", millis(t.max_lag)));
+    Outcome {
+        json: json!({
+            "event": "summary",
+            "command": "follow",
+            "subset": spec_json(spec, parent),
+            "name": name,
+            "totals": totals_json(t),
+        }),
+        text,
+        problems: t.failed > 0,
+    }
+}
