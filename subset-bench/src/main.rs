@@ -2,12 +2,16 @@
 //!
 //! `cargo run --release -p subset-bench` starts a throwaway `mongod` (0.25 GB cache) unless
 //! `MONGODB_URI` names a server, runs the experiments of `docs/bench/README.md`, and writes
-//! `docs/bench/results.md` and `docs/bench/working-set.svg`.
+//! `docs/bench/results.md` and `docs/bench/working-set.svg`. With `--memory-limit` the `mongod`
+//! it starts measures the working set confined to that much memory (see `memory.rs`).
 
 mod batching;
 mod data;
+mod hot_parent;
 mod load;
+mod memory;
 mod overhead;
+mod push_cost;
 mod report;
 mod stats;
 mod trips;
@@ -22,7 +26,8 @@ use subset::testkit::{MongoServer, Topology};
 use subset::WriteMode;
 
 use crate::data::{DataSet, EMBEDDED, REFERENCED, REVIEWS, SUBSET};
-use crate::report::{ReadRow, Report, ShowRow, WriteRow};
+use crate::memory::Cgroup;
+use crate::report::{Memory, RatioRow, ReadRow, Report, ShowRow, WriteRow};
 use crate::stats::{quantile, Picker, Spread};
 use crate::working_set::{Ctx, Layout};
 
@@ -38,6 +43,18 @@ enum Experiment {
     RoundTrips,
     /// `push_many` in batches against one `push` per review.
     Batching,
+    /// 16 tasks pushing to one parent against 16 parents, in both write modes, and from 4
+    /// processes.
+    HotParent,
+    /// Push latency into full subsets of keep 5, 100 and 1000, in order and out of order.
+    PushCost,
+}
+
+/// A write mode, as the hidden worker mode takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    Transactional,
+    Ordered,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -67,7 +84,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "working-set,overhead,round-trips,batching"
+        default_value = "working-set,overhead,round-trips,batching,hot-parent,push-cost"
     )]
     experiments: Vec<Experiment>,
     /// Concurrent client tasks for the product-page reads.
@@ -97,6 +114,15 @@ struct Args {
     /// `push_many` batch size in the batching experiment.
     #[arg(long, default_value_t = 100)]
     batch: usize,
+    /// Pushes of each kind (in order, out of order) per keep and round, push-cost experiment.
+    #[arg(long, default_value_t = 200)]
+    pushes: usize,
+    /// Confine the mongod the benchmark starts to this much memory (e.g. `512M`, `1G`) for the
+    /// working-set measurements, with a cgroup: the data is written without the limit, then
+    /// the server restarts, cold, under it. Needs root (or a delegated cgroup); the report
+    /// says when it cannot be done.
+    #[arg(long, value_parser = memory::parse_size)]
+    memory_limit: Option<u64>,
     /// Concurrent writers while loading the data set.
     #[arg(long, default_value_t = 4)]
     load_tasks: usize,
@@ -115,6 +141,59 @@ struct Args {
     /// Where results.md and working-set.svg go.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/bench"))]
     out: PathBuf,
+    /// Internal: run as one worker process of the hot-parent experiment against this URI.
+    #[arg(long, hide = true)]
+    hot_worker: Option<String>,
+    #[arg(long, hide = true, value_enum, default_value = "transactional")]
+    worker_mode: Mode,
+    #[arg(long, hide = true)]
+    worker_parent: Option<String>,
+    #[arg(long, hide = true, default_value_t = 4)]
+    worker_tasks: usize,
+}
+
+/// The memory limit asked for, and how it is applied: the cgroup, and the wrapper script that
+/// puts `mongod` into it (removed with this value; the cgroup removes itself).
+struct Confinement {
+    limit: u64,
+    setup: Result<(Cgroup, PathBuf), String>,
+}
+
+impl Drop for Confinement {
+    fn drop(&mut self) {
+        if let Ok((_, dir)) = &self.setup {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Makes the cgroup and points the test kit at a `mongod` that enters it. Runs before the
+/// benchmark's runtime exists: it sets `SUBSET_MONGOD` for the test kit, and setting the
+/// environment is only sound while no other thread reads it.
+fn confine(limit: u64) -> Confinement {
+    let setup = (|| {
+        if std::env::var("MONGODB_URI").is_ok_and(|uri| !uri.trim().is_empty()) {
+            return Err("the server at MONGODB_URI was not started by the benchmark".to_owned());
+        }
+        let cgroup = Cgroup::create()?;
+        let real = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?
+            .block_on(subset::testkit::locate_mongod())
+            .map_err(|e| e.to_string())?;
+        let dir = std::env::temp_dir().join(format!("subset-bench-{}", std::process::id()));
+        let wrapper = cgroup
+            .wrapper(&real, &dir)
+            .map_err(|e| format!("cannot write the mongod wrapper: {e}"))?;
+        std::env::set_var("SUBSET_MONGOD", &wrapper);
+        Ok((cgroup, dir))
+    })();
+    match &setup {
+        Ok((cgroup, _)) => eprintln!("mongod will run in {}", cgroup.describe()),
+        Err(reason) => eprintln!("cannot limit mongod's memory: {reason}; running without"),
+    }
+    Confinement { limit, setup }
 }
 
 fn main() -> Res<()> {
@@ -122,19 +201,48 @@ fn main() -> Res<()> {
     if args.min_reviews < data::PAGE_REVIEWS + 1 || args.min_reviews > args.max_reviews {
         return Err("--min-reviews must be above 10 and at most --max-reviews".into());
     }
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(run(args))
+        .build();
+    if let Some(uri) = &args.hot_worker {
+        let parent = args
+            .worker_parent
+            .as_deref()
+            .ok_or("--hot-worker needs --worker-parent")?
+            .parse()?;
+        let mode = match args.worker_mode {
+            Mode::Transactional => WriteMode::Transactional,
+            Mode::Ordered => WriteMode::Ordered,
+        };
+        return runtime?.block_on(hot_parent::worker(
+            uri,
+            &args.database,
+            mode,
+            parent,
+            args.worker_tasks,
+            Duration::from_secs_f64(args.warmup),
+            Duration::from_secs_f64(args.duration),
+        ));
+    }
+    drop(runtime);
+    let mut confinement = args.memory_limit.map(confine);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(run(args, confinement.as_mut()));
+    // The servers are gone: the cgroup can go too.
+    drop(runtime);
+    drop(confinement);
+    result
 }
 
-async fn run(args: Args) -> Res<()> {
+async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
     let topology = match args.topology {
         Topo::ReplicaSet => Topology::ReplicaSet,
         Topo::Standalone => Topology::Standalone,
     };
     eprintln!("starting the server…");
-    let server = MongoServer::start(topology).await?;
+    let mut server = MongoServer::start(topology).await?;
     let client = server.client().await?;
     let mut report = Report::new(&client, &server, std::env::args().skip(1).collect()).await?;
     eprintln!(
@@ -180,8 +288,36 @@ async fn run(args: Args) -> Res<()> {
         report.overhead = Some(overhead::run(&db, args.iterations, args.seed).await?);
     }
 
+    if has(Experiment::HotParent) {
+        eprintln!("hot parent…");
+        let db = client.database(&format!("{}_hot", args.database));
+        report.hot = Some(
+            hot_parent::run(
+                &db,
+                server.uri(),
+                args.rounds,
+                Duration::from_secs_f64(args.warmup),
+                Duration::from_secs_f64(args.duration),
+                args.seed,
+            )
+            .await?,
+        );
+    }
+
+    if has(Experiment::PushCost) {
+        eprintln!("push cost by keep…");
+        let db = client.database(&format!("{}_keep", args.database));
+        report.push_cost = Some(push_cost::run(&db, args.pushes, args.rounds, args.seed).await?);
+    }
+
     if has(Experiment::WorkingSet) {
-        working_set(&args, &client, &mut report).await?;
+        drop(client);
+        working_set(&args, &mut server, confinement.as_deref_mut(), &mut report).await?;
+    } else if let Some(c) = &confinement {
+        report.memory = Some(Memory::Cannot {
+            limit: c.limit,
+            reason: "the working-set experiment did not run".into(),
+        });
     }
 
     report.write(&args.out)?;
@@ -198,7 +334,50 @@ fn mode_name(mode: WriteMode, external: bool) -> String {
     }
 }
 
-async fn working_set(args: &Args, client: &mongodb::Client, report: &mut Report) -> Res<()> {
+/// Stops the server, sets the limit, drops the cgroup's page cache and starts the server again;
+/// returns what the report says about memory.
+async fn restart_confined(server: &mut MongoServer, confinement: &mut Confinement) -> Res<Memory> {
+    let limit = confinement.limit;
+    let cgroup = match &mut confinement.setup {
+        Ok((cgroup, _)) => cgroup,
+        Err(reason) => {
+            return Ok(Memory::Cannot {
+                limit,
+                reason: reason.clone(),
+            })
+        }
+    };
+    eprintln!(
+        "restarting mongod under a memory limit of {} MiB…",
+        limit >> 20
+    );
+    server.stop()?;
+    let limited = cgroup.set_limit(limit);
+    cgroup.drop_page_cache();
+    let peak_reset = cgroup.reset_peak();
+    server.restart().await?;
+    Ok(match limited {
+        Ok(()) => Memory::Confined {
+            // As the kernel holds it (rounded to pages).
+            limit: cgroup.limit().unwrap_or(limit),
+            cgroup: cgroup.describe(),
+            peak_reset,
+            usage: memory::Usage::default(),
+        },
+        Err(e) => Memory::Cannot {
+            limit,
+            reason: format!("setting it failed: {e}"),
+        },
+    })
+}
+
+async fn working_set(
+    args: &Args,
+    server: &mut MongoServer,
+    confinement: Option<&mut Confinement>,
+    report: &mut Report,
+) -> Res<()> {
+    let client = server.client().await?;
     let data = DataSet {
         products: args.products,
         min_reviews: args.min_reviews,
@@ -228,7 +407,41 @@ async fn working_set(args: &Args, client: &mongodb::Client, report: &mut Report)
     for name in [EMBEDDED, SUBSET, REFERENCED, REVIEWS] {
         report.sizes.push(load::coll_size(&db, name).await?);
     }
-    let ctx = Arc::new(Ctx::new(&db, data));
+    let cgroup = match confinement {
+        Some(confinement) => {
+            drop(client);
+            report.memory = Some(restart_confined(server, confinement).await?);
+            confinement.setup.as_ref().ok().map(|(cgroup, _)| cgroup)
+        }
+        None => None,
+    };
+    // A new client: the server may have restarted.
+    let client = server.client().await?;
+    let db = client.database(&args.database);
+    let measured = measure(args, &db, data, server.pid(), report).await;
+    if let (Some(cgroup), Some(Memory::Confined { usage, .. })) = (cgroup, &mut report.memory) {
+        *usage = cgroup.usage();
+        if let (Err(e), Some(kills @ 1..)) = (&measured, usage.oom_kills) {
+            return Err(format!(
+                "{e} (mongod ran out of memory: {kills} OOM kills in its cgroup; raise --memory-limit)"
+            )
+            .into());
+        }
+    }
+    measured
+}
+
+/// The working-set measurements on a written data set.
+async fn measure(
+    args: &Args,
+    db: &mongodb::Database,
+    data: DataSet,
+    mongod: Option<u32>,
+    report: &mut Report,
+) -> Res<()> {
+    let mut ctx = Ctx::new(db, data);
+    ctx.mongod = mongod;
+    let ctx = Arc::new(ctx);
     working_set::check(&ctx).await?;
 
     // Product-page reads: every (layout, popularity, tasks), `rounds` times, interleaved.
@@ -257,9 +470,12 @@ async fn working_set(args: &Args, client: &mongodb::Client, report: &mut Report)
             .progress_chars("=> "),
     );
     bar.set_message("product-page reads");
+    // Within a round, the layouts of one configuration run back to back, so that the ratios
+    // between them compare runs made minutes apart at most, not a whole round apart: on a shared
+    // machine the load drifts over minutes.
     for round in 0..args.rounds {
-        for (l, layout) in Layout::ALL.into_iter().enumerate() {
-            for (c, &(p, tasks)) in configs.iter().enumerate() {
+        for (c, &(p, tasks)) in configs.iter().enumerate() {
+            for (l, layout) in Layout::ALL.into_iter().enumerate() {
                 let seed = args.seed ^ ((round * 1000 + l * 100 + c) as u64);
                 let run =
                     working_set::reads(&ctx, layout, &pickers[p].1, tasks, warmup, duration, seed)
@@ -284,7 +500,25 @@ async fn working_set(args: &Args, client: &mongodb::Client, report: &mut Report)
                 p50: pick(|r| r.p50_ms),
                 p99: pick(|r| r.p99_ms),
                 cache_kb: pick(|r| r.cache_kb),
+                disk_kb: pick(|r| r.disk_kb),
             });
+            if layout != Layout::Subset {
+                let subset = &runs[Layout::ALL
+                    .iter()
+                    .position(|&l| l == Layout::Subset)
+                    .unwrap_or(0)][c];
+                let per_round: Vec<f64> = subset
+                    .iter()
+                    .zip(r)
+                    .map(|(s, o)| s.ops_per_sec / o.ops_per_sec)
+                    .collect();
+                report.ratios.push(RatioRow {
+                    popularity: pickers[p].0.clone(),
+                    tasks,
+                    other: layout,
+                    ratio: Spread::of(&per_round),
+                });
+            }
         }
     }
 

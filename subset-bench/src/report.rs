@@ -10,8 +10,11 @@ use subset::testkit::MongoServer;
 use subset::WriteMode;
 
 use crate::batching;
+use crate::hot_parent;
 use crate::load::CollSize;
+use crate::memory::Usage;
 use crate::overhead;
+use crate::push_cost;
 use crate::stats::Spread;
 use crate::trips;
 use crate::working_set::Layout;
@@ -37,6 +40,30 @@ pub struct ReadRow {
     pub p50: Spread,
     pub p99: Spread,
     pub cache_kb: Spread,
+    pub disk_kb: Spread,
+}
+
+/// Throughput of the subset layout over another layout, per round.
+pub struct RatioRow {
+    pub popularity: String,
+    pub tasks: usize,
+    pub other: Layout,
+    pub ratio: Spread,
+}
+
+/// What the working set ran in.
+pub enum Memory {
+    /// `mongod` confined to `limit` bytes for the measurements.
+    Confined {
+        limit: u64,
+        cgroup: String,
+        /// Whether the peak covers only the run under the limit (else also the load).
+        peak_reset: bool,
+        /// At the end of the working-set experiment.
+        usage: Usage,
+    },
+    /// A limit was asked for and could not be set.
+    Cannot { limit: u64, reason: String },
 }
 
 pub struct WriteRow {
@@ -68,11 +95,15 @@ pub struct Report {
     pub data: Option<DataRow>,
     pub sizes: Vec<CollSize>,
     pub reads: Vec<ReadRow>,
+    pub ratios: Vec<RatioRow>,
+    pub memory: Option<Memory>,
     pub writes: Vec<WriteRow>,
     pub show_all: Vec<ShowRow>,
     pub overhead: Option<(WriteMode, Vec<overhead::Row>)>,
     pub trips: Vec<(String, Vec<Vec<String>>)>,
     pub batching: Option<batching::Result>,
+    pub hot: Option<hot_parent::Result>,
+    pub push_cost: Option<push_cost::Result>,
 }
 
 fn machine() -> String {
@@ -155,11 +186,15 @@ impl Report {
             data: None,
             sizes: Vec::new(),
             reads: Vec::new(),
+            ratios: Vec::new(),
+            memory: None,
             writes: Vec::new(),
             show_all: Vec::new(),
             overhead: None,
             trips: Vec::new(),
             batching: None,
+            hot: None,
+            push_cost: None,
         })
     }
 
@@ -170,6 +205,143 @@ impl Report {
             c.push_str(a);
         }
         c
+    }
+
+    fn ratio_of(&self, other: Layout, popularity: &str, tasks: usize) -> Option<Spread> {
+        self.ratios
+            .iter()
+            .find(|r| r.other == other && r.popularity == popularity && r.tasks == tasks)
+            .map(|r| r.ratio)
+    }
+
+    fn memory_line(&self) -> String {
+        match &self.memory {
+            None => "Memory: not limited (no `--memory-limit`): the operating system's page cache \
+                     can hold the collection files, so a WiredTiger cache miss is a memory copy."
+                .to_owned(),
+            Some(Memory::Cannot { limit, reason }) => format!(
+                "Memory: **not limited**: `--memory-limit {}` was asked for, but {reason}.",
+                bytes(*limit as f64)
+            ),
+            Some(Memory::Confined {
+                limit,
+                cgroup,
+                peak_reset,
+                usage,
+            }) => {
+                let or_unknown =
+                    |b: Option<u64>| b.map_or("unknown".to_owned(), |b| bytes(b as f64));
+                format!(
+                    "Memory: mongod confined to **{}** ({cgroup}): the data was written without \
+                     the limit, then the server was stopped, the cgroup's page cache dropped, and \
+                     the server started again, cold, under the limit. Peak usage {}{}; at the end \
+                     {} anonymous (the WiredTiger cache and the rest of the process), {} page \
+                     cache; {} OOM kills.",
+                    bytes(*limit as f64),
+                    or_unknown(usage.peak),
+                    if *peak_reset {
+                        " under the limit"
+                    } else {
+                        " (including the load: the kernel cannot reset the peak)"
+                    },
+                    or_unknown(usage.anon),
+                    or_unknown(usage.file),
+                    usage
+                        .oom_kills
+                        .map_or("unknown".to_owned(), |n| n.to_string()),
+                )
+            }
+        }
+    }
+
+    fn hot_section(&self, w: &mut String, h: &hot_parent::Result) {
+        let _ = writeln!(w, "## 5. Hot parent\n");
+        let _ = writeln!(
+            w,
+            "{} tasks pushing new reviews for {} s per configuration, after a warm-up, {} rounds \
+             (the write modes alternate which goes first); pushes/s is the median (min–max) of \
+             the rounds, p50 and p99 the median of each round's percentile, max the slowest push \
+             of any round.\n",
+            hot_parent::TASKS,
+            h.seconds,
+            h.rounds
+        );
+        let _ = writeln!(
+            w,
+            "| write mode | pushes from | measured | pushes/s | p50 ms | p99 ms | max ms |"
+        );
+        let _ = writeln!(w, "|---|---|--:|--:|--:|--:|--:|");
+        for r in &h.rows {
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {:.0} ({:.0}–{:.0}) | {:.2} | {:.2} | {:.1} |",
+                match r.mode {
+                    WriteMode::Transactional => "transactions",
+                    WriteMode::Ordered => "ordered",
+                },
+                r.shape.name(),
+                r.pushes,
+                r.rate.median,
+                r.rate.min,
+                r.rate.max,
+                r.p50.median,
+                r.p99.median,
+                r.max
+            );
+        }
+        if let Some(why) = &h.processes_skipped {
+            let _ = writeln!(w, "\nThe cross-process configuration did not run: {why}.");
+        }
+        let _ = writeln!(
+            w,
+            "\nOne parent, one process, transactions over ordered writes, per round: pushes/s \
+             **{:.2}** ({:.2}–{:.2}), target ≥ 0.8; p99 **{:.2}** ({:.2}–{:.2}), target ≤ 3.\n",
+            h.rate_ratio.median,
+            h.rate_ratio.min,
+            h.rate_ratio.max,
+            h.p99_ratio.median,
+            h.p99_ratio.min,
+            h.p99_ratio.max
+        );
+    }
+
+    fn push_cost_section(&self, w: &mut String, k: &push_cost::Result) {
+        let _ = writeln!(w, "## 6. Push cost by `keep`\n");
+        let _ = writeln!(
+            w,
+            "One task, transactions; {} pushes of each kind per size and round into full subsets \
+             (the kinds alternate), {} rounds (the sizes rotate which goes first). In order: a \
+             review newer than every embedded one (`$position: 0`, no `$sort`). Out of order: one \
+             dated inside the embedded span (the guarded head update misses, the `$sort` update \
+             follows). Median (min–max) of the rounds' medians.\n",
+            k.pushes, k.rounds
+        );
+        let _ = writeln!(
+            w,
+            "| keep | embedded array | in order p50 ms | p99 ms | out of order p50 ms | p99 ms |"
+        );
+        let _ = writeln!(w, "|--:|--:|--:|--:|--:|--:|");
+        for r in &k.rows {
+            let _ = writeln!(
+                w,
+                "| {} | {} | {:.2} ({:.2}–{:.2}) | {:.2} | {:.2} ({:.2}–{:.2}) | {:.2} |",
+                r.keep,
+                bytes(r.array_bytes),
+                r.head.median,
+                r.head.min,
+                r.head.max,
+                r.head_p99.median,
+                r.sorted.median,
+                r.sorted.min,
+                r.sorted.max,
+                r.sorted_p99.median
+            );
+        }
+        let _ = writeln!(
+            w,
+            "\nIn order, keep 1000 over keep 5, per round: **{:.2}** ({:.2}–{:.2}); target ≤ 1.5.\n",
+            k.head_ratio.median, k.head_ratio.min, k.head_ratio.max
+        );
     }
 
     fn reads_of(&self, layout: Layout, popularity: &str, tasks: usize) -> Option<&ReadRow> {
@@ -226,6 +398,7 @@ impl Report {
                     |t| format!(", written in {:.0} s", t.as_secs_f64())
                 )
             );
+            let _ = writeln!(w, "{}\n", self.memory_line());
             let _ = writeln!(w, "### Collection sizes\n");
             let _ = writeln!(
                 w,
@@ -263,15 +436,21 @@ impl Report {
                  median over rounds of each round's percentile.\n"
             );
             let _ = writeln!(w, "![product-page throughput](working-set.svg)\n");
+            let disk = self.reads.iter().any(|r| r.disk_kb.median.is_finite());
             let _ = writeln!(
                 w,
-                "| popularity | tasks | layout | pages/s | p50 ms | p99 ms | KB read into cache per page |"
+                "| popularity | tasks | layout | pages/s | p50 ms | p99 ms | KB read into cache per page |{}",
+                if disk { " KB read from disk per page |" } else { "" }
             );
-            let _ = writeln!(w, "|---|--:|---|--:|--:|--:|--:|");
+            let _ = writeln!(
+                w,
+                "|---|--:|---|--:|--:|--:|--:|{}",
+                if disk { "--:|" } else { "" }
+            );
             for (p, t) in &configs {
                 for layout in Layout::ALL {
                     if let Some(r) = self.reads_of(layout, p, *t) {
-                        let _ = writeln!(
+                        let _ = write!(
                             w,
                             "| {p} | {t} | {} | {:.0} ({:.0}–{:.0}) | {:.2} | {:.2} | {:.1} |",
                             layout.name(),
@@ -282,13 +461,18 @@ impl Report {
                             r.p99.median,
                             r.cache_kb.median
                         );
+                        if disk {
+                            let _ = write!(w, " {:.1} |", r.disk_kb.median);
+                        }
+                        let _ = writeln!(w);
                     }
                 }
             }
             let _ = writeln!(w);
             let _ = writeln!(
                 w,
-                "Throughput of the subset layout over each other layout (medians):\n"
+                "Throughput of the subset layout over each other layout: the median (min–max) of \
+                 the ratios within each round (the layouts of a round run one after the other).\n"
             );
             let _ = writeln!(
                 w,
@@ -296,12 +480,9 @@ impl Report {
             );
             let _ = writeln!(w, "|---|--:|--:|--:|--:|--:|");
             for (p, t) in &configs {
-                let ratio = |other| match (
-                    self.reads_of(Layout::Subset, p, *t),
-                    self.reads_of(other, p, *t),
-                ) {
-                    (Some(s), Some(o)) => format!("{:.2}", s.ops.median / o.ops.median),
-                    _ => "–".into(),
+                let ratio = |other| match self.ratio_of(other, p, *t) {
+                    Some(r) => format!("{:.2} ({:.2}–{:.2})", r.median, r.min, r.max),
+                    None => "–".into(),
                 };
                 let _ = writeln!(
                     w,
@@ -313,6 +494,23 @@ impl Report {
                 );
             }
             let _ = writeln!(w, "| target | 4 | ≥ 4 | – | ≥ 2.5 | ≥ 2 |\n");
+            let wide: Vec<String> = self
+                .ratios
+                .iter()
+                .filter(|r| !within(&r.ratio, 0.25))
+                .map(|r| format!("{}, {} tasks, / {}", r.popularity, r.tasks, r.other.name()))
+                .collect();
+            if !self.ratios.is_empty() {
+                if wide.is_empty() {
+                    let _ = writeln!(w, "Every ratio's range is within ±25 % of its median.\n");
+                } else {
+                    let _ = writeln!(
+                        w,
+                        "Ranges wider than ±25 % of their median: {}.\n",
+                        wide.join("; ")
+                    );
+                }
+            }
         }
 
         if !self.writes.is_empty() {
@@ -450,6 +648,13 @@ impl Report {
             );
         }
 
+        if let Some(h) = &self.hot {
+            self.hot_section(w, h);
+        }
+        if let Some(k) = &self.push_cost {
+            self.push_cost_section(w, k);
+        }
+
         let _ = writeln!(w, "{ANALYSIS}");
         m.push_str(analysis);
         m
@@ -557,6 +762,11 @@ impl Report {
         root.present()?;
         Ok(())
     }
+}
+
+/// Whether `s`'s range lies within `±fraction` of its median.
+pub fn within(s: &Spread, fraction: f64) -> bool {
+    s.min >= s.median * (1.0 - fraction) && s.max <= s.median * (1.0 + fraction)
 }
 
 fn bytes(b: f64) -> String {

@@ -57,6 +57,8 @@ impl Layout {
 /// Everything a benchmark task needs; shared by all tasks.
 pub struct Ctx {
     db: Database,
+    /// The server's process when the benchmark started it, for its disk reads.
+    pub mongod: Option<u32>,
     pub store: Store<Product>,
     pub data: DataSet,
     embedded: Collection<ProductWithReviews>,
@@ -68,6 +70,7 @@ impl Ctx {
     pub fn new(db: &Database, data: DataSet) -> Ctx {
         Ctx {
             db: db.clone(),
+            mongod: None,
             store: Store::new(db),
             data,
             embedded: db.collection(EMBEDDED),
@@ -265,6 +268,9 @@ pub struct ReadRun {
     pub ops_per_sec: f64,
     /// Kilobytes WiredTiger read into its cache per page view (from the OS or disk).
     pub cache_kb: f64,
+    /// Kilobytes the server read from storage per page view: what the operating system's page
+    /// cache did not hold (`NaN` when the server is not the benchmark's own).
+    pub disk_kb: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
 }
@@ -287,7 +293,8 @@ pub async fn cache_reads(db: &Database) -> Res<f64> {
 }
 
 /// `tasks` tasks read random product pages for `warmup` (not recorded), then for `duration`,
-/// counting what WiredTiger reads into its cache during the measured part.
+/// counting what WiredTiger reads into its cache, and the server from storage, during the
+/// measured part.
 pub async fn reads(
     ctx: &Arc<Ctx>,
     layout: Layout,
@@ -298,10 +305,16 @@ pub async fn reads(
     seed: u64,
 ) -> Res<ReadRun> {
     run_reads(ctx, layout, picker, tasks, warmup, seed ^ 0x5EED).await?;
-    let before = cache_reads(&ctx.db).await?;
+    let disk = || ctx.mongod.and_then(crate::memory::disk_reads);
+    let (before, disk_before) = (cache_reads(&ctx.db).await?, disk());
     let mut run = run_reads(ctx, layout, picker, tasks, duration, seed).await?;
-    let after = cache_reads(&ctx.db).await?;
-    run.cache_kb = (after - before) / 1024.0 / (run.ops_per_sec * duration.as_secs_f64());
+    let (after, disk_after) = (cache_reads(&ctx.db).await?, disk());
+    let pages = run.ops_per_sec * duration.as_secs_f64();
+    run.cache_kb = (after - before) / 1024.0 / pages;
+    run.disk_kb = match (disk_before, disk_after) {
+        (Some(b), Some(a)) => a.saturating_sub(b) as f64 / 1024.0 / pages,
+        _ => f64::NAN,
+    };
     Ok(run)
 }
 
@@ -345,6 +358,7 @@ async fn run_reads(
     Ok(ReadRun {
         ops_per_sec: all.len() as f64 / duration.as_secs_f64(),
         cache_kb: f64::NAN,
+        disk_kb: f64::NAN,
         p50_ms: quantile(&all, 0.5),
         p99_ms: quantile(&all, 0.99),
     })

@@ -213,6 +213,12 @@ impl MongoServer {
         self.node.as_ref().map(Node::port)
     }
 
+    /// The process id of a started server's `mongod` while it runs; `None` for `MONGODB_URI`
+    /// and after [`stop`](Self::stop) or [`kill`](Self::kill).
+    pub fn pid(&self) -> Option<u32> {
+        self.node.as_ref().and_then(Node::pid)
+    }
+
     /// The data directory of a started server (removed with the server); `None` for `MONGODB_URI`.
     pub fn data_dir(&self) -> Option<&Path> {
         self.node.as_ref().map(Node::data_dir)
@@ -251,6 +257,18 @@ impl MongoServer {
     /// [`TestkitError::External`] for the server at `MONGODB_URI`.
     pub fn kill(&mut self) -> Result<(), TestkitError> {
         self.node_mut("kill")?.kill();
+        Ok(())
+    }
+
+    /// Stops the server cleanly (SIGTERM, then SIGKILL after 10 seconds), keeping its data
+    /// directory and port for [`restart`](Self::restart): e.g. to change what the process
+    /// will run under before it starts again.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::External`] for the server at `MONGODB_URI`.
+    pub fn stop(&mut self) -> Result<(), TestkitError> {
+        self.node_mut("stop")?.stop();
         Ok(())
     }
 

@@ -302,6 +302,11 @@ impl Node {
         self.port
     }
 
+    /// The process id of mongod while it runs (`None` once stopped or killed).
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(Child::id)
+    }
+
     pub(crate) fn data_dir(&self) -> &Path {
         self.data.path()
     }

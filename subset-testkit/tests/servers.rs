@@ -171,3 +171,32 @@ async fn a_killed_replica_set_restarts_with_its_data() -> TestResult {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_stopped_server_restarts_as_a_new_process_with_its_data() -> TestResult {
+    if std::env::var_os("MONGODB_URI").is_some_and(|uri| !uri.is_empty()) {
+        skip("MONGODB_URI is set: this test stops a mongod of its own");
+        return Ok(());
+    }
+    let mut server = MongoServer::start(Topology::Standalone).await?;
+    let port = server.port().ok_or("a started server has a port")?;
+    let first = server.pid().ok_or("a running server has a pid")?;
+    let db = server.database().await?;
+    db.collection::<Document>("c")
+        .insert_one(doc! { "_id": "kept" })
+        .await?;
+    server.stop()?;
+    assert!(refuses_connections(port));
+    assert_eq!(server.pid(), None);
+
+    server.restart().await?;
+    let second = server.pid().ok_or("a restarted server has a pid")?;
+    assert_ne!(first, second);
+    let again = server.client().await?.database(db.name());
+    let kept = again
+        .collection::<Document>("c")
+        .find_one(doc! { "_id": "kept" })
+        .await?;
+    assert!(kept.is_some(), "a clean stop keeps the data");
+    Ok(())
+}

@@ -1,0 +1,430 @@
+//! Experiment 5, hot parents: 16 tasks pushing to one parent against the same 16 tasks spread
+//! over 16 parents, for a fixed time, in both write modes; and 4 processes of 4 tasks each on
+//! one parent.
+//!
+//! In transactions, pushes to one parent conflict: the server lets one commit and aborts the
+//! others, which retry. Within one process the store queues pushes to a parent that has a
+//! transaction in flight and runs them together in the next one (group commit). Processes do not
+//! share that queue: their pushes conflict and spread out by the backoff (exponential, full
+//! jitter). For that case the benchmark starts copies of itself in a worker mode (`--hot-worker`)
+//! against the same server, starts them at once, and gathers their latencies from their output.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bson::oid::ObjectId;
+use bson::{DateTime, Document};
+use mongodb::Database;
+use subset::{Store, WriteMode};
+
+use crate::data::{DataSet, Product, Review, SUBSET};
+use crate::stats::{millis, quantile, sorted, Spread};
+use crate::Res;
+
+/// Pushing tasks in every configuration.
+pub const TASKS: usize = 16;
+/// Worker processes in the cross-process configuration (each with `TASKS / PROCESSES` tasks).
+pub const PROCESSES: usize = 4;
+
+/// How the pushes are spread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// One parent per task.
+    Spread,
+    /// Every task on the same parent.
+    OneParent,
+    /// Every task on the same parent, from [`PROCESSES`] processes.
+    Processes,
+}
+
+impl Shape {
+    pub fn name(self) -> String {
+        match self {
+            Shape::Spread => format!("{TASKS} tasks, {TASKS} parents (one each)"),
+            Shape::OneParent => format!("{TASKS} tasks, 1 parent"),
+            Shape::Processes => format!(
+                "{PROCESSES} processes × {} tasks, 1 parent",
+                TASKS / PROCESSES
+            ),
+        }
+    }
+}
+
+/// One configuration over the rounds.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub mode: WriteMode,
+    pub shape: Shape,
+    /// Pushes measured, all rounds.
+    pub pushes: usize,
+    pub rate: Spread,
+    pub p50: Spread,
+    pub p99: Spread,
+    /// The slowest push of any round.
+    pub max: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Result {
+    pub seconds: f64,
+    pub rounds: usize,
+    pub rows: Vec<Row>,
+    /// Per round, on one parent in one process: transactional pushes/s over ordered pushes/s.
+    pub rate_ratio: Spread,
+    /// The same for p99 latency.
+    pub p99_ratio: Spread,
+    /// Why the cross-process configuration did not run, if it did not.
+    pub processes_skipped: Option<String>,
+}
+
+/// A run's latencies (ms, sorted) and its pushes per second.
+struct Run {
+    latencies: Vec<f64>,
+    rate: f64,
+}
+
+impl Run {
+    fn of(latencies: Vec<f64>, duration: Duration) -> Run {
+        let rate = latencies.len() as f64 / duration.as_secs_f64();
+        Run {
+            latencies: sorted(latencies),
+            rate,
+        }
+    }
+}
+
+/// A new review dated now: pushes arrive newest last, as new reviews do, so most go to the head
+/// of the subset; concurrent ones may arrive slightly out of order and take the `$sort` path.
+fn fresh_review(data: &DataSet, task: usize, n: u64) -> Review {
+    let mut review = data.new_review(task, n);
+    review.id = ObjectId::new();
+    review.date = DateTime::now();
+    review
+}
+
+/// `tasks` tasks push for `warmup` (not recorded), then for `duration`; returns the latencies of
+/// the measured part. Task `t` pushes to `parents[t % parents.len()]`.
+async fn pushes(
+    store: &Store<Product>,
+    parents: &Arc<Vec<ObjectId>>,
+    tasks: usize,
+    warmup: Duration,
+    duration: Duration,
+    seed: u64,
+) -> Res<Vec<f64>> {
+    let data = DataSet {
+        products: TASKS,
+        min_reviews: 1,
+        max_reviews: 1,
+        seed,
+    };
+    let started = Instant::now();
+    let (measure_from, end) = (started + warmup, started + warmup + duration);
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let store = store.clone();
+            let parents = Arc::clone(parents);
+            tokio::spawn(async move {
+                let handle = store.subset(Product::RECENT_REVIEWS);
+                let parent = parents[t % parents.len()];
+                let mut latencies = Vec::new();
+                for n in 0.. {
+                    let now = Instant::now();
+                    if now >= end {
+                        break;
+                    }
+                    handle.push(&parent, &fresh_review(&data, t, n)).await?;
+                    if now >= measure_from {
+                        latencies.push(millis(now.elapsed()));
+                    }
+                }
+                Res::Ok(latencies)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await??);
+    }
+    Ok(all)
+}
+
+/// Drops `db`, and writes [`TASKS`] empty products; returns their `_id`s.
+async fn fresh(db: &Database) -> Res<Vec<ObjectId>> {
+    db.drop().await?;
+    let store = Store::<Product>::new(db);
+    store.ensure_indexes().await?;
+    let data = DataSet {
+        products: TASKS,
+        min_reviews: 1,
+        max_reviews: 1,
+        seed: 1,
+    };
+    let parents = (0..TASKS)
+        .map(|i| {
+            let info = data.info(i);
+            bson::to_document(&Product {
+                id: info.id,
+                name: info.name,
+                description: info.description,
+                category: info.category,
+                price: info.price,
+                recent_reviews: Vec::new(),
+                total_reviews: 0,
+            })
+        })
+        .collect::<std::result::Result<Vec<Document>, _>>()?;
+    db.collection::<Document>(SUBSET)
+        .insert_many(parents)
+        .await?;
+    Ok((0..TASKS).map(|i| data.product_id(i)).collect())
+}
+
+/// The experiment on `db` (dropped first and last); `uri` and `database` are handed to the
+/// worker processes.
+pub async fn run(
+    db: &Database,
+    uri: &str,
+    rounds: usize,
+    warmup: Duration,
+    duration: Duration,
+    seed: u64,
+) -> Res<Result> {
+    let parents = Arc::new(fresh(db).await?);
+    let one = Arc::new(vec![parents[0]]);
+    let transactional = Store::<Product>::new(db);
+    if transactional.mode().await? != WriteMode::Transactional {
+        return Err("the hot-parent experiment needs a replica set (transactions)".into());
+    }
+    let ordered = Store::<Product>::new(db).with_mode(WriteMode::Ordered);
+    let exe = std::env::current_exe();
+    let mut processes_skipped = exe
+        .as_ref()
+        .err()
+        .map(|e| format!("the benchmark cannot find its own executable: {e}"));
+
+    let modes = [WriteMode::Transactional, WriteMode::Ordered];
+    let shapes = [Shape::Spread, Shape::OneParent, Shape::Processes];
+    let mut runs: Vec<Vec<Vec<Run>>> = (0..modes.len())
+        .map(|_| (0..shapes.len()).map(|_| Vec::new()).collect())
+        .collect();
+    for round in 0..rounds {
+        for k in 0..modes.len() {
+            // Which mode goes first alternates between rounds.
+            let m = (k + round) % modes.len();
+            let store = match modes[m] {
+                WriteMode::Transactional => &transactional,
+                WriteMode::Ordered => &ordered,
+            };
+            for (s, shape) in shapes.into_iter().enumerate() {
+                let seed = seed ^ ((round * 100 + m * 10 + s) as u64);
+                let latencies = match shape {
+                    Shape::Spread => pushes(store, &parents, TASKS, warmup, duration, seed).await?,
+                    Shape::OneParent => pushes(store, &one, TASKS, warmup, duration, seed).await?,
+                    Shape::Processes => {
+                        let Ok(exe) = &exe else { continue };
+                        let job = Workers {
+                            exe: exe.clone(),
+                            uri: uri.to_owned(),
+                            database: db.name().to_owned(),
+                            mode: modes[m],
+                            parent: parents[0],
+                            warmup,
+                            duration,
+                        };
+                        match tokio::task::spawn_blocking(move || job.run()).await? {
+                            Ok(latencies) => latencies,
+                            Err(e) => {
+                                eprintln!("hot parent: worker processes failed: {e}");
+                                processes_skipped = Some(format!("worker processes failed: {e}"));
+                                continue;
+                            }
+                        }
+                    }
+                };
+                runs[m][s].push(Run::of(latencies, duration));
+            }
+        }
+    }
+
+    // Every push counted once and the subsets right, after all that contention.
+    let handle = transactional.subset(Product::RECENT_REVIEWS);
+    for id in parents.iter() {
+        let drift = handle.check(id).await?;
+        if !drift.is_clean() {
+            return Err(format!("hot parent: parent {id} drifted: {drift:?}").into());
+        }
+    }
+    db.drop().await?;
+
+    let mut rows = Vec::new();
+    for (m, mode) in modes.into_iter().enumerate() {
+        for (s, shape) in shapes.into_iter().enumerate() {
+            let r = &runs[m][s];
+            if r.is_empty() {
+                continue;
+            }
+            let spread = |f: fn(&Run) -> f64| Spread::of(&r.iter().map(f).collect::<Vec<_>>());
+            rows.push(Row {
+                mode,
+                shape,
+                pushes: r.iter().map(|r| r.latencies.len()).sum(),
+                rate: spread(|r| r.rate),
+                p50: spread(|r| quantile(&r.latencies, 0.5)),
+                p99: spread(|r| quantile(&r.latencies, 0.99)),
+                max: r
+                    .iter()
+                    .filter_map(|r| r.latencies.last().copied())
+                    .fold(f64::NAN, f64::max),
+            });
+        }
+    }
+    let one_parent = |m: usize| &runs[m][1];
+    let per_round = |f: fn(&Run, &Run) -> f64| {
+        Spread::of(
+            &one_parent(0)
+                .iter()
+                .zip(one_parent(1))
+                .map(|(t, o)| f(t, o))
+                .collect::<Vec<_>>(),
+        )
+    };
+    Ok(Result {
+        seconds: duration.as_secs_f64(),
+        rounds,
+        rows,
+        rate_ratio: per_round(|t, o| t.rate / o.rate),
+        p99_ratio: per_round(|t, o| quantile(&t.latencies, 0.99) / quantile(&o.latencies, 0.99)),
+        processes_skipped,
+    })
+}
+
+/// The cross-process configuration: [`PROCESSES`] copies of this executable in worker mode.
+struct Workers {
+    exe: std::path::PathBuf,
+    uri: String,
+    database: String,
+    mode: WriteMode,
+    parent: ObjectId,
+    warmup: Duration,
+    duration: Duration,
+}
+
+/// Started workers, killed (by their own pids) if the run is abandoned.
+struct Started(Vec<(Child, BufReader<ChildStdout>)>);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.0 {
+            if let Ok(None) = child.try_wait() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+impl Workers {
+    /// Starts the workers, waits until each is connected and says `ready`, tells them all to
+    /// go, and gathers their latencies. Blocking.
+    fn run(self) -> Res<Vec<f64>> {
+        let mode = match self.mode {
+            WriteMode::Transactional => "transactional",
+            WriteMode::Ordered => "ordered",
+        };
+        let mut started = Started(Vec::new());
+        for _ in 0..PROCESSES {
+            let mut child = Command::new(&self.exe)
+                .args(["--hot-worker", &self.uri, "--database", &self.database])
+                .args([
+                    "--worker-mode",
+                    mode,
+                    "--worker-parent",
+                    &self.parent.to_hex(),
+                ])
+                .args(["--worker-tasks", &(TASKS / PROCESSES).to_string()])
+                .args(["--warmup", &self.warmup.as_secs_f64().to_string()])
+                .args(["--duration", &self.duration.as_secs_f64().to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()?;
+            let out = BufReader::new(child.stdout.take().ok_or("no worker stdout")?);
+            started.0.push((child, out));
+        }
+        for (_, out) in &mut started.0 {
+            let mut line = String::new();
+            out.read_line(&mut line)?;
+            if line.trim() != "ready" {
+                return Err(format!("a worker said {line:?} instead of `ready`").into());
+            }
+        }
+        for (child, _) in &mut started.0 {
+            let stdin = child.stdin.as_mut().ok_or("no worker stdin")?;
+            stdin.write_all(b"go\n")?;
+            stdin.flush()?;
+        }
+        let mut all = Vec::new();
+        for (child, out) in &mut started.0 {
+            for line in out.lines() {
+                let line = line?;
+                all.push(
+                    line.trim()
+                        .parse::<f64>()
+                        .map_err(|_| format!("a worker wrote {line:?}"))?,
+                );
+            }
+            let status = child.wait()?;
+            if !status.success() {
+                return Err(format!("a worker exited with {status}").into());
+            }
+        }
+        Ok(all)
+    }
+}
+
+/// Worker mode (`--hot-worker URI`): `tasks` tasks push to `parent` in `database` once this
+/// process reads `go` on its standard input; writes `ready` first and then one latency (ms)
+/// per line on its standard output.
+pub async fn worker(
+    uri: &str,
+    database: &str,
+    mode: WriteMode,
+    parent: ObjectId,
+    tasks: usize,
+    warmup: Duration,
+    duration: Duration,
+) -> Res<()> {
+    let client = mongodb::Client::with_uri_str(uri).await?;
+    let db = client.database(database);
+    let store = Store::<Product>::new(&db).with_mode(mode);
+    // Connected and the parent there before the clock starts.
+    store
+        .get(&parent)
+        .await?
+        .ok_or("the hot parent is missing")?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ready")?;
+        out.flush()?;
+    }
+    let go = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await??;
+    if go.trim() != "go" {
+        return Err(format!("expected `go`, read {go:?}").into());
+    }
+    let seed = u64::from(std::process::id());
+    let parents = Arc::new(vec![parent]);
+    let latencies = pushes(&store, &parents, tasks, warmup, duration, seed).await?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for l in latencies {
+        writeln!(out, "{l}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
