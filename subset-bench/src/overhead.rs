@@ -295,7 +295,15 @@ pub async fn run(db: &Database, iterations: usize, seed: u64) -> Res<(WriteMode,
         for k in 0..warmup + iterations {
             let i = rng.random_range(0..PRODUCTS);
             let library_first = k % 2 == 0;
-            let inputs = [bench.input(op, i), bench.input(op, i)];
+            // Each side's reviews are newer than everything the product holds, in the order the
+            // sides run: a push older than the stored head takes the `$sort` path and one more
+            // update, which an A/B of the same operation must not hand to one side only.
+            let (earlier, later) = (bench.input(op, i), bench.input(op, i));
+            let inputs = if library_first {
+                [earlier, later]
+            } else {
+                [later, earlier]
+            };
             let mut times = [0.0; 2];
             for turn in 0..2 {
                 let start = Instant::now();
