@@ -472,7 +472,7 @@ impl Report {
             let _ = writeln!(
                 w,
                 "Throughput of the subset layout over each other layout: the median (min–max) of \
-                 the ratios within each round (the layouts of a round run one after the other).\n"
+                 the ratios within each round (the five layouts of a configuration run back to back).\n"
             );
             let _ = writeln!(
                 w,
