@@ -86,38 +86,45 @@ impl<'a> RawSubset<'a> {
     /// `batch` in a transaction of ours, together with the pushes queued on the same parent.
     async fn push_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
         let combiner = &self.store().combiner;
-        let (batch, mut others, leader) =
-            match combiner.join(self.spec().field, parent, batch).await {
-                Role::Done(result) => return result,
-                Role::Lead {
-                    batch,
-                    others,
-                    leader,
-                } => (batch, others, leader),
-            };
-        let theirs: Vec<Batch> = others.iter_mut().filter_map(Waiter::take_batch).collect();
-        let all: Batch = batch
-            .iter()
-            .chain(theirs.iter().flatten())
-            .cloned()
+        let (batch, others, leader) = match combiner.join(self.spec().field, parent, batch).await {
+            Role::Done(result) => return result,
+            Role::Lead {
+                batch,
+                others,
+                leader,
+            } => (batch, others, leader),
+        };
+        let theirs: Vec<(Waiter<Batch>, Batch)> = others
+            .into_iter()
+            .filter_map(|mut waiter| {
+                let batch = waiter.take_batch()?;
+                Some((waiter, batch))
+            })
             .collect();
-        let mut ids: Vec<&Bson> = all.iter().map(|p| &p.id).collect();
-        ids.sort_unstable_by_key(|id| id.to_string());
-        ids.dedup();
-        // The same child from two callers: each on its own, so that one stores it and the
-        // other finds it stored.
-        let together = !theirs.is_empty() && ids.len() == all.len();
-        if together && self.push_alone(parent, &all, None).await.is_ok() {
-            for waiter in others {
-                waiter.answer(Ok(()));
+        // Alone, the batch goes as it is; with others, all in one transaction, unless the same
+        // child comes from two callers (then each on its own, so that one stores it and the
+        // other finds it stored).
+        if !theirs.is_empty() {
+            let all: Batch = batch
+                .iter()
+                .chain(theirs.iter().flat_map(|(_, b)| b))
+                .cloned()
+                .collect();
+            let mut ids: Vec<String> = all.iter().map(|p| p.id.to_string()).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            if ids.len() == all.len() && self.push_alone(parent, &all, None).await.is_ok() {
+                for (waiter, _) in theirs {
+                    waiter.answer(Ok(()));
+                }
+                drop(leader);
+                return Ok(());
             }
-            drop(leader);
-            return Ok(());
         }
         // Alone, or the combined transaction failed: each batch on its own, so each caller
         // gets its own result.
         let mine = self.push_alone(parent, &batch, None).await;
-        for (waiter, batch) in others.into_iter().zip(theirs) {
+        for (waiter, batch) in theirs {
             let result = self.push_alone(parent, &batch, None).await;
             waiter.answer(result);
         }
