@@ -632,8 +632,8 @@ pub(crate) fn announce_download(
     target: &Path,
 ) {
     let mut message = format!(
-        "no mongod {version} on PATH or in the cache (SUBSET_MONGOD is unset): downloading \
-         MongoDB {version} for {platform}"
+        "no mongod {version} in the cache (and SUBSET_MONGOD is unset): downloading MongoDB \
+         {version} for {platform}"
     );
     for (label, text) in details {
         message.push_str(&format!("\n{:<8} {text}", format!("{label}:")));
@@ -654,7 +654,11 @@ pub(crate) fn announce_done(version: &str, started: Instant, target: &Path) {
 
 /// A size in bytes as the announcements say it, e.g. `72.4 MB`.
 pub(crate) fn size_text(bytes: u64) -> String {
-    format!("{:.1} MB", bytes as f64 / 1e6)
+    if bytes < 100_000 {
+        format!("{bytes} bytes")
+    } else {
+        format!("{:.1} MB", bytes as f64 / 1e6)
+    }
 }
 
 /// The name of every scratch directory starts with this.
