@@ -21,7 +21,7 @@ pub(crate) const DEFAULT_MIRROR: &str = "https://fastdl.mongodb.org";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How long the server may take to answer a request, up to its headers.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(20);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the whole archive (about 70 MB) may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(600);
