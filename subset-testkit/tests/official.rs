@@ -275,11 +275,7 @@ async fn an_official_archive_is_downloaded_verified_unpacked_and_started() -> Te
         downloaded.elapsed()
     );
     assert_eq!(binary, cache.join("mongodb-99.0.0").join("mongod"));
-    assert_eq!(
-        sha256_hex(&std::fs::read(&binary)?),
-        sha256_hex(&real_bytes),
-        "the binary is whole"
-    );
+    assert!(std::fs::read(&binary)? == real_bytes, "the binary is whole");
     assert_eq!(
         mirror.requests(),
         [format!("{path}.sha256"), path.clone()],
