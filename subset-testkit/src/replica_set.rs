@@ -8,7 +8,6 @@ use bson::{doc, Bson, Document};
 use tracing::Instrument;
 
 use crate::error::TestkitError;
-use crate::locate;
 use crate::mongod::Node;
 
 /// How long a new set may take to elect its first primary. With the election timeout below a
@@ -77,7 +76,7 @@ impl ReplicaSet {
         let span = tracing::info_span!("testkit.replica_set", %name, members);
         async {
             let started = Instant::now();
-            let binary = locate::mongod(locate::Env::from_process()).await?;
+            let binary = crate::MongodLookup::from_env().locate().await?;
             let nodes = futures::future::join_all(
                 (0..members).map(|_| Node::start_member(binary.clone(), name.clone())),
             )
