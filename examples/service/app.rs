@@ -172,22 +172,30 @@ pub struct PageQuery {
 }
 
 impl PageQuery {
-    /// The runtime's request for this query.
+    /// The runtime's request for this query: each pair of parameters (`first`/`after` now) is
+    /// one arm, so that another direction is another arm.
     fn request(&self) -> Result<PageRequest, ApiError> {
-        let size = self.first.unwrap_or(DEFAULT_PAGE_SIZE);
-        if !(1..=MAX_PAGE_SIZE).contains(&size) {
-            return Err(ApiError::BadRequest(format!(
-                "`first` must be from 1 to {MAX_PAGE_SIZE}, not {size}"
-            )));
-        }
-        Ok(match &self.after {
+        let size = page_size("first", self.first)?;
+        Ok(match self.after.as_deref() {
             None => PageRequest::first(size),
             Some(token) => PageRequest::after(Cursor::decode(token)?, size),
         })
     }
 }
 
-/// A page of reviews, newest first.
+/// The page size a parameter asks for, [`DEFAULT_PAGE_SIZE`] when absent.
+fn page_size(parameter: &str, value: Option<u32>) -> Result<u32, ApiError> {
+    let size = value.unwrap_or(DEFAULT_PAGE_SIZE);
+    if !(1..=MAX_PAGE_SIZE).contains(&size) {
+        return Err(ApiError::BadRequest(format!(
+            "`{parameter}` must be from 1 to {MAX_PAGE_SIZE}, not {size}"
+        )));
+    }
+    Ok(size)
+}
+
+/// A page of reviews, newest first. Built from the runtime's [`Page`] in one place
+/// ([`ReviewPage::new`]), so that more of it (a cursor back, `has_previous`) is more fields here.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReviewPage {
     /// The reviews on this page.
