@@ -366,6 +366,7 @@ async fn bad_tokens_and_parameters_are_400_with_a_json_error() {
             "`not-an-id` is not an id",
         ),
         ("/products/123".to_owned(), "bad_request", "`123`"),
+        ("/products/%FF".to_owned(), "bad_request", ""),
     ] {
         let (status, body) = Service::error(service.get(&path).await).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body:?}");
@@ -491,6 +492,9 @@ async fn unknown_products_and_reviews_are_404() {
     assert_eq!(page.total_reviews, 1);
     assert_eq!(page.recent_reviews, [of_a]);
     assert_eq!(service.product(&b.id).await.total_reviews, 0);
+    let (status, body) = Service::error(service.get("/reviews").await).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body.message, "no such route");
     // The nonexistent product was not created by the POST to it.
     let (status, _) = Service::error(service.get(&format!("/products/{nobody}")).await).await;
     assert_eq!(status, StatusCode::NOT_FOUND);

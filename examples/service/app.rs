@@ -13,7 +13,7 @@
 //! Ids are 24-digit hex ObjectIds and dates RFC 3339 strings. Every error is a JSON body
 //! `{"error": <code>, "message": <text>}` with the status [`ApiError::into_response`] chooses.
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
@@ -83,6 +83,7 @@ pub fn router(store: Store<Product>) -> Router {
             "/products/{id}/reviews/{review_id}",
             put(edit_review).delete(delete_review),
         )
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(middleware::from_fn(log_request))
         .with_state(store)
 }
@@ -351,8 +352,9 @@ async fn create_product(
 
 async fn product_page(
     State(store): State<Store<Product>>,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ProductOut>, ApiError> {
+    let Path(id) = path?;
     let id = object_id("product id", &id)?;
     match store.get(&id).await? {
         Some(product) => Ok(Json(ProductOut::new(&product)?)),
@@ -362,9 +364,10 @@ async fn product_page(
 
 async fn reviews(
     State(store): State<Store<Product>>,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Json<ReviewPage>, ApiError> {
+    let Path(id) = path?;
     let id = object_id("product id", &id)?;
     let Query(query) = query?;
     let page = reviews_of(&store).page(&id, &query.request()?).await?;
@@ -373,9 +376,10 @@ async fn reviews(
 
 async fn post_review(
     State(store): State<Store<Product>>,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     body: Result<Json<ReviewBody>, JsonRejection>,
 ) -> Result<(StatusCode, Json<ReviewOut>), ApiError> {
+    let Path(id) = path?;
     let id = object_id("product id", &id)?;
     let Json(body) = body?;
     let review_id = match &body.id {
@@ -389,9 +393,10 @@ async fn post_review(
 
 async fn edit_review(
     State(store): State<Store<Product>>,
-    Path((id, review_id)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
     body: Result<Json<ReviewBody>, JsonRejection>,
 ) -> Result<Json<ReviewOut>, ApiError> {
+    let Path((id, review_id)) = path?;
     let id = object_id("product id", &id)?;
     let review_id = object_id("review id", &review_id)?;
     let Json(body) = body?;
@@ -407,8 +412,9 @@ async fn edit_review(
 
 async fn delete_review(
     State(store): State<Store<Product>>,
-    Path((id, review_id)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
+    let Path((id, review_id)) = path?;
     let id = object_id("product id", &id)?;
     let review_id = object_id("review id", &review_id)?;
     reviews_of(&store).remove(&id, &review_id).await?;
@@ -422,9 +428,9 @@ async fn delete_review(
 pub enum ApiError {
     /// A path, query or body this service cannot take.
     BadRequest(String),
-    /// A path or JSON body axum could not read, with the status it chose (400, 415, 422).
+    /// A JSON body axum could not read, with the status it chose (400, 415, 422).
     Rejected(StatusCode, String),
-    /// No such product or review.
+    /// No such product, review or route.
     NotFound(String),
     /// The id is taken.
     Conflict(String),
@@ -443,6 +449,13 @@ impl From<subset::Error> for ApiError {
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         ApiError::Rejected(rejection.status(), rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        // A path that matched a route but does not decode (bad percent-encoding): the client's.
+        ApiError::BadRequest(rejection.body_text())
     }
 }
 
