@@ -1,0 +1,574 @@
+//! The service's model, routes and error mapping; `main.rs` serves it and `tests/service.rs`
+//! starts the same router against the test server.
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /products` | create a product: `{"name": …, "id"?: hex}` → 201 |
+//! | `GET /products/{id}` | the product page: the product, its 5 latest reviews and its review count, in one query |
+//! | `GET /products/{id}/reviews?first=20&after=<token>` | reviews, newest first, by cursor |
+//! | `POST /products/{id}/reviews` | push a review: `{"author", "rating", "comment", "date"?, "id"?}` → 201 |
+//! | `PUT /products/{id}/reviews/{review_id}` | replace a review: `{"author", "rating", "comment", "date"}` |
+//! | `DELETE /products/{id}/reviews/{review_id}` | delete a review → 204 |
+//!
+//! Ids are 24-digit hex ObjectIds and dates RFC 3339 strings. Every error is a JSON body
+//! `{"error": <code>, "message": <text>}` with the status [`ApiError::into_response`] chooses.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use bson::oid::ObjectId;
+use bson::{Bson, DateTime};
+use serde::{Deserialize, Serialize};
+use subset::{Child, Cursor, InsertFailure, Page, PageRequest, Store, Subset};
+
+/// A review as stored: in the `reviews` collection, and the latest five in their product.
+#[derive(Debug, Clone, Serialize, Deserialize, Child)]
+pub struct Review {
+    /// The review's `_id`.
+    #[serde(rename = "_id")]
+    pub id: ObjectId,
+    /// Who wrote it.
+    pub author: String,
+    /// From 1 to 5.
+    pub rating: i32,
+    /// The text.
+    pub comment: String,
+    /// When it was written; the subset keeps the latest.
+    pub date: DateTime,
+}
+
+/// A product as stored, with its latest reviews and their count embedded.
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "products")]
+pub struct Product {
+    /// The product's `_id`.
+    #[serde(rename = "_id")]
+    pub id: ObjectId,
+    /// Its name.
+    pub name: String,
+    /// The 5 latest reviews, newest first.
+    #[subset(
+        child = "reviews",
+        keep = 5,
+        sort = "date desc",
+        count = "total_reviews"
+    )]
+    pub recent_reviews: Vec<Review>,
+    /// How many reviews the product has.
+    #[serde(default)]
+    pub total_reviews: i64,
+}
+
+/// The page size when a request names none.
+pub const DEFAULT_PAGE_SIZE: u32 = 20;
+/// The largest page a request may ask for.
+pub const MAX_PAGE_SIZE: u32 = 100;
+/// The longest review text accepted; well under what keeps 5 embedded reviews far from
+/// MongoDB's 16 MiB document limit.
+pub const MAX_COMMENT_CHARS: usize = 4_000;
+/// The longest author or product name accepted.
+pub const MAX_NAME_CHARS: usize = 200;
+
+/// The router of the whole service, over `store`.
+pub fn router(store: Store<Product>) -> Router {
+    Router::new()
+        .route("/products", post(create_product))
+        .route("/products/{id}", get(product_page))
+        .route("/products/{id}/reviews", get(reviews).post(post_review))
+        .route(
+            "/products/{id}/reviews/{review_id}",
+            put(edit_review).delete(delete_review),
+        )
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .layer(middleware::from_fn(log_request))
+        .with_state(store)
+}
+
+/// Logs each request with its status and time at `info`.
+async fn log_request(request: Request, next: Next) -> Response {
+    let (method, uri) = (request.method().clone(), request.uri().clone());
+    let start = std::time::Instant::now();
+    let response = next.run(request).await;
+    tracing::info!(
+        %method,
+        %uri,
+        status = response.status().as_u16(),
+        micros = start.elapsed().as_micros() as u64,
+        "request"
+    );
+    response
+}
+
+// ---- requests and responses ----
+
+/// `POST /products`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewProduct {
+    /// Its name.
+    pub name: String,
+    /// An `_id` chosen by the client (a retry sends the same one); a new one when absent.
+    pub id: Option<String>,
+}
+
+/// `POST /products/{id}/reviews` and `PUT /products/{id}/reviews/{review_id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewBody {
+    /// Who wrote it.
+    pub author: String,
+    /// From 1 to 5.
+    pub rating: i32,
+    /// The text.
+    pub comment: String,
+    /// RFC 3339; now when a POST leaves it out; required by PUT, which replaces the review.
+    pub date: Option<String>,
+    /// POST only: an `_id` chosen by the client, so that a retried POST is not stored twice.
+    pub id: Option<String>,
+}
+
+/// A review in responses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviewOut {
+    /// Hex ObjectId.
+    pub id: String,
+    /// Who wrote it.
+    pub author: String,
+    /// From 1 to 5.
+    pub rating: i32,
+    /// The text.
+    pub comment: String,
+    /// RFC 3339, in UTC.
+    pub date: String,
+}
+
+/// The product page.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProductOut {
+    /// Hex ObjectId.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// How many reviews it has.
+    pub total_reviews: i64,
+    /// The latest reviews, newest first.
+    pub recent_reviews: Vec<ReviewOut>,
+}
+
+/// The query of a review page: `?first=20&after=<token>`.
+///
+/// Unknown parameters are refused (400) rather than ignored, so that a client asking for
+/// something this service does not do learns so.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// The page size, from 1 to [`MAX_PAGE_SIZE`]; [`DEFAULT_PAGE_SIZE`] when absent.
+    pub first: Option<u32>,
+    /// The `next_cursor` of the previous page; the first page when absent.
+    pub after: Option<String>,
+}
+
+impl PageQuery {
+    /// The runtime's request for this query: each pair of parameters (`first`/`after` now) is
+    /// one arm, so that another direction is another arm.
+    fn request(&self) -> Result<PageRequest, ApiError> {
+        let size = page_size("first", self.first)?;
+        Ok(match self.after.as_deref() {
+            None => PageRequest::first(size),
+            Some(token) => PageRequest::after(Cursor::decode(token)?, size),
+        })
+    }
+}
+
+/// The page size a parameter asks for, [`DEFAULT_PAGE_SIZE`] when absent.
+fn page_size(parameter: &str, value: Option<u32>) -> Result<u32, ApiError> {
+    let size = value.unwrap_or(DEFAULT_PAGE_SIZE);
+    if !(1..=MAX_PAGE_SIZE).contains(&size) {
+        return Err(ApiError::BadRequest(format!(
+            "`{parameter}` must be from 1 to {MAX_PAGE_SIZE}, not {size}"
+        )));
+    }
+    Ok(size)
+}
+
+/// A page of reviews, newest first. Built from the runtime's [`Page`] in one place
+/// ([`ReviewPage::new`]), so that more of it (a cursor back, `has_previous`) is more fields here.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReviewPage {
+    /// The reviews on this page.
+    pub items: Vec<ReviewOut>,
+    /// Whether more reviews follow this page.
+    pub has_next: bool,
+    /// The token to pass as `after` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+impl ReviewPage {
+    fn new(page: Page<Review>) -> Result<Self, ApiError> {
+        Ok(ReviewPage {
+            items: page
+                .items
+                .iter()
+                .map(ReviewOut::new)
+                .collect::<Result<_, _>>()?,
+            has_next: page.next.is_some(),
+            next_cursor: page.next.as_ref().map(Cursor::encode),
+        })
+    }
+}
+
+impl ReviewOut {
+    fn new(review: &Review) -> Result<Self, ApiError> {
+        Ok(ReviewOut {
+            id: review.id.to_hex(),
+            author: review.author.clone(),
+            rating: review.rating,
+            comment: review.comment.clone(),
+            date: rfc3339(review)?,
+        })
+    }
+}
+
+impl ProductOut {
+    fn new(product: &Product) -> Result<Self, ApiError> {
+        Ok(ProductOut {
+            id: product.id.to_hex(),
+            name: product.name.clone(),
+            total_reviews: product.total_reviews,
+            recent_reviews: product
+                .recent_reviews
+                .iter()
+                .map(ReviewOut::new)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+/// A review's date as RFC 3339. A stored date outside the years 0 to 9999 has none: a 500, with
+/// the review named in the log.
+fn rfc3339(review: &Review) -> Result<String, ApiError> {
+    review.date.try_to_rfc3339_string().map_err(|_| {
+        ApiError::Internal(format!(
+            "review {}: field `date` is {}, which RFC 3339 cannot express",
+            review.id, review.date
+        ))
+    })
+}
+
+fn object_id(what: &str, hex: &str) -> Result<ObjectId, ApiError> {
+    ObjectId::parse_str(hex).map_err(|_| {
+        ApiError::BadRequest(format!(
+            "{what} `{hex}` is not an id: ids are 24 hexadecimal digits"
+        ))
+    })
+}
+
+fn text(what: &str, value: String, max: usize) -> Result<String, ApiError> {
+    let chars = value.chars().count();
+    if value.trim().is_empty() || chars > max {
+        return Err(ApiError::BadRequest(format!(
+            "`{what}` must be from 1 to {max} characters, not {chars}"
+        )));
+    }
+    Ok(value)
+}
+
+impl ReviewBody {
+    /// The review this body describes, with `id`, and `date` when the body has none.
+    fn into_review(self, id: ObjectId, default_date: Option<DateTime>) -> Result<Review, ApiError> {
+        if !(1..=5).contains(&self.rating) {
+            return Err(ApiError::BadRequest(format!(
+                "`rating` must be from 1 to 5, not {}",
+                self.rating
+            )));
+        }
+        let date = match (self.date, default_date) {
+            (Some(date), _) => DateTime::parse_rfc3339_str(&date).map_err(|_| {
+                ApiError::BadRequest(format!(
+                    "`date` `{date}` is not an RFC 3339 date, e.g. `2024-05-01T12:00:00Z`"
+                ))
+            })?,
+            (None, Some(now)) => now,
+            (None, None) => {
+                return Err(ApiError::BadRequest(
+                    "`date` is required: a PUT replaces the whole review".into(),
+                ))
+            }
+        };
+        Ok(Review {
+            id,
+            author: text("author", self.author, MAX_NAME_CHARS)?,
+            rating: self.rating,
+            comment: text("comment", self.comment, MAX_COMMENT_CHARS)?,
+            date,
+        })
+    }
+}
+
+// ---- handlers ----
+
+type Reviews<'a> = Subset<'a, Product, Review>;
+
+fn reviews_of(store: &Store<Product>) -> Reviews<'_> {
+    store.subset(Product::RECENT_REVIEWS)
+}
+
+async fn create_product(
+    State(store): State<Store<Product>>,
+    body: Result<Json<NewProduct>, JsonRejection>,
+) -> Result<impl IntoResponse, ApiError> {
+    let Json(body) = body?;
+    let id = match &body.id {
+        Some(hex) => object_id("product id", hex)?,
+        None => ObjectId::new(),
+    };
+    let product = Product {
+        id,
+        name: text("name", body.name, MAX_NAME_CHARS)?,
+        recent_reviews: Vec::new(),
+        total_reviews: 0,
+    };
+    store.insert(&product).await.map_err(|e| {
+        let duplicate = e
+            .mongo_error()
+            .and_then(InsertFailure::of)
+            .is_some_and(|f| f.only_duplicates());
+        if duplicate {
+            ApiError::Conflict(format!("product {id} already exists"))
+        } else {
+            e.into()
+        }
+    })?;
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("/products/{id}"))],
+        Json(ProductOut::new(&product)?),
+    ))
+}
+
+async fn product_page(
+    State(store): State<Store<Product>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<ProductOut>, ApiError> {
+    let Path(id) = path?;
+    let id = object_id("product id", &id)?;
+    match store.get(&id).await? {
+        Some(product) => Ok(Json(ProductOut::new(&product)?)),
+        None => Err(ApiError::NotFound(format!("product {id} not found"))),
+    }
+}
+
+async fn reviews(
+    State(store): State<Store<Product>>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Json<ReviewPage>, ApiError> {
+    let Path(id) = path?;
+    let id = object_id("product id", &id)?;
+    let Query(query) = query?;
+    let page = reviews_of(&store).page(&id, &query.request()?).await?;
+    Ok(Json(ReviewPage::new(page)?))
+}
+
+async fn post_review(
+    State(store): State<Store<Product>>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<ReviewBody>, JsonRejection>,
+) -> Result<(StatusCode, Json<ReviewOut>), ApiError> {
+    let Path(id) = path?;
+    let id = object_id("product id", &id)?;
+    let Json(body) = body?;
+    let review_id = match &body.id {
+        Some(hex) => object_id("review id", hex)?,
+        None => ObjectId::new(),
+    };
+    let review = body.into_review(review_id, Some(DateTime::now()))?;
+    reviews_of(&store).push(&id, &review).await?;
+    Ok((StatusCode::CREATED, Json(ReviewOut::new(&review)?)))
+}
+
+async fn edit_review(
+    State(store): State<Store<Product>>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    body: Result<Json<ReviewBody>, JsonRejection>,
+) -> Result<Json<ReviewOut>, ApiError> {
+    let Path((id, review_id)) = path?;
+    let id = object_id("product id", &id)?;
+    let review_id = object_id("review id", &review_id)?;
+    let Json(body) = body?;
+    if body.id.is_some() {
+        return Err(ApiError::BadRequest(
+            "`id` cannot be changed: the review's id is in its path".into(),
+        ));
+    }
+    let review = body.into_review(review_id, None)?;
+    reviews_of(&store).update(&id, &review).await?;
+    Ok(Json(ReviewOut::new(&review)?))
+}
+
+async fn delete_review(
+    State(store): State<Store<Product>>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Path((id, review_id)) = path?;
+    let id = object_id("product id", &id)?;
+    let review_id = object_id("review id", &review_id)?;
+    reviews_of(&store).remove(&id, &review_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- errors ----
+
+/// Why a request failed; [`ApiError::into_response`] turns it into a status and a JSON body.
+#[derive(Debug)]
+pub enum ApiError {
+    /// A path, query or body this service cannot take.
+    BadRequest(String),
+    /// A JSON body axum could not read, with the status it chose (400, 415, 422).
+    Rejected(StatusCode, String),
+    /// No such product, review or route.
+    NotFound(String),
+    /// The id is taken.
+    Conflict(String),
+    /// A stored value the responses cannot express.
+    Internal(String),
+    /// The store's error, mapped to a status by its variant.
+    Store(subset::Error),
+}
+
+impl From<subset::Error> for ApiError {
+    fn from(error: subset::Error) -> Self {
+        ApiError::Store(error)
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        ApiError::Rejected(rejection.status(), rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        // A path that matched a route but does not decode (bad percent-encoding): the client's.
+        ApiError::BadRequest(rejection.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        // Every query problem is the client's: a status of 400 whatever axum chose.
+        ApiError::BadRequest(rejection.body_text())
+    }
+}
+
+/// The body of every error response.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// A stable code: `bad_request`, `invalid_cursor`, `not_found`, `conflict`, `internal`.
+    pub error: String,
+    /// What went wrong, for people; never the content of stored documents.
+    pub message: String,
+}
+
+/// How an `_id` reads in a message: the hex of an ObjectId, else its extended JSON.
+fn show(id: &Bson) -> String {
+    match id {
+        Bson::ObjectId(id) => id.to_hex(),
+        other => other.to_string(),
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        use subset::Error as E;
+        let (status, code, message) = match self {
+            ApiError::BadRequest(message) => (StatusCode::BAD_REQUEST, "bad_request", message),
+            ApiError::Rejected(status, message) => (status, "bad_request", message),
+            ApiError::NotFound(message) => (StatusCode::NOT_FOUND, "not_found", message),
+            ApiError::Conflict(message) => (StatusCode::CONFLICT, "conflict", message),
+            ApiError::Store(E::InvalidCursor { reason }) => (
+                StatusCode::BAD_REQUEST,
+                "invalid_cursor",
+                format!("`after` is not a cursor of this product's reviews: {reason}"),
+            ),
+            ApiError::Store(e @ (E::InvalidPageSize { .. } | E::InvalidId { .. })) => {
+                (StatusCode::BAD_REQUEST, "bad_request", e.to_string())
+            }
+            ApiError::Store(E::ParentNotFound { id, .. }) => (
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("product {} not found", show(&id)),
+            ),
+            ApiError::Store(E::ChildNotFound { parent, id, .. }) => (
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!(
+                    "review {} of product {} not found",
+                    show(&id),
+                    show(&parent)
+                ),
+            ),
+            ApiError::Store(E::ChildOwnedElsewhere { id, parent, .. }) => (
+                StatusCode::CONFLICT,
+                "conflict",
+                format!(
+                    "review {} belongs to another product, not {}",
+                    show(&id),
+                    show(&parent)
+                ),
+            ),
+            // Stored data of the wrong shape: the document and field go to the log, for the
+            // operator; the client learns only that the server failed.
+            ApiError::Store(
+                E::MalformedParent {
+                    collection,
+                    id,
+                    field,
+                    problem,
+                }
+                | E::MalformedChild {
+                    collection,
+                    id,
+                    field,
+                    problem,
+                },
+            ) => {
+                tracing::error!(
+                    %collection,
+                    id = %show(&id),
+                    %field,
+                    %problem,
+                    "stored document does not match the model"
+                );
+                internal()
+            }
+            ApiError::Internal(message) => {
+                tracing::error!(%message, "stored data the response cannot express");
+                internal()
+            }
+            ApiError::Store(other) => {
+                tracing::error!(error = %other, "request failed");
+                internal()
+            }
+        };
+        let body = ErrorBody {
+            error: code.to_owned(),
+            message,
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+/// The status and body of every server-side failure: nothing about the data.
+fn internal() -> (StatusCode, &'static str, String) {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "internal server error".to_owned(),
+    )
+}

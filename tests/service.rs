@@ -1,0 +1,610 @@
+//! The example service (`examples/service`) on a loopback port, against the test server, driven
+//! over HTTP: the whole flow, bad input, missing and duplicate ids, concurrent posts, and stored
+//! data of the wrong shape.
+
+#[path = "../examples/service/app.rs"]
+mod app;
+mod common;
+
+use std::cmp::Ordering;
+use std::io::Write;
+use std::sync::{Mutex, OnceLock};
+
+use app::{ErrorBody, Product, ProductOut, Review, ReviewOut, ReviewPage};
+use bson::oid::ObjectId;
+use bson::{doc, Bson, DateTime};
+use common::{assert_subset_true, stores, ExpectedOrder};
+use rand::seq::SliceRandom;
+use reqwest::StatusCode;
+use serde_json::json;
+use subset::{Store, WriteMode};
+
+impl ExpectedOrder<Review> for Product {
+    fn expected_order(field: &str, a: &Review, b: &Review) -> Ordering {
+        assert_eq!(field, "recent_reviews", "a subset of the service's Product");
+        // `date desc`, then `_id` desc.
+        (b.date, b.id).cmp(&(a.date, a.id))
+    }
+}
+
+/// What the service logged at `warn` and above, in every test of this binary.
+static LOG: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+struct LogWriter;
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        LOG.lock().unwrap().extend_from_slice(buf);
+        std::io::stderr().write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn capture_logs() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(|| LogWriter)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+    });
+}
+
+/// The service on a loopback port over `store`, and a client for it.
+struct Service {
+    base: String,
+    http: reqwest::Client,
+    store: Store<Product>,
+}
+
+impl Service {
+    async fn start(store: Store<Product>) -> Service {
+        capture_logs();
+        store.ensure_indexes().await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let router = app::router(store.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        Service {
+            base,
+            http: reqwest::Client::new(),
+            store,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.url(path)).send().await.unwrap()
+    }
+
+    async fn post(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
+        self.http
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn put(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
+        self.http
+            .put(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn delete(&self, path: &str) -> reqwest::Response {
+        self.http.delete(self.url(path)).send().await.unwrap()
+    }
+
+    async fn create_product(&self, name: &str) -> ProductOut {
+        let response = self.post("/products", json!({ "name": name })).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let location = response.headers()["location"].to_str().unwrap().to_owned();
+        let product: ProductOut = response.json().await.unwrap();
+        assert_eq!(location, format!("/products/{}", product.id));
+        product
+    }
+
+    async fn post_review(&self, product: &str, review: &Review) -> ReviewOut {
+        let response = self
+            .post(
+                &format!("/products/{product}/reviews"),
+                request_body(review),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        response.json().await.unwrap()
+    }
+
+    async fn product(&self, id: &str) -> ProductOut {
+        let response = self.get(&format!("/products/{id}")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.unwrap()
+    }
+
+    /// Every review of `product`, `size` at a time with `first`/`after`, and how many pages.
+    async fn all_reviews(&self, product: &str, size: u32) -> (Vec<ReviewOut>, usize) {
+        let (mut all, mut pages) = (Vec::new(), 0);
+        let mut path = format!("/products/{product}/reviews?first={size}");
+        loop {
+            let response = self.get(&path).await;
+            assert_eq!(response.status(), StatusCode::OK, "{path}");
+            let page: ReviewPage = response.json().await.unwrap();
+            pages += 1;
+            assert!(page.items.len() <= size as usize);
+            all.extend(page.items);
+            assert_eq!(page.has_next, page.next_cursor.is_some());
+            match page.next_cursor {
+                Some(token) => {
+                    path = format!("/products/{product}/reviews?first={size}&after={token}")
+                }
+                None => break,
+            }
+        }
+        (all, pages)
+    }
+
+    /// The status and error body of a response that must be an error.
+    async fn error(response: reqwest::Response) -> (StatusCode, ErrorBody) {
+        let status = response.status();
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/json",
+            "{status}"
+        );
+        (status, response.json().await.unwrap())
+    }
+}
+
+/// The JSON a client posts for `review`.
+fn request_body(review: &Review) -> serde_json::Value {
+    json!({
+        "id": review.id.to_hex(),
+        "author": review.author,
+        "rating": review.rating,
+        "comment": review.comment,
+        "date": review.date.try_to_rfc3339_string().unwrap(),
+    })
+}
+
+fn review(millis: i64) -> Review {
+    Review {
+        id: ObjectId::new(),
+        author: format!("customer {millis}"),
+        rating: (millis % 5) as i32 + 1,
+        comment: format!("review written at {millis}"),
+        date: DateTime::from_millis(millis),
+    }
+}
+
+fn out(review: &Review) -> ReviewOut {
+    ReviewOut {
+        id: review.id.to_hex(),
+        author: review.author.clone(),
+        rating: review.rating,
+        comment: review.comment.clone(),
+        date: review.date.try_to_rfc3339_string().unwrap(),
+    }
+}
+
+/// `reviews` in the subset's order, as the service should list them.
+fn newest_first(reviews: &[Review]) -> Vec<ReviewOut> {
+    let mut sorted = reviews.to_vec();
+    sorted.sort_by(|a, b| Product::expected_order("recent_reviews", a, b));
+    sorted.iter().map(out).collect()
+}
+
+fn oid(hex: &str) -> ObjectId {
+    ObjectId::parse_str(hex).unwrap()
+}
+
+/// Every write mode the store has on the replica set, each with a service of its own.
+async fn services() -> Vec<(WriteMode, Service)> {
+    let mut all = Vec::new();
+    for store in stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        all.push((mode, Service::start(store).await));
+    }
+    assert_eq!(
+        all.iter().map(|(m, _)| *m).collect::<Vec<_>>(),
+        [WriteMode::Transactional, WriteMode::Ordered]
+    );
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn create_post_page_edit_delete_and_the_product_page_follows() {
+    for (mode, service) in services().await {
+        let product = service.create_product("Espresso grinder").await;
+        assert_eq!(product.total_reviews, 0);
+        assert!(product.recent_reviews.is_empty());
+
+        // 47 reviews with dates 1 minute apart, some sharing a date, posted in random order.
+        let mut reviews: Vec<Review> = (0..47)
+            .map(|i| review(1_700_000_000_000 + (i / 3) * 60_000))
+            .collect();
+        reviews.shuffle(&mut rand::rng());
+        for r in &reviews {
+            assert_eq!(
+                service.post_review(&product.id, r).await,
+                out(r),
+                "{mode:?}"
+            );
+        }
+
+        let expected = newest_first(&reviews);
+        let page = service.product(&product.id).await;
+        assert_eq!(page.total_reviews, 47, "{mode:?}");
+        assert_eq!(page.recent_reviews, expected[..5], "{mode:?}");
+
+        // Every review exactly once, in order, whatever the page size (3 falls inside the
+        // embedded subset, 5 ends on it, 10 and 47 cross it, 100 takes everything).
+        for size in [3, 5, 10, 47, 100] {
+            let (all, pages) = service.all_reviews(&product.id, size).await;
+            assert_eq!(all, expected, "{mode:?}, pages of {size}");
+            assert!(pages >= 47usize.div_ceil(size as usize), "{mode:?}");
+        }
+        // The default page size.
+        let first: ReviewPage = service
+            .get(&format!("/products/{}/reviews", product.id))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(first.items, expected[..20]);
+        assert!(first.has_next);
+
+        // Edit an old review: newer than all, it moves to the top of the product page.
+        let mut edited = reviews
+            .iter()
+            .find(|r| out(r) == expected[30])
+            .unwrap()
+            .clone();
+        edited.author = "edited".into();
+        edited.rating = 1;
+        edited.date = DateTime::from_millis(1_800_000_000_000);
+        let mut put = request_body(&edited);
+        put.as_object_mut().unwrap().remove("id");
+        let response = service
+            .put(
+                &format!("/products/{}/reviews/{}", product.id, edited.id),
+                put,
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::OK, "{mode:?}");
+        assert_eq!(response.json::<ReviewOut>().await.unwrap(), out(&edited));
+        for r in reviews.iter_mut().filter(|r| r.id == edited.id) {
+            *r = edited.clone();
+        }
+        let expected = newest_first(&reviews);
+        assert_eq!(expected[0], out(&edited));
+        let page = service.product(&product.id).await;
+        assert_eq!(page.recent_reviews, expected[..5], "{mode:?}");
+        assert_eq!(page.total_reviews, 47);
+
+        // Delete the newest two: the next ones move up into the product page.
+        for r in &expected[..2] {
+            let response = service
+                .delete(&format!("/products/{}/reviews/{}", product.id, r.id))
+                .await;
+            assert_eq!(response.status(), StatusCode::NO_CONTENT, "{mode:?}");
+        }
+        reviews.retain(|r| out(r) != expected[0] && out(r) != expected[1]);
+        let expected = newest_first(&reviews);
+        let page = service.product(&product.id).await;
+        assert_eq!(page.total_reviews, 45, "{mode:?}");
+        assert_eq!(page.recent_reviews, expected[..5], "{mode:?}");
+        let (all, _) = service.all_reviews(&product.id, 7).await;
+        assert_eq!(all, expected, "{mode:?}");
+        assert_subset_true(
+            &service.store,
+            Product::RECENT_REVIEWS,
+            &Bson::ObjectId(oid(&product.id)),
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_tokens_and_parameters_are_400_with_a_json_error() {
+    let service = Service::start(Store::new(&common::replica_db().await)).await;
+    let a = service.create_product("a").await;
+    let b = service.create_product("b").await;
+    for i in 0..8 {
+        service.post_review(&a.id, &review(i * 1_000)).await;
+        service.post_review(&b.id, &review(i * 1_000)).await;
+    }
+    let first: ReviewPage = service
+        .get(&format!("/products/{}/reviews?first=2", a.id))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let token = first.next_cursor.unwrap();
+
+    let reviews = |product: &str, query: &str| format!("/products/{product}/reviews?{query}");
+    for (path, code, says) in [
+        (
+            reviews(&a.id, "after=!!!"),
+            "invalid_cursor",
+            "not base64url",
+        ),
+        (
+            reviews(&a.id, &format!("after={}", &token[..token.len() / 2])),
+            "invalid_cursor",
+            "",
+        ),
+        (reviews(&a.id, "after="), "invalid_cursor", ""),
+        // A real token, for another product.
+        (
+            reviews(&b.id, &format!("after={token}")),
+            "invalid_cursor",
+            "made for parent",
+        ),
+        (reviews(&a.id, "first=0"), "bad_request", "`first`"),
+        (reviews(&a.id, "first=101"), "bad_request", "`first`"),
+        (reviews(&a.id, "first=twenty"), "bad_request", "first"),
+        (
+            reviews(&a.id, "size=20"),
+            "bad_request",
+            "unknown field `size`",
+        ),
+        (
+            "/products/not-an-id/reviews".to_owned(),
+            "bad_request",
+            "`not-an-id` is not an id",
+        ),
+        ("/products/123".to_owned(), "bad_request", "`123`"),
+        ("/products/%FF".to_owned(), "bad_request", ""),
+    ] {
+        let (status, body) = Service::error(service.get(&path).await).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body:?}");
+        assert_eq!(body.error, code, "{path}: {body:?}");
+        assert!(body.message.contains(says), "{path}: {body:?}");
+    }
+
+    let posts = format!("/products/{}/reviews", a.id);
+    let valid = request_body(&review(1));
+    for (change, says) in [
+        (
+            json!({ "rating": 6 }),
+            "`rating` must be from 1 to 5, not 6",
+        ),
+        (json!({ "author": " " }), "`author`"),
+        (json!({ "comment": "x".repeat(4_001) }), "`comment`"),
+        (
+            json!({ "date": "yesterday" }),
+            "`yesterday` is not an RFC 3339 date",
+        ),
+        (json!({ "id": "xyz" }), "review id `xyz`"),
+        (json!({ "stars": 5 }), "unknown field `stars`"),
+        (json!({ "rating": "five" }), "rating"),
+    ] {
+        let mut request = valid.clone();
+        for (k, v) in change.as_object().unwrap() {
+            request[k] = v.clone();
+        }
+        let response = service.post(&posts, request).await;
+        let (status, body) = Service::error(response).await;
+        assert!(status.is_client_error(), "{change}: {status}");
+        assert_eq!(body.error, "bad_request", "{change}");
+        assert!(body.message.contains(says), "{change}: {body:?}");
+    }
+    // Not JSON at all, and no date on a PUT.
+    let response = service
+        .http
+        .post(service.url(&posts))
+        .header("content-type", "application/json")
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = Service::error(response).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body:?}");
+    let some = &first.items[0].id;
+    let mut no_date = valid.clone();
+    no_date.as_object_mut().unwrap().remove("date");
+    no_date.as_object_mut().unwrap().remove("id");
+    let (status, body) =
+        Service::error(service.put(&format!("{posts}/{some}"), no_date).await).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.message.contains("`date` is required"), "{body:?}");
+
+    // Nothing above was written.
+    assert_eq!(service.product(&a.id).await.total_reviews, 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unknown_products_and_reviews_are_404() {
+    let service = Service::start(Store::new(&common::replica_db().await)).await;
+    let a = service.create_product("a").await;
+    let b = service.create_product("b").await;
+    let of_a = service.post_review(&a.id, &review(1)).await;
+    let nobody = ObjectId::new().to_hex();
+    let edit =
+        json!({ "author": "x", "rating": 3, "comment": "y", "date": "2024-01-01T00:00:00Z" });
+
+    for (response, says) in [
+        (
+            service.get(&format!("/products/{nobody}")).await,
+            format!("product {nobody} not found"),
+        ),
+        (
+            service.get(&format!("/products/{nobody}/reviews")).await,
+            format!("product {nobody} not found"),
+        ),
+        (
+            service
+                .post(
+                    &format!("/products/{nobody}/reviews"),
+                    request_body(&review(2)),
+                )
+                .await,
+            format!("product {nobody} not found"),
+        ),
+        (
+            service
+                .put(
+                    &format!("/products/{}/reviews/{nobody}", a.id),
+                    edit.clone(),
+                )
+                .await,
+            format!("review {nobody} of product {} not found", a.id),
+        ),
+        (
+            service
+                .delete(&format!("/products/{}/reviews/{nobody}", a.id))
+                .await,
+            format!("review {nobody} of product {} not found", a.id),
+        ),
+        // A's review, under B.
+        (
+            service
+                .delete(&format!("/products/{}/reviews/{}", b.id, of_a.id))
+                .await,
+            format!("review {} of product {} not found", of_a.id, b.id),
+        ),
+        (
+            service
+                .put(&format!("/products/{}/reviews/{}", b.id, of_a.id), edit)
+                .await,
+            format!("review {} of product {} not found", of_a.id, b.id),
+        ),
+    ] {
+        let (status, body) = Service::error(response).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{says}: {body:?}");
+        assert_eq!(body.error, "not_found");
+        assert_eq!(body.message, says);
+    }
+    // The product is untouched by the attempts.
+    let page = service.product(&a.id).await;
+    assert_eq!(page.total_reviews, 1);
+    assert_eq!(page.recent_reviews, [of_a]);
+    assert_eq!(service.product(&b.id).await.total_reviews, 0);
+    let (status, body) = Service::error(service.get("/reviews").await).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body.message, "no such route");
+    // The nonexistent product was not created by the POST to it.
+    let (status, _) = Service::error(service.get(&format!("/products/{nobody}")).await).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn taken_ids_are_409_and_a_retried_post_is_stored_once() {
+    for (mode, service) in services().await {
+        let id = ObjectId::new().to_hex();
+        let created = service
+            .post("/products", json!({ "name": "a", "id": id }))
+            .await;
+        assert_eq!(created.status(), StatusCode::CREATED, "{mode:?}");
+        let again = service
+            .post("/products", json!({ "name": "b", "id": id }))
+            .await;
+        let (status, body) = Service::error(again).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{mode:?}: {body:?}");
+        assert_eq!(body.message, format!("product {id} already exists"));
+        assert_eq!(service.product(&id).await.name, "a");
+
+        let other = service.create_product("other").await;
+        let r = review(5_000);
+        service.post_review(&id, &r).await;
+        // The same review posted again (a retry) is stored and counted once.
+        service.post_review(&id, &r).await;
+        let page = service.product(&id).await;
+        assert_eq!(page.total_reviews, 1, "{mode:?}");
+        assert_eq!(page.recent_reviews, [out(&r)]);
+        // Its id posted to another product is taken.
+        let response = service
+            .post(&format!("/products/{}/reviews", other.id), request_body(&r))
+            .await;
+        let (status, body) = Service::error(response).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{mode:?}: {body:?}");
+        assert_eq!(
+            body.message,
+            format!(
+                "review {} belongs to another product, not {}",
+                r.id, other.id
+            )
+        );
+        assert_eq!(service.product(&other.id).await.total_reviews, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_concurrent_posts_keep_the_subset_and_the_count_exact() {
+    const POSTS: usize = 32;
+    for (mode, service) in services().await {
+        let product = service.create_product("busy").await;
+        let base = 1_700_000_000_000;
+        let mut reviews: Vec<Review> = (0..POSTS as i64)
+            .map(|i| review(base + (i % 11) * 1_000))
+            .collect();
+        reviews.shuffle(&mut rand::rng());
+        let started = std::time::Instant::now();
+        let posted = futures::future::join_all(reviews.iter().map(|r| {
+            let service = &service;
+            let path = format!("/products/{}/reviews", product.id);
+            async move { service.post(&path, request_body(r)).await }
+        }))
+        .await;
+        for response in posted {
+            assert_eq!(response.status(), StatusCode::CREATED, "{mode:?}");
+        }
+        eprintln!(
+            "{mode:?}: {POSTS} concurrent POSTs in {:?}",
+            started.elapsed()
+        );
+
+        let expected = newest_first(&reviews);
+        let page = service.product(&product.id).await;
+        assert_eq!(page.total_reviews, POSTS as i64, "{mode:?}");
+        assert_eq!(page.recent_reviews, expected[..5], "{mode:?}");
+        let (all, _) = service.all_reviews(&product.id, 6).await;
+        assert_eq!(all, expected, "{mode:?}");
+        assert_subset_true(
+            &service.store,
+            Product::RECENT_REVIEWS,
+            &Bson::ObjectId(oid(&product.id)),
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn malformed_stored_data_is_a_500_that_names_the_document_only_in_the_log() {
+    let service = Service::start(Store::new(&common::replica_db().await)).await;
+    let id = ObjectId::new();
+    service
+        .store
+        .database()
+        .collection::<bson::Document>("products")
+        .insert_one(doc! { "_id": id, "name": 5, "recent_reviews": [], "total_reviews": 0 })
+        .await
+        .unwrap();
+
+    let response = service.get(&format!("/products/{id}")).await;
+    let (status, body) = Service::error(response).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(body.error, "internal");
+    assert_eq!(body.message, "internal server error");
+
+    let log = String::from_utf8_lossy(&LOG.lock().unwrap()).into_owned();
+    let line = log
+        .lines()
+        .find(|l| l.contains(&id.to_hex()))
+        .unwrap_or_else(|| panic!("no log line names {id}:\n{log}"));
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(line.contains("field=name"), "{line}");
+    assert!(line.contains("collection=products"), "{line}");
+}
