@@ -20,11 +20,12 @@ pub const MAX_PAGE_SIZE: u32 = 10_000;
 /// Layout version of encoded cursors, so that a future layout can reject old tokens cleanly.
 const VERSION: i32 = 1;
 
-/// Where the next page starts: the position (sort-key values and `_id`) of the last child served,
-/// for one parent and one subset field.
+/// The position of one child (its sort-key values and `_id`) of one parent in one subset field:
+/// where a page after it ([`PageRequest::after`]) or before it ([`PageRequest::before`])
+/// starts. Every child on a [`Page`] has one.
 ///
 /// Cursors are opaque to users. [`Cursor::encode`] makes a URL-safe token for web APIs and
-/// [`Cursor::decode`] (or [`str::parse`]) reads it back. Tokens are not signed: a client can forge a
+/// [`Cursor::decode`] (or [`str::parse`]) reads it back; with serde, a cursor is that token. Tokens are not signed: a client can forge a
 /// position, but only within the parent and field it already pages through, which both are checked
 /// on use.
 #[derive(Debug, Clone, PartialEq)]
@@ -272,6 +273,10 @@ impl PageRequest {
 /// end ([`PageRequest::first`] / [`PageRequest::last`]). An empty page has neither: it has no
 /// cursor to continue from.
 ///
+/// The first page read from the embedded subset knows whether more follow from the subset and
+/// its count; without a `count` field, a page exactly as large as a full subset cannot tell,
+/// and says `has_next` (the next page may be empty).
+///
 /// With serde, a page is `{"items": [...], "cursors": [...], "has_previous": …, "has_next": …}`,
 /// each cursor its token.
 #[derive(Debug, Clone, PartialEq)]
@@ -480,6 +485,64 @@ mod tests {
                 Err(other) => panic!("byte {i}: {other:?}"),
                 Ok(c) => assert_eq!(Cursor::decode(&c.encode()).unwrap(), c, "byte {i}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_cursor_serializes_as_its_token_and_refuses_bad_ones_in_the_same_words() {
+        let json = serde_json::to_string(&cursor()).unwrap();
+        assert_eq!(json, format!("\"{}\"", cursor().encode()));
+        assert_eq!(serde_json::from_str::<Cursor>(&json).unwrap(), cursor());
+        let err = serde_json::from_str::<Cursor>("\"%%\"").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid page cursor: the token is not base64url"),
+            "{err}"
+        );
+        assert!(serde_json::from_str::<Cursor>("7").is_err());
+    }
+
+    #[test]
+    fn a_page_round_trips_and_its_cursors_are_checked() {
+        let other = Cursor {
+            position: vec![Bson::Int32(1)],
+            ..cursor()
+        };
+        let page = Page::new(vec![10, 20], vec![cursor(), other.clone()], true, false);
+        assert_eq!(page.previous.as_ref(), Some(&cursor()));
+        assert_eq!(page.next, None);
+        assert_eq!(page.end_cursor(), Some(&other));
+        assert_eq!(
+            page.edges().collect::<Vec<_>>(),
+            [(&cursor(), &10), (&other, &20)]
+        );
+        let json = serde_json::to_value(&page).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "items": [10, 20],
+                "cursors": [cursor().encode(), other.encode()],
+                "has_previous": true,
+                "has_next": false,
+            })
+        );
+        assert_eq!(serde_json::from_value::<Page<i32>>(json).unwrap(), page);
+        for (bad, said) in [
+            (
+                serde_json::json!({ "items": [1], "cursors": [] }),
+                "1 items but 0 cursors",
+            ),
+            (
+                serde_json::json!({ "items": [], "cursors": [], "has_next": true }),
+                "an empty page has no cursor",
+            ),
+            (
+                serde_json::json!({ "items": [1], "cursors": ["%"] }),
+                "invalid page cursor",
+            ),
+        ] {
+            let err = serde_json::from_value::<Page<i32>>(bad).unwrap_err();
+            assert!(err.to_string().contains(said), "{err}");
         }
     }
 
