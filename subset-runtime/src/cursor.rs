@@ -344,6 +344,17 @@ impl<C> Page<C> {
         self.cursors.get(index)
     }
 
+    /// The same page with each child turned into `f(child)` (an API's view of it, say),
+    /// keeping the cursors and where the page stands.
+    pub fn map<D>(self, f: impl FnMut(C) -> D) -> Page<D> {
+        Page {
+            items: self.items.into_iter().map(f).collect(),
+            next: self.next,
+            previous: self.previous,
+            cursors: self.cursors,
+        }
+    }
+
     /// Each child with its cursor (Relay's edges), in order.
     pub fn edges(&self) -> impl ExactSizeIterator<Item = (&Cursor, &C)> + '_ {
         self.cursors.iter().zip(&self.items)

@@ -23,7 +23,7 @@ impl RawSubset<'_> {
     }
 
     /// One page, each child turned into `T` by `decode(child, collection, path in the parent)`.
-    #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field, size = request.size))]
+    #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field, size = request.size, backward = request.is_backward()))]
     pub(crate) async fn page_with<T>(
         &self,
         parent: &Bson,
@@ -48,16 +48,15 @@ impl RawSubset<'_> {
                 Some((cursor, cursor.check(spec, parent)?))
             }
         };
-        // A backward page always reads the child collection, even when it reaches into the
-        // head that the embedded subset also holds. The collection holds every child, and a
-        // keyset page selects by position alone, so whichever source the pages next to it came
-        // from, each position is served once. Taking part of a page from the embedded copy
-        // would mix two sources that can briefly disagree (an ordered write has stored the
-        // child but not yet embedded it; a remove has not yet backfilled the subset), which
-        // could serve a child twice or skip one at the seam; and the embedded copy cannot
-        // answer `has_previous` for a page that ends at its first element without the
-        // collection anyway. The forward first page is the one read from the parent: it starts
-        // at the first position, so it needs nothing the embedded copy lacks.
+        // A backward page always reads the child collection, even one that lies within the head
+        // the embedded subset also holds. The collection is the truth and a keyset page selects
+        // by position alone, so a backward walk serves each position once whichever source the
+        // pages next to it came from. The embedded copy can lag the collection for a moment (an
+        // ordered push has stored the child but not yet embedded it; a remove has not yet
+        // backfilled the subset): a page taken partly from each could serve a child twice or
+        // skip one at the seam, and choosing per page would make two walks over the same data
+        // differ. The forward first page is the one read from the parent, because it is the
+        // product page the pattern exists for: one query, the head as the parent holds it.
         let size = request.size as usize;
         let (filter, sort) = match (from, backward) {
             (Some((_, position)), false) => (
