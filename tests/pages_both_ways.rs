@@ -416,6 +416,62 @@ async fn backward_edge_cases() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_child_no_keyset_reaches_is_named_at_either_end_of_a_walk() {
+    let store = Store::<Product>::new(&replica_db().await);
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let (product, expected) = product_with(&store, 12).await;
+    let cursor = reviews
+        .page(&product.id, &PageRequest::first(12))
+        .await
+        .unwrap()
+        .cursor_at(6)
+        .cloned()
+        .unwrap();
+    // A date stored as a string by another writer: MongoDB sorts every string before every
+    // date, so in `date desc` it is the last child, and `date > d` / `date < d` never match it.
+    let odd = ObjectId::new();
+    store
+        .database()
+        .collection::<bson::Document>("reviews")
+        .insert_one(bson::doc! {
+            "_id": odd, "product_id": product.id, "author": "x", "rating": 1, "date": "2024",
+        })
+        .await
+        .unwrap();
+    let named = |err: Error| match err {
+        Error::MalformedChild { id, field, .. } => {
+            assert_eq!((*id, field.as_str()), (Bson::ObjectId(odd), "date"));
+        }
+        other => panic!("expected MalformedChild, got {other:?}"),
+    };
+    // Backward from the middle: the pages before the cursor are served, and the walk that
+    // reaches the first child ends with the child it could not place, named.
+    let page = reviews
+        .page(&product.id, &PageRequest::before(cursor.clone(), 3))
+        .await
+        .unwrap();
+    assert_eq!(ids(&page.items), expected[3..6]);
+    let err = reviews
+        .page(&product.id, &PageRequest::before(page.previous.unwrap(), 3))
+        .await
+        .unwrap_err();
+    named(err);
+    // Forward from the same cursor: the same at the other end.
+    let err = reviews
+        .page(&product.id, &PageRequest::after(cursor, 10))
+        .await
+        .unwrap_err();
+    named(err);
+    // `last(n)` reads it first.
+    named(
+        reviews
+            .page(&product.id, &PageRequest::last(2))
+            .await
+            .unwrap_err(),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn equal_sort_keys_are_ordered_by_id_and_served_once_both_ways() {
     for store in stores::<Product>().await {
         let mode = store.mode().await.unwrap();

@@ -281,7 +281,8 @@ impl PageRequest {
 /// each cursor its token.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Page<C> {
-    /// The children on this page, in the subset's order.
+    /// The children on this page, in the subset's order. The cursors stay with their index:
+    /// to turn the children into other values, use [`Page::map`] rather than editing this.
     pub items: Vec<C>,
     /// The cursor of the next page, for [`PageRequest::after`]: the last child's, or `None`
     /// when no page follows ([`Page::has_next`]).
