@@ -115,6 +115,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("\npaged through {seen} reviews in {pages} pages of 20");
 
+    // And back from the end: the same reviews, each backward page in date order too.
+    let mut request = PageRequest::last(20);
+    let (mut back, mut newer): (usize, Option<DateTime>) = (0, None);
+    loop {
+        let page = handle.page(&product.id, &request).await?;
+        for r in page.items.iter().rev() {
+            assert!(newer.is_none_or(|n| n <= r.date), "pages are in date order");
+            newer = Some(r.date);
+        }
+        back += page.items.len();
+        match page.previous {
+            Some(previous) => request = PageRequest::before(previous, 20),
+            None => break,
+        }
+    }
+    assert_eq!(back, seen, "the same reviews both ways");
+
     // Size of the stored product against the same product with every review embedded.
     let stored = db
         .collection::<RawDocumentBuf>("products")

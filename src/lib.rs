@@ -10,7 +10,9 @@
 //! - the double write (child collection + embedded copy) is one transaction on a replica set and
 //!   ordered child-first on a standalone server; a retried push is not stored or counted twice;
 //! - pagination serves the first page from the embedded array and every later page by keyset on
-//!   (sort keys, `_id`) from the child collection: each child exactly once, never `skip`.
+//!   (sort keys, `_id`) from the child collection: each child exactly once, never `skip`;
+//!   backward too ([`PageRequest::last`], [`PageRequest::before`]), Relay-shaped, with a cursor
+//!   per child.
 //!
 //! # Quick start
 //!
@@ -97,6 +99,12 @@
 //!
 //! With the `testkit` feature, `subset::testkit` is the `subset-testkit` crate: a throwaway
 //! `mongod` (found on the machine or downloaded once) for tests and examples.
+//!
+//! # GraphQL
+//!
+//! With the `async-graphql` feature, [`Cursor`] implements `async_graphql`'s `CursorType` and a
+//! [`Page`] turns into its `Connection` (edges with their cursors, and the page info), so a
+//! resolver returns `handle.page(&id, &request).await?.into()`.
 
 #![warn(missing_docs)]
 

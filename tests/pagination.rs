@@ -14,7 +14,7 @@ async fn read_all(store: &Store<Product>, id: &ObjectId, size: u32) -> Vec<Objec
     let mut out = Vec::new();
     let mut request = PageRequest::first(size);
     loop {
-        let Page { items, next } = reviews.page(id, &request).await.unwrap();
+        let Page { items, next, .. } = reviews.page(id, &request).await.unwrap();
         assert!(items.len() <= size as usize);
         out.extend(items.iter().map(|r| r.id));
         match next {

@@ -6,6 +6,8 @@ use std::str::FromStr;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use bson::{doc, Bson, Document};
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
@@ -18,11 +20,12 @@ pub const MAX_PAGE_SIZE: u32 = 10_000;
 /// Layout version of encoded cursors, so that a future layout can reject old tokens cleanly.
 const VERSION: i32 = 1;
 
-/// Where the next page starts: the position (sort-key values and `_id`) of the last child served,
-/// for one parent and one subset field.
+/// The position of one child (its sort-key values and `_id`) of one parent in one subset field:
+/// where a page after it ([`PageRequest::after`]) or before it ([`PageRequest::before`])
+/// starts. Every child on a [`Page`] has one.
 ///
 /// Cursors are opaque to users. [`Cursor::encode`] makes a URL-safe token for web APIs and
-/// [`Cursor::decode`] (or [`str::parse`]) reads it back. Tokens are not signed: a client can forge a
+/// [`Cursor::decode`] (or [`str::parse`]) reads it back; with serde, a cursor is that token. Tokens are not signed: a client can forge a
 /// position, but only within the parent and field it already pages through, which both are checked
 /// on use.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,24 +175,70 @@ impl FromStr for Cursor {
     }
 }
 
-/// Which page to read: a size, and the cursor of the previous page (none for the first).
+/// Which page to read: a size, a direction, and the cursor the page starts from, if any.
+///
+/// The four requests of a Relay connection:
+///
+/// | request | the page |
+/// |---|---|
+/// | [`PageRequest::first(n)`](PageRequest::first) | the first `n` children |
+/// | [`PageRequest::after(cursor, n)`](PageRequest::after) | the `n` children after `cursor` |
+/// | [`PageRequest::last(n)`](PageRequest::last) | the last `n` children |
+/// | [`PageRequest::before(cursor, n)`](PageRequest::before) | the `n` children before `cursor` |
+///
+/// Every page comes back in the subset's order, whichever way it was read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PageRequest {
     pub(crate) size: u32,
-    pub(crate) after: Option<Cursor>,
+    pub(crate) anchor: Anchor,
+}
+
+/// Where a page request starts, and which way it reads.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Anchor {
+    /// Forward from the first child.
+    Start,
+    /// Forward from just after this position.
+    After(Cursor),
+    /// Backward from the last child.
+    End,
+    /// Backward from just before this position.
+    Before(Cursor),
 }
 
 impl PageRequest {
     /// The first page, of `size` children.
     pub fn first(size: u32) -> Self {
-        PageRequest { size, after: None }
+        PageRequest {
+            size,
+            anchor: Anchor::Start,
+        }
     }
 
-    /// The page of `size` children after `cursor` (a previous page's [`Page::next`]).
+    /// The page of `size` children after `cursor` (a page's [`Page::next`], or any cursor of
+    /// [`Page::cursors`]).
     pub fn after(cursor: Cursor, size: u32) -> Self {
         PageRequest {
             size,
-            after: Some(cursor),
+            anchor: Anchor::After(cursor),
+        }
+    }
+
+    /// The last page: the last `size` children of the whole order, or all of them when there
+    /// are fewer.
+    pub fn last(size: u32) -> Self {
+        PageRequest {
+            size,
+            anchor: Anchor::End,
+        }
+    }
+
+    /// The page of `size` children before `cursor` (a page's [`Page::previous`], or any cursor
+    /// of [`Page::cursors`]): the `size` children closest to it, in the subset's order.
+    pub fn before(cursor: Cursor, size: u32) -> Self {
+        PageRequest {
+            size,
+            anchor: Anchor::Before(cursor),
         }
     }
 
@@ -197,15 +246,210 @@ impl PageRequest {
     pub fn size(&self) -> u32 {
         self.size
     }
+
+    /// Whether this request reads backward ([`PageRequest::last`], [`PageRequest::before`]).
+    pub fn is_backward(&self) -> bool {
+        matches!(self.anchor, Anchor::End | Anchor::Before(_))
+    }
+
+    /// The cursor this request starts from: `after`'s or `before`'s.
+    pub fn cursor(&self) -> Option<&Cursor> {
+        match &self.anchor {
+            Anchor::After(cursor) | Anchor::Before(cursor) => Some(cursor),
+            Anchor::Start | Anchor::End => None,
+        }
+    }
 }
 
-/// One page of children, in the subset's order.
+/// One page of children, in the subset's order (for a backward page too), with a cursor for
+/// each child and the cursors that continue the walk either way.
+///
+/// [`Page::has_next`] and [`Page::has_previous`] follow Relay's `hasNextPage` and
+/// `hasPreviousPage`. The direction a page was read in is exact: the page reads one child past
+/// its end, so `has_next` of a forward page and `has_previous` of a backward page say whether
+/// more children follow (when the page was read). The other direction costs no query: it is
+/// `true` when the page was asked for from a cursor and holds children (the cursor's own child,
+/// on the other side, was there when the cursor was made), and `false` for a page from either
+/// end ([`PageRequest::first`] / [`PageRequest::last`]). An empty page has neither: it has no
+/// cursor to continue from.
+///
+/// The first page read from the embedded subset knows whether more follow from the subset and
+/// its count; without a `count` field, a page exactly as large as a full subset cannot tell,
+/// and says `has_next` (the next page may be empty).
+///
+/// With serde, a page is `{"items": [...], "cursors": [...], "has_previous": …, "has_next": …}`,
+/// each cursor its token.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Page<C> {
-    /// The children on this page.
+    /// The children on this page, in the subset's order. The cursors stay with their index:
+    /// to turn the children into other values, use [`Page::map`] rather than editing this.
     pub items: Vec<C>,
-    /// The cursor of the next page, or `None` when this page is the last.
+    /// The cursor of the next page, for [`PageRequest::after`]: the last child's, or `None`
+    /// when no page follows ([`Page::has_next`]).
     pub next: Option<Cursor>,
+    /// The cursor of the previous page, for [`PageRequest::before`]: the first child's, or
+    /// `None` when no page comes before ([`Page::has_previous`]).
+    pub previous: Option<Cursor>,
+    /// One cursor per item, at the same index.
+    pub(crate) cursors: Vec<Cursor>,
+}
+
+impl<C> Page<C> {
+    /// A page of `items`, each at the position of the cursor at the same index of `cursors`,
+    /// which must be as long.
+    pub(crate) fn new(
+        items: Vec<C>,
+        cursors: Vec<Cursor>,
+        has_previous: bool,
+        has_next: bool,
+    ) -> Self {
+        let previous = cursors.first().filter(|_| has_previous).cloned();
+        let next = cursors.last().filter(|_| has_next).cloned();
+        Page {
+            items,
+            next,
+            previous,
+            cursors,
+        }
+    }
+
+    /// Whether a page follows this one (Relay's `hasNextPage`; see [`Page`] for how exact).
+    pub fn has_next(&self) -> bool {
+        self.next.is_some()
+    }
+
+    /// Whether a page comes before this one (Relay's `hasPreviousPage`; see [`Page`] for how
+    /// exact).
+    pub fn has_previous(&self) -> bool {
+        self.previous.is_some()
+    }
+
+    /// The first child's cursor (Relay's `startCursor`), `None` for an empty page.
+    pub fn start_cursor(&self) -> Option<&Cursor> {
+        self.cursors.first()
+    }
+
+    /// The last child's cursor (Relay's `endCursor`), `None` for an empty page.
+    pub fn end_cursor(&self) -> Option<&Cursor> {
+        self.cursors.last()
+    }
+
+    /// The cursor of each child, at the same index as [`Page::items`]: a page can continue
+    /// after or before any child on it.
+    pub fn cursors(&self) -> &[Cursor] {
+        &self.cursors
+    }
+
+    /// The cursor of the child at `index`, `None` past the end.
+    pub fn cursor_at(&self, index: usize) -> Option<&Cursor> {
+        self.cursors.get(index)
+    }
+
+    /// The same page with each child turned into `f(child)` (an API's view of it, say),
+    /// keeping the cursors and where the page stands.
+    pub fn map<D>(self, f: impl FnMut(C) -> D) -> Page<D> {
+        Page {
+            items: self.items.into_iter().map(f).collect(),
+            next: self.next,
+            previous: self.previous,
+            cursors: self.cursors,
+        }
+    }
+
+    /// Each child with its cursor (Relay's edges), in order.
+    pub fn edges(&self) -> impl ExactSizeIterator<Item = (&Cursor, &C)> + '_ {
+        self.cursors.iter().zip(&self.items)
+    }
+}
+
+/// A cursor is its token: a string in JSON, a query string or a form.
+impl Serialize for Cursor {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.encode())
+    }
+}
+
+/// Reads a token made by [`Cursor::encode`]; a token [`Cursor::decode`] refuses fails with the
+/// same words ("invalid page cursor: …").
+impl<'de> Deserialize<'de> for Cursor {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct Token;
+
+        impl Visitor<'_> for Token {
+            type Value = Cursor;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a page cursor token")
+            }
+
+            fn visit_str<E: de::Error>(self, token: &str) -> std::result::Result<Cursor, E> {
+                Cursor::decode(token).map_err(E::custom)
+            }
+        }
+
+        deserializer.deserialize_str(Token)
+    }
+}
+
+/// The serialized form of a [`Page`].
+#[derive(Serialize)]
+#[serde(rename = "Page")]
+struct PageOut<'a, C> {
+    items: &'a [C],
+    cursors: &'a [Cursor],
+    has_previous: bool,
+    has_next: bool,
+}
+
+/// The deserialized form of a [`Page`], checked before it becomes one.
+#[derive(Deserialize)]
+#[serde(rename = "Page")]
+struct PageIn<C> {
+    items: Vec<C>,
+    cursors: Vec<Cursor>,
+    #[serde(default)]
+    has_previous: bool,
+    #[serde(default)]
+    has_next: bool,
+}
+
+/// `{"items": [...], "cursors": [...], "has_previous": …, "has_next": …}`.
+impl<C: Serialize> Serialize for Page<C> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        PageOut {
+            items: &self.items,
+            cursors: &self.cursors,
+            has_previous: self.has_previous(),
+            has_next: self.has_next(),
+        }
+        .serialize(serializer)
+    }
+}
+
+/// Reads what [`Page`]'s `Serialize` writes; fails when the items and cursors are not as many,
+/// or an empty page claims a page before or after it.
+impl<'de, C: Deserialize<'de>> Deserialize<'de> for Page<C> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        let page = PageIn::<C>::deserialize(deserializer)?;
+        if page.items.len() != page.cursors.len() {
+            return Err(de::Error::custom(format!(
+                "invalid page: {} items but {} cursors; a page holds one cursor per item",
+                page.items.len(),
+                page.cursors.len()
+            )));
+        }
+        if page.items.is_empty() && (page.has_previous || page.has_next) {
+            return Err(de::Error::custom(
+                "invalid page: an empty page has no cursor, so no page before or after it",
+            ));
+        }
+        Ok(Page::new(
+            page.items,
+            page.cursors,
+            page.has_previous,
+            page.has_next,
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -253,6 +497,64 @@ mod tests {
                 Err(other) => panic!("byte {i}: {other:?}"),
                 Ok(c) => assert_eq!(Cursor::decode(&c.encode()).unwrap(), c, "byte {i}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_cursor_serializes_as_its_token_and_refuses_bad_ones_in_the_same_words() {
+        let json = serde_json::to_string(&cursor()).unwrap();
+        assert_eq!(json, format!("\"{}\"", cursor().encode()));
+        assert_eq!(serde_json::from_str::<Cursor>(&json).unwrap(), cursor());
+        let err = serde_json::from_str::<Cursor>("\"%%\"").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid page cursor: the token is not base64url"),
+            "{err}"
+        );
+        assert!(serde_json::from_str::<Cursor>("7").is_err());
+    }
+
+    #[test]
+    fn a_page_round_trips_and_its_cursors_are_checked() {
+        let other = Cursor {
+            position: vec![Bson::Int32(1)],
+            ..cursor()
+        };
+        let page = Page::new(vec![10, 20], vec![cursor(), other.clone()], true, false);
+        assert_eq!(page.previous.as_ref(), Some(&cursor()));
+        assert_eq!(page.next, None);
+        assert_eq!(page.end_cursor(), Some(&other));
+        assert_eq!(
+            page.edges().collect::<Vec<_>>(),
+            [(&cursor(), &10), (&other, &20)]
+        );
+        let json = serde_json::to_value(&page).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "items": [10, 20],
+                "cursors": [cursor().encode(), other.encode()],
+                "has_previous": true,
+                "has_next": false,
+            })
+        );
+        assert_eq!(serde_json::from_value::<Page<i32>>(json).unwrap(), page);
+        for (bad, said) in [
+            (
+                serde_json::json!({ "items": [1], "cursors": [] }),
+                "1 items but 0 cursors",
+            ),
+            (
+                serde_json::json!({ "items": [], "cursors": [], "has_next": true }),
+                "an empty page has no cursor",
+            ),
+            (
+                serde_json::json!({ "items": [1], "cursors": ["%"] }),
+                "invalid page cursor",
+            ),
+        ] {
+            let err = serde_json::from_value::<Page<i32>>(bad).unwrap_err();
+            assert!(err.to_string().contains(said), "{err}");
         }
     }
 

@@ -14,6 +14,8 @@ mod dynamic;
 mod encode;
 mod engine;
 mod error;
+#[cfg(feature = "async-graphql")]
+mod graphql;
 mod model;
 mod order;
 mod store;

@@ -47,12 +47,35 @@ pub(crate) fn position(spec: &SubsetSpec, child: &RawDocument) -> Vec<Bson> {
         .collect()
 }
 
-/// Children of `parent` strictly after `after` in the subset's order.
+/// The `$sort` document of a backward page: [`sort_doc`] with every direction flipped, so that
+/// the server walks the same `{key, <sort keys>, _id}` index from the other end.
+pub(crate) fn reverse_sort_doc(spec: &SubsetSpec) -> Document {
+    spec.order()
+        .map(|k| (k.field.to_owned(), Bson::Int32(-k.direction.as_i32())))
+        .collect()
+}
+
+/// Which side of a position a keyset filter selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// Strictly after it in the subset's order (a forward page).
+    After,
+    /// Strictly before it in the subset's order (a backward page).
+    Before,
+}
+
+/// Children of `parent` strictly on `side` of `position` in the subset's order.
 ///
-/// For keys `k1..kn` this is `k1 > v1 OR (k1 = v1 AND k2 > v2) OR …`, with `<` for descending
-/// keys; the last key is `_id`, so the order is total and no child is served twice.
-pub(crate) fn after_filter(spec: &SubsetSpec, parent: &Bson, after: &[Bson]) -> Document {
-    let mut branches = after_branches(spec, "", after);
+/// After it, for keys `k1..kn`, this is `k1 > v1 OR (k1 = v1 AND k2 > v2) OR …`, with `<` for
+/// descending keys; before it, every comparison flipped and the equalities kept. The last key
+/// is `_id`, so the order is total and no child is served twice.
+pub(crate) fn keyset_filter(
+    spec: &SubsetSpec,
+    parent: &Bson,
+    position: &[Bson],
+    side: Side,
+) -> Document {
+    let mut branches = keyset_branches(spec, "", position, side);
     let mut filter = doc! { spec.key: parent.clone() };
     match branches.len() {
         0 => {}
@@ -63,11 +86,12 @@ pub(crate) fn after_filter(spec: &SubsetSpec, parent: &Bson, after: &[Bson]) -> 
         }
         _ => {
             // Implied by the `$or`, but it gives the planner a tight bound on the first sort
-            // key, so one index scan starts at the cursor instead of at the parent's first child.
-            if let (Some(first), Some(value)) = (spec.order().next(), after.first()) {
-                let op = match first.direction {
-                    Direction::Asc => "$gte",
-                    Direction::Desc => "$lte",
+            // key, so one index scan starts at the cursor instead of at the parent's first
+            // (or, backward, last) child.
+            if let (Some(first), Some(value)) = (spec.order().next(), position.first()) {
+                let op = match (first.direction, side) {
+                    (Direction::Asc, Side::After) | (Direction::Desc, Side::Before) => "$gte",
+                    (Direction::Desc, Side::After) | (Direction::Asc, Side::Before) => "$lte",
                 };
                 filter.insert(first.field, doc! { op: value.clone() });
             }
@@ -81,12 +105,18 @@ pub(crate) fn after_filter(spec: &SubsetSpec, parent: &Bson, after: &[Bson]) -> 
 /// child document, `"recent.0."` for the head of an embedded subset), sort strictly after
 /// `after`: `k1 > v1`, `k1 = v1 AND k2 > v2`, …, with `<` for descending keys.
 pub(crate) fn after_branches(spec: &SubsetSpec, prefix: &str, after: &[Bson]) -> Vec<Bson> {
-    let mut branches = Vec::with_capacity(after.len());
+    keyset_branches(spec, prefix, after, Side::After)
+}
+
+/// [`after_branches`] for either `side` of `position`.
+fn keyset_branches(spec: &SubsetSpec, prefix: &str, position: &[Bson], side: Side) -> Vec<Bson> {
+    let mut branches = Vec::with_capacity(position.len());
     let mut equal = Document::new();
-    for (key, value) in spec.order().zip(after) {
-        let op = match key.direction {
-            Direction::Asc => "$gt",
-            Direction::Desc => "$lt",
+    for (key, value) in spec.order().zip(position) {
+        // A key compares the other way when it descends, and again when the page reads back.
+        let op = match (key.direction, side) {
+            (Direction::Asc, Side::After) | (Direction::Desc, Side::Before) => "$gt",
+            (Direction::Desc, Side::After) | (Direction::Asc, Side::Before) => "$lt",
         };
         let path = format!("{prefix}{}", key.field);
         let mut branch = equal.clone();
@@ -260,7 +290,12 @@ mod tests {
 
     #[test]
     fn keyset_filter_is_lexicographic() {
-        let f = after_filter(&SPEC, &Bson::Int32(7), &[3.into(), 10.into(), 99.into()]);
+        let f = keyset_filter(
+            &SPEC,
+            &Bson::Int32(7),
+            &[3.into(), 10.into(), 99.into()],
+            Side::After,
+        );
         assert_eq!(
             f,
             doc! {
@@ -270,6 +305,32 @@ mod tests {
                     { "rating": { "$gt": 3 } },
                     { "rating": { "$eq": 3 }, "date": { "$lt": 10 } },
                     { "rating": { "$eq": 3 }, "date": { "$eq": 10 }, "_id": { "$lt": 99 } },
+                ]
+            }
+        );
+    }
+
+    #[test]
+    fn the_backward_filter_flips_every_comparison_and_the_sort() {
+        assert_eq!(
+            reverse_sort_doc(&SPEC),
+            doc! { "rating": -1, "date": 1, "_id": 1 }
+        );
+        let f = keyset_filter(
+            &SPEC,
+            &Bson::Int32(7),
+            &[3.into(), 10.into(), 99.into()],
+            Side::Before,
+        );
+        assert_eq!(
+            f,
+            doc! {
+                "product_id": 7,
+                "rating": { "$lte": 3 },
+                "$or": [
+                    { "rating": { "$lt": 3 } },
+                    { "rating": { "$eq": 3 }, "date": { "$gt": 10 } },
+                    { "rating": { "$eq": 3 }, "date": { "$eq": 10 }, "_id": { "$gt": 99 } },
                 ]
             }
         );

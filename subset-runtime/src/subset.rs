@@ -99,15 +99,20 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// so it costs the same at page 1,000 as at page 2 and stays exact while children are pushed
     /// between pages.
     ///
+    /// Backward pages ([`PageRequest::last`], [`PageRequest::before`]) read the same index in
+    /// reverse, always from the child collection, and come back in the subset's order too. Every
+    /// child on a page has a cursor ([`Page::cursors`]) to go on from either way.
+    ///
     /// Without a `count` field, a first page exactly as large as a full subset cannot tell
     /// whether more children exist; it returns a cursor, and the next page may be empty.
     ///
     /// # Errors
     ///
     /// [`crate::Error::InvalidPageSize`], [`crate::Error::InvalidCursor`] (malformed, or made for another
-    /// parent or field), [`crate::Error::ParentNotFound`] for a first page of a missing parent,
+    /// parent or field), [`crate::Error::ParentNotFound`] for a first or last page of a missing parent,
     /// [`crate::Error::MalformedParent`] / [`crate::Error::MalformedChild`] for stored documents of the wrong
-    /// shape, [`crate::Error::Mongo`].
+    /// shape (a child on the page whose sort key is missing or null has no cursor, and is one),
+    /// [`crate::Error::Mongo`].
     pub async fn page(&self, parent: &P::Id, request: &PageRequest) -> Result<Page<C>> {
         let parent = Self::parent_id(parent)?;
         self.raw

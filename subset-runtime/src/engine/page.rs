@@ -6,8 +6,9 @@ use futures::{Stream, StreamExt, TryStreamExt};
 
 use super::exec::Ctx;
 use super::{query, RawSubset};
-use crate::cursor::{Cursor, Page, PageRequest, MAX_PAGE_SIZE};
+use crate::cursor::{Anchor, Cursor, Page, PageRequest, MAX_PAGE_SIZE};
 use crate::error::{Error, Result};
+use crate::order::Side;
 use crate::{decode, order};
 
 impl RawSubset<'_> {
@@ -22,7 +23,7 @@ impl RawSubset<'_> {
     }
 
     /// One page, each child turned into `T` by `decode(child, collection, path in the parent)`.
-    #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field, size = request.size))]
+    #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field, size = request.size, backward = request.is_backward()))]
     pub(crate) async fn page_with<T>(
         &self,
         parent: &Bson,
@@ -37,22 +38,46 @@ impl RawSubset<'_> {
                 max: MAX_PAGE_SIZE,
             });
         }
-        let after = match &request.after {
-            Some(cursor) => Some(cursor.check(spec, parent)?),
-            None if request.size <= spec.keep => {
+        let backward = request.is_backward();
+        let from = match &request.anchor {
+            Anchor::Start if request.size <= spec.keep => {
                 return self.embedded_page(parent, request, decode).await
             }
-            None => None,
+            Anchor::Start | Anchor::End => None,
+            Anchor::After(cursor) | Anchor::Before(cursor) => {
+                Some((cursor, cursor.check(spec, parent)?))
+            }
         };
+        // A backward page always reads the child collection, even one that lies within the head
+        // the embedded subset also holds. The collection is the truth and a keyset page selects
+        // by position alone, so a backward walk serves each position once whichever source the
+        // pages next to it came from. The embedded copy can lag the collection for a moment (an
+        // ordered push has stored the child but not yet embedded it; a remove has not yet
+        // backfilled the subset): a page taken partly from each could serve a child twice or
+        // skip one at the seam, and choosing per page would make two walks over the same data
+        // differ. The forward first page is the one read from the parent, because it is the
+        // product page the pattern exists for: one query, the head as the parent holds it.
         let size = request.size as usize;
-        let filter = match after {
-            Some(position) => order::after_filter(spec, parent, position),
-            None => doc! { spec.key: parent.clone() },
+        let (filter, sort) = match (from, backward) {
+            (Some((_, position)), false) => (
+                order::keyset_filter(spec, parent, position, Side::After),
+                order::sort_doc(spec),
+            ),
+            (Some((_, position)), true) => (
+                order::keyset_filter(spec, parent, position, Side::Before),
+                order::reverse_sort_doc(spec),
+            ),
+            (None, false) => (doc! { spec.key: parent.clone() }, order::sort_doc(spec)),
+            (None, true) => (
+                doc! { spec.key: parent.clone() },
+                order::reverse_sort_doc(spec),
+            ),
         };
-        let raws: Vec<RawDocumentBuf> = self
+        // One child past the page says whether more follow in the direction of reading.
+        let mut raws: Vec<RawDocumentBuf> = self
             .children::<RawDocumentBuf>()
             .find(filter)
-            .sort(order::sort_doc(spec))
+            .sort(sort)
             .limit(i64::from(request.size) + 1)
             .await
             .map_err(|e| self.mongo_child(e))?
@@ -60,33 +85,48 @@ impl RawSubset<'_> {
             .await
             .map_err(|e| self.mongo_child(e))?;
         if raws.is_empty()
-            && after.is_none()
+            && from.is_none()
             && !self.parent_exists(&mut Ctx::read(None), parent).await?
         {
             return Err(self.parent_not_found(parent));
         }
-        let next = match raws.get(size - 1) {
-            Some(last) if raws.len() > size => Some(self.cursor(parent, last)?),
-            _ => None,
-        };
-        let items = raws
-            .iter()
-            .take(size)
-            .map(|raw| decode(raw, spec.child_collection, None))
-            .collect::<Result<_>>()?;
-        if let Some(cursor) = &request.after {
+        let more = raws.len() > size;
+        raws.truncate(size);
+        if backward {
+            // Read from the far end; served in the subset's order.
+            raws.reverse();
+        }
+        let mut items = Vec::with_capacity(raws.len());
+        let mut cursors = Vec::with_capacity(raws.len());
+        for raw in &raws {
+            items.push(decode(raw, spec.child_collection, None)?);
+            cursors.push(self.cursor(parent, raw)?);
+        }
+        if let Some((cursor, _)) = from {
             // At the end of the walk, or when the children served have other type brackets
-            // than the cursor (a forged position, or children of mixed types).
-            let served = raws[..raws.len().min(size)].last();
-            let served = served.map(|last| order::position(spec, last));
+            // than the cursor (a forged position, or children of mixed types). The child
+            // farthest from the cursor stands for the page.
+            let farthest = if backward {
+                cursors.first()
+            } else {
+                cursors.last()
+            };
+            let served = farthest.map(|c| c.position.clone());
             let odd = served
                 .as_ref()
                 .is_some_and(|s| cursor.check_brackets(spec, s).is_err());
-            if next.is_none() || odd {
+            if !more || odd {
                 self.report_misfit(parent, cursor, served).await?;
             }
         }
-        Ok(Page { items, next })
+        // The direction of reading is exact (the extra child); the other is known only from
+        // the request: a page from a cursor has at least that cursor's child beyond it.
+        let (has_previous, has_next) = if backward {
+            (more, from.is_some())
+        } else {
+            (from.is_some(), more)
+        };
+        Ok(Page::new(items, cursors, has_previous, has_next))
     }
 
     /// At the end of a keyset walk (or on a page whose children have other type brackets than
@@ -193,15 +233,13 @@ impl RawSubset<'_> {
             .ok_or_else(|| self.parent_not_found(parent))?;
         let elements = decode::subset_elements(&raw, self.store.collection_name(), spec)?;
         let size = request.size as usize;
-        let items = elements
-            .iter()
-            .take(size)
-            .enumerate()
-            .map(|(i, e)| {
-                let path = format!("{}.{i}", spec.field);
-                decode(e, self.store.collection_name(), Some(&path))
-            })
-            .collect::<Result<Vec<T>>>()?;
+        let mut items = Vec::with_capacity(elements.len().min(size));
+        let mut cursors = Vec::with_capacity(items.capacity());
+        for (i, element) in elements.iter().take(size).enumerate() {
+            let path = format!("{}.{i}", spec.field);
+            items.push(decode(element, self.store.collection_name(), Some(&path))?);
+            cursors.push(self.cursor(parent, element)?);
+        }
         // More children exist when the subset holds more than this page, or when it is full and
         // the count (if kept) says the collection holds more than this page.
         let full = elements.len() == size && elements.len() as u32 == spec.keep;
@@ -211,23 +249,20 @@ impl RawSubset<'_> {
                     Some(Ok(Some(v))) => decode::count_value(v).is_none_or(|n| n > size as i64),
                     _ => true,
                 });
-        let next = match (more, items.len()) {
-            (true, n) if n > 0 => Some(self.cursor(parent, elements[n - 1])?),
-            _ => None,
-        };
-        Ok(Page { items, next })
+        Ok(Page::new(items, cursors, false, more))
     }
 
-    /// The cursor after `last`. A child whose sort key is missing or null has no position a
-    /// keyset comparison can continue from (`$lt: null` matches nothing), and one whose sort key
-    /// has a type its Rust field cannot hold would make a cursor that [`Cursor::check`] refuses:
-    /// both are errors naming the child rather than a walk that ends there.
-    fn cursor(&self, parent: &Bson, last: &RawDocument) -> Result<Cursor> {
-        let position = order::position(self.spec, last);
+    /// The cursor of `child`, which a page continues from either way. A child whose sort key
+    /// is missing or null has no position a keyset comparison can continue from (`$lt: null`
+    /// matches nothing), and one whose sort key has a type its Rust field cannot hold would
+    /// make a cursor that [`Cursor::check`] refuses: both are errors naming the child rather
+    /// than a walk that ends there (every child on a page has a cursor).
+    fn cursor(&self, parent: &Bson, child: &RawDocument) -> Result<Cursor> {
+        let position = order::position(self.spec, child);
         if let Some((field, problem)) = order::unplaceable(self.spec, &position) {
             return Err(Error::MalformedChild {
                 collection: self.spec.child_collection.to_owned(),
-                id: Box::new(decode::id_of(last)),
+                id: Box::new(decode::id_of(child)),
                 field: field.to_owned(),
                 problem,
             });
