@@ -1,13 +1,18 @@
 //! Model-based property test: random sequences of push, push_many, remove, update, retried
-//! pushes, concurrent pushes to one parent and reconcile over three parents, against an in-memory model of "the top `keep` by
-//! (sort keys, `_id`)". After every step each parent's embedded array and count (read raw) equal
-//! the model, and full pagination, the `all` stream and `count` equal the model's full list.
+//! pushes, concurrent pushes to one parent and reconcile over a few parents, against an in-memory
+//! model of "the top `keep` by (sort keys, `_id`)". After every step each parent's embedded array
+//! and count (read raw) equal the model, and full pagination, the `all` stream and `count` equal
+//! the model's full list.
 //!
 //! Sort keys come from a tiny range (6 days × 3 scores) so that ties are the rule and `_id`
-//! decides; the two sort keys run in opposite directions. Children arrive in random order, so
-//! pushes land at the head (the `$position: 0` update) and behind it (the `$sort` fallback).
+//! decides; the two sort keys run in opposite directions. The property runs over two parent
+//! types: a short subset (`keep = 4`, every push the `$sort` update) and a long one
+//! (`keep = 32`, larger batches so that it overflows its cap too), whose pushes try the head first.
+//! Children arrive in random order, so its pushes land at the head (the `$position: 0` update)
+//! and behind it (the `$sort` fallback); the test prints how many of each it made.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -16,7 +21,9 @@ use futures::TryStreamExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde::{Deserialize, Serialize};
-use subset::{Child, Cursor, Error, PageRequest, Store, SweepOptions, WriteMode};
+use subset::{
+    Child, Cursor, Error, PageRequest, Parent, Store, SubsetField, SweepOptions, WriteMode,
+};
 use subset_testkit::{MongoServer, Topology};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
@@ -28,13 +35,13 @@ struct Note {
     text: String,
 }
 
+// Latest day first; on the same day the lowest score first; then `_id` ascending (the direction
+// of the last key).
 #[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "boards")]
-struct Board {
+struct Short {
     #[serde(rename = "_id")]
     id: i32,
-    // Latest day first; on the same day the lowest score first; then `_id` ascending (the
-    // direction of the last key).
     #[subset(
         child = "notes",
         keep = 4,
@@ -46,11 +53,72 @@ struct Board {
     total: i64,
 }
 
-const PARENTS: usize = 3;
-const KEEP: usize = 4;
-const CASES: u32 = 32;
+/// The same order at a `keep` where pushes try the head first (32 and up).
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[subset(collection = "long_boards")]
+struct Long {
+    #[serde(rename = "_id")]
+    id: i32,
+    #[subset(
+        child = "long_notes",
+        keep = 32,
+        sort = "day desc, score asc",
+        count = "total"
+    )]
+    top: Vec<Note>,
+    #[serde(default)]
+    total: i64,
+}
+
+/// A parent type the property runs over, with the sizes that make its cap matter.
+trait Board: Parent<Id = i32> {
+    const FIELD: SubsetField<Self, Note>;
+    /// The field's `keep`, as the model cuts the list.
+    const KEEP: usize;
+    const PARENTS: usize;
+    /// Children per `push_many`: batches around `KEEP` make a subset overflow its cap.
+    const BATCH: Range<usize>;
+    /// Page sizes used to read everything back: around `KEEP`, where a page leaves the embedded
+    /// subset for the child collection.
+    const PAGE_SIZES: &'static [u32];
+    /// Cases per write mode: fewer for the long subset, whose cases read more back.
+    const CASES: u32;
+    fn empty(id: i32) -> Self;
+}
+
+impl Board for Short {
+    const FIELD: SubsetField<Self, Note> = Short::TOP;
+    const KEEP: usize = 4;
+    const PARENTS: usize = 3;
+    const BATCH: Range<usize> = 0..6;
+    const PAGE_SIZES: &'static [u32] = &[1, 2, 3, 4, 5, 9, 100];
+    const CASES: u32 = 32;
+    fn empty(id: i32) -> Self {
+        Short {
+            id,
+            top: Vec::new(),
+            total: 0,
+        }
+    }
+}
+
+impl Board for Long {
+    const FIELD: SubsetField<Self, Note> = Long::TOP;
+    const KEEP: usize = 32;
+    const PARENTS: usize = 2;
+    const BATCH: Range<usize> = 8..80;
+    const PAGE_SIZES: &'static [u32] = &[5, 16, 31, 32, 33, 50, 200];
+    const CASES: u32 = 16;
+    fn empty(id: i32) -> Self {
+        Long {
+            id,
+            top: Vec::new(),
+            total: 0,
+        }
+    }
+}
+
 const MAX_STEPS: usize = 30;
-const PAGE_SIZES: [u32; 7] = [1, 2, 3, 4, 5, 9, 100];
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -92,14 +160,14 @@ enum Op {
     },
 }
 
-fn op() -> impl Strategy<Value = Op> {
-    let parent = 0..PARENTS;
+fn op<B: Board>() -> impl Strategy<Value = Op> {
+    let parent = 0..B::PARENTS;
     let day = 0_i64..6;
     let score = 0_i32..3;
     prop_oneof![
         4 => (parent.clone(), day.clone(), score.clone())
             .prop_map(|(parent, day, score)| Op::Push { parent, day, score }),
-        2 => (parent.clone(), prop::collection::vec((day.clone(), score.clone()), 0..6))
+        2 => (parent.clone(), prop::collection::vec((day.clone(), score.clone()), B::BATCH))
             .prop_map(|(parent, items)| Op::PushMany { parent, items }),
         3 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Remove { parent, pick }),
         3 => (parent.clone(), any::<usize>(), prop::option::of(day.clone()), prop::option::of(score.clone()))
@@ -112,9 +180,9 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// A case: the operations, and the page size used to read everything back after each step.
-fn case() -> impl Strategy<Value = Vec<(Op, u32)>> {
+fn case<B: Board>() -> impl Strategy<Value = Vec<(Op, u32)>> {
     prop::collection::vec(
-        (op(), prop::sample::select(PAGE_SIZES.to_vec())),
+        (op::<B>(), prop::sample::select(B::PAGE_SIZES.to_vec())),
         1..=MAX_STEPS,
     )
 }
@@ -169,32 +237,70 @@ impl Model {
     }
 }
 
+/// What the cases exercised, to show that the property reached the cap and both push paths.
+#[derive(Debug, Default)]
+struct Tally {
+    cases: usize,
+    /// Cases in which some parent had more children than `keep`.
+    over_cap: usize,
+    /// Pushes (`push`, `push_many`) whose children all sort ahead of the stored head, and those
+    /// with one behind it.
+    at_head: usize,
+    behind: usize,
+}
+
+impl Tally {
+    fn add(&mut self, case: Tally) {
+        self.cases += case.cases;
+        self.over_cap += case.over_cap;
+        self.at_head += case.at_head;
+        self.behind += case.behind;
+    }
+
+    /// Counts a push of `batch` to `parent` before the model takes it.
+    fn push(&mut self, model: &Model, parent: usize, batch: &[Note]) {
+        if batch.is_empty() {
+            return;
+        }
+        let ahead = match model.list(parent).first() {
+            Some(head) => batch.iter().all(|n| order(n, head).is_lt()),
+            None => true,
+        };
+        if ahead {
+            self.at_head += 1;
+        } else {
+            self.behind += 1;
+        }
+    }
+}
+
 fn board_id(parent: usize) -> i32 {
     parent as i32 + 1
 }
 
-async fn run_case(store: &Store<Board>, steps: &[(Op, u32)]) {
+async fn run_case<B: Board>(store: &Store<B>, steps: &[(Op, u32)]) -> Tally {
     store.ensure_indexes().await.unwrap();
-    for parent in 0..PARENTS {
-        let board = Board {
-            id: board_id(parent),
-            top: Vec::new(),
-            total: 0,
-        };
-        store.insert(&board).await.unwrap();
+    for parent in 0..B::PARENTS {
+        store.insert(&B::empty(board_id(parent))).await.unwrap();
     }
-    let notes = store.subset(Board::TOP);
+    let notes = store.subset(B::FIELD);
     let mut model = Model::default();
+    let mut tally = Tally {
+        cases: 1,
+        ..Tally::default()
+    };
     for (step, (op, size)) in steps.iter().enumerate() {
         let context = format!("step {step}: {op:?}");
         match op {
             Op::Push { parent, day, score } => {
                 let note = model.note(*day, *score);
+                tally.push(&model, *parent, std::slice::from_ref(&note));
                 notes.push(&board_id(*parent), &note).await.unwrap();
                 model.insert(*parent, &[note]);
             }
             Op::PushMany { parent, items } => {
                 let batch: Vec<Note> = items.iter().map(|(d, s)| model.note(*d, *s)).collect();
+                tally.push(&model, *parent, &batch);
                 notes.push_many(&board_id(*parent), &batch).await.unwrap();
                 model.insert(*parent, &batch);
             }
@@ -273,21 +379,25 @@ async fn run_case(store: &Store<Board>, steps: &[(Op, u32)]) {
                 assert!(drift.is_clean() && !drift.fixed, "{context}: {drift:?}");
             }
         }
-        for parent in 0..PARENTS {
+        for parent in 0..B::PARENTS {
             check_parent(store, &model, parent, *size, &context).await;
+        }
+        if model.children.values().any(|l| l.len() > B::KEEP) {
+            tally.over_cap = 1;
         }
     }
     let report = store
         .check_all(&SweepOptions::default(), |_| {})
         .await
         .unwrap();
-    assert_eq!(report.progress.checked, PARENTS as u64);
+    assert_eq!(report.progress.checked, B::PARENTS as u64);
     assert_eq!(report.progress.drifted, 0, "{:?}", report.drifts);
+    tally
 }
 
 /// The parent as stored and as read equals the model.
-async fn check_parent(
-    store: &Store<Board>,
+async fn check_parent<B: Board>(
+    store: &Store<B>,
     model: &Model,
     parent: usize,
     size: u32,
@@ -301,24 +411,26 @@ async fn check_parent(
     // parent key, no stale content), and the count is the number of children.
     let raw = store
         .database()
-        .collection::<Document>("boards")
+        .collection::<Document>(B::COLLECTION)
         .find_one(doc! { "_id": id })
         .await
         .unwrap()
         .unwrap();
+    let spec = B::FIELD.spec();
     let embedded: Vec<Document> = raw
-        .get_array("top")
+        .get_array(spec.field)
         .unwrap()
         .iter()
         .map(|e| e.as_document().unwrap().clone())
         .collect();
     let top: Vec<Document> = expected
         .iter()
-        .take(KEEP)
+        .take(B::KEEP)
         .map(|n| bson::to_document(n).unwrap())
         .collect();
     assert_eq!(embedded, top, "{context}: embedded array");
-    let count = match raw.get("total") {
+    assert_eq!(spec.keep as usize, B::KEEP, "the model's keep");
+    let count = match raw.get(spec.count.unwrap()) {
         Some(Bson::Int64(n)) => *n,
         Some(Bson::Int32(n)) => i64::from(*n),
         other => panic!("{context}: count is {other:?}"),
@@ -326,7 +438,7 @@ async fn check_parent(
     assert_eq!(count, expected.len() as i64, "{context}: count");
 
     // Every page, following cursors through their URL-safe encoding.
-    let notes = store.subset(Board::TOP);
+    let notes = store.subset(B::FIELD);
     let mut paged = Vec::new();
     let mut request = PageRequest::first(size);
     let mut pages = 0;
@@ -358,7 +470,7 @@ async fn check_parent(
 
 /// Runs the property on a fresh database per case, on one runtime for the whole test (a client
 /// must stay on the runtime that made it).
-fn run(mode: Option<WriteMode>) {
+fn run<B: Board>(mode: Option<WriteMode>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -373,33 +485,42 @@ fn run(mode: Option<WriteMode>) {
             .expect("connect to the test mongod")
     });
     let config = Config {
-        cases: CASES,
+        cases: B::CASES,
         max_shrink_iters: 200,
         failure_persistence: None,
         ..Config::default()
     };
     let started = Instant::now();
     let cases = AtomicUsize::new(0);
-    let result = TestRunner::new(config).run(&case(), |steps| {
+    let tally = std::sync::Mutex::new(Tally::default());
+    let result = TestRunner::new(config).run(&case::<B>(), |steps| {
         let n = cases.fetch_add(1, Ordering::Relaxed);
         runtime.block_on(async {
             let db = base.client().database(&format!("{}_{n}", base.name()));
-            let store = Store::<Board>::new(&db);
+            let store = Store::<B>::new(&db);
             let store = match mode {
                 Some(mode) => store.with_mode(mode),
                 None => store,
             };
             let expected = mode.unwrap_or(WriteMode::Transactional);
             assert_eq!(store.mode().await.unwrap(), expected);
-            run_case(&store, &steps).await;
+            let case = run_case(&store, &steps).await;
+            tally.lock().unwrap().add(case);
             db.drop().await.unwrap();
         });
         Ok(())
     });
+    let tally = tally.into_inner().unwrap();
     eprintln!(
-        "{mode:?}: {} cases (with shrinking) in {:.2?}",
+        "keep {}, {mode:?}: {} cases (with shrinking) in {:.2?}; over the cap in {} of {} \
+         cases; {} pushes at the head, {} behind it",
+        B::KEEP,
         cases.into_inner(),
-        started.elapsed()
+        started.elapsed(),
+        tally.over_cap,
+        tally.cases,
+        tally.at_head,
+        tally.behind,
     );
     if let Err(e) = result {
         panic!("{e}");
@@ -407,11 +528,21 @@ fn run(mode: Option<WriteMode>) {
 }
 
 #[test]
-fn the_subset_follows_the_model_with_transactions() {
-    run(None);
+fn a_short_subset_follows_the_model_with_transactions() {
+    run::<Short>(None);
 }
 
 #[test]
-fn the_subset_follows_the_model_with_ordered_writes() {
-    run(Some(WriteMode::Ordered));
+fn a_short_subset_follows_the_model_with_ordered_writes() {
+    run::<Short>(Some(WriteMode::Ordered));
+}
+
+#[test]
+fn a_long_subset_follows_the_model_with_transactions() {
+    run::<Long>(None);
+}
+
+#[test]
+fn a_long_subset_follows_the_model_with_ordered_writes() {
+    run::<Long>(Some(WriteMode::Ordered));
 }

@@ -40,6 +40,25 @@ struct Product {
     total_reviews: i64,
 }
 
+/// A long subset: at `keep = 32` and above a push tries the head first (`$position: 0`, no
+/// `$sort`, guarded by a filter on the stored head); below, as for `Product`, it sends the
+/// `$sort` update alone.
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "threads")]
+struct Thread {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "replies",
+        keep = 32,
+        sort = "date desc",
+        count = "total_replies"
+    )]
+    recent_replies: Vec<Review>,
+    #[serde(default)]
+    total_replies: i64,
+}
+
 fn review(millis: i64) -> Review {
     Review {
         id: ObjectId::new(),
@@ -104,6 +123,28 @@ async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
         .unwrap();
     log.take();
     (store, product, log)
+}
+
+/// A thread with 50 replies in the database of `store`, through the same logging client; the
+/// log is emptied before it is returned.
+async fn long_subset(store: &Store<Product>, log: &Log) -> (Store<Thread>, ObjectId) {
+    let threads = Store::<Thread>::new(store.database());
+    let threads = threads.with_mode(store.mode().await.unwrap());
+    threads.ensure_indexes().await.unwrap();
+    let thread = Thread {
+        id: ObjectId::new(),
+        recent_replies: Vec::new(),
+        total_replies: 0,
+    };
+    threads.insert(&thread).await.unwrap();
+    let replies: Vec<Review> = (0..50).map(review).collect();
+    threads
+        .subset(Thread::RECENT_REPLIES)
+        .push_many(&thread.id, &replies)
+        .await
+        .unwrap();
+    log.take();
+    (threads, thread.id)
 }
 
 async fn reads_are_one_command(topology: Topology) {
@@ -177,13 +218,21 @@ async fn push_on_a_standalone_is_insert_then_update() {
     reviews.push_many(&product.id, &batch).await.unwrap();
     assert_eq!(log.take(), ["insert", "update"], "push_many of 100");
 
-    // Older than the subset's head: the guarded head update matches nothing, and the sorting
-    // one follows.
+    // Older than the subset's head, at keep 10: the `$sort` update, as for any push.
     reviews.push(&product.id, &review(10)).await.unwrap();
+    assert_eq!(log.take(), ["insert", "update"], "push behind the head");
+
+    // At keep 32 a push into the head is one update (`$position: 0`); behind the head the
+    // guarded update matches nothing, and the sorting one follows.
+    let (threads, thread) = long_subset(&store, &log).await;
+    let replies = threads.subset(Thread::RECENT_REPLIES);
+    replies.push(&thread, &review(1_000)).await.unwrap();
+    assert_eq!(log.take(), ["insert", "update"], "long push");
+    replies.push(&thread, &review(10)).await.unwrap();
     assert_eq!(
         log.take(),
         ["insert", "update", "update"],
-        "push behind the head"
+        "long push behind the head"
     );
 }
 
@@ -215,10 +264,11 @@ async fn push_on_a_replica_set_is_one_transaction_of_three_commands() {
         "push_many of 100"
     );
 
+    // Older than the subset's head, at keep 10: the `$sort` update, as for any push.
     reviews.push(&product.id, &review(10)).await.unwrap();
     assert_eq!(
         log.take(),
-        ["update", "update", "insert", "commitTransaction"],
+        ["update", "insert", "commitTransaction"],
         "push behind the head"
     );
 
@@ -242,4 +292,30 @@ async fn push_on_a_replica_set_is_one_transaction_of_three_commands() {
     let newest: Vec<ObjectId> = sixteen.iter().rev().take(10).map(|r| r.id).collect();
     let embedded: Vec<ObjectId> = stored.recent_reviews.iter().map(|r| r.id).collect();
     assert_eq!(embedded, newest);
+
+    // At keep 32 a push into the head is one update (`$position: 0`); behind the head the
+    // guarded update matches nothing, and the sorting one follows in the same transaction.
+    let (threads, thread) = long_subset(&store, &log).await;
+    let replies = threads.subset(Thread::RECENT_REPLIES);
+    replies.push(&thread, &review(1_000)).await.unwrap();
+    assert_eq!(
+        log.take(),
+        ["update", "insert", "commitTransaction"],
+        "long push"
+    );
+    replies.push(&thread, &review(10)).await.unwrap();
+    assert_eq!(
+        log.take(),
+        ["update", "update", "insert", "commitTransaction"],
+        "long push behind the head"
+    );
+    let stored = threads.get(&thread).await.unwrap().unwrap();
+    assert_eq!(stored.total_replies, 52);
+    let dates: Vec<i64> = stored
+        .recent_replies
+        .iter()
+        .map(|r| r.date.timestamp_millis())
+        .collect();
+    let expected: Vec<i64> = [1_000].into_iter().chain((18..50).rev()).take(32).collect();
+    assert_eq!(dates, expected);
 }

@@ -7,6 +7,7 @@ mod common;
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 use common::{embedded_ids, replica_db, standalone_db, Product, Review};
+use serde::{Deserialize, Serialize};
 use subset::{Error, Store, WriteMode};
 
 /// MongoDB's document limit.
@@ -35,7 +36,31 @@ async fn every_mode() -> Vec<Store<Product>> {
     ]
 }
 
+/// The product with a long subset: from `keep = 32` up a push tries the head first
+/// (`$position: 0`, guarded), so a too-large push fails in that update rather than in the
+/// `$sort` one.
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[subset(collection = "long_products")]
+struct LongProduct {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    name: String,
+    #[subset(
+        child = "long_reviews",
+        keep = 32,
+        sort = "date desc",
+        count = "total_reviews"
+    )]
+    recent_reviews: Vec<Review>,
+    #[serde(default)]
+    total_reviews: i64,
+}
+
 fn assert_too_large(err: &Error, id: ObjectId) {
+    assert_too_large_in(err, "products", id);
+}
+
+fn assert_too_large_in(err: &Error, parents: &str, id: ObjectId) {
     match err {
         Error::SubsetTooLarge {
             collection,
@@ -43,7 +68,7 @@ fn assert_too_large(err: &Error, id: ObjectId) {
             field,
             bytes,
         } => {
-            assert_eq!(collection, "products");
+            assert_eq!(collection, parents);
             assert_eq!(**parent, Bson::ObjectId(id));
             assert_eq!(field, "recent_reviews");
             assert!(*bytes > LIMIT as u64, "{bytes}");
@@ -108,6 +133,53 @@ async fn a_push_that_outgrows_the_parent_fails_typed_and_leaves_nothing() {
         assert_eq!(still, embedded);
         assert_eq!(after, count + 1);
         assert_eq!(children.len(), 7);
+        store.delete(&product.id).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_head_push_that_outgrows_a_long_subset_fails_typed_and_leaves_nothing() {
+    let stores = vec![
+        Store::<LongProduct>::new(&replica_db().await),
+        Store::new(&replica_db().await).with_mode(WriteMode::Ordered),
+        Store::new(&standalone_db().await),
+    ];
+    for store in stores {
+        let product = LongProduct {
+            id: ObjectId::new(),
+            name: big_product().name,
+            recent_reviews: Vec::new(),
+            total_reviews: 0,
+        };
+        store.insert(&product).await.unwrap();
+        let reviews = store.subset(LongProduct::RECENT_REVIEWS);
+        let spec = LongProduct::RECENT_REVIEWS.spec();
+        let state = || async {
+            let children: Vec<Bson> = store
+                .database()
+                .collection::<Document>(spec.child_collection)
+                .distinct("_id", doc! { spec.key: product.id })
+                .await
+                .unwrap();
+            let id = Bson::ObjectId(product.id);
+            let embedded = embedded_ids(&store, spec.field, &id).await;
+            let parent = store.get(&product.id).await.unwrap().unwrap();
+            (children, embedded, parent.total_reviews)
+        };
+        reviews.push(&product.id, &Review::at(1)).await.unwrap();
+        let before = state().await;
+
+        // Newer than the head: the guarded `$position: 0` update is the one the server refuses.
+        let err = reviews.push(&product.id, &huge(2)).await.unwrap_err();
+        assert_too_large_in(&err, "long_products", product.id);
+        assert_eq!(state().await, before);
+        let err = reviews
+            .push_many(&product.id, &[Review::at(3), huge(4)])
+            .await
+            .unwrap_err();
+        assert_too_large_in(&err, "long_products", product.id);
+        assert_eq!(state().await, before);
+        assert!(reviews.check(&product.id).await.unwrap().is_clean());
         store.delete(&product.id).await.unwrap();
     }
 }

@@ -1,7 +1,8 @@
 //! Experiment 6, push cost against `keep`: the latency of one `push` into a full subset of 5,
-//! 100 and 1,000 children, for children that arrive in order (newer than every embedded one:
-//! the head path, `$position: 0` without `$sort`) and out of order (older than the head: the
-//! guarded update fails and the `$sort` fallback sorts the whole array).
+//! 100 and 1,000 children, for children that arrive in order (newer than every embedded one: at
+//! keep 100 and 1,000 the head path, `$position: 0` without `$sort`) and out of order (older
+//! than the head: there the guarded update fails and the `$sort` fallback sorts the whole
+//! array). At keep 5, below the head path's threshold of 32, both kinds are the `$sort` update.
 
 use std::time::Instant;
 
@@ -80,9 +81,9 @@ const START_MILLIS: i64 = 1_704_067_200_000;
 #[derive(Debug, Clone)]
 pub struct Row {
     pub keep: usize,
-    /// Per-round median latency of in-order pushes (the head path).
+    /// Per-round median latency of in-order pushes (the head path from keep 32 up).
     pub head: Spread,
-    /// Per-round median latency of out-of-order pushes (the `$sort` fallback).
+    /// Per-round median latency of out-of-order pushes (the `$sort` fallback from keep 32 up).
     pub sorted: Spread,
     pub head_p99: Spread,
     pub sorted_p99: Spread,
@@ -164,8 +165,8 @@ impl<P: Parent<Id = ObjectId>> Size<P> {
             review.date = if in_order {
                 DateTime::now()
             } else {
-                // Within the prefilled span: older than the head, so the guarded head update
-                // does not apply and the sorted one does.
+                // Within the prefilled span: older than the head, so (from keep 32 up) the
+                // guarded head update does not apply and the sorted one does.
                 let span = 1000 * self.keep as i64;
                 DateTime::from_millis(START_MILLIS + rng.random_range(0..span))
             };

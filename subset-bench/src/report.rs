@@ -311,9 +311,10 @@ impl Report {
             w,
             "One task, transactions; {} pushes of each kind per size and round into full subsets \
              (the kinds alternate), {} rounds (the sizes rotate which goes first). In order: a \
-             review newer than every embedded one (`$position: 0`, no `$sort`). Out of order: one \
-             dated inside the embedded span (the guarded head update misses, the `$sort` update \
-             follows). Median (min–max) of the rounds' medians.\n",
+             review newer than every embedded one (from keep 32 up `$position: 0`, no `$sort`). \
+             Out of order: one dated inside the embedded span (from keep 32 up the guarded head \
+             update misses and the `$sort` update follows; below, both kinds are the `$sort` \
+             update alone). Median (min–max) of the rounds' medians.\n",
             k.pushes, k.rounds
         );
         let _ = writeln!(

@@ -10,7 +10,7 @@
 //! | `exec.rs` | the executor: transactions and their retry loop, ordered runs, caller sessions |
 //! | `insert.rs`, `delete.rs` | a parent with its children, in and out |
 //! | `push.rs` | `push` / `push_many` in a transaction; `push_ordered.rs` without one |
-//! | `push_update.rs` | the capped `$push` into the parent, at the head when it can |
+//! | `push_update.rs` | the capped `$push` into the parent, at the head when it can and `keep` is long |
 //! | `combine.rs` | group commit: pushes to one hot parent share a transaction |
 //! | `page.rs` | merged pagination, `all`, `count` |
 //! | `remove_update.rs` | removing and replacing one child |
