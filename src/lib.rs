@@ -15,7 +15,7 @@
 //! # Quick start
 //!
 //! ```no_run
-//! use bson::{oid::ObjectId, DateTime};
+//! use subset::bson::{oid::ObjectId, DateTime};
 //! use serde::{Deserialize, Serialize};
 //! use subset::{Child, PageRequest, Store, Subset};
 //!

@@ -16,6 +16,7 @@ use futures::TryStreamExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::{Child, Cursor, Error, PageRequest, Store, SweepOptions, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 

@@ -7,6 +7,7 @@ mod common;
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 use common::{embedded_ids, replica_db, standalone_db, Product, Review};
+use subset::bson;
 use subset::{Error, Store, WriteMode};
 
 /// MongoDB's document limit.

@@ -3,9 +3,9 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::bson::{doc, Bson, Document};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use bson::{doc, Bson, Document};
 
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
@@ -212,6 +212,7 @@ pub struct Page<C> {
 mod tests {
     use super::*;
 
+    use crate::bson;
     use crate::model::TEST_SPEC as SPEC;
 
     fn cursor() -> Cursor {

@@ -69,7 +69,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bson::doc;
+use mongodb::bson::doc;
 use tokio::sync::OnceCell;
 use tracing::Instrument;
 

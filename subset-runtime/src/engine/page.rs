@@ -1,7 +1,7 @@
 //! Merged pagination: the first page from the embedded subset, later pages by keyset on
 //! (sort keys, `_id`) from the child collection; and the whole collection as a stream.
 
-use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
+use crate::bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use futures::{Stream, StreamExt, TryStreamExt};
 
 use super::exec::Ctx;

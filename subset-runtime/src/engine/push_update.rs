@@ -8,7 +8,7 @@
 //! sorted without sorting it. When the guard fails (an older child arriving late) the same
 //! update is sent again with `$sort`: one round trip more, only then.
 
-use bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document};
 
 use super::exec::Ctx;
 use super::push::Prepared;
@@ -61,7 +61,7 @@ impl RawSubset<'_> {
         let spec = self.spec();
         let mut placed = Vec::with_capacity(children.len());
         for child in children {
-            let raw = bson::RawDocumentBuf::from_document(&child.embedded).ok()?;
+            let raw = crate::bson::RawDocumentBuf::try_from(&child.embedded).ok()?;
             placed.push((order::position(spec, &raw), *child));
         }
         let mut incomparable = false;
