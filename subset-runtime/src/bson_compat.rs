@@ -49,3 +49,16 @@ pub(crate) fn de_message(error: &DeError) -> String {
     }
     error.to_string()
 }
+
+/// A regular expression value (its parts are `String`s in bson 2, NUL-free `CString`s in bson 3).
+#[cfg(test)]
+pub(crate) fn regex(pattern: &str, options: &str) -> crate::bson::Regex {
+    #[cfg(feature = "bson-3")]
+    let part = |text: &str| crate::bson::raw::CString::try_from(text).expect("no NUL byte");
+    #[cfg(not(feature = "bson-3"))]
+    let part = String::from;
+    crate::bson::Regex {
+        pattern: part(pattern),
+        options: part(options),
+    }
+}

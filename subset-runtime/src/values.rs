@@ -257,10 +257,7 @@ mod tests {
             Bson::MaxKey,
             Bson::Document(doc! { "a": 1 }),
             Bson::Array(vec![Bson::Int32(1)]),
-            Bson::RegularExpression(crate::bson::Regex {
-                pattern: "a".into(),
-                options: String::new(),
-            }),
+            Bson::RegularExpression(crate::bson_compat::regex("a", "")),
             Bson::JavaScriptCode("1".into()),
             Bson::Symbol("s".into()),
         ]

@@ -17,7 +17,7 @@ impl RawSubset<'_> {
     ///
     /// As [`crate::Subset::page`].
     pub async fn page(&self, parent: &Bson, request: &PageRequest) -> Result<Page<RawDocumentBuf>> {
-        self.page_with(parent, request, |raw, _, _| Ok(raw.to_raw_document_buf()))
+        self.page_with(parent, request, |raw, _, _| Ok(raw.to_owned()))
             .await
     }
 
