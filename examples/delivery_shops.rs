@@ -4,11 +4,11 @@
 //! `cargo run --example delivery_shops --features testkit` starts its own `mongod` unless
 //! `MONGODB_URI` names a server.
 
-use bson::oid::ObjectId;
-use bson::{doc, DateTime, RawDocumentBuf};
 use rand::distr::Alphanumeric;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+use subset::bson::oid::ObjectId;
+use subset::bson::{doc, DateTime, RawDocumentBuf};
 use subset::testkit::{MongoServer, Topology};
 use subset::{Child, Store, Subset};
 

@@ -9,6 +9,7 @@ use bson::{doc, DateTime, RawDocumentBuf};
 use rand::seq::SliceRandom;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::testkit::{MongoServer, Topology};
 use subset::{Child, PageRequest, Store, Subset};
 

@@ -17,7 +17,7 @@
 //! # Quick start
 //!
 //! ```no_run
-//! use bson::{oid::ObjectId, DateTime};
+//! use subset::bson::{oid::ObjectId, DateTime};
 //! use serde::{Deserialize, Serialize};
 //! use subset::{Child, PageRequest, Store, Subset};
 //!
@@ -94,6 +94,15 @@
 //!
 //! For each subset field the derive adds an associated constant named after the field in upper
 //! case (`Product::RECENT_REVIEWS`), a [`SubsetField`] to pass to [`Store::subset`].
+//!
+//! # bson 2 or 3
+//!
+//! `subset` uses the driver's bson: [`bson`] is `mongodb::bson`. The feature `bson-2` (default)
+//! turns on the driver's `bson-2`, `bson-3` its `bson-3`; with both on, bson 3 wins, as in the
+//! driver. Whenever anything in the build turns on the driver's `bson-3`, turn on this crate's
+//! `bson-3` too (with `default-features = false`): the crate is compiled against the bson API its
+//! feature names. Name bson as `subset::bson` (or `mongodb::bson`) so that your types and
+//! `subset`'s agree.
 //!
 //! # Test server
 //!

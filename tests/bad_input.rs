@@ -11,6 +11,7 @@ use bson::{doc, Bson, DateTime, Document};
 use common::*;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::{Child, Error, PageRequest, Store, SweepOptions};
 
 /// Writes `doc` straight through the driver into `collection`.

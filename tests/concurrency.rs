@@ -13,6 +13,7 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};
 use common::*;
 use rand::Rng;
+use subset::bson;
 use subset::{Error, Store, SweepOptions, WriteMode};
 
 const TASKS: usize = 8;

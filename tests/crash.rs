@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bson::oid::ObjectId;
-use bson::Bson;
 use common::*;
 use rand::Rng;
+use subset::bson::oid::ObjectId;
+use subset::bson::Bson;
 use subset::{Store, SweepOptions, WriteMode};
 use subset_testkit::{skip, MongoServer, Topology};
 

@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bson::{doc, Bson, Document};
 use common::*;
 use mongodb::error::ErrorKind;
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use rand::Rng;
+use subset::bson::{doc, Bson, Document};
 use subset::{Store, SweepOptions, WriteMode};
 use subset_testkit::{skip, ReplicaSet};
 

@@ -21,6 +21,7 @@ use mongodb::{Collection, Database};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::{
     CatchUp, Child, Error, FollowOptions, FollowStats, FollowUpdate, Follower, Store, Subset,
     DEFAULT_TOKEN_COLLECTION,

@@ -15,6 +15,7 @@ use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::{
     Child, Cursor, Error, PageRequest, ParentSpec, RawStore, SortValues, SpecBuilder, Store,
     Subset, SubsetSpec,

@@ -6,6 +6,7 @@ mod common;
 use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};
 use common::*;
+use subset::bson;
 use subset::{Error, Store, SweepOptions, WriteMode};
 
 async fn with_reviews(store: &Store<Product>, dates: &[i64]) -> (Product, Vec<Review>) {

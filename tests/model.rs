@@ -21,6 +21,7 @@ use futures::TryStreamExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::{
     Child, Cursor, Error, PageRequest, Parent, Store, SubsetField, SweepOptions, WriteMode,
 };

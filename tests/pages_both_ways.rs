@@ -7,6 +7,7 @@ mod common;
 use std::cmp::Ordering;
 use std::sync::atomic::{AtomicBool, Ordering as Atomic};
 use std::sync::Arc;
+use subset::bson;
 
 use bson::oid::ObjectId;
 use bson::{Bson, DateTime};
@@ -621,7 +622,7 @@ async fn cursors_and_pages_round_trip_through_serde() {
 mod graphql {
     use async_graphql::connection::{self, Connection};
     use async_graphql::{Context, EmptyMutation, EmptySubscription, Object, Schema, SimpleObject};
-    use bson::oid::ObjectId;
+    use subset::bson::oid::ObjectId;
     use subset::{Cursor, PageRequest, Store};
 
     use super::{Product, Review};

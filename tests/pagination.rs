@@ -2,10 +2,10 @@
 
 mod common;
 
-use bson::oid::ObjectId;
-use bson::{doc, Bson, Document};
 use common::*;
 use futures::TryStreamExt;
+use subset::bson::oid::ObjectId;
+use subset::bson::{doc, Bson, Document};
 use subset::{Cursor, Error, Page, PageRequest, Store};
 
 /// Reads every page of `size` and returns the ids in the order served.

@@ -6,6 +6,7 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};
 use common::*;
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::{Child, Error, Store, Subset, WriteMode};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]

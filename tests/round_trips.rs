@@ -7,12 +7,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use bson::oid::ObjectId;
-use bson::DateTime;
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use serde::{Deserialize, Serialize};
+use subset::bson::oid::ObjectId;
+use subset::bson::DateTime;
 use subset::{Child, PageRequest, Store, Subset, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 

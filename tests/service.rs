@@ -17,6 +17,7 @@ use common::{assert_subset_true, stores, ExpectedOrder};
 use rand::seq::SliceRandom;
 use reqwest::StatusCode;
 use serde_json::json;
+use subset::bson;
 use subset::{Store, WriteMode};
 
 impl ExpectedOrder<Review> for Product {

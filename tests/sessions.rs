@@ -5,6 +5,7 @@ mod common;
 
 use bson::{doc, Bson, Document};
 use common::{embedded_ids, replica_db, standalone_db, Product, Review};
+use subset::bson;
 use subset::{Error, Store, WriteMode};
 
 /// What is stored for `product`: (children in the collection, embedded ids, stored count).

@@ -6,6 +6,7 @@ mod common;
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 use common::*;
+use subset::bson;
 use subset::{Error, PageRequest, Store};
 
 #[tokio::test(flavor = "multi_thread")]

@@ -8,6 +8,7 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 use common::{embedded_ids, replica_db, standalone_db, Product, Review};
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::{Error, Store, WriteMode};
 
 /// MongoDB's document limit.

@@ -23,6 +23,7 @@ use axum::{Json, Router};
 use bson::oid::ObjectId;
 use bson::{Bson, DateTime};
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::{Child, Cursor, InsertFailure, Page, PageRequest, Store, Subset};
 
 /// A review as stored: in the `reviews` collection, and the latest five in their product.

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use bson::Document;
 use mongodb::Database;
+use subset::bson;
 use subset::Store;
 
 use crate::data::{DataSet, Product, SUBSET};

@@ -6,6 +6,7 @@ use bson::DateTime;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::{Child, Subset};
 
 /// The parent collection of the fully embedded layout: every review inside its product.

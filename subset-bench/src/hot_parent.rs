@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use bson::oid::ObjectId;
 use bson::{DateTime, Document};
 use mongodb::Database;
+use subset::bson;
 use subset::{Store, WriteMode};
 
 use crate::data::{DataSet, Product, Review, SUBSET};

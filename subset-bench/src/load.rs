@@ -6,6 +6,7 @@ use bson::{doc, Document};
 use futures::{StreamExt, TryStreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
 use mongodb::Database;
+use subset::bson;
 use subset::Store;
 
 use crate::data::{DataSet, Product, ProductWithReviews, EMBEDDED, REFERENCED, REVIEWS, SUBSET};

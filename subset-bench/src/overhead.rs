@@ -10,6 +10,7 @@ use mongodb::{Client, Collection, Database};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
+use subset::bson;
 use subset::{Cursor, PageRequest, Store, WriteMode};
 
 use crate::data::{DataSet, Product, Review, PAGE_REVIEWS, REVIEWS, SUBSET};

@@ -12,6 +12,7 @@ use mongodb::Database;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::{Parent, Store, Subset, SubsetField};
 
 use crate::data::{DataSet, Review};

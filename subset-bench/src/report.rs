@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bson::{doc, Document};
 use plotters::prelude::*;
+use subset::bson;
 use subset::testkit::MongoServer;
 use subset::WriteMode;
 

@@ -9,6 +9,7 @@ use futures::TryStreamExt;
 use mongodb::{Collection, Database};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use subset::bson;
 use subset::{PageRequest, Store, WriteMode};
 
 use crate::data::{

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use bson::doc;
 use mongodb::options::ClientOptions;
 use mongodb::{Client, Database};
+use subset_runtime::bson::doc;
 
 use crate::args::Conn;
 use crate::error::CliError;

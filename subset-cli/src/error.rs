@@ -1,7 +1,7 @@
 //! What can stop a command, and the exit code each means.
 
-use bson::Bson;
 use mongodb::error::{ErrorKind, WriteFailure};
+use subset_runtime::bson::Bson;
 use subset_runtime::SpecError;
 
 /// How many invalid parents an error message lists (`--json` lists them all).

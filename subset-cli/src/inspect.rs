@@ -1,11 +1,11 @@
 //! `subset inspect`: document sizes and array lengths per collection, and which arrays look
 //! unbounded. Read-only.
 
-use bson::{doc, Bson, RawBsonRef, RawDocument, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::Database;
 use serde::Serialize;
 use serde_json::json;
+use subset_runtime::bson::{doc, Bson, RawBsonRef, RawDocument, RawDocumentBuf};
 
 use crate::args::InspectArgs;
 use crate::error::CliError;

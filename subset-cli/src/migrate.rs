@@ -13,11 +13,11 @@
 //! killed at any point leaves each parent either untouched, or with the full array and some
 //! children copied, or done. A rerun repeats the steps, which change nothing where they are done.
 
-use bson::oid::ObjectId;
-use bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::Database;
 use serde_json::json;
+use subset_runtime::bson::oid::ObjectId;
+use subset_runtime::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
 use subset_runtime::{InsertFailure, ParentSpec, RawStore, SubsetSpec, SweepOptions};
 
 use crate::args::MigrateArgs;

@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
-use bson::{Bson, Document};
 use serde_json::{json, Value};
+use subset_runtime::bson::{Bson, Document};
 
 use subset_runtime::{Direction, SubsetSpec};
 

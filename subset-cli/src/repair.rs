@@ -1,10 +1,10 @@
 //! `subset check` and `subset reconcile`: the engine's per-parent check and reconcile over the
 //! whole parent collection, with progress, `--skip-invalid`, and a look at the child index.
 
-use bson::{doc, Bson, Document};
 use futures::{StreamExt, TryStreamExt};
 use mongodb::Database;
 use serde_json::{json, Value};
+use subset_runtime::bson::{doc, Bson, Document};
 use subset_runtime::{Drift, Error, ParentSpec, RawStore, SubsetSpec};
 
 use crate::args::SubsetArgs;

@@ -1,9 +1,9 @@
 //! What the commands ask of a collection before they work on it: that it exists, and its size.
 
-use bson::{doc, Bson, Document};
 use futures::TryStreamExt;
 use mongodb::Database;
 use serde::Serialize;
+use subset_runtime::bson::{doc, Bson, Document};
 
 use crate::error::CliError;
 

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use bson::spec::ElementType;
 use bson::{RawBsonRef, RawDocument};
+use subset_runtime::bson;
 use subset_runtime::{bson_type_name, SubsetSpec};
 
 /// How many element positions a problem names.

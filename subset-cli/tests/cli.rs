@@ -5,11 +5,11 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use bson::oid::ObjectId;
-use bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::Database;
 use serde_json::Value;
+use subset_runtime::bson::oid::ObjectId;
+use subset_runtime::bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
 use subset_testkit::{MongoServer, Topology};
 
 mod support;

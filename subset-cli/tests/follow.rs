@@ -7,13 +7,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use bson::oid::ObjectId;
-use bson::{doc, Bson, DateTime, Document};
 use futures::TryStreamExt;
 use mongodb::Database;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
+use subset_runtime::bson::oid::ObjectId;
+use subset_runtime::bson::{doc, Bson, DateTime, Document};
 use subset_testkit::{MongoServer, Topology};
 
 const SHOPS: usize = 10;

@@ -3,9 +3,9 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::bson::{doc, Bson, Document};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use bson::{doc, Bson, Document};
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -68,7 +68,7 @@ impl Cursor {
             .map_err(|_| invalid("the token is not base64url"))?;
         let mut token =
             Document::from_reader(bytes.as_slice()).map_err(|_| invalid("the token is corrupt"))?;
-        if token.get_i32("v") != Ok(VERSION) {
+        if token.get_i32("v").ok() != Some(VERSION) {
             return Err(invalid("the token has an unknown version"));
         }
         let field = match token.remove("f") {
@@ -456,6 +456,7 @@ impl<'de, C: Deserialize<'de>> Deserialize<'de> for Page<C> {
 mod tests {
     use super::*;
 
+    use crate::bson;
     use crate::model::TEST_SPEC as SPEC;
 
     fn cursor() -> Cursor {

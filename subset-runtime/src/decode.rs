@@ -3,8 +3,8 @@
 //! The fast path is one `bson::from_slice` over the raw bytes. Only when it fails do we decode
 //! again, through `serde_path_to_error`, to find the path of the offending field.
 
-use bson::raw::RawBsonRef;
-use bson::{Bson, Document, RawDocument};
+use crate::bson::raw::RawBsonRef;
+use crate::bson::{Bson, Document, RawDocument};
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
@@ -26,8 +26,8 @@ pub(crate) fn child<C: DeserializeOwned>(
     collection: &str,
     prefix: Option<&str>,
 ) -> Result<C> {
-    bson::from_slice(raw.as_bytes()).map_err(|fast| {
-        let (field, problem) = locate::<C>(raw, &fast.to_string());
+    crate::bson_compat::from_slice(raw.as_bytes()).map_err(|fast| {
+        let (field, problem) = locate::<C>(raw, &crate::bson_compat::de_message(&fast));
         Error::MalformedChild {
             collection: collection.to_owned(),
             id: Box::new(id_of(raw)),
@@ -50,7 +50,7 @@ pub(crate) fn parent<P: Parent>(raw: &RawDocument) -> Result<P> {
             subset_elements(raw, P::COLLECTION, spec)?;
         }
     }
-    bson::from_slice(raw.as_bytes()).map_err(|fast| {
+    crate::bson_compat::from_slice(raw.as_bytes()).map_err(|fast| {
         if let Some(Err(shape)) = P::SUBSETS
             .iter()
             .map(|spec| subset_elements(raw, P::COLLECTION, spec))
@@ -58,7 +58,7 @@ pub(crate) fn parent<P: Parent>(raw: &RawDocument) -> Result<P> {
         {
             return shape;
         }
-        let (field, problem) = locate::<P>(raw, &fast.to_string());
+        let (field, problem) = locate::<P>(raw, &crate::bson_compat::de_message(&fast));
         // Point into the array element when the failure is inside a child.
         let child = P::SUBSETS.iter().find_map(|spec| {
             let rest = field.strip_prefix(spec.field)?.strip_prefix('.')?;
@@ -140,10 +140,12 @@ fn locate<T: DeserializeOwned>(raw: &RawDocument, fast: &str) -> (String, String
         Ok(doc) => doc,
         Err(e) => return (String::from("."), format!("is unreadable: {e}")),
     };
-    match serde_path_to_error::deserialize::<_, T>(bson::Deserializer::new(Bson::Document(doc))) {
+    match serde_path_to_error::deserialize::<_, T>(crate::bson::Deserializer::new(Bson::Document(
+        doc,
+    ))) {
         Err(e) => {
             let mut path = dotted(e.path());
-            let inner = e.into_inner().to_string();
+            let inner = crate::bson_compat::de_message(&e.into_inner());
             // serde reports a missing field at the struct that lacks it; name the field itself.
             if let Some(name) = inner
                 .strip_prefix("missing field `")
@@ -190,8 +192,8 @@ fn join(prefix: Option<&str>, field: &str) -> String {
 }
 
 /// A readable name for a BSON type, for messages: "a date", "an ObjectId", "an int32".
-pub fn type_name(t: bson::spec::ElementType) -> &'static str {
-    use bson::spec::ElementType as T;
+pub fn type_name(t: crate::bson::spec::ElementType) -> &'static str {
+    use crate::bson::spec::ElementType as T;
     match t {
         T::Double => "a double",
         T::String => "a string",

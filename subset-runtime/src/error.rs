@@ -1,6 +1,6 @@
 //! The one error type of the crate.
 
-use bson::Bson;
+use crate::bson::Bson;
 
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -86,7 +86,7 @@ pub enum Error {
         what: &'static str,
         /// The serializer's error.
         #[source]
-        source: Box<bson::ser::Error>,
+        source: Box<crate::SerError>,
     },
 
     /// An `_id` given to an operation that no stored document can have (`undefined`, an array,

@@ -49,8 +49,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use crate::bson::Bson;
     use async_graphql::{EmptyMutation, EmptySubscription, Object, Schema, SimpleObject};
-    use bson::Bson;
 
     use super::*;
 

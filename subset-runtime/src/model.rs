@@ -332,9 +332,9 @@ impl_sortable!(
     u8 => integer!(u8), u16 => integer!(u16), u32 => integer!(u32), u64 => integer!(u64),
     f32 => SortValues::Float, f64 => SortValues::Float,
     bool => SortValues::Bool, char => SortValues::Char, String => SortValues::String,
-    bson::DateTime => SortValues::DateTime, bson::oid::ObjectId => SortValues::ObjectId,
-    bson::Decimal128 => SortValues::Decimal128, bson::Timestamp => SortValues::Timestamp,
-    bson::Uuid => SortValues::Uuid,
+    crate::bson::DateTime => SortValues::DateTime, crate::bson::oid::ObjectId => SortValues::ObjectId,
+    crate::bson::Decimal128 => SortValues::Decimal128, crate::bson::Timestamp => SortValues::Timestamp,
+    crate::bson::Uuid => SortValues::Uuid,
 );
 
 macro_rules! impl_marker {

@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use bson::{doc, Bson, Document, RawDocument};
+use crate::bson::{doc, Bson, Document, RawDocument};
 
 use crate::decode;
 use crate::model::{Direction, SubsetSpec};
@@ -338,7 +338,7 @@ mod tests {
 
     #[test]
     fn position_reads_missing_as_null() {
-        let raw = bson::rawdoc! { "_id": 1, "rating": 4 };
+        let raw = crate::bson::rawdoc! { "_id": 1, "rating": 4 };
         assert_eq!(
             position(&SPEC, &raw),
             vec![Bson::Int32(4), Bson::Null, Bson::Int32(1)]
@@ -360,15 +360,14 @@ mod tests {
                 ]
             }
         );
-        let misfit = bson::rawdoc! { "_id": bson::oid::ObjectId::new(), "rating": 2, "date": "x" };
+        let misfit = crate::bson::rawdoc! { "_id": crate::bson::oid::ObjectId::new(), "rating": 2, "date": "x" };
         let (field, problem) = misfit_problem(&SPEC, &expected, &misfit).unwrap();
         assert_eq!(field, "date");
         assert!(
             problem.starts_with("is a string where the child type holds a date"),
             "{problem}"
         );
-        let missing =
-            bson::rawdoc! { "_id": bson::oid::ObjectId::new(), "date": bson::DateTime::MIN };
+        let missing = crate::bson::rawdoc! { "_id": crate::bson::oid::ObjectId::new(), "date": crate::bson::DateTime::MIN };
         let (field, problem) = misfit_problem(&SPEC, &expected, &missing).unwrap();
         assert_eq!((field, problem.starts_with("is missing")), ("rating", true));
     }
@@ -393,7 +392,7 @@ mod tests {
                 ]
             }
         );
-        let misfit = bson::rawdoc! { "_id": 5, "rating": 1 };
+        let misfit = crate::bson::rawdoc! { "_id": 5, "rating": 1 };
         let (field, problem) = misfit_problem(untyped, &expected, &misfit).unwrap();
         assert_eq!(field, "_id");
         assert!(
@@ -404,8 +403,8 @@ mod tests {
 
     #[test]
     fn a_stored_position_the_types_cannot_hold_is_unplaceable() {
-        let id = Bson::ObjectId(bson::oid::ObjectId::new());
-        let date = Bson::DateTime(bson::DateTime::from_millis(1));
+        let id = Bson::ObjectId(crate::bson::oid::ObjectId::new());
+        let date = Bson::DateTime(crate::bson::DateTime::from_millis(1));
         assert_eq!(
             unplaceable(&SPEC, &[3.into(), date.clone(), id.clone()]),
             None

@@ -43,14 +43,14 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
         self.raw
     }
 
-    fn serialize(children: &[C]) -> Result<Vec<bson::Document>> {
+    fn serialize(children: &[C]) -> Result<Vec<crate::bson::Document>> {
         children
             .iter()
             .map(|c| encode::document(c, "a child"))
             .collect()
     }
 
-    fn parent_id(id: &P::Id) -> Result<bson::Bson> {
+    fn parent_id(id: &P::Id) -> Result<crate::bson::Bson> {
         encode::id(id, "a parent _id")
     }
 

@@ -9,8 +9,8 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use bson::spec::{BinarySubtype, ElementType};
-use bson::Bson;
+use crate::bson::spec::{BinarySubtype, ElementType};
+use crate::bson::Bson;
 
 use crate::model::{Child, SortableField};
 
@@ -223,8 +223,8 @@ impl<C: ?Sized> IdFallback for ChildIds<C> {}
 mod tests {
     use super::*;
 
-    use bson::oid::ObjectId;
-    use bson::{doc, Binary, DateTime, Decimal128, Timestamp};
+    use crate::bson::oid::ObjectId;
+    use crate::bson::{doc, Binary, DateTime, Decimal128, Timestamp};
 
     /// One value of each kind a forged cursor may carry.
     fn samples() -> Vec<Bson> {
@@ -257,10 +257,7 @@ mod tests {
             Bson::MaxKey,
             Bson::Document(doc! { "a": 1 }),
             Bson::Array(vec![Bson::Int32(1)]),
-            Bson::RegularExpression(bson::Regex {
-                pattern: "a".into(),
-                options: String::new(),
-            }),
+            Bson::RegularExpression(crate::bson_compat::regex("a", "")),
             Bson::JavaScriptCode("1".into()),
             Bson::Symbol("s".into()),
         ]
@@ -289,7 +286,7 @@ mod tests {
         assert_eq!(admitted(<ObjectId as SortableField>::VALUES), [8]);
         assert_eq!(admitted(<Decimal128 as SortableField>::VALUES), [9]);
         assert_eq!(admitted(<Timestamp as SortableField>::VALUES), [10]);
-        assert_eq!(admitted(<bson::Uuid as SortableField>::VALUES), [11]);
+        assert_eq!(admitted(<crate::bson::Uuid as SortableField>::VALUES), [11]);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! A throwaway MongoDB server for tests and examples.
 //!
 //! The `subset` crate re-exports it as `subset::testkit` behind its `testkit` feature; it has no
-//! ties to the rest of `subset` and works for any code on the official `mongodb` driver.
+//! ties to the rest of `subset` and works for any code on the official `mongodb` driver. It names
+//! bson only as `mongodb::bson`, so it works on bson 2 and 3 alike; its `bson-2` (default) and
+//! `bson-3` features turn on the driver's feature of that name (`subset`'s own select them).
 //!
 //! [`MongoServer::shared`] gives every test in a test binary the same server, started on first
 //! use; [`MongoServer::database`] gives each test its own database on it. [`MongoServer::start`]
@@ -91,7 +93,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bson::doc;
+use mongodb::bson::doc;
 use tokio::sync::OnceCell;
 use tracing::Instrument;
 

@@ -13,7 +13,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bson::doc;
+use mongodb::bson::doc;
 use tracing::Instrument;
 
 use crate::error::TestkitError;

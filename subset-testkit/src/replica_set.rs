@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bson::{doc, Bson, Document};
+use mongodb::bson::{doc, Bson, Document};
 use tracing::Instrument;
 
 use crate::error::TestkitError;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bson::doc;
+use mongodb::bson::doc;
 use sha2::{Digest, Sha256};
 use subset_testkit::{skip, MongoServer, MongodLookup, TestkitError, Topology};
 

@@ -3,7 +3,7 @@
 use std::net::TcpStream;
 use std::time::Instant;
 
-use bson::{doc, Document};
+use mongodb::bson::{doc, Document};
 use subset_testkit::{skip, MongoServer, Topology};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;

@@ -5,6 +5,7 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
+use subset::bson;
 use subset::{Child, Parent, Store, Subset, SubsetField, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 

@@ -1,6 +1,6 @@
 // After an error the derive still emits a stub `Parent` impl and the field constants, so code
 // using them reports nothing more than the one mistake.
-use bson::oid::ObjectId;
+use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
 use subset::{Child, Parent, Subset};
 

@@ -1,4 +1,4 @@
-use bson::oid::ObjectId;
+use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
 use subset::{Child, Subset};
 

@@ -1,11 +1,11 @@
 //! The delivery-app data set: shops with embedded reviews of short random strings. Shared by the
 //! command's tests and the `seed_delivery` example that seeds a demo database.
 
-use bson::oid::ObjectId;
-use bson::{doc, DateTime, Document};
 use mongodb::Database;
 use rand::distr::Alphanumeric;
 use rand::Rng;
+use subset_runtime::bson::oid::ObjectId;
+use subset_runtime::bson::{doc, DateTime, Document};
 
 /// Large shops: enough that a migration takes long enough to be killed half-way.
 pub const LARGE: usize = 40;

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bson::Bson;
+use crate::bson::Bson;
 use tokio::sync::oneshot;
 
 use crate::error::Result;
@@ -187,6 +187,6 @@ impl<B> Drop for Leader<B> {
 fn key_bytes(parent: &Bson) -> Vec<u8> {
     let mut bytes = Vec::new();
     // A one-field document always serializes; equal `_id`s give equal bytes.
-    let _ = bson::doc! { "": parent.clone() }.to_writer(&mut bytes);
+    let _ = crate::bson::doc! { "": parent.clone() }.to_writer(&mut bytes);
     bytes
 }

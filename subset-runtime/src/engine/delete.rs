@@ -1,6 +1,6 @@
 //! Reading and deleting a parent.
 
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};

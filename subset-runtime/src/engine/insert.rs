@@ -1,7 +1,7 @@
 //! Inserting a parent with its children: the parent with empty subsets, the children into their
 //! collections, then each subset as the server sorts the child collection.
 
-use bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};

@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::options::Acknowledgment;
 use mongodb::{Collection, Database};
@@ -300,6 +300,6 @@ impl<'a> RawSubset<'a> {
 /// About how many bytes `docs` take as array elements.
 pub(crate) fn bson_len<'d>(docs: impl IntoIterator<Item = &'d Document>) -> i64 {
     docs.into_iter()
-        .map(|d| RawDocumentBuf::from_document(d).map_or(0, |r| r.as_bytes().len() as i64 + 8))
+        .map(|d| RawDocumentBuf::try_from(d).map_or(0, |r| r.as_bytes().len() as i64 + 8))
         .sum()
 }

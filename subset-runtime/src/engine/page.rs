@@ -1,7 +1,7 @@
 //! Merged pagination: the first page from the embedded subset, later pages by keyset on
 //! (sort keys, `_id`) from the child collection; and the whole collection as a stream.
 
-use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
+use crate::bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use futures::{Stream, StreamExt, TryStreamExt};
 
 use super::exec::Ctx;
@@ -18,7 +18,7 @@ impl RawSubset<'_> {
     ///
     /// As [`crate::Subset::page`].
     pub async fn page(&self, parent: &Bson, request: &PageRequest) -> Result<Page<RawDocumentBuf>> {
-        self.page_with(parent, request, |raw, _, _| Ok(raw.to_raw_document_buf()))
+        self.page_with(parent, request, |raw, _, _| Ok(raw.to_owned()))
             .await
     }
 

@@ -1,7 +1,7 @@
 //! `push` and `push_many`: each child into the child collection, and one capped `$push`
 //! (`$each`, `$sort`, `$slice: keep`) with `$inc` of the count into the parent.
 
-use bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
 use super::combine::{Role, Waiter};

@@ -2,7 +2,7 @@
 //! between leaves drift `reconcile` repairs, never an embedded child missing from the
 //! collection.
 
-use bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document};
 
 use super::driver_error::{self, InsertFailure};
 use super::exec::Ctx;

@@ -10,7 +10,7 @@
 //! only then. A short subset always sends the `$sort` update alone, one update as hand-written
 //! code sends it: sorting a few elements costs less than matching the guard.
 
-use bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document};
 
 use super::exec::Ctx;
 use super::push::Prepared;
@@ -76,7 +76,7 @@ impl RawSubset<'_> {
         let spec = self.spec();
         let mut placed = Vec::with_capacity(children.len());
         for child in children {
-            let raw = bson::RawDocumentBuf::from_document(&child.embedded).ok()?;
+            let raw = crate::bson::RawDocumentBuf::try_from(&child.embedded).ok()?;
             placed.push((order::position(spec, &raw), *child));
         }
         let mut incomparable = false;

@@ -1,6 +1,6 @@
 //! Queries more than one operation sends, built in one place.
 
-use bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document};
 use mongodb::action::Find;
 use mongodb::Collection;
 

@@ -1,7 +1,7 @@
 //! Removing and replacing one child: the child collection first, then the subset is recomputed
 //! from it (backfilling a removed child, re-ranking a replaced one).
 
-use bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};

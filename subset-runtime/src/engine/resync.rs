@@ -1,7 +1,7 @@
 //! Keeping the copy true: recomputing a subset from the child collection, the one primitive
 //! behind backfill, re-ranking, `reconcile` and `check`.
 
-use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
+use crate::bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};

@@ -2,7 +2,7 @@
 //! scan, and the `$jsonSchema` cap that stops writers outside this library from growing a
 //! subset.
 
-use bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document};
 use futures::TryStreamExt;
 use mongodb::options::IndexOptions;
 use mongodb::IndexModel;

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document};
 use futures::{Stream, StreamExt, TryStreamExt};
 
 use super::{Drift, RawStore};

@@ -2,7 +2,7 @@
 //! field literally named `_id`, a qualified `Vec` path, generics and macro-generated input.
 #![deny(missing_docs, unused)]
 
-use bson::oid::ObjectId;
+use subset::bson::oid::ObjectId;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;

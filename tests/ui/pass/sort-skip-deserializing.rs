@@ -1,7 +1,7 @@
 //! A `#[serde(skip_deserializing)]` field is stored, so it can be a sort key: the engine reads
 //! sort values from the stored documents, never from decoded children.
 
-use bson::oid::ObjectId;
+use subset::bson::oid::ObjectId;
 use serde::{Deserialize, Serialize};
 use subset::{Child, Parent, Subset};
 

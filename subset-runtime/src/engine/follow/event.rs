@@ -7,7 +7,7 @@
 //! (`changeStreamPreAndPostImages`), not the document as it is when the event is read, so a
 //! child moved twice is accounted to every parent it passed through.
 
-use bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document};
 use mongodb::change_stream::event::{ChangeStreamEvent, OperationType};
 
 use crate::model::SubsetSpec;
@@ -106,7 +106,7 @@ mod tests {
         if let Some(before) = before {
             raw.insert("fullDocumentBeforeChange", before);
         }
-        bson::from_document(raw).expect("a change event")
+        crate::bson_compat::from_document(raw).expect("a change event")
     }
 
     fn mapped(e: &Event) -> (Meaning, Vec<(usize, Bson)>) {

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use bson::{doc, Bson, DateTime, Document};
+use crate::bson::{doc, Bson, DateTime, Document};
 use futures::future::Either;
 use futures::StreamExt;
 use mongodb::change_stream::event::{OperationType, ResumeToken};

@@ -10,7 +10,7 @@
 //! saved place is never ahead of the work: a follower stopped at any point redoes at most one
 //! batch.
 
-use bson::{doc, DateTime, Document};
+use crate::bson::{doc, DateTime, Document};
 use mongodb::change_stream::event::ResumeToken;
 use mongodb::options::WriteConcern;
 use mongodb::{Collection, Database};
@@ -57,7 +57,7 @@ impl Tokens {
         let Some(token) = saved.and_then(|mut d| d.remove("token")) else {
             return Ok(None);
         };
-        bson::from_bson(token)
+        crate::bson_compat::from_bson(token)
             .map(Some)
             .map_err(|e| Error::FollowUnsupported {
                 collection: self.collection.name().to_owned(),
@@ -73,7 +73,7 @@ impl Tokens {
     /// failover rolled back would only make the follower redo work, but one that outlived the
     /// resyncs it stands for would skip changes.
     pub(super) async fn save(&self, child_collection: &str, token: &ResumeToken) -> Result<()> {
-        let token = bson::to_bson(token).map_err(|e| Error::Serialize {
+        let token = crate::bson_compat::to_bson(token).map_err(|e| Error::Serialize {
             what: "a resume token",
             source: Box::new(e),
         })?;
