@@ -143,14 +143,17 @@ impl Service {
             let page: ReviewPage = response.json().await.unwrap();
             pages += 1;
             assert!(page.items.len() <= size as usize);
+            // Forward from the start there is nothing before; from a cursor, its review was.
+            assert_eq!(page.page_info.has_previous_page, pages > 1, "{path}");
             all.extend(page.items);
-            assert_eq!(page.has_next, page.next_cursor.is_some());
-            match page.next_cursor {
-                Some(token) => {
-                    path = format!("/products/{product}/reviews?first={size}&after={token}")
-                }
-                None => break,
+            if !page.page_info.has_next_page {
+                break;
             }
+            let token = page
+                .page_info
+                .end_cursor
+                .expect("a page with a next has an end");
+            path = format!("/products/{product}/reviews?first={size}&after={token}");
         }
         (all, pages)
     }
@@ -263,7 +266,7 @@ async fn create_post_page_edit_delete_and_the_product_page_follows() {
             .await
             .unwrap();
         assert_eq!(first.items, expected[..20]);
-        assert!(first.has_next);
+        assert!(first.page_info.has_next_page);
 
         // Edit an old review: newer than all, it moves to the top of the product page.
         let mut edited = reviews
@@ -331,7 +334,7 @@ async fn bad_tokens_and_parameters_are_400_with_a_json_error() {
         .json()
         .await
         .unwrap();
-    let token = first.next_cursor.unwrap();
+    let token = first.page_info.end_cursor.unwrap().to_string();
 
     let reviews = |product: &str, query: &str| format!("/products/{product}/reviews?{query}");
     for (path, code, says) in [
