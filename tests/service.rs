@@ -7,6 +7,7 @@ mod app;
 mod common;
 
 use std::cmp::Ordering;
+use std::collections::HashSet;
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
 
@@ -144,16 +145,58 @@ impl Service {
             let page: ReviewPage = response.json().await.unwrap();
             pages += 1;
             assert!(page.items.len() <= size as usize);
+            // Forward from the start there is nothing before; from a cursor, its review was.
+            assert_eq!(page.page_info.has_previous_page, pages > 1, "{path}");
             all.extend(page.items);
-            assert_eq!(page.has_next, page.next_cursor.is_some());
-            match page.next_cursor {
-                Some(token) => {
-                    path = format!("/products/{product}/reviews?first={size}&after={token}")
-                }
-                None => break,
+            if !page.page_info.has_next_page {
+                break;
             }
+            let token = page
+                .page_info
+                .end_cursor
+                .expect("a page with a next has an end");
+            path = format!("/products/{product}/reviews?first={size}&after={token}");
         }
         (all, pages)
+    }
+
+    /// Every review of `product`, `size` at a time backward with `last`/`before`, in the order
+    /// the walk meets them (the oldest first), and how many pages.
+    async fn all_reviews_backward(&self, product: &str, size: u32) -> (Vec<ReviewOut>, usize) {
+        let (mut met, mut pages) = (Vec::new(), 0);
+        let mut path = format!("/products/{product}/reviews?last={size}");
+        loop {
+            let page = self.page(&path).await;
+            pages += 1;
+            assert!(page.items.len() <= size as usize, "{path}");
+            // Back from the end nothing follows; from a cursor, its review does.
+            assert_eq!(page.page_info.has_next_page, pages > 1, "{path}");
+            // Each page is newest first: the walk meets its reviews from the bottom up.
+            met.extend(page.items.into_iter().rev());
+            if !page.page_info.has_previous_page {
+                break;
+            }
+            let token = page
+                .page_info
+                .start_cursor
+                .expect("a page with a previous has a start");
+            path = format!("/products/{product}/reviews?last={size}&before={token}");
+        }
+        (met, pages)
+    }
+
+    /// The page at `path`, which must be one.
+    async fn page(&self, path: &str) -> ReviewPage {
+        let response = self.get(path).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let page: ReviewPage = response.json().await.unwrap();
+        // The cursors at the ends are the ends' (an empty page has none).
+        assert_eq!(
+            page.page_info.start_cursor.is_some(),
+            !page.items.is_empty()
+        );
+        assert_eq!(page.page_info.end_cursor.is_some(), !page.items.is_empty());
+        page
     }
 
     /// The status and error body of a response that must be an error.
@@ -251,10 +294,17 @@ async fn create_post_page_edit_delete_and_the_product_page_follows() {
 
         // Every review exactly once, in order, whatever the page size (3 falls inside the
         // embedded subset, 5 ends on it, 10 and 47 cross it, 100 takes everything).
+        // Backward with `last`/`before`, the same reviews in reverse, each once.
         for size in [3, 5, 10, 47, 100] {
             let (all, pages) = service.all_reviews(&product.id, size).await;
             assert_eq!(all, expected, "{mode:?}, pages of {size}");
             assert!(pages >= 47usize.div_ceil(size as usize), "{mode:?}");
+            let (back, pages) = service.all_reviews_backward(&product.id, size).await;
+            let reversed: Vec<_> = all.iter().rev().cloned().collect();
+            assert_eq!(back, reversed, "{mode:?}, back in pages of {size}");
+            let ids: HashSet<_> = back.iter().map(|r| &r.id).collect();
+            assert_eq!(ids.len(), 47, "{mode:?}, back in pages of {size}");
+            assert_eq!(pages, 47usize.div_ceil(size as usize), "{mode:?}");
         }
         // The default page size.
         let first: ReviewPage = service
@@ -264,7 +314,14 @@ async fn create_post_page_edit_delete_and_the_product_page_follows() {
             .await
             .unwrap();
         assert_eq!(first.items, expected[..20]);
-        assert!(first.has_next);
+        assert!(first.page_info.has_next_page);
+        assert!(!first.page_info.has_previous_page);
+        // `last` alone: the last 20 of all, still newest first.
+        let last = service
+            .page(&format!("/products/{}/reviews?last=20", product.id))
+            .await;
+        assert_eq!(last.items, expected[27..], "{mode:?}");
+        assert!(last.page_info.has_previous_page && !last.page_info.has_next_page);
 
         // Edit an old review: newer than all, it moves to the top of the product page.
         let mut edited = reviews
@@ -308,6 +365,9 @@ async fn create_post_page_edit_delete_and_the_product_page_follows() {
         assert_eq!(page.recent_reviews, expected[..5], "{mode:?}");
         let (all, _) = service.all_reviews(&product.id, 7).await;
         assert_eq!(all, expected, "{mode:?}");
+        let (mut back, _) = service.all_reviews_backward(&product.id, 7).await;
+        back.reverse();
+        assert_eq!(back, expected, "{mode:?}");
         assert_subset_true(
             &service.store,
             Product::RECENT_REVIEWS,
@@ -332,30 +392,103 @@ async fn bad_tokens_and_parameters_are_400_with_a_json_error() {
         .json()
         .await
         .unwrap();
-    let token = first.next_cursor.unwrap();
+    let token = first.page_info.end_cursor.unwrap().to_string();
 
+    let half = &token[..token.len() / 2];
     let reviews = |product: &str, query: &str| format!("/products/{product}/reviews?{query}");
     for (path, code, says) in [
         (
             reviews(&a.id, "after=!!!"),
             "invalid_cursor",
-            "not base64url",
+            "`after` is not a cursor of this product's reviews: invalid page cursor: \
+             the token is not base64url",
         ),
         (
-            reviews(&a.id, &format!("after={}", &token[..token.len() / 2])),
+            reviews(&a.id, &format!("after={half}")),
             "invalid_cursor",
-            "",
+            "`after`",
         ),
-        (reviews(&a.id, "after="), "invalid_cursor", ""),
+        (reviews(&a.id, "after="), "invalid_cursor", "`after`"),
         // A real token, for another product.
         (
             reviews(&b.id, &format!("after={token}")),
             "invalid_cursor",
-            "made for parent",
+            "`after` is not a cursor of this product's reviews: invalid page cursor: it was \
+             made for parent",
+        ),
+        // The same, backward.
+        (
+            reviews(&a.id, "before=!!!"),
+            "invalid_cursor",
+            "`before` is not a cursor of this product's reviews: invalid page cursor: \
+             the token is not base64url",
+        ),
+        (
+            reviews(&a.id, &format!("last=2&before={half}")),
+            "invalid_cursor",
+            "`before`",
+        ),
+        (reviews(&a.id, "before="), "invalid_cursor", "`before`"),
+        (
+            reviews(&b.id, &format!("last=2&before={token}")),
+            "invalid_cursor",
+            "`before` is not a cursor of this product's reviews: invalid page cursor: it was \
+             made for parent",
         ),
         (reviews(&a.id, "first=0"), "bad_request", "`first`"),
         (reviews(&a.id, "first=101"), "bad_request", "`first`"),
         (reviews(&a.id, "first=twenty"), "bad_request", "first"),
+        (
+            reviews(&a.id, "last=0"),
+            "bad_request",
+            "`last` must be from 1 to 100",
+        ),
+        (
+            reviews(&a.id, &format!("last=101&before={token}")),
+            "bad_request",
+            "`last` must be from 1 to 100",
+        ),
+        (reviews(&a.id, "last=twenty"), "bad_request", "last"),
+        (
+            reviews(&a.id, &format!("after={token}&after={token}")),
+            "bad_request",
+            "duplicate field `after`",
+        ),
+        // Both directions at once: every parameter of the mix is named.
+        (
+            reviews(&a.id, "first=2&last=2"),
+            "bad_request",
+            "`first` and `last` cannot be used together",
+        ),
+        (
+            reviews(&a.id, &format!("after={token}&before={token}")),
+            "bad_request",
+            "`after` and `before` cannot be used together",
+        ),
+        (
+            reviews(&a.id, &format!("first=2&before={token}")),
+            "bad_request",
+            "`first` and `before` cannot be used together",
+        ),
+        (
+            reviews(&a.id, &format!("last=2&after={token}")),
+            "bad_request",
+            "`after` and `last` cannot be used together",
+        ),
+        (
+            reviews(&a.id, &format!("first=2&after={token}&before={token}")),
+            "bad_request",
+            "`first`, `after` and `before` cannot be used together",
+        ),
+        (
+            reviews(
+                &a.id,
+                &format!("before={token}&last=3&first=2&after={token}"),
+            ),
+            "bad_request",
+            "`first`, `after`, `last` and `before` cannot be used together: \
+             `first`/`after` page forward, `last`/`before` backward",
+        ),
         (
             reviews(&a.id, "size=20"),
             "bad_request",
@@ -424,6 +557,106 @@ async fn bad_tokens_and_parameters_are_400_with_a_json_error() {
 
     // Nothing above was written.
     assert_eq!(service.product(&a.id).await.total_reviews, 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn backward_pages_from_the_middle_across_the_embedded_reviews_and_before_the_first() {
+    for (mode, service) in services().await {
+        let product = service.create_product("middle").await;
+        // 23 reviews, pairs sharing a date, so that the `_id` breaks ties.
+        let reviews: Vec<Review> = (0..23)
+            .map(|i| review(1_700_000_000_000 + (i / 2) * 60_000))
+            .collect();
+        for r in &reviews {
+            service.post_review(&product.id, r).await;
+        }
+        let expected = newest_first(&reviews);
+        let path = |query: String| format!("/products/{}/reviews?{query}", product.id);
+        // The cursor of review `i` (0 the newest): the end of the first `i + 1`.
+        let cursor_of = |i: usize| {
+            let url = path(format!("first={}", i + 1));
+            let service = &service;
+            async move {
+                let page = service.page(&url).await;
+                page.page_info
+                    .end_cursor
+                    .expect("a non-empty page has an end")
+            }
+        };
+
+        // From the middle of the collection: the 4 reviews just before the 10th.
+        let c9 = cursor_of(9).await;
+        let page = service.page(&path(format!("last=4&before={c9}"))).await;
+        assert_eq!(page.items, expected[5..9], "{mode:?}");
+        assert!(page.page_info.has_previous_page, "{mode:?}");
+        assert!(page.page_info.has_next_page, "{mode:?}");
+        // A backward page's cursors go on either way: forward from its end is the 10th on.
+        let end = page.page_info.end_cursor.clone().unwrap();
+        let on = service.page(&path(format!("first=3&after={end}"))).await;
+        assert_eq!(on.items, expected[9..12], "{mode:?}");
+        let start = page.page_info.start_cursor.clone().unwrap();
+        let back = service.page(&path(format!("last=2&before={start}"))).await;
+        assert_eq!(back.items, expected[3..5], "{mode:?}");
+
+        // Across the seam: from the collection (8th) into the 5 embedded reviews.
+        let c7 = cursor_of(7).await;
+        let page = service.page(&path(format!("last=4&before={c7}"))).await;
+        assert_eq!(page.items, expected[3..7], "{mode:?}");
+        // Inside the embedded reviews, asking for more than there are before: what there is.
+        let c2 = cursor_of(2).await;
+        let page = service.page(&path(format!("last=4&before={c2}"))).await;
+        assert_eq!(page.items, expected[..2], "{mode:?}");
+        assert!(!page.page_info.has_previous_page, "{mode:?}");
+        assert!(page.page_info.has_next_page, "{mode:?}");
+        // `before` alone: the default 20.
+        let c21 = cursor_of(21).await;
+        let page = service.page(&path(format!("before={c21}"))).await;
+        assert_eq!(page.items, expected[1..21], "{mode:?}");
+        assert!(page.page_info.has_previous_page, "{mode:?}");
+        // `last` larger than all: everything, nothing either side.
+        let page = service.page(&path("last=100".into())).await;
+        assert_eq!(page.items, expected, "{mode:?}");
+        assert!(!page.page_info.has_previous_page && !page.page_info.has_next_page);
+
+        // Before the first (newest) review: an empty page that goes nowhere.
+        let c0 = cursor_of(0).await;
+        for query in [format!("last=5&before={c0}"), format!("before={c0}")] {
+            let response = service.get(&path(query.clone())).await;
+            assert_eq!(response.status(), StatusCode::OK, "{query}");
+            let body: serde_json::Value = response.json().await.unwrap();
+            assert_eq!(
+                body,
+                json!({
+                    "items": [],
+                    "page_info": {
+                        "has_next_page": false,
+                        "has_previous_page": false,
+                        "start_cursor": null,
+                        "end_cursor": null,
+                    },
+                }),
+                "{mode:?}: {query}"
+            );
+        }
+        // And the response's shape for a page with reviews: tokens as strings, in `page_info`.
+        let body: serde_json::Value = service
+            .get(&path(format!("last=1&before={c2}")))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["items"][0]["id"], expected[1].id);
+        let c1 = cursor_of(1).await.to_string();
+        assert_eq!(body["page_info"]["start_cursor"], json!(c1));
+        assert_eq!(
+            body["page_info"]["start_cursor"],
+            body["page_info"]["end_cursor"]
+        );
+        assert_eq!(body["page_info"]["has_next_page"], true);
+        assert_eq!(body["page_info"]["has_previous_page"], true);
+        assert_eq!(body.as_object().unwrap().len(), 2, "{body}");
+        assert_eq!(body["page_info"].as_object().unwrap().len(), 4, "{body}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -573,6 +806,9 @@ async fn thirty_two_concurrent_posts_keep_the_subset_and_the_count_exact() {
         assert_eq!(page.recent_reviews, expected[..5], "{mode:?}");
         let (all, _) = service.all_reviews(&product.id, 6).await;
         assert_eq!(all, expected, "{mode:?}");
+        let (mut back, _) = service.all_reviews_backward(&product.id, 6).await;
+        back.reverse();
+        assert_eq!(back, expected, "{mode:?}");
         assert_subset_true(
             &service.store,
             Product::RECENT_REVIEWS,

@@ -5,16 +5,19 @@
 //! |---|---|
 //! | `POST /products` | create a product: `{"name": …, "id"?: hex}` → 201 |
 //! | `GET /products/{id}` | the product page: the product, its 5 latest reviews and its review count, in one query |
-//! | `GET /products/{id}/reviews?first=20&after=<token>` | reviews, newest first, by cursor |
+//! | `GET /products/{id}/reviews?first=20&after=<token>` | reviews, newest first, forward from a cursor (or the start) |
+//! | `GET /products/{id}/reviews?last=20&before=<token>` | reviews, newest first, backward from a cursor (or the end) |
 //! | `POST /products/{id}/reviews` | push a review: `{"author", "rating", "comment", "date"?, "id"?}` → 201 |
 //! | `PUT /products/{id}/reviews/{review_id}` | replace a review: `{"author", "rating", "comment", "date"}` |
 //! | `DELETE /products/{id}/reviews/{review_id}` | delete a review → 204 |
 //!
-//! Ids are 24-digit hex ObjectIds and dates RFC 3339 strings. Every error is a JSON body
+//! A page of reviews is `{"items": [...], "page_info": {"has_next_page", "has_previous_page",
+//! "start_cursor", "end_cursor"}}` ([`ReviewPage`]). Ids are 24-digit hex ObjectIds and dates
+//! RFC 3339 strings. Every error is a JSON body
 //! `{"error": <code>, "message": <text>}` with the status [`ApiError::into_response`] chooses.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +26,7 @@ use axum::{Json, Router};
 use bson::oid::ObjectId;
 use bson::{Bson, DateTime};
 use serde::{Deserialize, Serialize};
+use serde_path_to_error::Segment;
 use subset::bson;
 use subset::{Child, Cursor, InsertFailure, Page, PageRequest, Store, Subset};
 
@@ -160,28 +164,102 @@ pub struct ProductOut {
     pub recent_reviews: Vec<ReviewOut>,
 }
 
-/// The query of a review page: `?first=20&after=<token>`.
+/// The query of a review page: `?first=20&after=<token>` forward, `?last=20&before=<token>`
+/// backward, each parameter optional within its direction.
 ///
 /// Unknown parameters are refused (400) rather than ignored, so that a client asking for
-/// something this service does not do learns so.
+/// something this service does not do learns so. The tokens are read by [`Cursor`]'s serde impl.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
-    /// The page size, from 1 to [`MAX_PAGE_SIZE`]; [`DEFAULT_PAGE_SIZE`] when absent.
+    /// Forward: the page size, from 1 to [`MAX_PAGE_SIZE`]; [`DEFAULT_PAGE_SIZE`] when absent.
     pub first: Option<u32>,
-    /// The `next_cursor` of the previous page; the first page when absent.
-    pub after: Option<String>,
+    /// Forward: the `end_cursor` of the page before; the first page when absent.
+    pub after: Option<Cursor>,
+    /// Backward: the page size, as `first`.
+    pub last: Option<u32>,
+    /// Backward: the `start_cursor` of the page after; the last page when absent.
+    pub before: Option<Cursor>,
 }
 
 impl PageQuery {
-    /// The runtime's request for this query: each pair of parameters (`first`/`after` now) is
-    /// one arm, so that another direction is another arm.
-    fn request(&self) -> Result<PageRequest, ApiError> {
-        let size = page_size("first", self.first)?;
-        Ok(match self.after.as_deref() {
-            None => PageRequest::first(size),
-            Some(token) => PageRequest::after(Cursor::decode(token)?, size),
+    /// The one place a query string becomes the runtime's [`PageRequest`]: parses `query`,
+    /// refuses a mix of directions, and checks the page size.
+    ///
+    /// # Errors
+    ///
+    /// [`ApiError::InvalidCursor`] naming `after` or `before` when its token is not a cursor;
+    /// [`ApiError::BadRequest`] for an unknown or repeated parameter, a size that is not from 1
+    /// to [`MAX_PAGE_SIZE`], or parameters of both directions.
+    pub fn request(query: Option<&str>) -> Result<PageRequest, ApiError> {
+        let pairs = form_urlencoded::parse(query.unwrap_or_default().as_bytes());
+        let parsed = serde_path_to_error::deserialize::<_, PageQuery>(
+            serde_urlencoded::Deserializer::new(pairs),
+        );
+        let query = parsed.map_err(|e| {
+            // Only a cursor's own `Deserialize` fails at `after` or `before`: a bad token.
+            let parameter = match e.path().iter().next() {
+                Some(Segment::Map { key }) if key == "after" => Some("after"),
+                Some(Segment::Map { key }) if key == "before" => Some("before"),
+                _ => None,
+            };
+            match parameter {
+                Some(parameter) => ApiError::InvalidCursor {
+                    parameter,
+                    message: e.into_inner().to_string(),
+                },
+                None => ApiError::BadRequest(format!("bad query: {e}")),
+            }
+        })?;
+        query.into_request()
+    }
+
+    fn into_request(self) -> Result<PageRequest, ApiError> {
+        let given = |pairs: [(&str, bool); 2]| -> Vec<String> {
+            pairs
+                .into_iter()
+                .filter(|(_, given)| *given)
+                .map(|(name, _)| format!("`{name}`"))
+                .collect()
+        };
+        let forward = given([
+            ("first", self.first.is_some()),
+            ("after", self.after.is_some()),
+        ]);
+        let backward = given([
+            ("last", self.last.is_some()),
+            ("before", self.before.is_some()),
+        ]);
+        if !forward.is_empty() && !backward.is_empty() {
+            return Err(ApiError::BadRequest(format!(
+                "{} cannot be used together: `first`/`after` page forward, `last`/`before` backward",
+                and_list(&[forward, backward].concat())
+            )));
+        }
+        Ok(match (self.after, self.before) {
+            (Some(after), _) => PageRequest::after(after, page_size("first", self.first)?),
+            (_, Some(before)) => PageRequest::before(before, page_size("last", self.last)?),
+            (None, None) if self.last.is_some() => PageRequest::last(page_size("last", self.last)?),
+            (None, None) => PageRequest::first(page_size("first", self.first)?),
         })
+    }
+}
+
+/// The parameter that carried `request`'s cursor, for an error about it.
+fn cursor_parameter(request: &PageRequest) -> &'static str {
+    if request.is_backward() {
+        "before"
+    } else {
+        "after"
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(names: &[String]) -> String {
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        Some((only, _)) => only.clone(),
+        None => String::new(),
     }
 }
 
@@ -196,28 +274,53 @@ fn page_size(parameter: &str, value: Option<u32>) -> Result<u32, ApiError> {
     Ok(size)
 }
 
-/// A page of reviews, newest first. Built from the runtime's [`Page`] in one place
-/// ([`ReviewPage::new`]), so that more of it (a cursor back, `has_previous`) is more fields here.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A page of reviews, newest first (a backward page too), shaped as a Relay connection:
+/// `{"items": [...], "page_info": {...}}`.
+///
+/// `items` rather than Relay's `edges` with a cursor each: a token is some 110 characters, about
+/// as long as a short review, so edges would nearly double every page for the sake of resuming
+/// from its middle, which a client paging through reviews does not do; it goes on from the
+/// page's ends, `page_info`'s cursors. (The runtime has a cursor per item, [`Page::cursors`],
+/// should a route need them.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReviewPage {
     /// The reviews on this page.
     pub items: Vec<ReviewOut>,
-    /// Whether more reviews follow this page.
-    pub has_next: bool,
-    /// The token to pass as `after` for the next page; `null` on the last page.
-    pub next_cursor: Option<String>,
+    /// Where the page stands and how to go on from it.
+    pub page_info: PageInfo,
+}
+
+/// Relay's `PageInfo`, with the cursors as tokens ([`Cursor`]'s serde impl).
+///
+/// The direction the page was read in is exact; the other way is `true` for a page read from a
+/// cursor (its child was there) and `false` for one read from either end (see [`Page`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PageInfo {
+    /// Whether reviews follow: pass `end_cursor` as `after` for them.
+    pub has_next_page: bool,
+    /// Whether reviews come before: pass `start_cursor` as `before` for them.
+    pub has_previous_page: bool,
+    /// The first review's cursor; `null` on an empty page.
+    pub start_cursor: Option<Cursor>,
+    /// The last review's cursor; `null` on an empty page.
+    pub end_cursor: Option<Cursor>,
 }
 
 impl ReviewPage {
-    fn new(page: Page<Review>) -> Result<Self, ApiError> {
+    /// The response for `page`: the one place a runtime page becomes JSON.
+    fn new(page: &Page<Review>) -> Result<Self, ApiError> {
         Ok(ReviewPage {
             items: page
                 .items
                 .iter()
                 .map(ReviewOut::new)
                 .collect::<Result<_, _>>()?,
-            has_next: page.next.is_some(),
-            next_cursor: page.next.as_ref().map(Cursor::encode),
+            page_info: PageInfo {
+                has_next_page: page.has_next(),
+                has_previous_page: page.has_previous(),
+                start_cursor: page.start_cursor().cloned(),
+                end_cursor: page.end_cursor().cloned(),
+            },
         })
     }
 }
@@ -366,13 +469,23 @@ async fn product_page(
 async fn reviews(
     State(store): State<Store<Product>>,
     path: Result<Path<String>, PathRejection>,
-    query: Result<Query<PageQuery>, QueryRejection>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<ReviewPage>, ApiError> {
     let Path(id) = path?;
     let id = object_id("product id", &id)?;
-    let Query(query) = query?;
-    let page = reviews_of(&store).page(&id, &query.request()?).await?;
-    Ok(Json(ReviewPage::new(page)?))
+    let request = PageQuery::request(query.as_deref())?;
+    let page = reviews_of(&store)
+        .page(&id, &request)
+        .await
+        .map_err(|e| match e {
+            // A token that decodes but is not this product's: name the parameter it came in.
+            subset::Error::InvalidCursor { .. } => ApiError::InvalidCursor {
+                parameter: cursor_parameter(&request),
+                message: e.to_string(),
+            },
+            other => other.into(),
+        })?;
+    Ok(Json(ReviewPage::new(&page)?))
 }
 
 async fn post_review(
@@ -429,6 +542,13 @@ async fn delete_review(
 pub enum ApiError {
     /// A path, query or body this service cannot take.
     BadRequest(String),
+    /// The token in `after` or `before` is not a cursor of this product's reviews.
+    InvalidCursor {
+        /// `after` or `before`.
+        parameter: &'static str,
+        /// Why, in the runtime's words (`invalid page cursor: …`).
+        message: String,
+    },
     /// A JSON body axum could not read, with the status it chose (400, 415, 422).
     Rejected(StatusCode, String),
     /// No such product, review or route.
@@ -460,13 +580,6 @@ impl From<PathRejection> for ApiError {
     }
 }
 
-impl From<QueryRejection> for ApiError {
-    fn from(rejection: QueryRejection) -> Self {
-        // Every query problem is the client's: a status of 400 whatever axum chose.
-        ApiError::BadRequest(rejection.body_text())
-    }
-}
-
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorBody {
@@ -492,11 +605,15 @@ impl IntoResponse for ApiError {
             ApiError::Rejected(status, message) => (status, "bad_request", message),
             ApiError::NotFound(message) => (StatusCode::NOT_FOUND, "not_found", message),
             ApiError::Conflict(message) => (StatusCode::CONFLICT, "conflict", message),
-            ApiError::Store(E::InvalidCursor { reason }) => (
+            ApiError::InvalidCursor { parameter, message } => (
                 StatusCode::BAD_REQUEST,
                 "invalid_cursor",
-                format!("`after` is not a cursor of this product's reviews: {reason}"),
+                format!("`{parameter}` is not a cursor of this product's reviews: {message}"),
             ),
+            // Every route that takes a cursor names its parameter above; this is the fallback.
+            ApiError::Store(e @ E::InvalidCursor { .. }) => {
+                (StatusCode::BAD_REQUEST, "invalid_cursor", e.to_string())
+            }
             ApiError::Store(e @ (E::InvalidPageSize { .. } | E::InvalidId { .. })) => {
                 (StatusCode::BAD_REQUEST, "bad_request", e.to_string())
             }

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! curl -s -XPOST localhost:3000/products -H 'content-type: application/json' -d '{"name":"Grinder"}'
-//! curl -s localhost:3000/products/<id>/reviews?first=20
+//! curl -s 'localhost:3000/products/<id>/reviews?first=20'
+//! curl -s 'localhost:3000/products/<id>/reviews?last=20&before=<start_cursor>'
 //! ```
 
 mod app;
