@@ -2,10 +2,10 @@
 //! field literally named `_id`, a qualified `Vec` path, generics and macro-generated input.
 #![deny(missing_docs, unused)]
 
-use subset::bson::oid::ObjectId;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
+use subset::bson::oid::ObjectId;
 
 // Generated code must not pick these up.
 #[allow(dead_code)]
@@ -75,13 +75,15 @@ where
     assert_eq!(Product::<T>::BEST_REVIEWS.spec(), spec);
 }
 
-fn main() {
+#[test]
+fn other_derives() {
     use subset::{Child, Parent};
     check::<String>();
     assert_eq!(<Review<u8> as Child>::FIELDS[0].bson, "_id");
     assert_eq!(<Shop as Parent>::COLLECTION, "shops");
     assert_eq!(<Shop as Parent>::SUBSETS[0].keep, 7);
     assert_eq!(<Shop as Parent>::SUBSETS[0].key, "shop_id");
+    assert_eq!(Shop::REVIEWS.spec(), &<Shop as Parent>::SUBSETS[0]);
 
     let id = ObjectId::new();
     let product = Product {

@@ -1,5 +1,5 @@
-use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
 use subset::{Child, Direction, Parent, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
@@ -24,7 +24,8 @@ struct Product {
     best_reviews: Vec<Review>,
 }
 
-fn main() {
+#[test]
+fn multi_key_sort() {
     let sort = <Product as Parent>::SUBSETS[0].sort;
     let sort: Vec<_> = sort.iter().map(|k| (k.field, k.direction)).collect();
     assert_eq!(

@@ -1,5 +1,5 @@
-use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
 use subset::Child;
 
 macro_rules! child {
@@ -38,7 +38,8 @@ fn bson_name<C: Child>() -> &'static str {
         .map_or("", |f| f.bson)
 }
 
-fn main() {
+#[test]
+fn rename_all_cases() {
     assert_eq!(bson_name::<Lower>(), "created_at");
     assert_eq!(bson_name::<Upper>(), "CREATED_AT");
     assert_eq!(bson_name::<Pascal>(), "CreatedAt");

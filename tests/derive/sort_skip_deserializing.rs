@@ -1,8 +1,8 @@
 //! A `#[serde(skip_deserializing)]` field is stored, so it can be a sort key: the engine reads
 //! sort values from the stored documents, never from decoded children.
 
-use subset::bson::oid::ObjectId;
 use serde::{Deserialize, Serialize};
+use subset::bson::oid::ObjectId;
 use subset::{Child, Parent, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
@@ -22,6 +22,7 @@ struct Product {
     reviews: Vec<Review>,
 }
 
-fn main() {
+#[test]
+fn sort_skip_deserializing() {
     assert_eq!(Product::SUBSETS[0].sort[0].field, "score");
 }

@@ -1,5 +1,5 @@
-use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
 use subset::{Child, Direction, Parent, Subset};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
@@ -28,7 +28,8 @@ pub struct Product {
     total_reviews: i64,
 }
 
-fn main() {
+#[test]
+fn single_subset() {
     assert_eq!(<Product as Parent>::COLLECTION, "products");
     let spec = &<Product as Parent>::SUBSETS[0];
     assert_eq!(spec.field, "recent_reviews");

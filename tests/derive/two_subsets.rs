@@ -1,5 +1,5 @@
-use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
 use subset::{Child, Parent, Subset, SubsetField};
 
 #[derive(Serialize, Deserialize, Child)]
@@ -37,7 +37,8 @@ pub struct DeliveryShop {
     order_count: u32,
 }
 
-fn main() {
+#[test]
+fn two_subsets() {
     let specs = <DeliveryShop as Parent>::SUBSETS;
     assert_eq!(specs.len(), 3);
     assert_eq!(specs[0].child_collection, "orders");

@@ -1,0 +1,11 @@
+//! Valid uses of the derives: each module compiles and asserts what the derive generated (its
+//! descriptors, its serde names). The compile-fail cases are in `tests/ui/`; these are plain tests
+//! rather than trybuild pass cases so that trybuild only has to type-check its project.
+
+mod multi_key_sort;
+mod other_derives;
+mod rename_all_cases;
+mod renames;
+mod single_subset;
+mod sort_skip_deserializing;
+mod two_subsets;
