@@ -143,9 +143,26 @@ pub struct SubsetSpec {
     pub sort: &'static [SortKey],
     /// BSON name of the parent's integer field that counts the children, if any.
     pub count: Option<&'static str>,
+    /// The parent's numeric fields kept equal to the sum of a child field over all the
+    /// children (see [`SumSpec`]).
+    pub sums: &'static [SumSpec],
     /// The values the children's `_id` can hold ([`Child::ID_VALUES`]), for the `_id` that
     /// [`SubsetSpec::order`] appends.
     pub id_values: SortValues,
+}
+
+/// A running sum: a parent field kept equal to the sum of one child field over every child of
+/// the subset, maintained with `$inc` in the same update as the count and recomputed by
+/// `reconcile`.
+///
+/// Integer sums are exact. A float sum is kept by adding and subtracting each child's value, so
+/// it can drift from the true sum by rounding; `reconcile` recomputes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SumSpec {
+    /// BSON name of the parent field holding the sum.
+    pub parent: &'static str,
+    /// BSON name of the child field summed; every child must hold a number there.
+    pub child: &'static str,
 }
 
 impl SubsetSpec {
@@ -343,6 +360,44 @@ macro_rules! impl_marker {
 
 impl_marker!(CountField: i32, i64, u32, u64);
 
+/// Numeric types a child field summed by `sum` can have.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be summed",
+    label = "the child field of a `sum` must be a number",
+    note = "sum a required numeric child field: an integer (`i8` to `i64`, `u8` to `u32`) or a float (`f32`, `f64`)"
+)]
+pub trait SumChildField {}
+
+impl_marker!(SumChildField: i8, i16, i32, i64, u8, u16, u32, f32, f64);
+
+/// Types a parent field can have to hold the running sum of a child field of type `C`: an
+/// integer for integer children (the sum stays exact), `f64` for any numeric child.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot hold a running sum of `{C}`",
+    label = "the parent field of a `sum` must be a number wide enough for the child's values",
+    note = "declare the sum field as `i64` (or `i32`, `u32`) for an integer child field, `f64` for a float one, and mark it `#[serde(default)]`"
+)]
+pub trait SumField<C: ?Sized> {}
+
+macro_rules! impl_sum {
+    ($($parent:ty: $($child:ty),*;)*) => { $($(impl SumField<$child> for $parent {})*)* };
+}
+
+impl_sum!(
+    i32: i8, i16, i32, u8, u16;
+    i64: i8, i16, i32, i64, u8, u16, u32;
+    u32: u8, u16, u32;
+    f64: i8, i16, i32, i64, u8, u16, u32, f32, f64;
+);
+
+/// Compile-time check emitted by the derive for the child field of a `sum`.
+#[doc(hidden)]
+pub fn assert_sum_child<T, C: SumChildField + ?Sized>(_: fn(&T) -> &C) {}
+
+/// Compile-time check emitted by the derive for the parent field of a `sum`.
+#[doc(hidden)]
+pub fn assert_sum<T, P: SumField<C> + ?Sized, C: ?Sized>(_: &P, _: fn(&T) -> &C) {}
+
 /// Compile-time check emitted by the derive for the `count` field.
 #[doc(hidden)]
 pub fn assert_count<T: CountField + ?Sized>(_: &T) {}
@@ -371,6 +426,7 @@ pub(crate) const TEST_SPEC: SubsetSpec = SubsetSpec {
         },
     ],
     count: None,
+    sums: &[],
     id_values: SortValues::ObjectId,
 };
 
