@@ -52,9 +52,7 @@ pub use values::SortValues;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bson;
-    pub use crate::model::{
-        assert_count, assert_sum, assert_sum_child, child_field, stored_bson_name, ChildField,
-    };
+    pub use crate::model::{assert_count, assert_sum, child_field, stored_bson_name, ChildField};
     pub use crate::values::{sort_values, ChildIds, IdFallback, Probe};
     pub use mongodb;
     pub use serde;

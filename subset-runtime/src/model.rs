@@ -390,13 +390,10 @@ impl_sum!(
     f64: i8, i16, i32, i64, u8, u16, u32, f32, f64;
 );
 
-/// Compile-time check emitted by the derive for the child field of a `sum`.
+/// Compile-time check emitted by the derive for one `sum`: both fields numeric, and an integer
+/// parent field only for an integer child field.
 #[doc(hidden)]
-pub fn assert_sum_child<T, C: SumChildField + ?Sized>(_: fn(&T) -> &C) {}
-
-/// Compile-time check emitted by the derive for the parent field of a `sum`.
-#[doc(hidden)]
-pub fn assert_sum<T, P: SumField<C> + ?Sized, C: ?Sized>(_: &P, _: fn(&T) -> &C) {}
+pub fn assert_sum<T, P: SumField<C> + ?Sized, C: SumChildField + ?Sized>(_: &P, _: fn(&T) -> &C) {}
 
 /// Compile-time check emitted by the derive for the `count` field.
 #[doc(hidden)]
