@@ -269,7 +269,8 @@ fn checks(subset: &Subset<'_>) -> TokenStream {
     let child_ty = subset.child_ty;
     let sum_checks = subset.sums.iter().map(|sum| {
         let span = Span::mixed_site().located_at(sum.lit.span());
-        let parent = Ident::new("__subset_parent", span);
+        // The parameter of the check function is named at the call site.
+        let parent = Ident::new("__subset_parent", sum.lit.span());
         let child = Ident::new("__subset_child", span);
         let mut parent_member = sum.parent.ident.clone();
         parent_member.set_span(sum.lit.span());
