@@ -277,10 +277,8 @@ fn checks(subset: &Subset<'_>) -> TokenStream {
         let mut child_member = sum.child.child_ident.clone();
         child_member.set_span(span);
         quote_spanned! {span=>
-            ::subset::__private::assert_sum::<#child_ty, _, _>(
-                &(*#parent).#parent_member,
-                |#child: &#child_ty| &(*#child).#child_member,
-            );
+            let #child: &#child_ty = ::subset::__private::nothing();
+            ::subset::__private::assert_sum(&(*#parent).#parent_member, &(*#child).#child_member);
         }
     });
     quote! {

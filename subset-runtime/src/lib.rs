@@ -37,7 +37,7 @@ pub use engine::{
 pub use error::{Error, Result};
 pub use model::{
     Child, CountField, Direction, FieldName, Parent, ParentSpec, SortKey, SortableField,
-    SubsetField, SubsetSpec, SumChildField, SumField, SumSpec,
+    SubsetField, SubsetSpec, SumField, SumSpec,
 };
 /// The `bson` crate of the driver: bson 2 with the default `bson-2` feature, bson 3 with `bson-3`
 /// (which wins when both are on, as in the driver). Name bson through this path (or
@@ -52,7 +52,9 @@ pub use values::SortValues;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bson;
-    pub use crate::model::{assert_count, assert_sum, child_field, stored_bson_name, ChildField};
+    pub use crate::model::{
+        assert_count, assert_sum, child_field, nothing, stored_bson_name, ChildField,
+    };
     pub use crate::values::{sort_values, ChildIds, IdFallback, Probe};
     pub use mongodb;
     pub use serde;

@@ -360,22 +360,12 @@ macro_rules! impl_marker {
 
 impl_marker!(CountField: i32, i64, u32, u64);
 
-/// Numeric types a child field summed by `sum` can have.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be summed",
-    label = "the child field of a `sum` must be a number",
-    note = "sum a required numeric child field: an integer (`i8` to `i64`, `u8` to `u32`) or a float (`f32`, `f64`)"
-)]
-pub trait SumChildField {}
-
-impl_marker!(SumChildField: i8, i16, i32, i64, u8, u16, u32, f32, f64);
-
 /// Types a parent field can have to hold the running sum of a child field of type `C`: an
 /// integer for integer children (the sum stays exact), `f64` for any numeric child.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot hold a running sum of `{C}`",
-    label = "the parent field of a `sum` must be a number wide enough for the child's values",
-    note = "declare the sum field as `i64` (or `i32`, `u32`) for an integer child field, `f64` for a float one, and mark it `#[serde(default)]`"
+    message = "`{Self}` cannot hold this running sum",
+    label = "a `sum` adds up a numeric child field into a numeric parent field",
+    note = "sum a required numeric child field (an integer up to `i64`/`u32`, or `f32`/`f64`) into an `i64` (or `i32`, `u32`) parent field for integers, an `f64` one for floats; mark the parent field `#[serde(default)]`"
 )]
 pub trait SumField<C: ?Sized> {}
 
@@ -390,10 +380,17 @@ impl_sum!(
     f64: i8, i16, i32, i64, u8, u16, u32, f32, f64;
 );
 
-/// Compile-time check emitted by the derive for one `sum`: both fields numeric, and an integer
-/// parent field only for an integer child field.
+/// A child to name fields of in the derive's never-called check function, so that a `sum`'s
+/// child field type is known directly from a field access.
 #[doc(hidden)]
-pub fn assert_sum<T, P: SumField<C> + ?Sized, C: SumChildField + ?Sized>(_: &P, _: fn(&T) -> &C) {}
+pub fn nothing<'a, T>() -> &'a T {
+    unreachable!("only named in a check function that is never called")
+}
+
+/// Compile-time check emitted by the derive for one `sum`: a parent field that can hold the sum
+/// of that child field.
+#[doc(hidden)]
+pub fn assert_sum<P: SumField<C> + ?Sized, C: ?Sized>(_: &P, _: &C) {}
 
 /// Compile-time check emitted by the derive for the `count` field.
 #[doc(hidden)]
