@@ -8,8 +8,12 @@ use bson::{doc, Bson, DateTime, Document};
 use common::*;
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use subset::bson;
-use subset::{Child, Error, Store, Subset};
+
+use subset::{Child, Error, FollowOptions, FollowUpdate, Store, Subset};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Rating {
@@ -232,4 +236,74 @@ async fn a_parent_inserted_with_children_starts_with_their_sums() {
             (4, 20, 10.0)
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_follower_keeps_the_sums_of_children_written_around_the_library() {
+    let db = replica_db().await;
+    let store = Store::<Rated>::new(&db);
+    let parent = Rated::new();
+    store.insert(&parent).await.unwrap();
+    let started = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&started);
+    let follower = store
+        .follow(FollowOptions::new("sums").window(Duration::from_millis(30)))
+        .on_update(move |update| {
+            if matches!(
+                update,
+                FollowUpdate::Started { .. } | FollowUpdate::CatchingUp { .. }
+            ) {
+                seen.store(true, Ordering::SeqCst);
+            }
+        })
+        .spawn();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !started.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the follower did not start");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // Another program inserts, changes and deletes children with plain driver calls.
+    let children = db.collection::<Document>("ratings");
+    let raw = |r: &Rating| {
+        let mut d = bson::to_document(r).unwrap();
+        d.insert("rated_id", parent.id);
+        d
+    };
+    let written: Vec<Rating> = (1..7).map(|i| rating(i, (i % 5) as i32 + 1)).collect();
+    children.insert_many(written.iter().map(raw)).await.unwrap();
+    children
+        .update_one(
+            doc! { "_id": written[0].id },
+            doc! { "$set": { "stars": 5, "weight": 2.5 } },
+        )
+        .await
+        .unwrap();
+    children
+        .delete_one(doc! { "_id": written[1].id })
+        .await
+        .unwrap();
+
+    let (n, stars, weight) = truth(&store, &parent.id).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = store.get(&parent.id).await.unwrap().unwrap();
+        if (got.total, got.stars_total, got.weight_total) == (n, stars, weight) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower left {:?}, the children sum to {:?}",
+            (got.total, got.stars_total, got.weight_total),
+            (n, stars, weight)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    follower.stop().await.unwrap();
+    assert!(store
+        .subset(Rated::RECENT)
+        .check(&parent.id)
+        .await
+        .unwrap()
+        .is_clean());
 }
