@@ -80,8 +80,8 @@ struct Totals {
 }
 
 impl RawSubset<'_> {
-    /// Recomputes the subset (the top `keep` of the child collection) and the count, writes them
-    /// if they differ, and reports what differed.
+    /// Recomputes the subset (the top `keep` of the child collection), the count and the running
+    /// sums, writes them if they differ, and reports what differed.
     ///
     /// Safe while writers run: the write is conditional on the subset and count being as read,
     /// and is retried otherwise, so it never overwrites a child pushed after it read. In
@@ -91,7 +91,8 @@ impl RawSubset<'_> {
     /// # Errors
     ///
     /// [`Error::ParentNotFound`], [`Error::MalformedParent`] when the stored subset field is not
-    /// an array, [`Error::Mongo`].
+    /// an array, [`Error::MalformedChild`] when a stored child's summed field is not a number,
+    /// [`Error::Mongo`].
     pub fn reconcile<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
         Action::new(move |session| Box::pin(self.resync_in(parent, true, session)))
     }
