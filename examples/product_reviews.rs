@@ -33,11 +33,22 @@ struct Product {
         child = "reviews",
         keep = 5,
         sort = "date desc",
-        count = "total_reviews"
+        count = "total_reviews",
+        sum = "rating_total = rating"
     )]
     recent_reviews: Vec<Review>,
     #[serde(default)]
     total_reviews: i64,
+    // The sum of every review's rating, kept with the count: the average needs no scan.
+    #[serde(default)]
+    rating_total: i64,
+}
+
+impl Product {
+    /// The average rating over every review, `None` before the first.
+    fn average_rating(&self) -> Option<f64> {
+        (self.total_reviews > 0).then(|| self.rating_total as f64 / self.total_reviews as f64)
+    }
 }
 
 const REVIEWS: usize = 1_250;
@@ -60,6 +71,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         name: "Espresso grinder".into(),
         recent_reviews: Vec::new(),
         total_reviews: 0,
+        rating_total: 0,
     };
     store.insert(&product).await?;
 
@@ -81,12 +93,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         handle.push(&product.id, review).await?;
     }
 
-    // The product page: one query, the five latest reviews and the total are embedded.
+    // The product page: one query, the five latest reviews, the total and the rating sum are
+    // embedded.
     let page = store.get(&product.id).await?.ok_or("product vanished")?;
+    let average = page.average_rating().ok_or("no reviews")?;
+    let truth = reviews.iter().map(|r| i64::from(r.rating)).sum::<i64>() as f64 / REVIEWS as f64;
+    assert!((average - truth).abs() < 1e-9, "the running sum is exact");
     println!(
-        "\n{} — {} reviews; latest {}:",
+        "\n{} — {} reviews, {:.2}★ on average; latest {}:",
         page.name,
         page.total_reviews,
+        average,
         page.recent_reviews.len()
     );
     for r in &page.recent_reviews {
@@ -142,6 +159,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut embedded = bson::to_document(&product)?;
     embedded.insert("recent_reviews", bson::to_bson(&reviews)?);
     embedded.insert("total_reviews", REVIEWS as i64);
+    embedded.insert("rating_total", page.rating_total);
     let full = bson::to_vec(&embedded)?.len();
     println!(
         "product document: {} bytes as a subset, {} bytes fully embedded ({:.0}x)",

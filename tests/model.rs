@@ -1,7 +1,7 @@
 //! Model-based property test: random sequences of push, push_many, remove, update, retried
 //! pushes, concurrent pushes to one parent and reconcile over a few parents, against an in-memory
 //! model of "the top `keep` by (sort keys, `_id`)". After every step each parent's embedded array
-//! and count (read raw) equal the model, and full pagination, the `all` stream and `count` equal
+//! and count and running sum (read raw) equal the model, and full pagination, the `all` stream and `count` equal
 //! the model's full list.
 //!
 //! Sort keys come from a tiny range (6 days × 3 scores) so that ties are the rule and `_id`
@@ -47,11 +47,14 @@ struct Short {
         child = "notes",
         keep = 4,
         sort = "day desc, score asc",
-        count = "total"
+        count = "total",
+        sum = "score_total = score"
     )]
     top: Vec<Note>,
     #[serde(default)]
     total: i64,
+    #[serde(default)]
+    score_total: i64,
 }
 
 /// The same order at a `keep` where pushes try the head first (32 and up).
@@ -64,11 +67,14 @@ struct Long {
         child = "long_notes",
         keep = 32,
         sort = "day desc, score asc",
-        count = "total"
+        count = "total",
+        sum = "score_total = score"
     )]
     top: Vec<Note>,
     #[serde(default)]
     total: i64,
+    #[serde(default)]
+    score_total: i64,
 }
 
 /// A parent type the property runs over, with the sizes that make its cap matter.
@@ -99,6 +105,7 @@ impl Board for Short {
             id,
             top: Vec::new(),
             total: 0,
+            score_total: 0,
         }
     }
 }
@@ -115,6 +122,7 @@ impl Board for Long {
             id,
             top: Vec::new(),
             total: 0,
+            score_total: 0,
         }
     }
 }
@@ -437,6 +445,13 @@ async fn check_parent<B: Board>(
         other => panic!("{context}: count is {other:?}"),
     };
     assert_eq!(count, expected.len() as i64, "{context}: count");
+    let sum = match raw.get(spec.sums[0].parent) {
+        Some(Bson::Int64(n)) => *n,
+        Some(Bson::Int32(n)) => i64::from(*n),
+        other => panic!("{context}: score_total is {other:?}"),
+    };
+    let scores: i64 = expected.iter().map(|n| i64::from(n.score)).sum();
+    assert_eq!(sum, scores, "{context}: running sum of scores");
 
     // Every page, following cursors through their URL-safe encoding.
     let notes = store.subset(B::FIELD);

@@ -33,11 +33,15 @@ struct Product {
         child = "reviews",
         keep = 10,
         sort = "date desc",
-        count = "total_reviews"
+        count = "total_reviews",
+        sum = "rating_total = rating"
     )]
     recent_reviews: Vec<Review>,
     #[serde(default)]
     total_reviews: i64,
+    // A running sum rides in the count's `$inc`: every command count below holds with it.
+    #[serde(default)]
+    rating_total: i64,
 }
 
 /// A long subset: at `keep = 32` and above a push tries the head first (`$position: 0`, no
@@ -113,6 +117,7 @@ async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
         id: ObjectId::new(),
         recent_reviews: Vec::new(),
         total_reviews: 0,
+        rating_total: 0,
     };
     store.insert(&product).await.unwrap();
     let reviews: Vec<Review> = (0..50).map(review).collect();
@@ -289,6 +294,14 @@ async fn push_on_a_replica_set_is_one_transaction_of_three_commands() {
     assert_eq!(commits, 2, "{commands:?}");
     let stored = store.get(&product.id).await.unwrap().unwrap();
     assert_eq!(stored.total_reviews, 50 + 1 + 100 + 1 + 16);
+    let ratings = (0..50)
+        .chain([1_000])
+        .chain(2_000..2_100)
+        .chain([10])
+        .chain(3_000..3_016)
+        .map(|millis| i64::from(review(millis).rating))
+        .sum::<i64>();
+    assert_eq!(stored.rating_total, ratings);
     let newest: Vec<ObjectId> = sixteen.iter().rev().take(10).map(|r| r.id).collect();
     let embedded: Vec<ObjectId> = stored.recent_reviews.iter().map(|r| r.id).collect();
     assert_eq!(embedded, newest);

@@ -27,9 +27,11 @@ pub(crate) const SORT: &str = "sort";
 pub(crate) const KEY: &str = "key";
 /// Field key: the parent field counting the children.
 pub(crate) const COUNT: &str = "count";
+/// Field key: parent fields holding the sum of a child field.
+pub(crate) const SUM: &str = "sum";
 
 const CONTAINER_KEYS: &[&str] = &[COLLECTION];
-const FIELD_KEYS: &[&str] = &[CHILD, KEEP, SORT, KEY, COUNT];
+const FIELD_KEYS: &[&str] = &[CHILD, KEEP, SORT, KEY, COUNT, SUM];
 
 /// One key's state: whether it was written at all, and its value if that value was valid.
 ///
@@ -99,8 +101,27 @@ pub(crate) struct Field<'a> {
     pub(crate) sort: Given<Sort>,
     pub(crate) key: Given<LitStr>,
     pub(crate) count: Given<LitStr>,
+    pub(crate) sum: Given<Sums>,
     /// Valid keys that an unknown key looked like a typo of.
     pub(crate) misspelled: Vec<&'static str>,
+}
+
+/// A parsed `sum = "..."`.
+pub(crate) struct Sums {
+    /// The literal, for spans.
+    pub(crate) lit: LitStr,
+    pub(crate) pairs: Vec<SumPair>,
+}
+
+/// One `parent = child` of a sum list, by Rust field name.
+pub(crate) struct SumPair {
+    /// The parent's Rust field holding the sum.
+    pub(crate) parent: String,
+    /// The child's Rust field summed, without `r#`.
+    pub(crate) child: String,
+    /// The same name as an identifier spanned at the literal, so that rustc's "no field" error
+    /// points at the string.
+    pub(crate) child_ident: Ident,
 }
 
 /// A parsed `sort = "..."`.
@@ -169,6 +190,7 @@ pub(crate) fn field<'a>(
         sort: Given::default(),
         key: Given::default(),
         count: Given::default(),
+        sum: Given::default(),
         misspelled: Vec::new(),
     };
     for attr in std::iter::once(first).chain(subset_attrs) {
@@ -228,6 +250,13 @@ fn field_key(
                 let hint = format!("`#[subset(key = \"{}\")]`", ex.key);
                 field.key.value = expect_str(ctxt, KEY, &expr, &hint)
                     .filter(|lit| name_ok(ctxt, lit, subset_spec::check_key(&lit.value()), &hint));
+            }
+        }
+        SUM => {
+            if field.sum.mark(ctxt, &meta.path, SUM) {
+                let hint = "`#[subset(sum = \"rating_total = rating\")]`";
+                field.sum.value =
+                    expect_str(ctxt, SUM, &expr, hint).and_then(|lit| sum_attr(ctxt, lit));
             }
         }
         _ => {
@@ -438,6 +467,50 @@ fn sort_attr(ctxt: &Ctxt, lit: LitStr) -> Option<Sort> {
         }
     }
     ok.then_some(Sort { lit, keys })
+}
+
+fn sum_attr(ctxt: &Ctxt, lit: LitStr) -> Option<Sums> {
+    let value = lit.value();
+    let parsed = match subset_spec::parse_sums(&value) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            ctxt.error_at(word_span(&lit, &value, error.at()), &error);
+            return None;
+        }
+    };
+    let mut ok = true;
+    let mut pairs = Vec::new();
+    for pair in parsed {
+        let child = pair
+            .child
+            .strip_prefix("r#")
+            .unwrap_or(pair.child)
+            .to_owned();
+        let ident = syn::parse_str::<Ident>(&child)
+            .or_else(|_| syn::parse_str::<Ident>(&format!("r#{child}")));
+        match ident {
+            Ok(mut ident) => {
+                ident.set_span(lit.span());
+                pairs.push(SumPair {
+                    parent: pair
+                        .parent
+                        .strip_prefix("r#")
+                        .unwrap_or(pair.parent)
+                        .to_owned(),
+                    child,
+                    child_ident: ident,
+                });
+            }
+            Err(_) => {
+                ok = false;
+                ctxt.error_at(
+                    word_span(&lit, &value, pair.child_at),
+                    format!("`{child}` is not a Rust field name: the right of `=` names a field of the child struct, e.g. \"rating_total = rating\""),
+                );
+            }
+        }
+    }
+    ok.then_some(Sums { lit, pairs })
 }
 
 /// The span of the word at `at` in the literal's value: the literal itself, unless the compiler

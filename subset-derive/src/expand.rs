@@ -176,6 +176,28 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         }
         None => quote!(::core::option::Option::None),
     };
+    let sums = subset.sums.iter().map(|sum| {
+        let parent = &sum.parent.bson_name;
+        let name = &sum.child.child;
+        let unstored = |attr: &str| {
+            format!(
+                "`{name}` cannot be summed: it is `#[serde({attr})]` on `{child_name}`, so it is \
+                 never stored; sum a field that `{child_name}` stores, or remove `{attr}` from \
+                 the serde attributes of `{name}`"
+            )
+        };
+        let (skip, skip_serializing) = (unstored("skip"), unstored("skip_serializing"));
+        let lookup = quote_spanned! {child_ty.span()=>
+            ::subset::__private::child_field::<#child_ty>(#name, #parent_key, #key_message)
+        };
+        let sum_span = Span::mixed_site().located_at(sum.lit.span());
+        let child = quote_spanned! {sum_span=>
+            ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
+        };
+        quote! {
+            ::subset::SumSpec { parent: #parent, child: #child }
+        }
+    });
     quote! {
         ::subset::SubsetSpec {
             field: #field,
@@ -185,6 +207,7 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
             keep: #keep,
             sort: &[#(#sort),*],
             count: #count,
+            sums: &[#(#sums),*],
             // The child's `_id` values, or any `_id` if the child type is not a `Child` (which
             // `child_field` reports, once).
             id_values: {
@@ -230,7 +253,8 @@ fn const_doc(subset: &Subset<'_>) -> String {
     )
 }
 
-/// The compile-time check of one subset field's count: an integer field. (The sort keys are
+/// The compile-time checks of one subset field's count (an integer field) and sums (numeric
+/// fields on both sides, an integer sum only of integers). (The sort keys are
 /// checked where the descriptor records their types, in [`spec`].)
 fn checks(subset: &Subset<'_>) -> TokenStream {
     let count_check = subset.count.map(|(field, lit)| {
@@ -242,8 +266,24 @@ fn checks(subset: &Subset<'_>) -> TokenStream {
             ::subset::__private::assert_count(&#parent.#member);
         }
     });
+    let child_ty = subset.child_ty;
+    let sum_checks = subset.sums.iter().map(|sum| {
+        let span = Span::mixed_site().located_at(sum.lit.span());
+        // The parameter of the check function is named at the call site.
+        let parent = Ident::new("__subset_parent", sum.lit.span());
+        let child = Ident::new("__subset_child", span);
+        let mut parent_member = sum.parent.ident.clone();
+        parent_member.set_span(sum.lit.span());
+        let mut child_member = sum.child.child_ident.clone();
+        child_member.set_span(span);
+        quote_spanned! {span=>
+            let #child: &#child_ty = ::subset::__private::nothing();
+            ::subset::__private::assert_sum(&(*#parent).#parent_member, &(*#child).#child_member);
+        }
+    });
     quote! {
         #count_check
+        #(#sum_checks)*
     }
 }
 

@@ -44,6 +44,7 @@ use syn::{parse_macro_input, DeriveInput};
 /// | `Vec<C>` field | `sort = "rating desc, created_at desc"` | the order that picks the embedded children: the child's Rust field names, each with `asc` or `desc` (required) |
 /// | `Vec<C>` field | `key = "product_id"` | BSON name of the child field holding the parent's `_id`; default: the parent's name in snake_case plus `_id` |
 /// | `Vec<C>` field | `count = "total_reviews"` | a parent integer field that counts all the children |
+/// | `Vec<C>` field | `sum = "rating_total = rating, helpful_total = helpful"` | parent numeric fields kept equal to the sum of a child field over all the children: parent Rust field `=` child Rust field, comma-separated; an integer sum (`i32`, `i64`, `u32`) of an integer child field, or an `f64` sum of any numeric one |
 ///
 /// The parent needs a field stored as `_id` (named `_id` or renamed to it with serde); its type is
 /// `Parent::Id`. BSON names follow serde's `rename` and `rename_all`. The child type `C` must
@@ -55,7 +56,8 @@ use syn::{parse_macro_input, DeriveInput};
 ///
 /// At compile time the derive checks every attribute value (with the same rules and messages as
 /// the runtime's `SpecBuilder`), that each sort key is a field of the child with a scalar type
-/// that serde stores, and that the count field is an integer; errors point at the attribute or
+/// that serde stores, that the count field is an integer, and that each sum's fields are numbers
+/// (an integer sum only of an integer child field); errors point at the attribute or
 /// string at fault.
 #[proc_macro_derive(Subset, attributes(subset))]
 pub fn derive_subset(input: TokenStream) -> TokenStream {

@@ -34,8 +34,17 @@ pub(crate) struct Subset<'a> {
     pub(crate) key: String,
     /// The count field and the literal that named it.
     pub(crate) count: Option<(&'a Field<'a>, &'a LitStr)>,
+    /// The running sums: the parent field, the child field and the literal that named them.
+    pub(crate) sums: Vec<Sum<'a>>,
     /// The associated constant naming this field: `RECENT_REVIEWS`.
     pub(crate) const_ident: Ident,
+}
+
+/// One checked `parent = child` of `sum`.
+pub(crate) struct Sum<'a> {
+    pub(crate) parent: &'a Field<'a>,
+    pub(crate) child: &'a attr::SumPair,
+    pub(crate) lit: &'a LitStr,
 }
 
 /// A checked `#[derive(Child)]` input.
@@ -244,6 +253,63 @@ fn subset<'a>(
         Some((target, lit))
     });
 
+    let sums = attrs.sum.value().and_then(|sums| {
+        let mut checked = Vec::new();
+        let mut ok = true;
+        for pair in &sums.pairs {
+            let wanted = &pair.parent;
+            let Some(target) = cont.fields.iter().find(|f| &f.rust_name == wanted) else {
+                let candidates = cont
+                    .fields
+                    .iter()
+                    .filter(|f| f.subset.is_none())
+                    .map(|f| format!("`{}`", f.rust_name))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                ctxt.error_spanned_by(
+                    &sums.lit,
+                    format!(
+                        "`sum` names `{wanted}`, which is not a field of `{}`: fields are {candidates}",
+                        cont.name
+                    ),
+                );
+                ok = false;
+                continue;
+            };
+            if let Some(blocker) = target.serde.round_trip_blocker() {
+                ctxt.error_spanned_by(
+                    &sums.lit,
+                    format!(
+                        "`sum` field `{wanted}` cannot be `#[serde({blocker})]`: the sum is stored in the parent document, remove `{blocker}`"
+                    ),
+                );
+                ok = false;
+                continue;
+            }
+            let is_count = attrs
+                .count
+                .value()
+                .is_some_and(|c| c.value() == *wanted);
+            if target.subset.is_some() || is_count {
+                let role = if is_count { "the count field" } else { "a subset field" };
+                ctxt.error_spanned_by(
+                    &sums.lit,
+                    format!(
+                        "`{wanted}` is {role}: give the sum its own numeric field, e.g. `#[subset(sum = \"rating_total = rating\")]`"
+                    ),
+                );
+                ok = false;
+                continue;
+            }
+            checked.push(Sum {
+                parent: target,
+                child: pair,
+                lit: &sums.lit,
+            });
+        }
+        ok.then_some(checked)
+    });
+
     let const_name = field_to_screaming_snake_case(name);
     let const_ident = match syn::parse_str::<Ident>(&const_name) {
         Ok(mut ident) => {
@@ -275,6 +341,11 @@ fn subset<'a>(
         } else {
             Some(count?)
         },
+        sums: if attrs.sum.is_missing() {
+            Vec::new()
+        } else {
+            sums?
+        },
         const_ident: const_ident?,
     })
 }
@@ -299,6 +370,21 @@ fn distinct_subsets(ctxt: &Ctxt, subsets: &[Subset<'_>]) {
                     later.key,
                 ),
             );
+        }
+        for sum in &later.sums {
+            let taken = earlier.iter().find(|s| {
+                s.count.is_some_and(|(c, _)| std::ptr::eq(c, sum.parent))
+                    || s.sums.iter().any(|t| std::ptr::eq(t.parent, sum.parent))
+            });
+            if let Some(first) = taken {
+                ctxt.error_spanned_by(
+                    sum.lit,
+                    format!(
+                        "`{}` is already kept by `{}`: give `{}` its own sum field",
+                        sum.parent.rust_name, first.field.rust_name, later.field.rust_name
+                    ),
+                );
+            }
         }
         if let Some((count, lit)) = later.count {
             if let Some(first) = earlier

@@ -23,10 +23,11 @@
 //! ```
 
 use subset_spec::{
-    check_collection, check_field, check_keep, check_key, KeepError, NameError, NameRole, SortError,
+    check_collection, check_field, check_keep, check_key, KeepError, NameError, NameRole,
+    SortError, SumError,
 };
 
-use crate::model::{Direction, SortKey, SubsetSpec};
+use crate::model::{Direction, SortKey, SubsetSpec, SumSpec};
 use crate::values::SortValues;
 
 /// The largest `keep`, the same constant the derive checks against: a bigger subset defeats the
@@ -51,6 +52,10 @@ pub enum SpecError {
     /// `keep` out of range.
     #[error(transparent)]
     Keep(#[from] KeepError),
+
+    /// A sum list that does not parse; [`SumError::at`] is the byte range at fault.
+    #[error(transparent)]
+    Sum(#[from] SumError),
 
     /// Two roles given the same field name.
     #[error("`{name}` cannot be both the {first} and {second}")]
@@ -101,6 +106,7 @@ pub struct SpecBuilder {
     keep: u32,
     sort: String,
     count: Option<String>,
+    sums: Vec<(String, String)>,
 }
 
 impl SpecBuilder {
@@ -118,6 +124,7 @@ impl SpecBuilder {
             keep: 10,
             sort: "_id asc".to_owned(),
             count: None,
+            sums: Vec::new(),
         }
     }
 
@@ -139,6 +146,29 @@ impl SpecBuilder {
         self
     }
 
+    /// A parent numeric field kept equal to the sum of the child field `child` over every
+    /// child (see [`SumSpec`]); call once per sum.
+    pub fn sum(mut self, parent: impl Into<String>, child: impl Into<String>) -> Self {
+        self.sums.push((parent.into(), child.into()));
+        self
+    }
+
+    /// Sums in the derive's grammar, `"parent_field = child_field[, …]"` on BSON names, added
+    /// to those given by [`SpecBuilder::sum`].
+    ///
+    /// # Errors
+    ///
+    /// [`SpecError::Sum`] naming the part at fault.
+    pub fn sums(mut self, sums: &str) -> Result<Self, SpecError> {
+        let pairs = subset_spec::parse_sums(sums)?;
+        self.sums.extend(
+            pairs
+                .into_iter()
+                .map(|p| (p.parent.to_owned(), p.child.to_owned())),
+        );
+        Ok(self)
+    }
+
     /// Checks every part and returns the descriptor, leaked for the program's lifetime.
     ///
     /// # Errors
@@ -152,6 +182,30 @@ impl SpecBuilder {
         check_collection(NameRole::ChildCollection, &self.child_collection)?;
         if let Some(count) = &self.count {
             check_field(NameRole::CountField, count)?;
+        }
+        for (parent, child) in &self.sums {
+            check_field(NameRole::SumField, parent)?;
+            check_field(NameRole::SumChildField, child)?;
+        }
+        // A sum field shares its name with no other parent field of this subset.
+        let mut taken = vec![(self.field.as_str(), "subset field")];
+        taken.extend(self.count.as_deref().map(|c| (c, "count field")));
+        for (parent, _) in &self.sums {
+            if let Some((_, first)) = taken.iter().find(|(name, _)| name == parent) {
+                return Err(SpecError::SameName {
+                    name: parent.clone(),
+                    first,
+                    second: "a sum field",
+                });
+            }
+            taken.push((parent, "sum field"));
+        }
+        if let Some((_, child)) = self.sums.iter().find(|(_, c)| *c == self.key) {
+            return Err(SpecError::SameName {
+                name: child.clone(),
+                first: "key field",
+                second: "a summed child field",
+            });
         }
         check_keep(u64::from(self.keep))?;
         let sort = parse_sort(&self.sort)?;
@@ -187,6 +241,16 @@ impl SpecBuilder {
             keep: self.keep,
             sort: Box::leak(sort.into_boxed_slice()),
             count: self.count.map(leak),
+            sums: Box::leak(
+                self.sums
+                    .into_iter()
+                    .map(|(parent, child)| SumSpec {
+                        parent: leak(parent),
+                        child: leak(child),
+                    })
+                    .collect::<Vec<_>>()
+                    .into_boxed_slice(),
+            ),
             id_values: SortValues::Id,
         })))
     }
@@ -258,6 +322,38 @@ mod tests {
             "`shop_id` cannot be both the key field and a sort field"
         );
         assert!(bad(base().count("reviews")).contains("`reviews` cannot be both"));
+        assert_eq!(
+            bad(base().count("n").sum("n", "rating")),
+            "`n` cannot be both the count field and a sum field"
+        );
+        assert_eq!(
+            bad(base().sum("t", "rating").sum("t", "helpful")),
+            "`t` cannot be both the sum field and a sum field"
+        );
+        assert!(bad(base().sum("t", "$r")).contains("summed child field `$r` starts with `$`"));
+        let spec = base()
+            .sums("t = rating, h = helpful")
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(
+            spec.sums,
+            [
+                SumSpec {
+                    parent: "t",
+                    child: "rating"
+                },
+                SumSpec {
+                    parent: "h",
+                    child: "helpful"
+                }
+            ]
+        );
+        assert!(base()
+            .sums("t rating")
+            .unwrap_err()
+            .to_string()
+            .contains("`t rating`"));
         assert_eq!(
             bad(SpecBuilder::new("", "c", "k")),
             "subset field name is empty"

@@ -143,9 +143,26 @@ pub struct SubsetSpec {
     pub sort: &'static [SortKey],
     /// BSON name of the parent's integer field that counts the children, if any.
     pub count: Option<&'static str>,
+    /// The parent's numeric fields kept equal to the sum of a child field over all the
+    /// children (see [`SumSpec`]).
+    pub sums: &'static [SumSpec],
     /// The values the children's `_id` can hold ([`Child::ID_VALUES`]), for the `_id` that
     /// [`SubsetSpec::order`] appends.
     pub id_values: SortValues,
+}
+
+/// A running sum: a parent field kept equal to the sum of one child field over every child of
+/// the subset, maintained with `$inc` in the same update as the count and recomputed by
+/// `reconcile`.
+///
+/// Integer sums are exact. A float sum is kept by adding and subtracting each child's value, so
+/// it can drift from the true sum by rounding; `reconcile` recomputes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SumSpec {
+    /// BSON name of the parent field holding the sum.
+    pub parent: &'static str,
+    /// BSON name of the child field summed; every child must hold a number there.
+    pub child: &'static str,
 }
 
 impl SubsetSpec {
@@ -343,6 +360,38 @@ macro_rules! impl_marker {
 
 impl_marker!(CountField: i32, i64, u32, u64);
 
+/// Types a parent field can have to hold the running sum of a child field of type `C`: an
+/// integer for integer children (the sum stays exact), `f64` for any numeric child.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot hold this running sum",
+    label = "a `sum` adds up a numeric child field into a numeric parent field",
+    note = "sum a required numeric child field (an integer up to `i64`/`u32`, or `f32`/`f64`) into an `i64` (or `i32`, `u32`) parent field for integers, an `f64` one for floats; mark the parent field `#[serde(default)]`"
+)]
+pub trait SumField<C: ?Sized> {}
+
+macro_rules! impl_sum {
+    ($($parent:ty: $($child:ty),*;)*) => { $($(impl SumField<$child> for $parent {})*)* };
+}
+
+impl_sum!(
+    i32: i8, i16, i32, u8, u16;
+    i64: i8, i16, i32, i64, u8, u16, u32;
+    u32: u8, u16, u32;
+    f64: i8, i16, i32, i64, u8, u16, u32, f32, f64;
+);
+
+/// A child to name fields of in the derive's never-called check function, so that a `sum`'s
+/// child field type is known directly from a field access.
+#[doc(hidden)]
+pub fn nothing<'a, T>() -> &'a T {
+    unreachable!("only named in a check function that is never called")
+}
+
+/// Compile-time check emitted by the derive for one `sum`: a parent field that can hold the sum
+/// of that child field.
+#[doc(hidden)]
+pub fn assert_sum<P: SumField<C> + ?Sized, C: ?Sized>(_: &P, _: &C) {}
+
 /// Compile-time check emitted by the derive for the `count` field.
 #[doc(hidden)]
 pub fn assert_count<T: CountField + ?Sized>(_: &T) {}
@@ -371,6 +420,7 @@ pub(crate) const TEST_SPEC: SubsetSpec = SubsetSpec {
         },
     ],
     count: None,
+    sums: &[],
     id_values: SortValues::ObjectId,
 };
 

@@ -86,15 +86,17 @@ impl<P: Parent> Store<P> {
     ///
     /// Every child given in a subset field goes into that field's child collection (with the
     /// parent key set); the parent is stored with the first `keep` of them in the subset's order
-    /// (as the server sorts them) and its count fields set to the number given. Runs in the
+    /// (as the server sorts them), its count fields set to the number given and its running
+    /// sums to the sum of their values (whatever the parent held there). Runs in the
     /// caller's session with `.session(&mut s)` (see [`Action`]).
     ///
     /// # Errors
     ///
     /// [`crate::Error::Mongo`] for a duplicate parent `_id` or child `_id` (nothing is written,
     /// or on a standalone server what was written is removed again),
-    /// [`crate::Error::ChildWithoutId`] for a child without `_id`, [`crate::Error::Serialize`]
-    /// when the parent does not serialize.
+    /// [`crate::Error::ChildWithoutId`] for a child without `_id`, [`crate::Error::MalformedChild`]
+    /// for a child without a number in a summed field, [`crate::Error::Serialize`] when the
+    /// parent does not serialize.
     pub fn insert<'a>(&'a self, parent: &'a P) -> Action<'a, ()> {
         Action::new(move |session| {
             Box::pin(async move {

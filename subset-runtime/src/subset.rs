@@ -55,8 +55,8 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     }
 
     /// Adds one child: it goes into the child collection with the parent key, and into the
-    /// parent's embedded subset (sorted, capped at `keep`) with the count incremented, in one
-    /// update.
+    /// parent's embedded subset (sorted, capped at `keep`) with the count incremented and its
+    /// values added to the running sums (see [`crate::SumSpec`]), in one update.
     ///
     /// On a replica set both writes are one transaction. On a standalone server the child is
     /// written first, so a crash in between leaves at worst a child missing from the subset.
@@ -69,7 +69,8 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     ///
     /// [`crate::Error::ParentNotFound`] (nothing is left in the child collection),
     /// [`crate::Error::ChildOwnedElsewhere`] when the `_id` is stored under another parent,
-    /// [`crate::Error::ChildWithoutId`], [`crate::Error::Serialize`], [`crate::Error::Mongo`].
+    /// [`crate::Error::ChildWithoutId`], [`crate::Error::MalformedChild`] when a summed field is
+    /// not a number, [`crate::Error::Serialize`], [`crate::Error::Mongo`].
     pub fn push<'r>(&'r self, parent: &'r P::Id, child: &'r C) -> Action<'r, ()> {
         self.push_many(parent, std::slice::from_ref(child))
     }
@@ -171,7 +172,8 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// # Errors
     ///
     /// [`crate::Error::ChildNotFound`] when no child with this `_id` is stored under `parent`,
-    /// [`crate::Error::ParentNotFound`], [`crate::Error::Serialize`], [`crate::Error::Mongo`].
+    /// [`crate::Error::ParentNotFound`], [`crate::Error::MalformedChild`] when a summed field is
+    /// not a number, [`crate::Error::Serialize`], [`crate::Error::Mongo`].
     pub fn update<'r>(&'r self, parent: &'r P::Id, child: &'r C) -> Action<'r, ()> {
         Action::new(move |session| {
             Box::pin(async move {
@@ -182,12 +184,13 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
         })
     }
 
-    /// Recomputes the subset and the count from the child collection, fixes them if they
-    /// differ, and reports what differed. Safe while writers run.
+    /// Recomputes the subset, the count and the running sums from the child collection, fixes
+    /// them if they differ, and reports what differed. Safe while writers run.
     ///
     /// # Errors
     ///
     /// [`crate::Error::ParentNotFound`], [`crate::Error::MalformedParent`],
+    /// [`crate::Error::MalformedChild`] when a stored child's summed field is not a number,
     /// [`crate::Error::Mongo`].
     pub fn reconcile<'r>(&'r self, parent: &'r P::Id) -> Action<'r, Drift> {
         Action::new(move |session| {

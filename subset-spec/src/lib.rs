@@ -10,6 +10,7 @@
 //!   of the word at fault;
 //! - [`check_collection`], [`check_field`], [`check_key`]: the names MongoDB rejects or the
 //!   engine cannot use;
+//! - [`parse_sums`]: `"parent_field = child_field[, …]"`, the running sums;
 //! - [`check_keep`], [`MIN_KEEP`], [`MAX_KEEP`]: how many children may stay embedded.
 
 #![warn(missing_docs)]
@@ -17,7 +18,9 @@
 mod keep;
 mod name;
 mod sort;
+mod sum;
 
 pub use keep::{check_keep, KeepError, KEEP_RULE, MAX_KEEP, MIN_KEEP};
 pub use name::{check_collection, check_field, check_key, NameError, NameProblem, NameRole};
 pub use sort::{parse_sort, Direction, ParsedSort, SortError, SortKey};
+pub use sum::{parse_sums, SumError, SumPair};

@@ -18,6 +18,10 @@ pub enum NameRole {
     CountField,
     /// A child field in the sort order.
     SortField,
+    /// The parent's field holding a running sum.
+    SumField,
+    /// The child field a running sum adds up.
+    SumChildField,
 }
 
 impl NameRole {
@@ -30,6 +34,8 @@ impl NameRole {
             NameRole::KeyField => "key field",
             NameRole::CountField => "count field",
             NameRole::SortField => "sort field",
+            NameRole::SumField => "sum field",
+            NameRole::SumChildField => "summed child field",
         }
     }
 }

@@ -8,4 +8,5 @@ mod rename_all_cases;
 mod renames;
 mod single_subset;
 mod sort_skip_deserializing;
+mod sums;
 mod two_subsets;

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
 use mongodb::action::{
-    CountDocuments, Delete, Find, FindOne, FindOneAndDelete, FindOneAndReplace, InsertMany,
-    InsertOne, ReplaceOne, Update,
+    Aggregate, CountDocuments, Delete, Find, FindOne, FindOneAndDelete, FindOneAndReplace,
+    InsertMany, InsertOne, ReplaceOne, Update,
 };
 use mongodb::error::{ErrorKind, TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
 use mongodb::ClientSession;
@@ -90,6 +90,21 @@ impl<'s> Ctx<'s> {
                 cursor.stream(session).try_collect().await
             }
             None => find.await?.try_collect().await,
+        }
+    }
+
+    /// Runs an `aggregate` and collects every document, in this context's session when there
+    /// is one.
+    pub(crate) async fn aggregate(
+        &mut self,
+        aggregate: Aggregate<'_>,
+    ) -> mongodb::error::Result<Vec<crate::bson::Document>> {
+        match self.session.as_deref_mut() {
+            Some(session) => {
+                let mut cursor = aggregate.session(&mut *session).await?;
+                cursor.stream(session).try_collect().await
+            }
+            None => aggregate.await?.try_collect().await,
         }
     }
 }

@@ -42,6 +42,9 @@ impl RawStore {
             if let Some(count) = spec.count {
                 parent.insert(count, 0_i64);
             }
+            for sum in spec.sums {
+                parent.insert(sum.parent, 0_i64);
+            }
             let mut docs = Vec::with_capacity(given.len());
             for child in given {
                 let without_id = || Error::ChildWithoutId {
@@ -53,6 +56,7 @@ impl RawStore {
                 if !child.contains_key("_id") {
                     return Err(without_id());
                 }
+                super::sums::check_child(spec, &child)?;
                 child.insert(spec.key, id.clone());
                 docs.push(child);
             }
@@ -121,6 +125,9 @@ impl InsertSteps<'_> {
             set.insert(spec.field, top);
             if let Some(count) = spec.count {
                 set.insert(count, docs.len() as i64);
+            }
+            for (field, total) in super::sums::totals(spec, docs) {
+                set.insert(field, total);
             }
         }
         if !set.is_empty() {

@@ -46,13 +46,14 @@ mod query;
 mod remove_update;
 mod resync;
 mod schema;
+mod sums;
 mod sweep;
 
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
     DEFAULT_TOKEN_COLLECTION,
 };
-pub use resync::Drift;
+pub use resync::{Drift, SumDrift};
 pub use sweep::{ParentFailure, SweepOptions, SweepProgress, SweepReport};
 
 /// How a store makes its double writes (child collection + embedded copy) hang together.

@@ -140,6 +140,7 @@ impl<'a> RawSubset<'a> {
                 collection: self.spec().child_collection.to_owned(),
             })?;
         self.check_child_id(&id)?;
+        super::sums::check_child(self.spec(), &embedded)?;
         let mut stored = embedded.clone();
         stored.insert(self.spec().key, parent.clone());
         Ok(Prepared {
@@ -179,7 +180,7 @@ impl<'a> RawSubset<'a> {
         };
         let filter = self.push_filter(parent, vec![id.clone()]);
         let pushed = self
-            .capped_push(ctx, parent, filter, &[&restored], 0)
+            .capped_push(ctx, parent, filter, &[&restored], &Document::new())
             .await?;
         // No match: the child is embedded already, or the parent is gone (its children left
         // behind by an interrupted delete), which a push must report.
@@ -228,9 +229,9 @@ impl Steps for PushSteps<'_, '_> {
         // is found before the insert does any work.
         let s = self.subset;
         let filter = doc! { "_id": self.parent.clone() };
-        let added = fresh.len() as i64;
+        let inc = s.added_inc(&fresh);
         if !s
-            .capped_push(ctx, self.parent, filter, &fresh, added)
+            .capped_push(ctx, self.parent, filter, &fresh, &inc)
             .await?
         {
             return Err(s.parent_not_found(self.parent));

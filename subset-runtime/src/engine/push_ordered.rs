@@ -90,12 +90,12 @@ impl PushSteps<'_, '_> {
     async fn push_to_parent(&self, ctx: &mut Ctx<'_>, fresh: &[&Prepared]) -> Result<bool> {
         let s = self.subset;
         let parents = s.store().parents::<Document>();
-        let added = fresh.len() as i64;
+        let inc = s.added_inc(fresh);
         let mut pending: Vec<&Prepared> = fresh.to_vec();
         for _ in 0..ORDERED_PUSH_ATTEMPTS {
             let ids: Vec<Bson> = pending.iter().map(|p| p.id.clone()).collect();
             let filter = s.push_filter(self.parent, ids);
-            if s.capped_push(ctx, self.parent, filter, &pending, added)
+            if s.capped_push(ctx, self.parent, filter, &pending, &inc)
                 .await?
             {
                 return Ok(true);
@@ -122,11 +122,9 @@ impl PushSteps<'_, '_> {
             }
         }
         // Everything is embedded (or the parent is too contended to say): count what we added.
-        if let Some(count) = s.spec().count {
-            let update = parents.update_one(
-                doc! { "_id": self.parent.clone() },
-                doc! { "$inc": { count: added } },
-            );
+        if !inc.is_empty() {
+            let update =
+                parents.update_one(doc! { "_id": self.parent.clone() }, doc! { "$inc": inc });
             ctx.run(update).await.map_err(|e| s.store().mongo(e))?;
         }
         Ok(true)

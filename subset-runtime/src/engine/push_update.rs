@@ -26,8 +26,8 @@ use crate::order;
 const HEAD_PUSH_MIN_KEEP: u32 = 32;
 
 impl RawSubset<'_> {
-    /// Pushes `children` into the subset of the parent `filter` matches, adding `added` to the
-    /// count, at the head when the subset is long and the children go there; `false` when
+    /// Pushes `children` into the subset of the parent `filter` matches, applying `inc` (to the
+    /// count and the sums, see [`RawSubset::added_inc`]) in the same update, at the head when the subset is long and the children go there; `false` when
     /// `filter` matches nothing.
     pub(super) async fn capped_push(
         &self,
@@ -35,7 +35,7 @@ impl RawSubset<'_> {
         parent: &Bson,
         filter: Document,
         children: &[&Prepared],
-        added: i64,
+        inc: &Document,
     ) -> Result<bool> {
         let parents = self.store().parents::<Document>();
         let head = if self.spec().keep >= HEAD_PUSH_MIN_KEEP {
@@ -47,7 +47,7 @@ impl RawSubset<'_> {
             Some((each, guard)) => {
                 let mut guarded = filter.clone();
                 guarded.insert("$or", guard);
-                vec![(guarded, self.push_update(each, added, true))]
+                vec![(guarded, self.push_update(each, inc, true))]
             }
             None => Vec::new(),
         };
@@ -55,7 +55,7 @@ impl RawSubset<'_> {
             .iter()
             .map(|p| Bson::Document(p.embedded.clone()))
             .collect();
-        let sorted = (filter, self.push_update(each, added, false));
+        let sorted = (filter, self.push_update(each, inc, false));
         for (filter, update) in attempts.into_iter().chain([sorted]) {
             match ctx.run(parents.update_one(filter, update)).await {
                 Ok(updated) if updated.matched_count == 1 => return Ok(true),
@@ -104,8 +104,8 @@ impl RawSubset<'_> {
 
     /// The update that keeps the subset: `$push` with `$each` and `$slice: keep`, with `$sort`
     /// or, for children already in order ahead of the head, `$position: 0`; and `$inc` of the
-    /// count by `added`.
-    fn push_update(&self, each: Vec<Bson>, added: i64, at_head: bool) -> Document {
+    /// count and the sums by `inc`.
+    fn push_update(&self, each: Vec<Bson>, inc: &Document, at_head: bool) -> Document {
         let spec = self.spec();
         let mut push = doc! { "$each": each };
         if at_head {
@@ -115,10 +115,17 @@ impl RawSubset<'_> {
         }
         push.insert("$slice", i64::from(spec.keep));
         let mut update = doc! { "$push": { spec.field: push } };
-        if let (Some(count), true) = (spec.count, added != 0) {
-            update.insert("$inc", doc! { count: added });
+        if !inc.is_empty() {
+            update.insert("$inc", inc.clone());
         }
         update
+    }
+
+    /// The `$inc` that counts `children` as added: the count by their number, each sum by
+    /// their values.
+    pub(super) fn added_inc(&self, children: &[&Prepared]) -> Document {
+        let added: Vec<&Document> = children.iter().map(|p| &p.embedded).collect();
+        super::sums::inc(self.spec(), &added, &[])
     }
 
     /// The parent filter of a push: the parent, unless one of `ids` is already embedded (a

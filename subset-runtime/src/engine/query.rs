@@ -21,11 +21,14 @@ pub(crate) fn top_children<'c>(
         .projection(doc! { spec.key: 0 })
 }
 
-/// The parent projection that reads one subset field and its count, if it has one.
+/// The parent projection that reads one subset field, its count and its sums.
 pub(crate) fn subset_projection(spec: &SubsetSpec) -> Document {
     let mut projection = doc! { spec.field: 1 };
     if let Some(count) = spec.count {
         projection.insert(count, 1);
+    }
+    for sum in spec.sums {
+        projection.insert(sum.parent, 1);
     }
     projection
 }

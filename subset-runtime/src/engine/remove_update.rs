@@ -11,7 +11,8 @@ use crate::action::Action;
 use crate::error::{Error, Result};
 
 impl RawSubset<'_> {
-    /// Removes a child from the child collection and from the subset, decrements the count and,
+    /// Removes a child from the child collection and from the subset, decrements the count (and
+    /// takes its values off the sums) and,
     /// if the child was embedded, backfills the next child so the subset is again the top `keep`.
     ///
     /// # Errors
@@ -46,7 +47,8 @@ impl RawSubset<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::ChildNotFound`], [`Error::ChildWithoutId`], [`Error::Mongo`].
+    /// [`Error::ChildNotFound`], [`Error::ChildWithoutId`], [`Error::MalformedChild`] when a summed field
+    /// (see [`crate::SumSpec`]) is not a number, [`Error::Mongo`].
     pub fn update<'r>(&'r self, parent: &'r Bson, child: Document) -> Action<'r, ()> {
         Action::new(move |session| Box::pin(self.update_in(parent, child, session)))
     }
@@ -66,6 +68,7 @@ impl RawSubset<'_> {
             })?;
         self.store().check_parent_id(parent)?;
         self.check_child_id(&id)?;
+        super::sums::check_child(self.spec(), &child)?;
         let mut stored = child;
         stored.insert(self.spec().key, parent.clone());
         let steps = ChildSteps {
@@ -95,15 +98,9 @@ impl Steps for ChildSteps<'_, '_> {
         let filter = doc! { "_id": self.child.clone(), spec.key: self.parent.clone() };
         let children = s.children::<Document>();
         // The child as it was, to put back if the subset cannot follow.
-        let (before, fix) = match self.replacement {
-            None => (
-                ctx.run(children.find_one_and_delete(filter)).await,
-                CountFix::Add(-1),
-            ),
-            Some(stored) => (
-                ctx.run(children.find_one_and_replace(filter, stored)).await,
-                CountFix::Keep,
-            ),
+        let before = match self.replacement {
+            None => ctx.run(children.find_one_and_delete(filter)).await,
+            Some(stored) => ctx.run(children.find_one_and_replace(filter, stored)).await,
         };
         let Some(before) = before.map_err(|e| s.mongo_child(e))? else {
             return Err(Error::ChildNotFound {
@@ -112,7 +109,10 @@ impl Steps for ChildSteps<'_, '_> {
                 id: Box::new(self.child.clone()),
             });
         };
-        match s.resync(ctx, self.parent, fix, true).await {
+        // The count and sums move by what left and what came in, exactly once.
+        let added: Vec<&Document> = self.replacement.into_iter().collect();
+        let fix = CountFix::Inc(super::sums::inc(spec, &added, &[&before]));
+        match s.resync(ctx, self.parent, &fix, true).await {
             Ok(_) => Ok(()),
             // Refused by the server (the re-ranked subset would not fit, say) outside a
             // transaction: the child goes back as it was, so the write leaves nothing, as a

@@ -5,7 +5,7 @@ use crate::bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
-use super::{query, RawSubset};
+use super::{query, sums, RawSubset};
 use crate::action::Action;
 use crate::decode;
 use crate::error::{Error, Result};
@@ -32,6 +32,8 @@ pub struct Drift {
     pub misordered: bool,
     /// The stored count and the child collection's count, when they differ.
     pub count: Option<(i64, u64)>,
+    /// Every running sum whose stored value differs from the sum over the child collection.
+    pub sums: Vec<SumDrift>,
     /// Whether the parent was rewritten to fix what was found.
     pub fixed: bool,
 }
@@ -44,23 +46,42 @@ impl Drift {
             && self.changed.is_empty()
             && !self.misordered
             && self.count.is_none()
+            && self.sums.is_empty()
     }
 }
 
+/// A running sum (see [`crate::SumSpec`]) that differs from the sum over the child collection.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SumDrift {
+    /// BSON name of the parent field holding the sum.
+    pub field: String,
+    /// The value stored in the parent (`Null` when the field is missing).
+    pub stored: Bson,
+    /// The sum over the child collection.
+    pub computed: Bson,
+}
+
 /// What one resync should do besides making the array right.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum CountFix {
-    /// Leave the count as it is.
-    Keep,
-    /// Add this to the count (a removal: `-1`), exactly once.
-    Add(i64),
-    /// Set the count to the child collection's count (reconcile).
+    /// Apply this `$inc` to the count and the sums (a removal: count `-1`, each sum minus the
+    /// child's value), exactly once; empty to leave them as they are.
+    Inc(Document),
+    /// Set the count and the sums to the child collection's (reconcile).
     Recount,
 }
 
+/// The count and sums of one parent's children, from one `$group`.
+struct Totals {
+    count: u64,
+    /// One per [`SubsetSpec::sums`], in order.
+    sums: Vec<Bson>,
+}
+
 impl RawSubset<'_> {
-    /// Recomputes the subset (the top `keep` of the child collection) and the count, writes them
-    /// if they differ, and reports what differed.
+    /// Recomputes the subset (the top `keep` of the child collection), the count and the running
+    /// sums, writes them if they differ, and reports what differed.
     ///
     /// Safe while writers run: the write is conditional on the subset and count being as read,
     /// and is retried otherwise, so it never overwrites a child pushed after it read. In
@@ -70,7 +91,8 @@ impl RawSubset<'_> {
     /// # Errors
     ///
     /// [`Error::ParentNotFound`], [`Error::MalformedParent`] when the stored subset field is not
-    /// an array, [`Error::Mongo`].
+    /// an array, [`Error::MalformedChild`] when a stored child's summed field is not a number,
+    /// [`Error::Mongo`].
     pub fn reconcile<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
         Action::new(move |session| Box::pin(self.resync_in(parent, true, session)))
     }
@@ -114,7 +136,7 @@ impl RawSubset<'_> {
         &self,
         ctx: &mut Ctx<'_>,
         parent: &Bson,
-        count_fix: CountFix,
+        count_fix: &CountFix,
         write: bool,
     ) -> Result<Drift> {
         let spec = self.spec();
@@ -138,18 +160,21 @@ impl RawSubset<'_> {
                 .count
                 .and_then(|c| found.get(c).ok().flatten())
                 .and_then(|v| Bson::try_from(v).ok());
+            let stored_sums: Vec<Option<Bson>> = spec
+                .sums
+                .iter()
+                .map(|s| found.get(s.parent).ok().flatten())
+                .map(|v| v.and_then(|v| Bson::try_from(v).ok()))
+                .collect();
 
             // The truth: the child collection's first `keep`, and its count when it is needed.
             let top = ctx
                 .collect(query::top_children(&children, spec, parent))
                 .await
                 .map_err(|e| self.mongo_child(e))?;
-            let actual = match (spec.count, count_fix) {
-                (Some(_), CountFix::Recount) => {
-                    let count = children.count_documents(doc! { spec.key: parent.clone() });
-                    let n = ctx.run(count).await.map_err(|e| self.mongo_child(e))?;
-                    Some(n)
-                }
+            let kept = spec.count.is_some() || !spec.sums.is_empty();
+            let actual = match count_fix {
+                CountFix::Recount if kept => Some(self.totals(ctx, parent).await?),
                 _ => None,
             };
 
@@ -158,9 +183,30 @@ impl RawSubset<'_> {
                 .count
                 .and_then(|c| found.get(c).ok().flatten())
                 .and_then(decode::count_value);
-            if let Some(n) = actual {
+            if let (Some(_), Some(totals)) = (spec.count, &actual) {
+                let n = totals.count;
                 if stored_n != Some(n as i64) {
                     drift.count = Some((stored_n.unwrap_or(0), n));
+                }
+            }
+            if let Some(totals) = &actual {
+                for ((sum, stored), computed) in
+                    spec.sums.iter().zip(&stored_sums).zip(&totals.sums)
+                {
+                    let same = match (
+                        stored.as_ref().and_then(sums::Num::of),
+                        sums::Num::of(computed),
+                    ) {
+                        (Some(a), Some(b)) => a.same(b),
+                        _ => false,
+                    };
+                    if !same {
+                        drift.sums.push(SumDrift {
+                            field: sum.parent.to_owned(),
+                            stored: stored.clone().unwrap_or(Bson::Null),
+                            computed: computed.clone(),
+                        });
+                    }
                 }
             }
             let array_ok = embedded.as_deref() == Some(top.as_slice());
@@ -173,16 +219,21 @@ impl RawSubset<'_> {
             if !array_ok {
                 set.insert(spec.field, top.clone());
             }
-            if let (Some(count), Some(n)) = (spec.count, actual) {
+            if let (Some(count), Some(totals)) = (spec.count, &actual) {
                 if drift.count.is_some() {
-                    set.insert(count, n as i64);
+                    set.insert(count, totals.count as i64);
                 }
+            }
+            for wrong in &drift.sums {
+                set.insert(wrong.field.clone(), wrong.computed.clone());
             }
             if !set.is_empty() {
                 update.insert("$set", set);
             }
-            if let (Some(count), CountFix::Add(n)) = (spec.count, count_fix) {
-                update.insert("$inc", doc! { count: n });
+            if let CountFix::Inc(inc) = count_fix {
+                if !inc.is_empty() {
+                    update.insert("$inc", inc.clone());
+                }
             }
             if update.is_empty() {
                 return Ok(drift);
@@ -199,6 +250,14 @@ impl RawSubset<'_> {
                         Some(v) => filter.insert(count, v),
                         None => filter.insert(count, doc! { "$exists": false }),
                     };
+                }
+                if actual.is_some() {
+                    for (sum, stored) in spec.sums.iter().zip(&stored_sums) {
+                        match stored {
+                            Some(v) => filter.insert(sum.parent, v.clone()),
+                            None => filter.insert(sum.parent, doc! { "$exists": false }),
+                        };
+                    }
                 }
             }
             let updated = match ctx.run(parents.update_one(filter, update)).await {
@@ -218,14 +277,76 @@ impl RawSubset<'_> {
         // Still contended after every attempt (in a transaction, the snapshot changed under
         // us): a removal must still count, in the same transaction if there is one; the array
         // is left for the next reconcile.
-        if let (Some(count), CountFix::Add(n)) = (spec.count, count_fix) {
-            let inc = parents.update_one(
-                doc! { "_id": parent.clone() },
-                doc! { "$inc": { count: n } },
-            );
-            ctx.run(inc).await.map_err(|e| store.mongo(e))?;
+        if let CountFix::Inc(inc) = count_fix {
+            if !inc.is_empty() {
+                let inc = parents
+                    .update_one(doc! { "_id": parent.clone() }, doc! { "$inc": inc.clone() });
+                ctx.run(inc).await.map_err(|e| store.mongo(e))?;
+            }
         }
         Ok(drift)
+    }
+
+    /// The count and every sum of `parent`'s children, in one `$group`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MalformedChild`] when a child's summed field is not an int32, int64 or double
+    /// (`$sum` would skip it silently), [`Error::Mongo`].
+    async fn totals(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Totals> {
+        let spec = self.spec();
+        let children = self.children::<Document>();
+        let numeric = ["int", "long", "double"];
+        let mut group = doc! { "_id": Bson::Null, "n": { "$sum": 1 } };
+        for (i, sum) in spec.sums.iter().enumerate() {
+            let path = format!("${}", sum.child);
+            group.insert(format!("s{i}"), doc! { "$sum": &path });
+            let is_number = doc! { "$in": [{ "$type": &path }, numeric.as_slice()] };
+            group.insert(
+                format!("b{i}"),
+                doc! { "$sum": { "$cond": [is_number, 0, 1] } },
+            );
+        }
+        let pipeline = [
+            doc! { "$match": { spec.key: parent.clone() } },
+            doc! { "$group": group },
+        ];
+        let grouped = ctx
+            .aggregate(children.aggregate(pipeline))
+            .await
+            .map_err(|e| self.mongo_child(e))?;
+        let Some(grouped) = grouped.into_iter().next() else {
+            // No children: every sum is 0, not missing.
+            return Ok(Totals {
+                count: 0,
+                sums: spec.sums.iter().map(|_| Bson::Int64(0)).collect(),
+            });
+        };
+        let number = |key: &str| grouped.get(key).and_then(sums::Num::of);
+        if (0..spec.sums.len())
+            .any(|i| number(&format!("b{i}")).is_some_and(|b| !b.same(sums::Num::Int(0))))
+        {
+            let not_numbers: Vec<Bson> = spec
+                .sums
+                .iter()
+                .map(|s| {
+                    Bson::Document(doc! { s.child: { "$not": { "$type": numeric.as_slice() } } })
+                })
+                .collect();
+            let find = children.find_one(doc! { spec.key: parent.clone(), "$or": not_numbers });
+            let bad = ctx.run(find).await.map_err(|e| self.mongo_child(e))?;
+            if let Some(bad) = bad {
+                sums::check_child(spec, &bad)?;
+            }
+        }
+        let count = match number("n") {
+            Some(sums::Num::Int(n)) => u64::try_from(n).unwrap_or(0),
+            _ => 0,
+        };
+        let sums = (0..spec.sums.len())
+            .map(|i| number(&format!("s{i}")).map_or(Bson::Int64(0), sums::Num::into_bson))
+            .collect();
+        Ok(Totals { count, sums })
     }
 }
 
@@ -241,7 +362,7 @@ impl Steps for ResyncSteps<'_, '_> {
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<Drift> {
         self.subset
-            .resync(ctx, self.parent, CountFix::Recount, self.write)
+            .resync(ctx, self.parent, &CountFix::Recount, self.write)
             .await
     }
 }
@@ -310,6 +431,7 @@ fn compare(parent: &Bson, embedded: &[Document], top: &[Document]) -> Drift {
         changed,
         misordered: in_embedded_order != in_top_order,
         count: None,
+        sums: Vec::new(),
         fixed: false,
     }
 }

@@ -1,0 +1,66 @@
+use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
+use subset::{Child, Parent, Subset, SumSpec};
+
+#[derive(Serialize, Deserialize, Child)]
+#[serde(rename_all = "camelCase")]
+struct Vote {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    cast_at: bson::DateTime,
+    #[serde(rename = "stars")]
+    rating: u8,
+    helpful_votes: u16,
+    weight: f32,
+    big: i64,
+}
+
+// Every kind of sum the derive accepts, with serde renames on both sides.
+#[derive(Serialize, Deserialize, Subset)]
+#[serde(rename_all = "camelCase")]
+#[subset(collection = "polls")]
+struct Poll {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "votes",
+        keep = 3,
+        sort = "cast_at desc",
+        sum = "rating_total = rating, helpful_total = helpful_votes, weight_total = weight, big_total = big"
+    )]
+    recent: Vec<Vote>,
+    #[serde(default)]
+    rating_total: i32,
+    #[serde(default, rename = "helpful")]
+    helpful_total: u32,
+    #[serde(default)]
+    weight_total: f64,
+    #[serde(default)]
+    big_total: i64,
+}
+
+#[test]
+fn sums() {
+    assert_eq!(
+        <Poll as Parent>::SUBSETS[0].sums,
+        [
+            SumSpec {
+                parent: "ratingTotal",
+                child: "stars"
+            },
+            SumSpec {
+                parent: "helpful",
+                child: "helpfulVotes"
+            },
+            SumSpec {
+                parent: "weightTotal",
+                child: "weight"
+            },
+            SumSpec {
+                parent: "bigTotal",
+                child: "big"
+            },
+        ]
+    );
+    assert_eq!(<Poll as Parent>::SUBSETS[0].count, None);
+}

@@ -1,0 +1,309 @@
+//! Running sums: `sum = "parent = child"` keeps parent fields equal to the sum of a child field,
+//! through push, push_many, remove, update and reconcile, in both write modes.
+
+mod common;
+
+use bson::oid::ObjectId;
+use bson::{doc, Bson, DateTime, Document};
+use common::*;
+use futures::TryStreamExt;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use subset::bson;
+
+use subset::{Child, Error, FollowOptions, FollowUpdate, Store, Subset};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+struct Rating {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    stars: i32,
+    // A float child field, summed into a float parent field.
+    weight: f64,
+    date: DateTime,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "rated_products")]
+struct Rated {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "ratings",
+        keep = 3,
+        sort = "date desc",
+        count = "total",
+        sum = "stars_total = stars, weight_total = weight"
+    )]
+    recent: Vec<Rating>,
+    #[serde(default)]
+    total: i64,
+    #[serde(default)]
+    stars_total: i64,
+    #[serde(default)]
+    weight_total: f64,
+}
+
+impl Rated {
+    fn new() -> Rated {
+        Rated {
+            id: ObjectId::new(),
+            recent: Vec::new(),
+            total: 0,
+            stars_total: 0,
+            weight_total: 0.0,
+        }
+    }
+
+    /// The average rating: the running sum over the count, `None` with no ratings.
+    fn average(&self) -> Option<f64> {
+        (self.total > 0).then(|| self.stars_total as f64 / self.total as f64)
+    }
+}
+
+fn rating(millis: i64, stars: i32) -> Rating {
+    Rating {
+        id: ObjectId::new(),
+        stars,
+        // Halves add exactly in binary, so the float sum can be compared exactly.
+        weight: f64::from(stars) / 2.0,
+        date: DateTime::from_millis(millis),
+    }
+}
+
+/// The count and the sums over the child collection, computed here by reading every child.
+async fn truth(store: &Store<Rated>, id: &ObjectId) -> (i64, i64, f64) {
+    let children: Vec<Document> = store
+        .database()
+        .collection::<Document>("ratings")
+        .find(doc! { "rated_id": id })
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let stars = children
+        .iter()
+        .map(|c| i64::from(c.get_i32("stars").unwrap()))
+        .sum();
+    let weight = children.iter().map(|c| c.get_f64("weight").unwrap()).sum();
+    (children.len() as i64, stars, weight)
+}
+
+async fn assert_sums_true(store: &Store<Rated>, id: &ObjectId) -> Rated {
+    let got = store.get(id).await.unwrap().unwrap();
+    let (n, stars, weight) = truth(store, id).await;
+    let mode = store.mode().await.unwrap();
+    assert_eq!(
+        (got.total, got.stars_total, got.weight_total),
+        (n, stars, weight),
+        "{mode:?}"
+    );
+    got
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn push_remove_and_update_keep_every_sum_true() {
+    for store in stores::<Rated>().await {
+        let parent = Rated::new();
+        store.insert(&parent).await.unwrap();
+        let ratings = store.subset(Rated::RECENT);
+        let first = rating(1, 4);
+        ratings.push(&parent.id, &first).await.unwrap();
+        let got = assert_sums_true(&store, &parent.id).await;
+        assert_eq!((got.stars_total, got.weight_total), (4, 2.0));
+
+        let many: Vec<Rating> = (2..8).map(|i| rating(i, (i % 5) as i32 + 1)).collect();
+        ratings.push_many(&parent.id, &many).await.unwrap();
+        let got = assert_sums_true(&store, &parent.id).await;
+        assert_eq!(got.total, 7);
+
+        // Removing an evicted child and an embedded one.
+        ratings.remove(&parent.id, &first.id).await.unwrap();
+        assert_sums_true(&store, &parent.id).await;
+        ratings.remove(&parent.id, &many[5].id).await.unwrap();
+        assert_sums_true(&store, &parent.id).await;
+
+        // Replacing a child moves the sum by the difference, the count not at all.
+        let mut changed = many[0].clone();
+        changed.stars = 5;
+        changed.weight = 10.5;
+        ratings.update(&parent.id, &changed).await.unwrap();
+        let got = assert_sums_true(&store, &parent.id).await;
+        assert_eq!(got.total, 5);
+
+        assert!(ratings.check(&parent.id).await.unwrap().is_clean());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removing_the_last_child_brings_the_sums_to_zero() {
+    for store in stores::<Rated>().await {
+        let parent = Rated::new();
+        store.insert(&parent).await.unwrap();
+        let ratings = store.subset(Rated::RECENT);
+        let only = rating(1, 3);
+        ratings.push(&parent.id, &only).await.unwrap();
+        let got = store.get(&parent.id).await.unwrap().unwrap();
+        assert_eq!(got.average(), Some(3.0));
+        ratings.remove(&parent.id, &only.id).await.unwrap();
+        let got = assert_sums_true(&store, &parent.id).await;
+        assert_eq!((got.total, got.stars_total, got.weight_total), (0, 0, 0.0));
+        // No children: no average, not a division by zero.
+        assert_eq!(got.average(), None);
+        // And reconcile agrees that zero is right.
+        assert!(ratings.reconcile(&parent.id).await.unwrap().is_clean());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reconcile_repairs_a_tampered_sum_and_check_reports_it() {
+    for store in stores::<Rated>().await {
+        let parent = Rated::new();
+        store.insert(&parent).await.unwrap();
+        let ratings = store.subset(Rated::RECENT);
+        let children: Vec<Rating> = (1..6).map(|i| rating(i, i as i32)).collect();
+        ratings.push_many(&parent.id, &children).await.unwrap();
+        store
+            .database()
+            .collection::<Document>("rated_products")
+            .update_one(
+                doc! { "_id": parent.id },
+                doc! { "$set": { "stars_total": 99_i64 }, "$unset": { "weight_total": "" } },
+            )
+            .await
+            .unwrap();
+
+        let drift = ratings.check(&parent.id).await.unwrap();
+        assert!(!drift.is_clean());
+        assert!(drift.count.is_none());
+        assert_eq!(drift.sums.len(), 2, "{drift:?}");
+        assert_eq!(drift.sums[0].field, "stars_total");
+        assert_eq!(drift.sums[0].stored, Bson::Int64(99));
+        assert_eq!(drift.sums[0].computed, Bson::Int64(15));
+        assert_eq!(drift.sums[1].field, "weight_total");
+        assert_eq!(drift.sums[1].stored, Bson::Null);
+        assert_eq!(drift.sums[1].computed, Bson::Double(7.5));
+        assert!(!drift.fixed);
+
+        let drift = ratings.reconcile(&parent.id).await.unwrap();
+        assert!(drift.fixed);
+        assert_eq!(drift.sums.len(), 2);
+        assert_sums_true(&store, &parent.id).await;
+        assert!(ratings.check(&parent.id).await.unwrap().is_clean());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stored_child_without_a_number_is_a_typed_error_on_reconcile() {
+    let store = stores::<Rated>().await.remove(0);
+    let parent = Rated::new();
+    store.insert(&parent).await.unwrap();
+    let ratings = store.subset(Rated::RECENT);
+    ratings.push(&parent.id, &rating(1, 2)).await.unwrap();
+    let bad = ObjectId::new();
+    store
+        .database()
+        .collection::<Document>("ratings")
+        .insert_one(doc! { "_id": bad, "rated_id": parent.id, "stars": "five", "weight": 1.0, "date": DateTime::from_millis(2) })
+        .await
+        .unwrap();
+    match ratings.reconcile(&parent.id).await {
+        Err(Error::MalformedChild {
+            id, field, problem, ..
+        }) => {
+            assert_eq!(*id, Bson::ObjectId(bad));
+            assert_eq!(field, "stars");
+            assert!(problem.contains("is a string, not a number"), "{problem}");
+        }
+        other => panic!("expected MalformedChild, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parent_inserted_with_children_starts_with_their_sums() {
+    for store in stores::<Rated>().await {
+        let mut parent = Rated::new();
+        parent.recent = (1..5).map(|i| rating(i, 5)).collect();
+        // Whatever the caller put in the sum fields, the children decide.
+        parent.stars_total = 1000;
+        store.insert(&parent).await.unwrap();
+        let got = assert_sums_true(&store, &parent.id).await;
+        assert_eq!(
+            (got.total, got.stars_total, got.weight_total),
+            (4, 20, 10.0)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_follower_keeps_the_sums_of_children_written_around_the_library() {
+    let db = replica_db().await;
+    let store = Store::<Rated>::new(&db);
+    let parent = Rated::new();
+    store.insert(&parent).await.unwrap();
+    let started = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&started);
+    let follower = store
+        .follow(FollowOptions::new("sums").window(Duration::from_millis(30)))
+        .on_update(move |update| {
+            if matches!(
+                update,
+                FollowUpdate::Started { .. } | FollowUpdate::CatchingUp { .. }
+            ) {
+                seen.store(true, Ordering::SeqCst);
+            }
+        })
+        .spawn();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !started.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the follower did not start");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // Another program inserts, changes and deletes children with plain driver calls.
+    let children = db.collection::<Document>("ratings");
+    let raw = |r: &Rating| {
+        let mut d = bson::to_document(r).unwrap();
+        d.insert("rated_id", parent.id);
+        d
+    };
+    let written: Vec<Rating> = (1..7).map(|i| rating(i, (i % 5) as i32 + 1)).collect();
+    children.insert_many(written.iter().map(raw)).await.unwrap();
+    children
+        .update_one(
+            doc! { "_id": written[0].id },
+            doc! { "$set": { "stars": 5, "weight": 2.5 } },
+        )
+        .await
+        .unwrap();
+    children
+        .delete_one(doc! { "_id": written[1].id })
+        .await
+        .unwrap();
+
+    let (n, stars, weight) = truth(&store, &parent.id).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = store.get(&parent.id).await.unwrap().unwrap();
+        if (got.total, got.stars_total, got.weight_total) == (n, stars, weight) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower left {:?}, the children sum to {:?}",
+            (got.total, got.stars_total, got.weight_total),
+            (n, stars, weight)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    follower.stop().await.unwrap();
+    assert!(store
+        .subset(Rated::RECENT)
+        .check(&parent.id)
+        .await
+        .unwrap()
+        .is_clean());
+}
