@@ -156,11 +156,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .find_one(doc! { "_id": product.id })
         .await?
         .ok_or("product vanished")?;
-    let mut embedded = bson::to_document(&product)?;
-    embedded.insert("recent_reviews", bson::to_bson(&reviews)?);
+    let mut embedded = subset::bson_compat::to_document(&product)?;
+    embedded.insert("recent_reviews", subset::bson_compat::to_bson(&reviews)?);
     embedded.insert("total_reviews", REVIEWS as i64);
     embedded.insert("rating_total", page.rating_total);
-    let full = bson::to_vec(&embedded)?.len();
+    let full = subset::bson_compat::to_vec(&embedded)?.len();
     println!(
         "product document: {} bytes as a subset, {} bytes fully embedded ({:.0}x)",
         stored.as_bytes().len(),

@@ -102,7 +102,9 @@
 //! driver. Whenever anything in the build turns on the driver's `bson-3`, turn on this crate's
 //! `bson-3` too (with `default-features = false`): the crate is compiled against the bson API its
 //! feature names. Name bson as `subset::bson` (or `mongodb::bson`) so that your types and
-//! `subset`'s agree.
+//! `subset`'s agree. bson 3 renamed its serde functions (`to_document` became
+//! `serialize_to_document`, and so on); [`bson_compat`] has them under one name for both
+//! versions, for code that must build on either.
 //!
 //! # Test server
 //!

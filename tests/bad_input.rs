@@ -12,6 +12,7 @@ use common::*;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use subset::bson;
+use subset::bson_compat;
 use subset::{Child, Error, PageRequest, Store, SweepOptions};
 
 /// Writes `doc` straight through the driver into `collection`.
@@ -352,10 +353,10 @@ async fn a_child_without_its_parent_key_is_invisible_and_its_id_is_refused() {
         let product = product_with(&store, 2).await;
         // No parent key at all, and the parent's id as a string rather than an ObjectId.
         let orphan = Review::at(50);
-        let mut doc = bson::to_document(&orphan).unwrap();
+        let mut doc = bson_compat::to_document(&orphan).unwrap();
         raw_insert(&store, "reviews", doc.clone()).await;
         let stray = Review::at(60);
-        doc = bson::to_document(&stray).unwrap();
+        doc = bson_compat::to_document(&stray).unwrap();
         doc.insert("product_id", product.id.to_hex());
         raw_insert(&store, "reviews", doc).await;
 
@@ -592,7 +593,7 @@ async fn a_parent_id_of_the_wrong_bson_type_finds_no_parent() {
         let raw = store.raw().subset(Product::RECENT_REVIEWS.spec());
         // The right hex, the wrong type: a string is not the ObjectId.
         let wrong = Bson::String(product.id.to_hex());
-        let child = bson::to_document(&Review::at(5)).unwrap();
+        let child = bson_compat::to_document(&Review::at(5)).unwrap();
         for err in [
             raw.push(&wrong, vec![child.clone()]).await.unwrap_err(),
             raw.page(&wrong, &PageRequest::first(2)).await.unwrap_err(),
@@ -790,11 +791,11 @@ async fn an_id_that_would_act_as_an_operator_is_refused_before_any_query() {
         is_invalid(&store.raw().get(id).await.unwrap_err(), "parent");
         is_invalid(&store.raw().delete(id).await.unwrap_err(), "parent");
         is_invalid(&raw.reconcile(id).await.unwrap_err(), "parent");
-        let review = bson::to_document(&Review::at(1)).unwrap();
+        let review = bson_compat::to_document(&Review::at(1)).unwrap();
         is_invalid(&raw.push(id, vec![review]).await.unwrap_err(), "parent");
         let parent = Bson::ObjectId(victim.id);
         is_invalid(&raw.remove(&parent, id).await.unwrap_err(), "child");
-        let mut forged = bson::to_document(&Review::at(2)).unwrap();
+        let mut forged = bson_compat::to_document(&Review::at(2)).unwrap();
         forged.insert("_id", id.clone());
         is_invalid(&raw.push(&parent, vec![forged]).await.unwrap_err(), "child");
     }

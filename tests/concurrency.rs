@@ -14,6 +14,7 @@ use bson::{doc, Bson, DateTime, Document};
 use common::*;
 use rand::Rng;
 use subset::bson;
+use subset::bson_compat;
 use subset::{Error, Store, SweepOptions, WriteMode};
 
 const TASKS: usize = 8;
@@ -199,7 +200,7 @@ async fn reconcile_never_overwrites_a_pushed_child(store: Store<Product>) {
                     .unwrap()
                     .unwrap();
                 let embedded: Vec<Review> =
-                    bson::from_bson(stored.get("recent_reviews").unwrap().clone()).unwrap();
+                    bson_compat::from_bson(stored.get("recent_reviews").unwrap().clone()).unwrap();
                 let ranks_above = |r: &Review| (r.date, r.id) > (review.date, review.id);
                 let present = embedded.iter().any(|r| r.id == review.id);
                 let evicted = embedded.len() == 5 && embedded.iter().all(ranks_above);

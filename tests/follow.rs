@@ -22,6 +22,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use subset::bson;
+use subset::bson_compat;
 use subset::{
     CatchUp, Child, Error, FollowOptions, FollowStats, FollowUpdate, Follower, Store, Subset,
     DEFAULT_TOKEN_COLLECTION,
@@ -559,7 +560,7 @@ async fn a_place_that_cannot_be_resumed_is_caught_up_with_a_full_pass() {
         .await
         .unwrap();
     let event = stream.try_next().await.unwrap().expect("an event");
-    let token = bson::to_bson(&event.id).unwrap();
+    let token = bson_compat::to_bson(&event.id).unwrap();
     let data = token.as_document().unwrap().get_str("_data").unwrap();
     assert!(
         data.starts_with("82"),

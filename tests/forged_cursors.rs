@@ -65,10 +65,7 @@ fn forged_ids(real: ObjectId) -> Vec<(Bson, &'static str)> {
         (Bson::MaxKey, "MaxKey"),
         (Bson::Array(vec![Bson::ObjectId(real)]), "an array"),
         (
-            Bson::RegularExpression(bson::Regex {
-                pattern: ".".into(),
-                options: String::new(),
-            }),
+            Bson::RegularExpression(subset::bson_compat::regex(".", "").unwrap()),
             "a regular expression",
         ),
         (Bson::JavaScriptCode("1".into()), "JavaScript code"),

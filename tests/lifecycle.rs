@@ -7,6 +7,7 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};
 use common::*;
 use subset::bson;
+use subset::bson_compat;
 use subset::{Error, Store, SweepOptions, WriteMode};
 
 async fn with_reviews(store: &Store<Product>, dates: &[i64]) -> (Product, Vec<Review>) {
@@ -105,8 +106,8 @@ async fn reconcile_repairs_every_kind_of_drift_and_reports_it() {
         let parents = store.database().collection::<Document>("products");
         // Drift as a crash or a careless writer leaves it: a stale and a duplicated copy, a
         // hole, and a wrong count.
-        let stale = bson::to_document(&Review::at(99)).unwrap();
-        let seven = bson::to_document(&reviews[6]).unwrap();
+        let stale = bson_compat::to_document(&Review::at(99)).unwrap();
+        let seven = bson_compat::to_document(&reviews[6]).unwrap();
         parents
             .update_one(
                 doc! { "_id": product.id },
@@ -193,7 +194,7 @@ async fn the_server_rejects_an_uncapped_push_once_the_schema_is_installed() {
     let err = parents
         .update_one(
             doc! { "_id": product.id },
-            doc! { "$push": { "recent_reviews": bson::to_document(&Review::at(9)).unwrap() } },
+            doc! { "$push": { "recent_reviews": bson_compat::to_document(&Review::at(9)).unwrap() } },
         )
         .await
         .unwrap_err();

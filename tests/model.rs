@@ -435,7 +435,7 @@ async fn check_parent<B: Board>(
     let top: Vec<Document> = expected
         .iter()
         .take(B::KEEP)
-        .map(|n| bson::to_document(n).unwrap())
+        .map(|n| subset::bson_compat::to_document(n).unwrap())
         .collect();
     assert_eq!(embedded, top, "{context}: embedded array");
     assert_eq!(spec.keep as usize, B::KEEP, "the model's keep");

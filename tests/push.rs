@@ -7,6 +7,7 @@ use bson::{doc, Bson, DateTime, Document};
 use common::*;
 use serde::{Deserialize, Serialize};
 use subset::bson;
+use subset::bson_compat;
 use subset::{Child, Error, Store, Subset, WriteMode};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
@@ -250,7 +251,7 @@ async fn a_retry_after_a_crash_between_the_writes_restores_the_subset() {
     let product = Product::named("crash");
     store.insert(&product).await.unwrap();
     let review = Review::at(7);
-    let mut stored = bson::to_document(&review).unwrap();
+    let mut stored = bson_compat::to_document(&review).unwrap();
     stored.insert("product_id", product.id);
     store
         .database()

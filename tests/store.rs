@@ -7,6 +7,7 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 use common::*;
 use subset::bson;
+use subset::bson_compat;
 use subset::{Error, PageRequest, Store};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -146,7 +147,7 @@ async fn raw_parent(store: &Store<Product>, doc: Document) {
 async fn malformed_parents_are_typed_errors_naming_document_and_field() {
     let store = Store::<Product>::new(&replica_db().await);
     let reviews = store.subset(Product::RECENT_REVIEWS);
-    let good = bson::to_document(&Review::at(1)).unwrap();
+    let good = bson_compat::to_document(&Review::at(1)).unwrap();
     let cases = [
         (
             doc! { "name": "x", "total_reviews": 0_i64 },

@@ -9,6 +9,7 @@ use bson::{doc, Bson, Document};
 use common::{embedded_ids, replica_db, standalone_db, Product, Review};
 use serde::{Deserialize, Serialize};
 use subset::bson;
+use subset::bson_compat;
 use subset::{Error, Store, WriteMode};
 
 /// MongoDB's document limit.
@@ -228,7 +229,7 @@ async fn an_insert_whose_subset_cannot_fit_is_undone_and_reconcile_names_it() {
         // and says so, for every attempt.
         product.recent_reviews.clear();
         store.insert(&product).await.unwrap();
-        let mut raw = bson::to_document(&huge(3)).unwrap();
+        let mut raw = bson_compat::to_document(&huge(3)).unwrap();
         raw.insert("product_id", product.id);
         store
             .database()

@@ -6,6 +6,7 @@ use std::time::Instant;
 use bson::Document;
 use mongodb::Database;
 use subset::bson;
+use subset::bson_compat;
 use subset::Store;
 
 use crate::data::{DataSet, Product, SUBSET};
@@ -32,7 +33,7 @@ async fn fresh(db: &Database, data: &DataSet) -> Res<Store<Product>> {
     let parents = (0..data.products)
         .map(|i| {
             let info = data.info(i);
-            bson::to_document(&Product {
+            bson_compat::to_document(&Product {
                 id: info.id,
                 name: info.name,
                 description: info.description,

@@ -262,6 +262,7 @@ fn review(rng: &mut StdRng, date: i64, product: usize, k: usize) -> Review {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use subset::bson_compat;
 
     fn set() -> DataSet {
         DataSet {
@@ -293,7 +294,11 @@ mod tests {
         let reviews = d.reviews(0);
         let bytes: usize = reviews
             .iter()
-            .map(|r| bson::to_vec(&bson::to_document(r).unwrap()).unwrap().len())
+            .map(|r| {
+                bson_compat::to_vec(&bson_compat::to_document(r).unwrap())
+                    .unwrap()
+                    .len()
+            })
             .sum();
         let avg = bytes / reviews.len();
         assert!((140..=200).contains(&avg), "{avg}");

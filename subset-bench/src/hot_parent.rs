@@ -18,6 +18,7 @@ use bson::oid::ObjectId;
 use bson::{DateTime, Document};
 use mongodb::Database;
 use subset::bson;
+use subset::bson_compat;
 use subset::{Store, WriteMode};
 
 use crate::data::{DataSet, Product, Review, SUBSET};
@@ -166,7 +167,7 @@ async fn fresh(db: &Database) -> Res<Vec<ObjectId>> {
     let parents = (0..TASKS)
         .map(|i| {
             let info = data.info(i);
-            bson::to_document(&Product {
+            bson_compat::to_document(&Product {
                 id: info.id,
                 name: info.name,
                 description: info.description,

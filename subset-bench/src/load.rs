@@ -7,6 +7,7 @@ use futures::{StreamExt, TryStreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
 use mongodb::Database;
 use subset::bson;
+use subset::bson_compat;
 use subset::Store;
 
 use crate::data::{DataSet, Product, ProductWithReviews, EMBEDDED, REFERENCED, REVIEWS, SUBSET};
@@ -58,7 +59,7 @@ pub async fn load(db: &Database, data: &DataSet, tasks: usize) -> Res<Duration> 
         let mut referenced = Vec::with_capacity(end - start);
         for i in start..end {
             let info = data.info(i);
-            subset.push(bson::to_document(&Product {
+            subset.push(bson_compat::to_document(&Product {
                 id: info.id,
                 name: info.name.clone(),
                 description: info.description.clone(),

@@ -11,6 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 use subset::bson;
+use subset::bson_compat;
 use subset::{Cursor, PageRequest, Store, WriteMode};
 
 use crate::data::{DataSet, Product, Review, PAGE_REVIEWS, REVIEWS, SUBSET};
@@ -167,7 +168,7 @@ impl Bench {
     async fn push_by_hand(&self, id: ObjectId, reviews: &[Review]) -> Res<()> {
         let embedded = reviews
             .iter()
-            .map(bson::to_document)
+            .map(bson_compat::to_document)
             .collect::<Result<Vec<Document>, _>>()?;
         let stored: Vec<Document> = embedded
             .iter()

@@ -13,6 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use subset::bson;
+use subset::bson_compat;
 use subset::{Parent, Store, Subset, SubsetField};
 
 use crate::data::{DataSet, Review};
@@ -196,7 +197,7 @@ impl<P: Parent<Id = ObjectId>> Size<P> {
         if array.len() != self.keep {
             return Err(format!("keep {}: {} embedded", self.keep, array.len()).into());
         }
-        let bytes = bson::to_vec(&doc! { "a": array.clone() })?;
+        let bytes = bson_compat::to_vec(&doc! { "a": array.clone() })?;
         Ok(bytes.len() as f64)
     }
 }

@@ -10,6 +10,7 @@ use mongodb::{Collection, Database};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use subset::bson;
+use subset::bson_compat;
 use subset::{PageRequest, Store, WriteMode};
 
 use crate::data::{
@@ -160,7 +161,7 @@ impl Ctx {
                         doc! { "_id": id },
                         doc! {
                             "$push": { "reviews": {
-                                "$each": [bson::to_bson(&review)?],
+                                "$each": [bson_compat::to_bson(&review)?],
                                 "$position": 0,
                             } },
                             "$inc": { "total_reviews": 1 },

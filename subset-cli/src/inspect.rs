@@ -6,6 +6,7 @@ use mongodb::Database;
 use serde::Serialize;
 use serde_json::json;
 use subset_runtime::bson::{doc, Bson, RawBsonRef, RawDocument, RawDocumentBuf};
+use subset_runtime::bson_compat;
 
 use crate::args::InspectArgs;
 use crate::error::CliError;
@@ -185,6 +186,7 @@ impl Stats {
     fn walk(&mut self, doc: &RawDocument, prefix: &str, depth: usize, holder: &Holder, keep: u32) {
         for element in doc.into_iter().flatten() {
             let (key, value) = element;
+            let key = bson_compat::raw_key(key);
             let path = if prefix.is_empty() {
                 key.to_owned()
             } else {
@@ -209,6 +211,7 @@ impl Stats {
                             continue;
                         };
                         for (name, value) in element.into_iter().flatten() {
+                            let name = bson_compat::raw_key(name);
                             let Some(bracket) = Bracket::of(value) else {
                                 continue;
                             };
@@ -506,7 +509,7 @@ mod tests {
         for n in 0..7_i32 {
             let items: Vec<Bson> = (0..n).map(|i| Bson::Document(doc! { "i": i })).collect();
             let d = doc! { "_id": n, "items": items, "meta": { "tags": ["a"] } };
-            stats.add(&RawDocumentBuf::from_document(&d).unwrap(), 2);
+            stats.add(&RawDocumentBuf::try_from(&d).unwrap(), 2);
         }
         assert_eq!(stats.largest.len(), LARGEST);
         assert_eq!(stats.largest[0].1, Bson::Int32(6));
@@ -523,7 +526,7 @@ mod tests {
             doc! { "_id": 2, "items": [{ "d": "a" }, { "d": "b" }] },
         ];
         for d in docs {
-            stats.add(&RawDocumentBuf::from_document(&d).unwrap(), 2);
+            stats.add(&RawDocumentBuf::try_from(&d).unwrap(), 2);
         }
         let mixed = &stats.arrays[0].1.mixed;
         assert_eq!(mixed.len(), 1, "{mixed:?}");

@@ -50,7 +50,7 @@ pub fn fail(error: &CliError, json: bool) -> ExitCode {
 
 /// An `_id` as relaxed extended JSON (`{"$oid": "…"}` for an ObjectId).
 pub fn id_json(id: &Bson) -> Value {
-    id.clone().into_relaxed_extjson()
+    subset_runtime::bson_compat::to_relaxed_extjson(id.clone())
 }
 
 /// Invalid parents as JSON objects `{ "_id", "problem" }`.

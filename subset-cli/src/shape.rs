@@ -314,7 +314,7 @@ mod tests {
     }
 
     fn shape(parent: bson::Document) -> Result<Shape, String> {
-        let raw = RawDocumentBuf::from_document(&parent).unwrap();
+        let raw = RawDocumentBuf::try_from(&parent).unwrap();
         check(&raw, spec())
     }
 

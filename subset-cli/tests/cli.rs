@@ -645,7 +645,7 @@ async fn children_whose_sort_key_has_another_type_are_reported_and_refused() {
         )
         .await
         .unwrap();
-    let odd_json = odd_id.clone().into_relaxed_extjson();
+    let odd_json = subset_runtime::bson_compat::to_relaxed_extjson(odd_id.clone());
 
     // inspect knows no sort key: it names the field, how many elements, and where.
     let out = subset(&uri, &db, &["inspect", "--collection", "shops", "--json"]).await;

@@ -8,7 +8,7 @@
 #![warn(missing_docs)]
 
 mod action;
-mod bson_compat;
+pub mod bson_compat;
 mod cursor;
 mod decode;
 mod dynamic;

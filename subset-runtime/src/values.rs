@@ -257,7 +257,7 @@ mod tests {
             Bson::MaxKey,
             Bson::Document(doc! { "a": 1 }),
             Bson::Array(vec![Bson::Int32(1)]),
-            Bson::RegularExpression(crate::bson_compat::regex("a", "")),
+            Bson::RegularExpression(crate::bson_compat::regex("a", "").expect("no NUL byte")),
             Bson::JavaScriptCode("1".into()),
             Bson::Symbol("s".into()),
         ]

@@ -6,6 +6,7 @@ use bson::{doc, Bson, DateTime, Document};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use subset::bson;
+use subset::bson_compat;
 use subset::{Child, Parent, Store, Subset, SubsetField, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 
@@ -141,7 +142,7 @@ pub async fn collection_ids<P: Parent + ExpectedOrder<C>, C: Child>(
         .into_iter()
         .map(|d| {
             let child_id = d.get("_id").unwrap().clone();
-            let child: C = bson::from_document(d).expect("a child of the test model");
+            let child: C = bson_compat::from_document(d).expect("a child of the test model");
             (child, child_id)
         })
         .collect();
