@@ -266,7 +266,7 @@ async fn the_follower_keeps_the_sums_of_children_written_around_the_library() {
     // Another program inserts, changes and deletes children with plain driver calls.
     let children = db.collection::<Document>("ratings");
     let raw = |r: &Rating| {
-        let mut d = bson::to_document(r).unwrap();
+        let mut d = subset::bson_compat::to_document(r).unwrap();
         d.insert("rated_id", parent.id);
         d
     };
