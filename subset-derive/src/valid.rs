@@ -223,34 +223,7 @@ fn subset<'a>(
     }
 
     let count = attrs.count.value().and_then(|lit| {
-        let wanted = lit.value();
-        let Some(target) = cont.fields.iter().find(|f| f.rust_name == wanted) else {
-            let candidates = cont
-                .fields
-                .iter()
-                .filter(|f| f.subset.is_none())
-                .map(|f| format!("`{}`", f.rust_name))
-                .collect::<Vec<_>>()
-                .join(", ");
-            ctxt.error_spanned_by(
-                lit,
-                format!(
-                    "`count` names `{wanted}`, which is not a field of `{}`: fields are {candidates}",
-                    cont.name
-                ),
-            );
-            return None;
-        };
-        if let Some(blocker) = target.serde.round_trip_blocker() {
-            ctxt.error_spanned_by(
-                lit,
-                format!(
-                    "`count` field `{wanted}` cannot be `#[serde({blocker})]`: the count is stored in the parent document, remove `{blocker}`"
-                ),
-            );
-            return None;
-        }
-        Some((target, lit))
+        stored_parent_field(ctxt, cont, "count", &lit.value(), lit).map(|target| (target, lit))
     });
 
     let sums = attrs.sum.value().and_then(|sums| {
@@ -258,34 +231,10 @@ fn subset<'a>(
         let mut ok = true;
         for pair in &sums.pairs {
             let wanted = &pair.parent;
-            let Some(target) = cont.fields.iter().find(|f| &f.rust_name == wanted) else {
-                let candidates = cont
-                    .fields
-                    .iter()
-                    .filter(|f| f.subset.is_none())
-                    .map(|f| format!("`{}`", f.rust_name))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                ctxt.error_spanned_by(
-                    &sums.lit,
-                    format!(
-                        "`sum` names `{wanted}`, which is not a field of `{}`: fields are {candidates}",
-                        cont.name
-                    ),
-                );
+            let Some(target) = stored_parent_field(ctxt, cont, "sum", wanted, &sums.lit) else {
                 ok = false;
                 continue;
             };
-            if let Some(blocker) = target.serde.round_trip_blocker() {
-                ctxt.error_spanned_by(
-                    &sums.lit,
-                    format!(
-                        "`sum` field `{wanted}` cannot be `#[serde({blocker})]`: the sum is stored in the parent document, remove `{blocker}`"
-                    ),
-                );
-                ok = false;
-                continue;
-            }
             let is_count = attrs
                 .count
                 .value()
@@ -351,6 +300,44 @@ fn subset<'a>(
 }
 
 /// No two subset fields may share children (same collection and key) or a count field.
+/// The parent field that `key` (`count` or `sum`) names and stores a value in: reports, on
+/// `span`, a name that is no field (listing the fields) or a field serde would not store.
+fn stored_parent_field<'a>(
+    ctxt: &Ctxt,
+    cont: &'a Container<'a>,
+    key: &str,
+    wanted: &str,
+    span: impl quote::ToTokens,
+) -> Option<&'a Field<'a>> {
+    let Some(target) = cont.fields.iter().find(|f| f.rust_name == wanted) else {
+        let candidates = cont
+            .fields
+            .iter()
+            .filter(|f| f.subset.is_none())
+            .map(|f| format!("`{}`", f.rust_name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        ctxt.error_spanned_by(
+            span,
+            format!(
+                "`{key}` names `{wanted}`, which is not a field of `{}`: fields are {candidates}",
+                cont.name
+            ),
+        );
+        return None;
+    };
+    if let Some(blocker) = target.serde.round_trip_blocker() {
+        ctxt.error_spanned_by(
+            span,
+            format!(
+                "`{key}` field `{wanted}` cannot be `#[serde({blocker})]`: the {key} is stored in the parent document, remove `{blocker}`"
+            ),
+        );
+        return None;
+    }
+    Some(target)
+}
+
 fn distinct_subsets(ctxt: &Ctxt, subsets: &[Subset<'_>]) {
     for (i, later) in subsets.iter().enumerate() {
         let earlier = &subsets[..i];
