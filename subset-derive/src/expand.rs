@@ -214,6 +214,7 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
                 use ::subset::__private::IdFallback as _;
                 ::subset::__private::ChildIds::<#child_ty>::VALUES
             },
+            embed: ::core::option::Option::None,
         }
     }
 }
@@ -306,6 +307,7 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
             #[automatically_derived]
             impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
+                type Full = Self;
                 const FIELDS: &'static [::subset::FieldName] = &[#(#fields),*];
                 // The `_id` type's values if it is a `SortableField`, else any `_id`.
                 const ID_VALUES: ::subset::SortValues = {

@@ -91,6 +91,7 @@ pub(crate) fn child(input: &DeriveInput, error: syn::Error) -> TokenStream {
             #[automatically_derived]
             impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
                 type Id = ();
+                type Full = Self;
                 const FIELDS: &'static [::subset::FieldName] = &[];
             }
         };

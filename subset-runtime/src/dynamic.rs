@@ -252,6 +252,7 @@ impl SpecBuilder {
                     .into_boxed_slice(),
             ),
             id_values: SortValues::Id,
+            embed: None,
         })))
     }
 }

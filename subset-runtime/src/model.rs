@@ -47,8 +47,16 @@ pub trait Child: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     /// The type of the child's `_id`.
     type Id: Serialize + Send + Sync + fmt::Debug;
 
+    /// The type stored in the child collection: `Self` for a child, the full child type for a
+    /// preview (`#[subset(preview_of = Review)]`), which embeds only some of its fields.
+    type Full: Child;
+
     /// Every serialized field, as (Rust name, BSON name).
     const FIELDS: &'static [FieldName];
+
+    /// For a preview, the fields its embedded copies keep ([`Child::FIELDS`]); `None` for a
+    /// child, which is embedded whole. Becomes [`SubsetSpec::embed`].
+    const EMBED: Option<&'static [FieldName]> = None;
 
     /// The values the `_id` can hold, which a cursor's `_id` is checked against.
     /// `#[derive(Child)]` sets it from [`Child::Id`] when that is a [`SortableField`]; the
@@ -149,6 +157,10 @@ pub struct SubsetSpec {
     /// The values the children's `_id` can hold ([`Child::ID_VALUES`]), for the `_id` that
     /// [`SubsetSpec::order`] appends.
     pub id_values: SortValues,
+    /// The fields an embedded copy keeps (by BSON name; `_id` always), when the field holds
+    /// previews of the children rather than whole children (without the parent key). A preview
+    /// holds every sort key, so the server can sort the embedded array.
+    pub embed: Option<&'static [FieldName]>,
 }
 
 /// A running sum: a parent field kept equal to the sum of one child field over every child of
@@ -422,6 +434,7 @@ pub(crate) const TEST_SPEC: SubsetSpec = SubsetSpec {
     count: None,
     sums: &[],
     id_values: SortValues::ObjectId,
+    embed: None,
 };
 
 #[cfg(test)]
