@@ -100,6 +100,22 @@ pub fn to_vec<T: Serialize>(value: &T) -> Result<Vec<u8>, SerError> {
     to_vec(value)
 }
 
+/// Serializes `value` to a raw document: bson 2's `to_raw_document_buf` on `bson-2`, bson 3's
+/// `serialize_to_raw_document_buf` on `bson-3`.
+///
+/// # Errors
+///
+/// As [`to_document`].
+pub fn to_raw_document_buf<T: Serialize>(
+    value: &T,
+) -> Result<crate::bson::RawDocumentBuf, SerError> {
+    #[cfg(feature = "bson-3")]
+    use crate::bson::serialize_to_raw_document_buf as to_raw_document_buf;
+    #[cfg(not(feature = "bson-3"))]
+    use crate::bson::to_raw_document_buf;
+    to_raw_document_buf(value)
+}
+
 /// Deserializes a `T` from a [`Bson`] value: bson 2's `from_bson` on `bson-2`, bson 3's
 /// `deserialize_from_bson` on `bson-3`.
 ///

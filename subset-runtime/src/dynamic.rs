@@ -27,7 +27,7 @@ use subset_spec::{
     SortError, SumError,
 };
 
-use crate::model::{Direction, SortKey, SubsetSpec, SumSpec};
+use crate::model::{Direction, FieldName, SortKey, SubsetSpec, SumSpec};
 use crate::values::SortValues;
 
 /// The largest `keep`, the same constant the derive checks against: a bigger subset defeats the
@@ -107,6 +107,7 @@ pub struct SpecBuilder {
     sort: String,
     count: Option<String>,
     sums: Vec<(String, String)>,
+    embed: Option<Vec<String>>,
 }
 
 impl SpecBuilder {
@@ -125,6 +126,7 @@ impl SpecBuilder {
             sort: "_id asc".to_owned(),
             count: None,
             sums: Vec::new(),
+            embed: None,
         }
     }
 
@@ -150,6 +152,14 @@ impl SpecBuilder {
     /// child (see [`SumSpec`]); call once per sum.
     pub fn sum(mut self, parent: impl Into<String>, child: impl Into<String>) -> Self {
         self.sums.push((parent.into(), child.into()));
+        self
+    }
+
+    /// Embeds previews instead of whole children: each embedded copy keeps `_id`, every sort
+    /// key and these child fields (by BSON name); the child collection keeps whole children.
+    /// See [`SubsetSpec::embed`].
+    pub fn embed<S: Into<String>>(mut self, fields: impl IntoIterator<Item = S>) -> Self {
+        self.embed = Some(fields.into_iter().map(Into::into).collect());
         self
     }
 
@@ -186,6 +196,16 @@ impl SpecBuilder {
         for (parent, child) in &self.sums {
             check_field(NameRole::SumField, parent)?;
             check_field(NameRole::SumChildField, child)?;
+        }
+        for field in self.embed.iter().flatten() {
+            check_field(NameRole::EmbedField, field)?;
+            if *field == self.key {
+                return Err(SpecError::SameName {
+                    name: field.clone(),
+                    first: "key field",
+                    second: "an embedded field",
+                });
+            }
         }
         // A sum field shares its name with no other parent field of this subset.
         let mut taken = vec![(self.field.as_str(), "subset field")];
@@ -232,6 +252,28 @@ impl SpecBuilder {
                 values: SortValues::Scalar,
             })
             .collect();
+        // A preview holds `_id` and the sort keys besides the fields asked for, in that order,
+        // each once.
+        let embed = self.embed.map(|fields| {
+            let mut names: Vec<&'static str> = vec!["_id"];
+            let asked = sort
+                .iter()
+                .map(|k| k.field)
+                .chain(fields.into_iter().map(leak));
+            for name in asked {
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+            let fields: Vec<FieldName> = names
+                .into_iter()
+                .map(|name| FieldName {
+                    rust: name,
+                    bson: name,
+                })
+                .collect();
+            &*Box::leak(fields.into_boxed_slice())
+        });
         let field = leak(self.field);
         Ok(Box::leak(Box::new(SubsetSpec {
             field,
@@ -252,7 +294,7 @@ impl SpecBuilder {
                     .into_boxed_slice(),
             ),
             id_values: SortValues::Id,
-            embed: None,
+            embed,
         })))
     }
 }

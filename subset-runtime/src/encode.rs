@@ -1,6 +1,6 @@
 //! Turning the user's types into BSON, the counterpart of `decode.rs`.
 
-use crate::bson::{Bson, Document};
+use crate::bson::{Bson, Document, RawDocumentBuf};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -16,6 +16,14 @@ pub(crate) fn id(value: &impl Serialize, what: &'static str) -> Result<Bson> {
 /// A parent or child (`what` says which) as a document.
 pub(crate) fn document(value: &impl Serialize, what: &'static str) -> Result<Document> {
     crate::bson_compat::to_document(value).map_err(|source| Error::Serialize {
+        what,
+        source: Box::new(source),
+    })
+}
+
+/// A child (or its preview) as a raw document, to read its sort values from.
+pub(crate) fn raw(value: &impl Serialize, what: &'static str) -> Result<RawDocumentBuf> {
+    crate::bson_compat::to_raw_document_buf(value).map_err(|source| Error::Serialize {
         what,
         source: Box::new(source),
     })

@@ -111,6 +111,19 @@ pub enum Error {
         collection: String,
     },
 
+    /// A parent to be inserted holds previews in a preview subset field (see
+    /// [`crate::SubsetSpec::embed`]): a preview is not the whole child, so the child collection
+    /// could not be written from it. Nothing is written.
+    #[error("parent {id} for `{collection}`: field `{field}` holds previews, not whole children, so they cannot be inserted with the parent: insert the parent with `{field}` empty, then push the whole children (in one transaction with `.session(&mut s)` if they must appear together)")]
+    PreviewsOnInsert {
+        /// The parent collection.
+        collection: String,
+        /// The parent's `_id`.
+        id: Box<Bson>,
+        /// BSON name of the preview subset field.
+        field: String,
+    },
+
     /// A child to be written has no `_id`, which exactly-once pagination and idempotent pushes
     /// rely on.
     #[error("child for `{collection}` has no `_id` field")]

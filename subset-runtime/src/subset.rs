@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use futures::{Stream, TryStreamExt};
 
 use crate::action::Action;
-use crate::cursor::{Page, PageRequest};
+use crate::cursor::{Cursor, Page, PageRequest};
 use crate::engine::{Drift, RawSubset};
 use crate::error::Result;
 use crate::model::{Child, Parent, SubsetSpec};
@@ -107,6 +107,11 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// Without a `count` field, a first page exactly as large as a full subset cannot tell
     /// whether more children exist; it returns a cursor, and the next page may be empty.
     ///
+    /// A page always holds whole children. Where the field embeds previews
+    /// ([`SubsetSpec::embed`]), the parent cannot serve one, so the first page too comes from the
+    /// child collection; to go on right after the previews a page already showed, start from
+    /// the last one's cursor ([`Subset::cursor_of`]).
+    ///
     /// # Errors
     ///
     /// [`crate::Error::InvalidPageSize`], [`crate::Error::InvalidCursor`] (malformed, or made for another
@@ -121,6 +126,27 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
                 decode::child::<C>(raw, collection, path)
             })
             .await
+    }
+
+    /// The cursor of one child, or of its embedded preview, to page on from in either direction:
+    /// `PageRequest::after(subset.cursor_of(&id, last_preview)?, 20)` reads the 20 whole
+    /// children that follow the previews a product page showed, none twice and none skipped,
+    /// whatever was pushed meanwhile.
+    ///
+    /// `child` is any type whose full child is `C` (`C` itself, or a preview of it): what a
+    /// cursor needs, the sort keys and `_id`, every preview holds.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Serialize`], [`crate::Error::MalformedChild`] when a sort key is null
+    /// (a keyset cannot continue from there).
+    pub fn cursor_of<V>(&self, parent: &P::Id, child: &V) -> Result<Cursor>
+    where
+        V: Child<Full = C>,
+    {
+        let parent = Self::parent_id(parent)?;
+        let raw = encode::raw(child, "a child")?;
+        self.raw.cursor(&parent, &raw)
     }
 
     /// Every child of `parent`, in the subset's order, streamed from the child collection.

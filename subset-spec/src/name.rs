@@ -22,6 +22,8 @@ pub enum NameRole {
     SumField,
     /// The child field a running sum adds up.
     SumChildField,
+    /// A child field kept in a preview's embedded copies.
+    EmbedField,
 }
 
 impl NameRole {
@@ -36,6 +38,7 @@ impl NameRole {
             NameRole::SortField => "sort field",
             NameRole::SumField => "sum field",
             NameRole::SumChildField => "summed child field",
+            NameRole::EmbedField => "embedded field",
         }
     }
 }

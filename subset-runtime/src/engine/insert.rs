@@ -39,6 +39,13 @@ impl RawStore {
                 Some(Bson::Array(given)) => given,
                 _ => Vec::new(),
             };
+            if spec.embed.is_some() && !given.is_empty() {
+                return Err(Error::PreviewsOnInsert {
+                    collection: self.collection_name().to_owned(),
+                    id: Box::new(id),
+                    field: spec.field.to_owned(),
+                });
+            }
             if let Some(count) = spec.count {
                 parent.insert(count, 0_i64);
             }

@@ -40,7 +40,8 @@ impl RawSubset<'_> {
         }
         let backward = request.is_backward();
         let from = match &request.anchor {
-            Anchor::Start if request.size <= spec.keep => {
+            // A preview subset embeds parts of children, and a page holds whole ones.
+            Anchor::Start if request.size <= spec.keep && spec.embed.is_none() => {
                 return self.embedded_page(parent, request, decode).await
             }
             Anchor::Start | Anchor::End => None,
@@ -252,12 +253,19 @@ impl RawSubset<'_> {
         Ok(Page::new(items, cursors, false, more))
     }
 
-    /// The cursor of `child`, which a page continues from either way. A child whose sort key
-    /// is missing or null has no position a keyset comparison can continue from (`$lt: null`
-    /// matches nothing), and one whose sort key has a type its Rust field cannot hold would
-    /// make a cursor that [`Cursor::check`] refuses: both are errors naming the child rather
-    /// than a walk that ends there (every child on a page has a cursor).
-    fn cursor(&self, parent: &Bson, child: &RawDocument) -> Result<Cursor> {
+    /// The cursor of `child` (a child of `parent` or its embedded copy: anything that holds its
+    /// sort keys and `_id`), which a page continues from either way; see
+    /// [`crate::Subset::cursor_of`].
+    ///
+    /// A child whose sort key is missing or null has no position a keyset comparison can
+    /// continue from (`$lt: null` matches nothing), and one whose sort key has a type its Rust
+    /// field cannot hold would make a cursor that [`Cursor::check`] refuses: both are errors
+    /// naming the child rather than a walk that ends there (every child on a page has a cursor).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MalformedChild`] naming the sort key at fault.
+    pub fn cursor(&self, parent: &Bson, child: &RawDocument) -> Result<Cursor> {
         let position = order::position(self.spec, child);
         if let Some((field, problem)) = order::unplaceable(self.spec, &position) {
             return Err(Error::MalformedChild {

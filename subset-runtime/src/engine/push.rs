@@ -7,12 +7,13 @@ use mongodb::ClientSession;
 use super::combine::{Role, Waiter};
 use super::driver_error;
 use super::exec::{self, Ctx, Steps};
+use super::query;
 use super::{RawSubset, WriteMode};
 use crate::action::Action;
 use crate::error::{Error, Result};
 
-/// A child ready to be written: its `_id`, its embedded form, and its child-collection form
-/// (the embedded form plus the parent key).
+/// A child ready to be written: its `_id`, its embedded form (the whole child or its preview),
+/// and its child-collection form (the whole child plus the parent key).
 #[derive(Clone)]
 pub(super) struct Prepared {
     pub(super) id: Bson,
@@ -132,16 +133,17 @@ impl<'a> RawSubset<'a> {
         mine
     }
 
-    fn prepare(&self, parent: &Bson, embedded: Document) -> Result<Prepared> {
-        let id = embedded
+    fn prepare(&self, parent: &Bson, child: Document) -> Result<Prepared> {
+        let id = child
             .get("_id")
             .cloned()
             .ok_or_else(|| Error::ChildWithoutId {
                 collection: self.spec().child_collection.to_owned(),
             })?;
         self.check_child_id(&id)?;
-        super::sums::check_child(self.spec(), &embedded)?;
-        let mut stored = embedded.clone();
+        super::sums::check_child(self.spec(), &child)?;
+        let embedded = query::embedded(self.spec(), child.clone());
+        let mut stored = child;
         stored.insert(self.spec().key, parent.clone());
         Ok(Prepared {
             id,
@@ -160,11 +162,11 @@ impl<'a> RawSubset<'a> {
             .run(children.find_one(doc! { "_id": id.clone() }))
             .await
             .map_err(|e| self.mongo_child(e))?;
-        let Some(mut stored) = stored else {
+        let Some(stored) = stored else {
             // Gone again (deleted by someone else): nothing to restore.
             return Ok(());
         };
-        let owner = stored.remove(spec.key).unwrap_or(Bson::Null);
+        let owner = stored.get(spec.key).cloned().unwrap_or(Bson::Null);
         if &owner != parent {
             return Err(Error::ChildOwnedElsewhere {
                 collection: spec.child_collection.to_owned(),
@@ -175,7 +177,7 @@ impl<'a> RawSubset<'a> {
         }
         let restored = Prepared {
             id: id.clone(),
-            embedded: stored.clone(),
+            embedded: query::embedded(spec, stored.clone()),
             stored,
         };
         let filter = self.push_filter(parent, vec![id.clone()]);

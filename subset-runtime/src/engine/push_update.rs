@@ -122,9 +122,9 @@ impl RawSubset<'_> {
     }
 
     /// The `$inc` that counts `children` as added: the count by their number, each sum by
-    /// their values.
+    /// their values (from the whole child: a preview need not hold a summed field).
     pub(super) fn added_inc(&self, children: &[&Prepared]) -> Document {
-        let added: Vec<&Document> = children.iter().map(|p| &p.embedded).collect();
+        let added: Vec<&Document> = children.iter().map(|p| &p.stored).collect();
         super::sums::inc(self.spec(), &added, &[])
     }
 

@@ -8,7 +8,7 @@ use crate::model::SubsetSpec;
 use crate::order;
 
 /// The children that belong in `parent`'s subset: the child collection's first `keep` in the
-/// subset's order, in their embedded form (without the parent key).
+/// subset's order, in their embedded form ([`embedded`], made by the server).
 pub(crate) fn top_children<'c>(
     children: &'c Collection<Document>,
     spec: &SubsetSpec,
@@ -18,7 +18,36 @@ pub(crate) fn top_children<'c>(
         .find(doc! { spec.key: parent.clone() })
         .sort(order::sort_doc(spec))
         .limit(i64::from(spec.keep))
-        .projection(doc! { spec.key: 0 })
+        .projection(embedded_projection(spec))
+}
+
+/// The projection that turns a stored child into its embedded form: without the parent key, or,
+/// for a preview subset, only `_id` and the preview's fields.
+fn embedded_projection(spec: &SubsetSpec) -> Document {
+    match spec.embed {
+        None => doc! { spec.key: 0 },
+        Some(fields) => {
+            let mut projection = doc! { "_id": 1 };
+            for field in fields {
+                projection.insert(field.bson, 1);
+            }
+            projection
+        }
+    }
+}
+
+/// The embedded form of `child` (a child without the parent key, as given to a push or read
+/// back from the child collection), the same as [`embedded_projection`] makes: the whole child,
+/// or its preview fields. Kept in the child's field order, as the server's projection keeps it.
+pub(crate) fn embedded(spec: &SubsetSpec, mut child: Document) -> Document {
+    child.remove(spec.key);
+    match spec.embed {
+        None => child,
+        Some(fields) => {
+            let kept = |name: &str| name == "_id" || fields.iter().any(|f| f.bson == name);
+            child.into_iter().filter(|(name, _)| kept(name)).collect()
+        }
+    }
 }
 
 /// The parent projection that reads one subset field, its count and its sums.
