@@ -24,6 +24,8 @@ pub enum NameRole {
     SumChildField,
     /// A child field kept in a preview's embedded copies.
     EmbedField,
+    /// The `bool` child field a filtered view keeps children by.
+    FilterField,
 }
 
 impl NameRole {
@@ -39,6 +41,7 @@ impl NameRole {
             NameRole::SumField => "sum field",
             NameRole::SumChildField => "summed child field",
             NameRole::EmbedField => "embedded field",
+            NameRole::FilterField => "filter field",
         }
     }
 }
