@@ -215,6 +215,7 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
                 ::subset::__private::ChildIds::<#child_ty>::VALUES
             },
             embed: ::core::option::Option::None,
+            filter: ::core::option::Option::None,
         }
     }
 }

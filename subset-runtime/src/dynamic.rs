@@ -23,11 +23,11 @@
 //! ```
 
 use subset_spec::{
-    check_collection, check_field, check_keep, check_key, KeepError, NameError, NameRole,
-    SortError, SumError,
+    check_collection, check_field, check_keep, check_key, FilterError, KeepError, NameError,
+    NameRole, SortError, SumError,
 };
 
-use crate::model::{Direction, FieldName, SortKey, SubsetSpec, SumSpec};
+use crate::model::{Direction, FieldName, FilterSpec, SortKey, SubsetSpec, SumSpec};
 use crate::values::SortValues;
 
 /// The largest `keep`, the same constant the derive checks against: a bigger subset defeats the
@@ -56,6 +56,10 @@ pub enum SpecError {
     /// A sum list that does not parse; [`SumError::at`] is the byte range at fault.
     #[error(transparent)]
     Sum(#[from] SumError),
+
+    /// A filter that does not parse; [`FilterError::at`] is the byte range at fault.
+    #[error(transparent)]
+    Filter(#[from] FilterError),
 
     /// Two roles given the same field name.
     #[error("`{name}` cannot be both the {first} and {second}")]
@@ -108,6 +112,7 @@ pub struct SpecBuilder {
     count: Option<String>,
     sums: Vec<(String, String)>,
     embed: Option<Vec<String>>,
+    filter: Option<String>,
 }
 
 impl SpecBuilder {
@@ -127,6 +132,7 @@ impl SpecBuilder {
             count: None,
             sums: Vec::new(),
             embed: None,
+            filter: None,
         }
     }
 
@@ -160,6 +166,14 @@ impl SpecBuilder {
     /// See [`SubsetSpec::embed`].
     pub fn embed<S: Into<String>>(mut self, fields: impl IntoIterator<Item = S>) -> Self {
         self.embed = Some(fields.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Makes the field a filtered view: `"verified"` keeps the children whose `verified` is true,
+    /// `"!hidden"` those whose `hidden` is false (by BSON name, the derive's grammar). Its
+    /// subset, count, sums and pages cover only those children. See [`FilterSpec`].
+    pub fn filter(mut self, filter: impl Into<String>) -> Self {
+        self.filter = Some(filter.into());
         self
     }
 
@@ -228,6 +242,23 @@ impl SpecBuilder {
             });
         }
         check_keep(u64::from(self.keep))?;
+        let filter = match &self.filter {
+            None => None,
+            Some(written) => {
+                let parsed = subset_spec::parse_filter(written)?;
+                if parsed.field == self.key {
+                    return Err(SpecError::SameName {
+                        name: self.key.clone(),
+                        first: "key field",
+                        second: "the filter field",
+                    });
+                }
+                Some(FilterSpec {
+                    field: leak(parsed.field.to_owned()),
+                    equals: parsed.equals,
+                })
+            }
+        };
         let sort = parse_sort(&self.sort)?;
         if let Some((field, _)) = sort.iter().find(|(f, _)| *f == self.key) {
             return Err(SpecError::SameName {
@@ -295,6 +326,7 @@ impl SpecBuilder {
             ),
             id_values: SortValues::Id,
             embed,
+            filter,
         })))
     }
 }

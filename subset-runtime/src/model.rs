@@ -161,6 +161,22 @@ pub struct SubsetSpec {
     /// previews of the children rather than whole children (without the parent key). A preview
     /// holds every sort key, so the server can sort the embedded array.
     pub embed: Option<&'static [FieldName]>,
+    /// For a filtered view, the `bool` child field a child must pass to be embedded, counted,
+    /// summed and paged by this field; `None` for every child.
+    pub filter: Option<FilterSpec>,
+}
+
+/// The filter of a filtered view: the children whose `field` holds `equals`.
+///
+/// Several subset fields may be views of one child collection and key (the latest five, the
+/// three most helpful, the verified ones): a push through any of them updates every view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilterSpec {
+    /// BSON name of the child's `bool` field.
+    pub field: &'static str,
+    /// The value a child must hold there: `true` for `filter = "verified"`, `false` for
+    /// `filter = "!hidden"`.
+    pub equals: bool,
 }
 
 /// A running sum: a parent field kept equal to the sum of one child field over every child of
@@ -189,6 +205,31 @@ impl SubsetSpec {
             values: self.id_values,
         });
         self.sort.iter().copied().chain(tie)
+    }
+
+    /// Whether `other` is a view of the same children: the same child collection and key.
+    pub fn same_children(&self, other: &SubsetSpec) -> bool {
+        self.child_collection == other.child_collection && self.key == other.key
+    }
+
+    /// The children of `parent` this field keeps: every child under the key, or, for a
+    /// filtered view, those that pass its filter. The one filter every query of the field's
+    /// children starts from.
+    pub fn children_of(&self, parent: &crate::bson::Bson) -> crate::bson::Document {
+        let mut filter = crate::bson::doc! { self.key: parent.clone() };
+        if let Some(f) = self.filter {
+            filter.insert(f.field, f.equals);
+        }
+        filter
+    }
+
+    /// Whether a child document passes this field's filter (every child does without one), as
+    /// [`SubsetSpec::children_of`] selects it.
+    pub fn admits(&self, child: &crate::bson::Document) -> bool {
+        match self.filter {
+            None => true,
+            Some(f) => child.get(f.field) == Some(&crate::bson::Bson::Boolean(f.equals)),
+        }
     }
 }
 
@@ -435,6 +476,7 @@ pub(crate) const TEST_SPEC: SubsetSpec = SubsetSpec {
     sums: &[],
     id_values: SortValues::ObjectId,
     embed: None,
+    filter: None,
 };
 
 #[cfg(test)]

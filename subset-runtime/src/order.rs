@@ -24,9 +24,13 @@ pub(crate) fn projection(spec: &SubsetSpec) -> Document {
 }
 
 /// The child-collection index that turns every page into an index scan:
-/// `{key: 1, <sort keys>, _id}`.
+/// `{key: 1, <sort keys>, _id}`, with a filtered view's field after the key (an equality, so
+/// the scan stays in order).
 pub(crate) fn index_keys(spec: &SubsetSpec) -> Document {
     let mut keys = doc! { spec.key: 1 };
+    if let Some(filter) = spec.filter {
+        keys.insert(filter.field, 1);
+    }
     keys.extend(sort_doc(spec));
     keys
 }
@@ -76,7 +80,7 @@ pub(crate) fn keyset_filter(
     side: Side,
 ) -> Document {
     let mut branches = keyset_branches(spec, "", position, side);
-    let mut filter = doc! { spec.key: parent.clone() };
+    let mut filter = spec.children_of(parent);
     match branches.len() {
         0 => {}
         1 => {
@@ -219,7 +223,9 @@ pub(crate) fn misfit_filter(
             ))
         })
         .collect();
-    doc! { spec.key: parent.clone(), "$or": branches }
+    let mut filter = spec.children_of(parent);
+    filter.insert("$or", branches);
+    filter
 }
 
 /// The first key of `misfit` (a child found by [`misfit_filter`]) outside its `expected`

@@ -87,9 +87,7 @@ pub fn parse_filter(value: &str) -> Result<ParsedFilter<'_>, FilterError> {
     let field = rest.trim_start();
     let at = offset + (rest.len() - field.len())..offset + rest.len();
     if field.is_empty() {
-        return Err(FilterError::Empty {
-            at: 0..value.len(),
-        });
+        return Err(FilterError::Empty { at: 0..value.len() });
     }
     if field.contains(|c: char| c.is_whitespace() || "!=,<>".contains(c)) {
         return Err(FilterError::NotAField {

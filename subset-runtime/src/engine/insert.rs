@@ -8,6 +8,7 @@ use super::exec::{self, Ctx, Steps};
 use super::{query, RawStore};
 use crate::action::Action;
 use crate::error::{Error, Result};
+use crate::model::SubsetSpec;
 
 impl RawStore {
     /// Inserts a parent document with the children found in its subset fields; see
@@ -33,8 +34,11 @@ impl RawStore {
                 collection: self.collection_name().to_owned(),
             })?;
         self.check_parent_id(&id)?;
-        let mut children = Vec::with_capacity(self.spec().subsets.len());
-        for spec in self.spec().subsets {
+        // The children of every view of one child collection and key go in once, under the
+        // first view (the union of what the views hold, by `_id`).
+        let subsets = self.spec().subsets;
+        let mut children: Vec<Vec<Document>> = vec![Vec::new(); subsets.len()];
+        for (i, spec) in subsets.iter().enumerate() {
             let given = match parent.insert(spec.field, Bson::Array(Vec::new())) {
                 Some(Bson::Array(given)) => given,
                 _ => Vec::new(),
@@ -52,7 +56,7 @@ impl RawStore {
             for sum in spec.sums {
                 parent.insert(sum.parent, 0_i64);
             }
-            let mut docs = Vec::with_capacity(given.len());
+            let first = first_view(subsets, i);
             for child in given {
                 let without_id = || Error::ChildWithoutId {
                     collection: spec.child_collection.to_owned(),
@@ -60,14 +64,24 @@ impl RawStore {
                 let Bson::Document(mut child) = child else {
                     return Err(without_id());
                 };
-                if !child.contains_key("_id") {
+                let Some(child_id) = child.get("_id") else {
                     return Err(without_id());
+                };
+                if first != i
+                    && children[first]
+                        .iter()
+                        .any(|c| c.get("_id") == Some(child_id))
+                {
+                    continue;
                 }
-                super::sums::check_child(spec, &child)?;
                 child.insert(spec.key, id.clone());
-                docs.push(child);
+                children[first].push(child);
             }
-            children.push(docs);
+        }
+        for (i, spec) in subsets.iter().enumerate() {
+            for child in &children[first_view(subsets, i)] {
+                super::sums::check_child(spec, child)?;
+            }
         }
         let steps = InsertSteps {
             store: self,
@@ -110,16 +124,22 @@ impl InsertSteps<'_> {
         let mut set = Document::new();
         let mut largest = None;
         let mut bytes = super::bson_len([self.parent]);
-        for (spec, docs) in self.store.spec().subsets.iter().zip(self.children) {
-            if docs.is_empty() {
-                continue;
-            }
+        let subsets = self.store.spec().subsets;
+        for (i, spec) in subsets.iter().enumerate() {
             let child = |e| Error::mongo(spec.child_collection, e);
             let coll = self
                 .store
                 .database()
                 .collection::<Document>(spec.child_collection);
-            ctx.run(coll.insert_many(docs)).await.map_err(child)?;
+            let docs = &self.children[i];
+            if !docs.is_empty() {
+                ctx.run(coll.insert_many(docs)).await.map_err(child)?;
+            }
+            // Every view of these children, the first one included.
+            let docs = &self.children[first_view(subsets, i)];
+            if docs.is_empty() {
+                continue;
+            }
             let top = ctx
                 .collect(query::top_children(&coll, spec, self.id))
                 .await
@@ -131,7 +151,8 @@ impl InsertSteps<'_> {
             }
             set.insert(spec.field, top);
             if let Some(count) = spec.count {
-                set.insert(count, docs.len() as i64);
+                let admitted = docs.iter().filter(|d| spec.admits(d)).count();
+                set.insert(count, admitted as i64);
             }
             for (field, total) in super::sums::totals(spec, docs) {
                 set.insert(field, total);
@@ -175,4 +196,13 @@ impl InsertSteps<'_> {
                 .await;
         }
     }
+}
+
+/// The index of the first subset field over the same children as `subsets[i]` (`i` itself
+/// unless an earlier field is another view of them).
+fn first_view(subsets: &[SubsetSpec], i: usize) -> usize {
+    subsets
+        .iter()
+        .position(|s| s.same_children(&subsets[i]))
+        .unwrap_or(i)
 }

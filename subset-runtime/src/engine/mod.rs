@@ -224,6 +224,24 @@ impl<'a> RawSubset<'a> {
         self.store
     }
 
+    /// Every view of this field's children: the store's subset fields over the same child
+    /// collection and key, this one included, in declaration order (this one alone when the
+    /// store does not list it). A write of a child updates all of them.
+    pub fn views(&self) -> Vec<RawSubset<'a>> {
+        let mut views: Vec<RawSubset<'a>> = self
+            .store
+            .spec
+            .subsets
+            .iter()
+            .filter(|s| s.same_children(self.spec))
+            .map(|s| self.store.subset(s))
+            .collect();
+        if !views.iter().any(|v| v.spec == self.spec) {
+            views = vec![*self];
+        }
+        views
+    }
+
     pub(crate) fn children<T: Send + Sync>(&self) -> Collection<T> {
         self.store.db.collection(self.spec.child_collection)
     }

@@ -68,11 +68,8 @@ impl RawSubset<'_> {
                 order::keyset_filter(spec, parent, position, Side::Before),
                 order::reverse_sort_doc(spec),
             ),
-            (None, false) => (doc! { spec.key: parent.clone() }, order::sort_doc(spec)),
-            (None, true) => (
-                doc! { spec.key: parent.clone() },
-                order::reverse_sort_doc(spec),
-            ),
+            (None, false) => (spec.children_of(parent), order::sort_doc(spec)),
+            (None, true) => (spec.children_of(parent), order::reverse_sort_doc(spec)),
         };
         // One child past the page says whether more follow in the direction of reading.
         let mut raws: Vec<RawDocumentBuf> = self
@@ -207,7 +204,7 @@ impl RawSubset<'_> {
             }
         }
         let first = children
-            .find_one(doc! { spec.key: parent.clone() })
+            .find_one(spec.children_of(parent))
             .sort(order::sort_doc(spec))
             .projection(order::projection(spec))
             .await
@@ -285,8 +282,8 @@ impl RawSubset<'_> {
     /// Every child of `parent` in order, as raw documents; see [`crate::Subset::all`].
     pub fn all(&self, parent: Bson) -> impl Stream<Item = Result<RawDocumentBuf>> + Send + 'static {
         let collection = self.children::<RawDocumentBuf>();
-        let (key, name, sort) = (
-            self.spec.key,
+        let (filter, name, sort) = (
+            self.spec.children_of(&parent),
             self.spec.child_collection,
             order::sort_doc(self.spec),
         );
@@ -294,7 +291,7 @@ impl RawSubset<'_> {
         futures::stream::once(async move {
             checked?;
             let cursor = collection
-                .find(doc! { key: parent })
+                .find(filter)
                 .sort(sort)
                 .await
                 .map_err(|e| Error::mongo(name, e))?;
@@ -312,7 +309,7 @@ impl RawSubset<'_> {
     pub async fn count(&self, parent: &Bson) -> Result<u64> {
         self.store.check_parent_id(parent)?;
         self.children::<Document>()
-            .count_documents(doc! { self.spec.key: parent.clone() })
+            .count_documents(self.spec.children_of(parent))
             .await
             .map_err(|e| self.mongo_child(e))
     }

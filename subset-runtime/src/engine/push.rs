@@ -7,17 +7,20 @@ use mongodb::ClientSession;
 use super::combine::{Role, Waiter};
 use super::driver_error;
 use super::exec::{self, Ctx, Steps};
+use super::push_update::ViewPush;
 use super::query;
 use super::{RawSubset, WriteMode};
 use crate::action::Action;
 use crate::error::{Error, Result};
 
-/// A child ready to be written: its `_id`, its embedded form (the whole child or its preview),
-/// and its child-collection form (the whole child plus the parent key).
+/// A child ready to be written: its `_id`, its embedded form in each view, and its
+/// child-collection form (the whole child plus the parent key).
 #[derive(Clone)]
 pub(super) struct Prepared {
     pub(super) id: Bson,
-    pub(super) embedded: Document,
+    /// For each view of [`RawSubset::views`], in order: the whole child or its preview, or
+    /// `None` when the view's filter leaves the child out.
+    pub(super) embedded: Vec<Option<Document>>,
     pub(super) stored: Document,
 }
 
@@ -87,7 +90,9 @@ impl<'a> RawSubset<'a> {
     /// `batch` in a transaction of ours, together with the pushes queued on the same parent.
     async fn push_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
         let combiner = &self.store().combiner;
-        let (batch, others, leader) = match combiner.join(self.spec().field, parent, batch).await {
+        // Keyed by the first view: pushes through any view of these children go together.
+        let group = self.views()[0].spec().field;
+        let (batch, others, leader) = match combiner.join(group, parent, batch).await {
             Role::Done(result) => return result,
             Role::Lead {
                 batch,
@@ -141,8 +146,7 @@ impl<'a> RawSubset<'a> {
                 collection: self.spec().child_collection.to_owned(),
             })?;
         self.check_child_id(&id)?;
-        super::sums::check_child(self.spec(), &child)?;
-        let embedded = query::embedded(self.spec(), child.clone());
+        let embedded = self.embedded_forms(&child)?;
         let mut stored = child;
         stored.insert(self.spec().key, parent.clone());
         Ok(Prepared {
@@ -150,6 +154,21 @@ impl<'a> RawSubset<'a> {
             embedded,
             stored,
         })
+    }
+
+    /// The embedded forms of `child` in each view (see [`Prepared::embedded`]), checking that it
+    /// holds a number in every field a view that admits it sums.
+    fn embedded_forms(&self, child: &Document) -> Result<Vec<Option<Document>>> {
+        self.views()
+            .into_iter()
+            .map(|view| {
+                let spec = view.spec();
+                super::sums::check_child(spec, child)?;
+                Ok(spec
+                    .admits(child)
+                    .then(|| query::embedded(spec, child.clone())))
+            })
+            .collect()
     }
 
     /// Puts a child that is already in the child collection back into the subset if it is
@@ -177,12 +196,22 @@ impl<'a> RawSubset<'a> {
         }
         let restored = Prepared {
             id: id.clone(),
-            embedded: query::embedded(spec, stored.clone()),
+            // A child stored around this crate may not pass the checks a push makes; it is
+            // restored as it is.
+            embedded: self
+                .views()
+                .iter()
+                .map(|v| {
+                    let spec = v.spec();
+                    spec.admits(&stored)
+                        .then(|| query::embedded(spec, stored.clone()))
+                })
+                .collect(),
             stored,
         };
-        let filter = self.push_filter(parent, vec![id.clone()]);
+        let push = ViewPush::new(self.views().len(), &[&restored]);
         let pushed = self
-            .capped_push(ctx, parent, filter, &[&restored], &Document::new())
+            .capped_push(ctx, parent, true, &push, &Document::new())
             .await?;
         // No match: the child is embedded already, or the parent is gone (its children left
         // behind by an interrupted delete), which a push must report.
@@ -230,12 +259,9 @@ impl Steps for PushSteps<'_, '_> {
         // The parent update first, so that a missing parent or a write conflict on a hot parent
         // is found before the insert does any work.
         let s = self.subset;
-        let filter = doc! { "_id": self.parent.clone() };
         let inc = s.added_inc(&fresh);
-        if !s
-            .capped_push(ctx, self.parent, filter, &fresh, &inc)
-            .await?
-        {
+        let push = ViewPush::new(s.views().len(), &fresh);
+        if !s.capped_push(ctx, self.parent, false, &push, &inc).await? {
             return Err(s.parent_not_found(self.parent));
         }
         let children = s.children::<Document>();

@@ -7,6 +7,7 @@ use crate::bson::{doc, Bson, Document};
 use super::driver_error::{self, InsertFailure};
 use super::exec::Ctx;
 use super::push::{Prepared, PushSteps};
+use super::push_update::ViewPush;
 use super::query;
 use crate::error::Result;
 
@@ -82,41 +83,46 @@ impl PushSteps<'_, '_> {
         }
     }
 
-    /// The parent half of an ordered push: `$push`/`$sort`/`$slice` and `$inc` in one update,
-    /// unless a concurrent remove, update or reconcile has already embedded some of these
-    /// children (it read them from the child collection between our insert and this update).
-    /// Then only the others are pushed, and all of them are counted, since a remove or update
-    /// does not recount. Returns `false` when the parent does not exist.
+    /// The parent half of an ordered push: `$push`/`$sort`/`$slice` into every view and `$inc`
+    /// in one update, unless a concurrent remove, update or reconcile has already embedded some
+    /// of these children (it read them from the child collection between our insert and this
+    /// update). Then each view gets only the children it does not hold yet, and all of them are
+    /// counted, since a remove or update does not recount. Returns `false` when the parent does
+    /// not exist.
     async fn push_to_parent(&self, ctx: &mut Ctx<'_>, fresh: &[&Prepared]) -> Result<bool> {
         let s = self.subset;
         let parents = s.store().parents::<Document>();
         let inc = s.added_inc(fresh);
-        let mut pending: Vec<&Prepared> = fresh.to_vec();
+        let views = s.views();
+        let mut pending = ViewPush::new(views.len(), fresh);
         for _ in 0..ORDERED_PUSH_ATTEMPTS {
-            let ids: Vec<Bson> = pending.iter().map(|p| p.id.clone()).collect();
-            let filter = s.push_filter(self.parent, ids);
-            if s.capped_push(ctx, self.parent, filter, &pending, &inc)
+            if s.capped_push(ctx, self.parent, true, &pending, &inc)
                 .await?
             {
                 return Ok(true);
             }
-            let path = format!("{}._id", s.spec().field);
+            let projection: Document = views
+                .iter()
+                .map(|v| (format!("{}._id", v.spec().field), Bson::Int32(1)))
+                .collect();
             let find = parents
                 .find_one(doc! { "_id": self.parent.clone() })
-                .projection(doc! { path: 1 });
+                .projection(projection);
             let found = ctx.run(find).await.map_err(|e| s.store().mongo(e))?;
             let Some(found) = found else {
                 return Ok(false);
             };
-            let embedded: Vec<&Bson> = found
-                .get_array(s.spec().field)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|c| c.as_document()?.get("_id"))
-                        .collect()
-                })
-                .unwrap_or_default();
-            pending.retain(|p| !embedded.contains(&&p.id));
+            for (i, view) in views.iter().enumerate() {
+                let embedded: Vec<Bson> = found
+                    .get_array(view.spec().field)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|c| c.as_document()?.get("_id").cloned())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                pending.drop_embedded(i, &embedded);
+            }
             if pending.is_empty() {
                 break;
             }

@@ -1,4 +1,5 @@
-//! The parent half of a push: one update that keeps the subset sorted and capped.
+//! The parent half of a push: one update that keeps every view of the children sorted and
+//! capped, one `$push` per view field and one `$inc` for every count and sum.
 //!
 //! The general form is `$push` with `$each`, `$sort` and `$slice: keep`, which makes the server
 //! sort the whole array on every push: at `keep = 1000` that sort is most of the push's cost. Yet
@@ -8,7 +9,8 @@
 //! (sort keys, then `_id`); the array is then sorted without sorting it. When the guard fails (an
 //! older child arriving late) the same update is sent again with `$sort`: one round trip more,
 //! only then. A short subset always sends the `$sort` update alone, one update as hand-written
-//! code sends it: sorting a few elements costs less than matching the guard.
+//! code sends it: sorting a few elements costs less than matching the guard. So does a push into
+//! several views, whose heads would each need a guard.
 
 use crate::bson::{doc, Bson, Document};
 
@@ -16,6 +18,7 @@ use super::exec::Ctx;
 use super::push::Prepared;
 use super::RawSubset;
 use crate::error::Result;
+use crate::model::SubsetSpec;
 use crate::order;
 
 /// The shortest `keep` whose pushes try the head first. The guard is a fixed cost per update
@@ -25,45 +28,97 @@ use crate::order;
 /// 0.33 at 1000.
 const HEAD_PUSH_MIN_KEEP: u32 = 32;
 
+/// What a push puts into each view of the children ([`RawSubset::views`], in that order): the
+/// `_id` and embedded form of each child the view admits.
+pub(super) struct ViewPush<'p> {
+    each: Vec<Vec<(&'p Bson, &'p Document)>>,
+}
+
+impl<'p> ViewPush<'p> {
+    /// Every child into every view that admits it.
+    pub(super) fn new(views: usize, children: &[&'p Prepared]) -> Self {
+        let each = (0..views)
+            .map(|i| {
+                children
+                    .iter()
+                    .filter_map(|p| Some((&p.id, p.embedded.get(i)?.as_ref()?)))
+                    .collect()
+            })
+            .collect();
+        ViewPush { each }
+    }
+
+    /// Leaves out of view `view` the children already embedded there.
+    pub(super) fn drop_embedded(&mut self, view: usize, embedded: &[Bson]) {
+        if let Some(each) = self.each.get_mut(view) {
+            each.retain(|(id, _)| !embedded.contains(id));
+        }
+    }
+
+    /// Whether no view has anything left to push.
+    pub(super) fn is_empty(&self) -> bool {
+        self.each.iter().all(Vec::is_empty)
+    }
+
+    fn bytes(&self) -> i64 {
+        super::bson_len(self.each.iter().flatten().map(|(_, d)| *d))
+    }
+}
+
 impl RawSubset<'_> {
-    /// Pushes `children` into the subset of the parent `filter` matches, applying `inc` (to the
-    /// count and the sums, see [`RawSubset::added_inc`]) in the same update, at the head when the subset is long and the children go there; `false` when
-    /// `filter` matches nothing.
+    /// Pushes each view's children (`push`) into the parent, applying `inc` (to the counts and
+    /// the sums, see [`RawSubset::added_inc`]) in the same update; at the head when there is one
+    /// long view and the children go there. With `exclude`, a view whose field already holds
+    /// one of its children is not updated (see [`RawSubset::push_filter`]). `false` when nothing
+    /// matched.
     pub(super) async fn capped_push(
         &self,
         ctx: &mut Ctx<'_>,
         parent: &Bson,
-        filter: Document,
-        children: &[&Prepared],
+        exclude: bool,
+        push: &ViewPush<'_>,
         inc: &Document,
     ) -> Result<bool> {
-        let parents = self.store().parents::<Document>();
-        let head = if self.spec().keep >= HEAD_PUSH_MIN_KEEP {
-            self.head_push(children)
-        } else {
-            None
-        };
-        let attempts = match head {
-            Some((each, guard)) => {
-                let mut guarded = filter.clone();
-                guarded.insert("$or", guard);
-                vec![(guarded, self.push_update(each, inc, true))]
+        let views = self.views();
+        let mut filter = doc! { "_id": parent.clone() };
+        let mut sorted = Document::new();
+        for (view, each) in views.iter().zip(&push.each) {
+            if each.is_empty() {
+                continue;
             }
-            None => Vec::new(),
+            if exclude {
+                let ids: Vec<Bson> = each.iter().map(|(id, _)| (*id).clone()).collect();
+                filter.extend(view.push_filter(ids));
+            }
+            let docs = each
+                .iter()
+                .map(|(_, d)| Bson::Document((*d).clone()))
+                .collect();
+            sorted.insert(view.spec().field, push_spec(view.spec(), docs, false));
+        }
+        if sorted.is_empty() && inc.is_empty() {
+            // Nothing for any view (a child no filter admits): the parent need only exist.
+            return self.parent_exists(ctx, parent).await;
+        }
+        let parents = self.store().parents::<Document>();
+        let head = match (views.as_slice(), push.each.as_slice()) {
+            ([only], [each]) if only.spec().keep >= HEAD_PUSH_MIN_KEEP && !each.is_empty() => {
+                only.head_push(each)
+            }
+            _ => None,
         };
-        let each = children
-            .iter()
-            .map(|p| Bson::Document(p.embedded.clone()))
-            .collect();
-        let sorted = (filter, self.push_update(each, inc, false));
-        for (filter, update) in attempts.into_iter().chain([sorted]) {
+        let attempts = head.map(|(each, guard)| {
+            let mut guarded = filter.clone();
+            guarded.insert("$or", guard);
+            let mut push = Document::new();
+            push.insert(self.spec().field, push_spec(self.spec(), each, true));
+            (guarded, update(push, inc))
+        });
+        for (filter, update) in attempts.into_iter().chain([(filter, update(sorted, inc))]) {
             match ctx.run(parents.update_one(filter, update)).await {
                 Ok(updated) if updated.matched_count == 1 => return Ok(true),
                 Ok(_) => {}
-                Err(e) => {
-                    let adding = super::bson_len(children.iter().map(|p| &p.embedded));
-                    return Err(self.parent_write_error(e, parent, adding).await);
-                }
+                Err(e) => return Err(self.parent_write_error(e, parent, push.bytes()).await),
             }
         }
         Ok(false)
@@ -72,11 +127,11 @@ impl RawSubset<'_> {
     /// For a push at the head: the children in the subset's order, and the `$or` that holds
     /// when the stored subset is empty or its head sorts after the last of them. `None` when
     /// their order cannot be told here (values the server must compare).
-    fn head_push(&self, children: &[&Prepared]) -> Option<(Vec<Bson>, Vec<Bson>)> {
+    fn head_push(&self, children: &[(&Bson, &Document)]) -> Option<(Vec<Bson>, Vec<Bson>)> {
         let spec = self.spec();
         let mut placed = Vec::with_capacity(children.len());
-        for child in children {
-            let raw = crate::bson::RawDocumentBuf::try_from(&child.embedded).ok()?;
+        for (_, child) in children {
+            let raw = crate::bson::RawDocumentBuf::try_from(*child).ok()?;
             placed.push((order::position(spec, &raw), *child));
         }
         let mut incomparable = false;
@@ -97,44 +152,52 @@ impl RawSubset<'_> {
         guard.extend(order::after_branches(spec, &head, last));
         let each = placed
             .into_iter()
-            .map(|(_, p)| Bson::Document(p.embedded.clone()))
+            .map(|(_, d)| Bson::Document(d.clone()))
             .collect();
         Some((each, guard))
     }
 
-    /// The update that keeps the subset: `$push` with `$each` and `$slice: keep`, with `$sort`
-    /// or, for children already in order ahead of the head, `$position: 0`; and `$inc` of the
-    /// count and the sums by `inc`.
-    fn push_update(&self, each: Vec<Bson>, inc: &Document, at_head: bool) -> Document {
-        let spec = self.spec();
-        let mut push = doc! { "$each": each };
-        if at_head {
-            push.insert("$position", 0);
-        } else {
-            push.insert("$sort", order::sort_doc(spec));
-        }
-        push.insert("$slice", i64::from(spec.keep));
-        let mut update = doc! { "$push": { spec.field: push } };
-        if !inc.is_empty() {
-            update.insert("$inc", inc.clone());
-        }
-        update
-    }
-
-    /// The `$inc` that counts `children` as added: the count by their number, each sum by
-    /// their values (from the whole child: a preview need not hold a summed field).
+    /// The `$inc` that counts `children` as added in every view: each view's count by the number
+    /// it admits, each sum by their values (from the whole child: a preview need not hold a
+    /// summed field).
     pub(super) fn added_inc(&self, children: &[&Prepared]) -> Document {
         let added: Vec<&Document> = children.iter().map(|p| &p.stored).collect();
-        super::sums::inc(self.spec(), &added, &[])
+        let mut inc = Document::new();
+        for view in self.views() {
+            inc.extend(super::sums::inc(view.spec(), &added, &[]));
+        }
+        inc
     }
 
-    /// The parent filter of a push: the parent, unless one of `ids` is already embedded (a
-    /// reconcile that read the child collection between our insert and this update has put it
-    /// there and counted it; pushing it again would embed and count it twice).
-    pub(super) fn push_filter(&self, parent: &Bson, ids: Vec<Bson>) -> Document {
-        doc! {
-            "_id": parent.clone(),
-            format!("{}._id", self.spec().field): { "$nin": ids },
-        }
+    /// The condition a push into this view adds to its parent filter: that none of `ids` is
+    /// embedded already (a reconcile that read the child collection between our insert and this
+    /// update has put it there and counted it; pushing it again would embed and count it twice).
+    fn push_filter(&self, ids: Vec<Bson>) -> Document {
+        doc! { format!("{}._id", self.spec().field): { "$nin": ids } }
     }
+}
+
+/// One view's `$push` modifier: `$each` with `$slice: keep`, and `$sort` or, for children
+/// already in order ahead of the head, `$position: 0`.
+fn push_spec(spec: &SubsetSpec, each: Vec<Bson>, at_head: bool) -> Document {
+    let mut push = doc! { "$each": each };
+    if at_head {
+        push.insert("$position", 0);
+    } else {
+        push.insert("$sort", order::sort_doc(spec));
+    }
+    push.insert("$slice", i64::from(spec.keep));
+    push
+}
+
+/// The update of `push` (one `$push` per view field) and `inc`, leaving out what is empty.
+fn update(push: Document, inc: &Document) -> Document {
+    let mut update = Document::new();
+    if !push.is_empty() {
+        update.insert("$push", push);
+    }
+    if !inc.is_empty() {
+        update.insert("$inc", inc.clone());
+    }
+    update
 }

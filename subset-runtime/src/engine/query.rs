@@ -15,7 +15,7 @@ pub(crate) fn top_children<'c>(
     parent: &Bson,
 ) -> Find<'c, Document> {
     children
-        .find(doc! { spec.key: parent.clone() })
+        .find(spec.children_of(parent))
         .sort(order::sort_doc(spec))
         .limit(i64::from(spec.keep))
         .projection(embedded_projection(spec))

@@ -68,7 +68,9 @@ impl RawSubset<'_> {
             })?;
         self.store().check_parent_id(parent)?;
         self.check_child_id(&id)?;
-        super::sums::check_child(self.spec(), &child)?;
+        for view in self.views() {
+            super::sums::check_child(view.spec(), &child)?;
+        }
         let mut stored = child;
         stored.insert(self.spec().key, parent.clone());
         let steps = ChildSteps {
@@ -109,11 +111,19 @@ impl Steps for ChildSteps<'_, '_> {
                 id: Box::new(self.child.clone()),
             });
         };
-        // The count and sums move by what left and what came in, exactly once.
+        // Every view is recomputed; its count and sums move by what left it and what came in
+        // (a flag that flipped moves the child between them), exactly once.
         let added: Vec<&Document> = self.replacement.into_iter().collect();
-        let fix = CountFix::Inc(super::sums::inc(spec, &added, &[&before]));
-        match s.resync(ctx, self.parent, &fix, true).await {
-            Ok(_) => Ok(()),
+        let mut resynced = Ok(());
+        for view in s.views() {
+            let fix = CountFix::Inc(super::sums::inc(view.spec(), &added, &[&before]));
+            if let Err(e) = view.resync(ctx, self.parent, &fix, true).await {
+                resynced = Err(e);
+                break;
+            }
+        }
+        match resynced {
+            Ok(()) => Ok(()),
             // Refused by the server (the re-ranked subset would not fit, say) outside a
             // transaction: the child goes back as it was, so the write leaves nothing, as a
             // transaction would.

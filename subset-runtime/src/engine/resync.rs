@@ -308,7 +308,7 @@ impl RawSubset<'_> {
             );
         }
         let pipeline = [
-            doc! { "$match": { spec.key: parent.clone() } },
+            doc! { "$match": spec.children_of(parent) },
             doc! { "$group": group },
         ];
         let grouped = ctx
@@ -333,7 +333,9 @@ impl RawSubset<'_> {
                     Bson::Document(doc! { s.child: { "$not": { "$type": numeric.as_slice() } } })
                 })
                 .collect();
-            let find = children.find_one(doc! { spec.key: parent.clone(), "$or": not_numbers });
+            let mut bad = spec.children_of(parent);
+            bad.insert("$or", not_numbers);
+            let find = children.find_one(bad);
             let bad = ctx.run(find).await.map_err(|e| self.mongo_child(e))?;
             if let Some(bad) = bad {
                 sums::check_child(spec, &bad)?;

@@ -97,6 +97,10 @@ impl RawSubset<'_> {
     /// [`crate::Error::Mongo`] naming the child collection.
     #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field))]
     pub async fn ensure_index(&self) -> Result<()> {
+        // Views in the same order share one index, made under the first one's name.
+        if self.has_index().await? {
+            return Ok(());
+        }
         let spec = self.spec;
         let index = IndexModel::builder()
             .keys(self.index_keys())

@@ -67,12 +67,16 @@ impl Num {
     }
 }
 
-/// Checks that a child about to be written holds a number in every summed field.
+/// Checks that a child about to be written holds a number in every field `spec` sums it by (none
+/// when the field is a view whose filter the child does not pass).
 ///
 /// # Errors
 ///
 /// [`Error::MalformedChild`] naming the field.
 pub(crate) fn check_child(spec: &SubsetSpec, child: &Document) -> Result<()> {
+    if !spec.admits(child) {
+        return Ok(());
+    }
     for sum in spec.sums {
         let problem = match child.get(sum.child) {
             Some(value) if Num::of(value).is_some() => continue,
@@ -97,7 +101,8 @@ pub(crate) fn check_child(spec: &SubsetSpec, child: &Document) -> Result<()> {
 }
 
 /// The `$inc` of a write that adds `added` children and takes away `removed` ones: the count by
-/// the difference, each sum by the added values minus the removed ones. A removed child whose
+/// the difference, each sum by the added values minus the removed ones, over the children the
+/// field admits (a filtered view counts only those that pass). A removed child whose
 /// field is not a number (written around this crate) takes nothing away, as `$sum` ignores it.
 /// Empty when nothing changes.
 pub(crate) fn inc<'d>(
@@ -105,6 +110,10 @@ pub(crate) fn inc<'d>(
     added: &[&'d Document],
     removed: &[&'d Document],
 ) -> Document {
+    let admitted = |docs: &[&'d Document]| -> Vec<&'d Document> {
+        docs.iter().copied().filter(|d| spec.admits(d)).collect()
+    };
+    let (added, removed) = (admitted(added), admitted(removed));
     let mut inc = Document::new();
     let n = added.len() as i64 - removed.len() as i64;
     if let (Some(count), true) = (spec.count, n != 0) {
@@ -122,13 +131,14 @@ pub(crate) fn inc<'d>(
     inc
 }
 
-/// The sums of `children`, for a parent written with them all at once.
+/// The sums of `children` (those the field admits), for a parent written with them all at once.
 pub(crate) fn totals(spec: &SubsetSpec, children: &[Document]) -> Vec<(&'static str, Bson)> {
     spec.sums
         .iter()
         .map(|sum| {
             let total = children
                 .iter()
+                .filter(|d| spec.admits(d))
                 .filter_map(|d| d.get(sum.child).and_then(Num::of))
                 .fold(Num::Int(0), Num::add);
             (sum.parent, total.into_bson())
