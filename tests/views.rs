@@ -1,0 +1,392 @@
+//! Several views of one child collection and key, and filtered views: a board keeps the latest
+//! posts, the best-scored, the latest verified ones (with their own count) and previews of the
+//! latest visible ones. Every write goes to every view; each view is checked against a model
+//! computed here from the child collection's contents, in both write modes.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use mongodb::event::command::CommandEvent;
+use mongodb::event::EventHandler;
+use mongodb::options::ClientOptions;
+use subset::bson::{doc, Bson, DateTime, Document};
+use subset::{ParentSpec, RawStore, SpecBuilder, SubsetSpec, WriteMode};
+use subset_testkit::{MongoServer, Topology};
+
+const PARENTS: &str = "view_boards";
+const CHILDREN: &str = "view_posts";
+
+/// The views, in declaration order, written out here too (`expected` below) rather than
+/// derived from the descriptors.
+fn views() -> Vec<SubsetSpec> {
+    let view = |field: &str| SpecBuilder::new(field, CHILDREN, "board_id");
+    vec![
+        *view("latest")
+            .keep(3)
+            .sort("at desc")
+            .count("total")
+            .build()
+            .unwrap(),
+        *view("best")
+            .keep(2)
+            .sort("score desc, at desc")
+            .sums("score_total = score")
+            .unwrap()
+            .build()
+            .unwrap(),
+        *view("verified")
+            .keep(2)
+            .sort("at desc")
+            .filter("verified")
+            .count("verified_total")
+            .sums("verified_score = score")
+            .unwrap()
+            .build()
+            .unwrap(),
+        *view("visible")
+            .keep(2)
+            .sort("at desc")
+            .filter("!hidden")
+            .embed(["title"])
+            .build()
+            .unwrap(),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Post {
+    id: i32,
+    at: i64,
+    score: i32,
+    verified: bool,
+    hidden: bool,
+}
+
+impl Post {
+    fn new(id: i32) -> Post {
+        Post {
+            id,
+            at: i64::from(id) * 10,
+            score: (id * 7) % 11,
+            verified: id % 2 == 0,
+            hidden: id % 3 == 0,
+        }
+    }
+
+    fn doc(&self) -> Document {
+        doc! {
+            "_id": self.id,
+            "at": DateTime::from_millis(self.at),
+            "score": self.score,
+            "verified": self.verified,
+            "hidden": self.hidden,
+            "title": format!("post {}", self.id),
+            "body": "a body ".repeat(10),
+        }
+    }
+}
+
+/// What each view must hold, from `posts`: (field, ids in order, keys of each element).
+fn expected(posts: &[Post]) -> Vec<(&'static str, Vec<i32>, Vec<&'static str>)> {
+    let whole = vec!["_id", "at", "score", "verified", "hidden", "title", "body"];
+    let mut by_at = posts.to_vec();
+    by_at.sort_by(|a, b| (b.at, b.id).cmp(&(a.at, a.id)));
+    let mut by_score = posts.to_vec();
+    by_score.sort_by(|a, b| (b.score, b.at, b.id).cmp(&(a.score, a.at, a.id)));
+    let ids = |posts: Vec<&Post>, keep: usize| -> Vec<i32> {
+        posts.into_iter().take(keep).map(|p| p.id).collect()
+    };
+    vec![
+        ("latest", ids(by_at.iter().collect(), 3), whole.clone()),
+        ("best", ids(by_score.iter().collect(), 2), whole.clone()),
+        (
+            "verified",
+            ids(by_at.iter().filter(|p| p.verified).collect(), 2),
+            whole,
+        ),
+        (
+            "visible",
+            ids(by_at.iter().filter(|p| !p.hidden).collect(), 2),
+            vec!["_id", "at", "title"],
+        ),
+    ]
+}
+
+async fn assert_views_true(store: &RawStore, board: &Bson, posts: &[Post], when: &str) {
+    let mode = store.mode().await.unwrap();
+    let parent = store
+        .database()
+        .collection::<Document>(PARENTS)
+        .find_one(doc! { "_id": board.clone() })
+        .await
+        .unwrap()
+        .expect("the board exists");
+    for (field, ids, keys) in expected(posts) {
+        let array = parent.get_array(field).unwrap();
+        let got: Vec<i32> = array
+            .iter()
+            .map(|e| e.as_document().unwrap().get_i32("_id").unwrap())
+            .collect();
+        assert_eq!(got, ids, "{mode:?} {when}: view `{field}`");
+        for element in array {
+            let mut got: Vec<&str> = element
+                .as_document()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            got.sort_unstable();
+            let mut want = keys.clone();
+            want.sort_unstable();
+            assert_eq!(got, want, "{mode:?} {when}: an element of `{field}`");
+        }
+    }
+    let verified: Vec<&Post> = posts.iter().filter(|p| p.verified).collect();
+    let numbers = [
+        ("total", posts.len() as i64),
+        (
+            "score_total",
+            posts.iter().map(|p| i64::from(p.score)).sum(),
+        ),
+        ("verified_total", verified.len() as i64),
+        (
+            "verified_score",
+            verified.iter().map(|p| i64::from(p.score)).sum(),
+        ),
+    ];
+    for (field, want) in numbers {
+        let got = match parent.get(field) {
+            Some(Bson::Int64(n)) => *n,
+            Some(Bson::Int32(n)) => i64::from(*n),
+            other => panic!("{mode:?} {when}: `{field}` is {other:?}"),
+        };
+        assert_eq!(got, want, "{mode:?} {when}: `{field}`");
+    }
+    for spec in store.spec().subsets {
+        let drift = store.subset(spec).check(board).await.unwrap();
+        assert!(drift.is_clean(), "{mode:?} {when}: {drift:?}");
+    }
+}
+
+/// A store over the board with every view, on a client that records each command's name and
+/// target collection.
+async fn store(mode: WriteMode) -> (RawStore, Arc<Mutex<Vec<(String, String)>>>) {
+    let server = MongoServer::shared(Topology::ReplicaSet)
+        .await
+        .expect("start the test mongod");
+    let name = server.database().await.unwrap().name().to_owned();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut options = ClientOptions::parse(server.uri()).await.unwrap();
+    let sink = log.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            let target = started
+                .command
+                .get_str(&started.command_name)
+                .unwrap_or_default()
+                .to_owned();
+            sink.lock()
+                .unwrap()
+                .push((started.command_name.clone(), target));
+        }
+    }));
+    let client = mongodb::Client::with_options(options).unwrap();
+    let db = client.database(&name);
+    let spec = ParentSpec::leak(PARENTS, views());
+    let store = RawStore::new(&db, spec).with_mode(mode);
+    store.mode().await.unwrap();
+    (store, log)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_write_keeps_every_view_true() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let (store, log) = store(mode).await;
+        store.ensure_indexes().await.unwrap();
+        let board = Bson::Int32(1);
+        // Inserted with posts in two views' fields: each post is stored once.
+        let first: Vec<Post> = (1..=3).map(Post::new).collect();
+        let mut parent = doc! { "_id": board.clone() };
+        parent.insert("latest", first.iter().map(Post::doc).collect::<Vec<_>>());
+        parent.insert("best", vec![first[0].doc()]);
+        store.insert(parent).await.unwrap();
+        let mut posts = first;
+        assert_views_true(&store, &board, &posts, "after insert").await;
+
+        // A push through any view is one update of the parent, whatever the views.
+        let latest = store.subset(&store.spec().subsets[0]);
+        let verified = store.subset(&store.spec().subsets[2]);
+        log.lock().unwrap().clear();
+        verified
+            .push(&board, vec![Post::new(4).doc()])
+            .await
+            .unwrap();
+        let updates = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(name, target)| name == "update" && target == PARENTS)
+            .count();
+        assert_eq!(updates, 1, "{mode:?}: one push, one parent update");
+        posts.push(Post::new(4));
+        assert_views_true(&store, &board, &posts, "after push").await;
+
+        let many: Vec<Post> = (5..=12).map(Post::new).collect();
+        latest
+            .push(&board, many.iter().map(Post::doc).collect())
+            .await
+            .unwrap();
+        posts.extend(many);
+        assert_views_true(&store, &board, &posts, "after push_many").await;
+
+        // Flags flip: the newest verified post stops being verified and leaves that view (the
+        // next one backfills it); an unverified one becomes verified and enters it.
+        for (id, change) in [(12, "unverify"), (11, "verify"), (10, "hide"), (9, "show")] {
+            let post = posts.iter_mut().find(|p| p.id == id).unwrap();
+            match change {
+                "unverify" => post.verified = false,
+                "verify" => post.verified = true,
+                "hide" => post.hidden = true,
+                _ => post.hidden = false,
+            }
+            let post = post.doc();
+            latest.update(&board, post).await.unwrap();
+            assert_views_true(&store, &board, &posts, change).await;
+        }
+
+        // A score change re-ranks the best view only.
+        let post = posts.iter_mut().find(|p| p.id == 1).unwrap();
+        post.score = 100;
+        let post = post.doc();
+        verified.update(&board, post).await.unwrap();
+        assert_views_true(&store, &board, &posts, "after a score change").await;
+
+        // Removing a post that several views hold backfills each of them.
+        for id in [1, 11, 12] {
+            latest.remove(&board, &Bson::Int32(id)).await.unwrap();
+            posts.retain(|p| p.id != id);
+            assert_views_true(&store, &board, &posts, &format!("after removing {id}")).await;
+        }
+
+        // A post no filtered view admits still counts in the others.
+        let mut quiet = Post::new(13);
+        quiet.verified = false;
+        quiet.hidden = true;
+        verified.push(&board, vec![quiet.doc()]).await.unwrap();
+        posts.push(quiet);
+        assert_views_true(&store, &board, &posts, "after an unadmitted push").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_view_pages_its_own_children_in_its_own_order() {
+    let (store, _) = store(WriteMode::Transactional).await;
+    store.ensure_indexes().await.unwrap();
+    let board = Bson::Int32(2);
+    store.insert(doc! { "_id": board.clone() }).await.unwrap();
+    let posts: Vec<Post> = (1..=20).map(Post::new).collect();
+    let latest = store.subset(&store.spec().subsets[0]);
+    latest
+        .push(&board, posts.iter().map(Post::doc).collect())
+        .await
+        .unwrap();
+    for (i, (field, _, _)) in expected(&posts).into_iter().enumerate() {
+        let view = store.subset(&store.spec().subsets[i]);
+        // The whole view, in its order: the model's with no cap.
+        let mut want: Vec<&Post> = posts
+            .iter()
+            .filter(|p| match field {
+                "verified" => p.verified,
+                "visible" => !p.hidden,
+                _ => true,
+            })
+            .collect();
+        if field == "best" {
+            want.sort_by(|a, b| (b.score, b.at, b.id).cmp(&(a.score, a.at, a.id)));
+        } else {
+            want.sort_by(|a, b| (b.at, b.id).cmp(&(a.at, a.id)));
+        }
+        let want: Vec<i32> = want.into_iter().map(|p| p.id).collect();
+        let mut request = subset::PageRequest::first(2);
+        let mut got = Vec::new();
+        loop {
+            let page = view.page(&board, &request).await.unwrap();
+            for item in &page.items {
+                got.push(item.get_i32("_id").unwrap());
+                // A page holds whole children, in a preview view too.
+                assert!(item.get_str("body").is_ok(), "{field}: {item:?}");
+            }
+            match page.next {
+                Some(next) => request = subset::PageRequest::after(next, 3),
+                None => break,
+            }
+        }
+        assert_eq!(got, want, "view `{field}`");
+        assert_eq!(
+            view.count(&board).await.unwrap(),
+            want.len() as u64,
+            "{field}"
+        );
+    }
+    // One index per distinct order: `at desc` is shared by `latest`; the filtered views each
+    // have the filter field in theirs.
+    let indexes = store
+        .database()
+        .collection::<Document>(CHILDREN)
+        .list_index_names()
+        .await
+        .unwrap();
+    let ours: Vec<&String> = indexes
+        .iter()
+        .filter(|n| n.starts_with("subset_"))
+        .collect();
+    assert_eq!(ours.len(), 4, "{indexes:?}");
+    for spec in store.spec().subsets {
+        assert!(
+            store.subset(spec).has_index().await.unwrap(),
+            "{}",
+            spec.field
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reconcile_repairs_every_view_and_check_names_each() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let (store, _) = store(mode).await;
+        let board = Bson::Int32(3);
+        store.insert(doc! { "_id": board.clone() }).await.unwrap();
+        let posts: Vec<Post> = (1..=8).map(Post::new).collect();
+        let latest = store.subset(&store.spec().subsets[0]);
+        latest
+            .push(&board, posts.iter().map(Post::doc).collect())
+            .await
+            .unwrap();
+        // Someone empties the views and zeroes the counts.
+        store
+            .database()
+            .collection::<Document>(PARENTS)
+            .update_one(
+                doc! { "_id": board.clone() },
+                doc! { "$set": { "latest": [], "verified": [], "visible": [], "verified_total": 0_i64, "verified_score": 0_i64 } },
+            )
+            .await
+            .unwrap();
+        for spec in store.spec().subsets {
+            let drift = store.subset(spec).check(&board).await.unwrap();
+            assert_eq!(
+                drift.is_clean(),
+                spec.field == "best",
+                "{mode:?} {}: {drift:?}",
+                spec.field
+            );
+        }
+        let report = store
+            .reconcile_all(&subset::SweepOptions::default(), |_| {})
+            .await
+            .unwrap();
+        assert!(report.failures.is_empty(), "{report:?}");
+        assert_views_true(&store, &board, &posts, "after reconcile_all").await;
+    }
+}
