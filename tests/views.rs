@@ -91,9 +91,9 @@ impl Post {
 fn expected(posts: &[Post]) -> Vec<(&'static str, Vec<i32>, Vec<&'static str>)> {
     let whole = vec!["_id", "at", "score", "verified", "hidden", "title", "body"];
     let mut by_at = posts.to_vec();
-    by_at.sort_by(|a, b| (b.at, b.id).cmp(&(a.at, a.id)));
+    by_at.sort_by_key(|p| std::cmp::Reverse((p.at, p.id)));
     let mut by_score = posts.to_vec();
-    by_score.sort_by(|a, b| (b.score, b.at, b.id).cmp(&(a.score, a.at, a.id)));
+    by_score.sort_by_key(|p| std::cmp::Reverse((p.score, p.at, p.id)));
     let ids = |posts: Vec<&Post>, keep: usize| -> Vec<i32> {
         posts.into_iter().take(keep).map(|p| p.id).collect()
     };
@@ -303,9 +303,9 @@ async fn each_view_pages_its_own_children_in_its_own_order() {
             })
             .collect();
         if field == "best" {
-            want.sort_by(|a, b| (b.score, b.at, b.id).cmp(&(a.score, a.at, a.id)));
+            want.sort_by_key(|p| std::cmp::Reverse((p.score, p.at, p.id)));
         } else {
-            want.sort_by(|a, b| (b.at, b.id).cmp(&(a.at, a.id)));
+            want.sort_by_key(|p| std::cmp::Reverse((p.at, p.id)));
         }
         let want: Vec<i32> = want.into_iter().map(|p| p.id).collect();
         let mut request = subset::PageRequest::first(2);
