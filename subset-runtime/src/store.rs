@@ -90,13 +90,19 @@ impl<P: Parent> Store<P> {
     /// sums to the sum of their values (whatever the parent held there). Runs in the
     /// caller's session with `.session(&mut s)` (see [`Action`]).
     ///
+    /// Several views of one child collection and key share their children: each child given in
+    /// any of them is stored once (the first copy by `_id`), and every view is computed from
+    /// all of them. A preview field (see [`crate::SubsetSpec::embed`]) must be empty: insert the
+    /// parent, then push the whole children.
+    ///
     /// # Errors
     ///
     /// [`crate::Error::Mongo`] for a duplicate parent `_id` or child `_id` (nothing is written,
     /// or on a standalone server what was written is removed again),
     /// [`crate::Error::ChildWithoutId`] for a child without `_id`, [`crate::Error::MalformedChild`]
-    /// for a child without a number in a summed field, [`crate::Error::Serialize`] when the
-    /// parent does not serialize.
+    /// for a child without a number in a summed field, [`crate::Error::PreviewsOnInsert`] for a
+    /// preview field that is not empty, [`crate::Error::Serialize`] when the parent does not
+    /// serialize.
     pub fn insert<'a>(&'a self, parent: &'a P) -> Action<'a, ()> {
         Action::new(move |session| {
             Box::pin(async move {

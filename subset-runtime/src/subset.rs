@@ -58,6 +58,10 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// parent's embedded subset (sorted, capped at `keep`) with the count incremented and its
     /// values added to the running sums (see [`crate::SumSpec`]), in one update.
     ///
+    /// Every view of the same child collection and key (see [`crate::FilterSpec`]) gets the
+    /// child in that same update, whichever view's handle pushed it: one `$push` per view that
+    /// admits it, one `$inc` for every count and sum.
+    ///
     /// On a replica set both writes are one transaction. On a standalone server the child is
     /// written first, so a crash in between leaves at worst a child missing from the subset.
     ///
@@ -162,7 +166,8 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
             .and_then(move |doc| async move { decode::child::<C>(&doc, name, None) })
     }
 
-    /// How many children `parent` has in the child collection.
+    /// How many children `parent` has in the child collection (for a filtered view, how many
+    /// pass its filter).
     ///
     /// # Errors
     ///
@@ -172,7 +177,8 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     }
 
     /// Removes a child: from the child collection, from the subset (backfilling the next child
-    /// when it was embedded, so the subset is again the top `keep`), and from the count.
+    /// when it was embedded, so the subset is again the top `keep`), and from the count; in
+    /// every view of these children.
     ///
     /// One transaction on a replica set. On a standalone server the child is deleted first, so
     /// a crash can leave its embedded copy behind, which [`Subset::reconcile`] removes; it can
@@ -193,7 +199,9 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     }
 
     /// Replaces a stored child (matched by `_id`) in the child collection and in the subset.
-    /// When its sort keys changed, the subset is recomputed, so the child may enter or leave it.
+    /// When its sort keys changed, the subset is recomputed, so the child may enter or leave it;
+    /// so is every other view of these children, and a filtered view's flag that flipped moves
+    /// the child into or out of it (and its count and sums).
     ///
     /// # Errors
     ///
