@@ -256,7 +256,7 @@ impl RawSubset<'_> {
     ///
     /// A child whose sort key is missing or null has no position a keyset comparison can
     /// continue from (`$lt: null` matches nothing), and one whose sort key has a type its Rust
-    /// field cannot hold would make a cursor that [`Cursor::check`] refuses: both are errors
+    /// field cannot hold would make a cursor that a page refuses: both are errors
     /// naming the child rather than a walk that ends there (every child on a page has a cursor).
     ///
     /// # Errors
