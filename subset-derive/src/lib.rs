@@ -83,7 +83,7 @@ pub fn derive_subset(input: TokenStream) -> TokenStream {
 /// Rust way. Fields with `#[serde(skip)]`, `skip_serializing` or `flatten` are left out; the first
 /// two are recorded as never stored, so that a parent sorting by one fails to build. The child
 /// needs a field stored as `_id`.
-#[proc_macro_derive(Child)]
+#[proc_macro_derive(Child, attributes(subset))]
 pub fn derive_child(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     expand::derive_child(&input).into()
