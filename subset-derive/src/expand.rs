@@ -157,17 +157,20 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         // key check: for a generic parent the error appears only when a build (not `cargo check`)
         // evaluates `SUBSETS` for a concrete type, still at the sort string.
         let lookup = quote_spanned! {child_ty.span()=>
-            {
-                use ::subset::__private::DescribedFallback as _;
-                ::subset::__private::field_in(
+            ::subset::__private::field_in(
                     ::subset::__private::Described::<#child_ty>::FIELDS,
                     ::subset::__private::Described::<#child_ty>::UNSTORED,
                     #name,
                     #parent_key,
                     #key_message,
                 )
-            }
         };
+        // Unspanned, so that the lint on unused imports, which a constant resolved to the
+        // inherent impl leaves it, treats it as the macro's own.
+        let lookup = quote!({
+            use ::subset::__private::DescribedFallback as _;
+            #lookup
+        });
         let field = quote_spanned! {sort_span=>
             ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
         };
@@ -201,17 +204,20 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         };
         let (skip, skip_serializing) = (unstored("skip"), unstored("skip_serializing"));
         let lookup = quote_spanned! {child_ty.span()=>
-            {
-                use ::subset::__private::DescribedFallback as _;
-                ::subset::__private::field_in(
+            ::subset::__private::field_in(
                     ::subset::__private::Described::<#child_ty>::FULL_FIELDS,
                     ::subset::__private::Described::<#child_ty>::FULL_UNSTORED,
                     #name,
                     #parent_key,
                     #key_message,
                 )
-            }
         };
+        // Unspanned, so that the lint on unused imports, which a constant resolved to the
+        // inherent impl leaves it, treats it as the macro's own.
+        let lookup = quote!({
+            use ::subset::__private::DescribedFallback as _;
+            #lookup
+        });
         let sum_span = Span::mixed_site().located_at(sum.lit.span());
         let child = quote_spanned! {sum_span=>
             ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
@@ -221,16 +227,17 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         }
     });
     let embed = quote_spanned! {child_ty.span()=>
-        {
-            use ::subset::__private::DescribedFallback as _;
-            ::subset::__private::embed(
-                ::subset::__private::Described::<#child_ty>::EMBED,
-                ::subset::__private::Described::<#child_ty>::FULL_FIELDS,
-                #parent_key,
-                #key_message,
-            )
-        }
+        ::subset::__private::embed(
+            ::subset::__private::Described::<#child_ty>::EMBED,
+            ::subset::__private::Described::<#child_ty>::FULL_FIELDS,
+            #parent_key,
+            #key_message,
+        )
     };
+    let embed = quote!({
+        use ::subset::__private::DescribedFallback as _;
+        #embed
+    });
     quote! {
         ::subset::SubsetSpec {
             field: #field,
