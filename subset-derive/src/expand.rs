@@ -114,6 +114,13 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
          `#[subset(key = \"...\")]`",
         subset.field.rust_name
     );
+    // The same for a preview's full type, which the sums read and the child collection holds.
+    let full_key_message = format!(
+        "`{}` previews a type with a field stored as `{key}`, the field that holds the parent's \
+         `_id` in the child collection: remove that field from the full type, or name another \
+         with `#[subset(key = \"...\")]`",
+        show_type(child_ty)
+    );
     let parent_key = &subset.key;
     // Located at the sort string but resolved like macro-internal code: rustc points its errors
     // at the string, and does not suggest replacing the whole string with a bare field name (a
@@ -209,7 +216,7 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
                     ::subset::__private::Described::<#child_ty>::FULL_UNSTORED,
                     #name,
                     #parent_key,
-                    #key_message,
+                    #full_key_message,
                 )
         };
         // Unspanned, so that the lint on unused imports, which a constant resolved to the
@@ -231,7 +238,7 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
             ::subset::__private::Described::<#child_ty>::EMBED,
             ::subset::__private::Described::<#child_ty>::FULL_FIELDS,
             #parent_key,
-            #key_message,
+            #full_key_message,
         )
     };
     let embed = quote!({
@@ -409,14 +416,20 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
         "`{full_name}` is itself a preview: `preview_of` names the full child type, the one stored \
          in the child collection, which is the type `{full_name}` names in its own `preview_of`"
     );
-    let full_check = quote_spanned! {full_span=>
-        ::subset::__private::full_type(
-            ::subset::__private::Described::<#full>::EMBED,
-            #not_preview,
-        )
-    };
-    let embed = child.fields.iter().map(|field| {
+    let embed = child.fields.iter().enumerate().map(|(index, field)| {
         let rust = &field.rust_name;
+        // The check of the full type goes in the list, where it is evaluated: see `full_type`.
+        let rust_value = if index == 0 {
+            quote_spanned! {full_span=>
+                ::subset::__private::full_type(
+                    ::subset::__private::Described::<#full>::EMBED,
+                    #not_preview,
+                    #rust,
+                )
+            }
+        } else {
+            quote!(#rust)
+        };
         let bson = &field.bson_name;
         let renamed = format!(
             "preview field `{rust}` is stored as `{bson}`, but `{full_name}` stores its `{rust}` \
@@ -439,13 +452,12 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
                 #unstored,
             )
         };
-        quote!(::subset::FieldName { rust: #rust, bson: #name })
+        quote!(::subset::FieldName { rust: #rust_value, bson: #name })
     });
     let embed = quote! {
         // The fields an embedded preview keeps: `FIELDS`, each checked against the full type.
         const EMBED: ::core::option::Option<&'static [::subset::FieldName]> = {
             use ::subset::__private::DescribedFallback as _;
-            #full_check;
             ::core::option::Option::Some(&[#(#embed),*])
         };
     };
@@ -466,7 +478,7 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
             let #full_field = &(*#full_param).#name_member;
         };
         let compare = quote_spanned! {at_ty=>
-            ::subset::__private::assert_preview_field(&(*#preview_param).#ty_member, #full_field);
+            ::subset::__private::assert_preview_field(#full_field, &(*#preview_param).#ty_member);
         };
         quote!({ #lookup #compare })
     });

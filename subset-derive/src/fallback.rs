@@ -7,7 +7,7 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Fields, Ident, Lit, Token, Type};
 
-use crate::ast::{unraw, vec_element};
+use crate::ast::{is_child_candidate, unraw, vec_element};
 use crate::attr::{ungroup_type, PREVIEW_OF, SUBSET};
 use crate::case::field_to_screaming_snake_case;
 use crate::expand::full_type;
@@ -54,7 +54,13 @@ pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
         .enumerate()
         .map(|(index, (name, child_ty))| {
             let new = quote_spanned! {child_ty.span()=> ::subset::SubsetField::__new(#index)};
-            let full = full_type(child_ty);
+            // What it will be once fixed; a field that holds no child type keeps its element
+            // type, so that no error about it being no `Child` adds to the derive's.
+            let full = if is_child_candidate(child_ty) {
+                full_type(child_ty)
+            } else {
+                quote!(#child_ty)
+            };
             quote! {
                 #[doc(hidden)]
                 #vis const #name: ::subset::SubsetField<Self, #full> = #new;

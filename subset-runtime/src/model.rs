@@ -356,12 +356,19 @@ pub const fn embed(
 }
 
 /// Check emitted by `#[derive(Child)]` for `preview_of = F`: fails the build with `message` when
-/// `F` is itself a preview (`embed` is `F`'s [`Child::EMBED`]).
+/// `F` is itself a preview (`embed` is `F`'s [`Child::EMBED`]), else returns `rust`. It wraps a
+/// value of the preview's `EMBED` list, whose items rustc evaluates in every build: a call on a
+/// line of its own would be evaluated only where `EMBED` is used.
 #[doc(hidden)]
-pub const fn full_type(embed: Option<&'static [FieldName]>, message: &'static str) {
+pub const fn full_type(
+    embed: Option<&'static [FieldName]>,
+    message: &'static str,
+    rust: &'static str,
+) -> &'static str {
     if embed.is_some() {
         panic!("{}", message);
     }
+    rust
 }
 
 /// The BSON name of a preview field, `bson`, checked against the full type's field of the same
@@ -406,9 +413,11 @@ pub trait PreviewField<F: ?Sized> {}
 
 impl<T: ?Sized> PreviewField<T> for T {}
 
-/// Compile-time check emitted by `#[derive(Child)]` for one preview field.
+/// Compile-time check emitted by `#[derive(Child)]` for one preview field. The full type's field
+/// comes first: with `P` not yet known, the one impl of `PreviewField` cannot turn a mismatch into
+/// rustc's "mismatched types" before the bound is checked.
 #[doc(hidden)]
-pub fn assert_preview_field<P: PreviewField<F> + ?Sized, F: ?Sized>(_: &P, _: &F) {}
+pub fn assert_preview_field<F: ?Sized, P: PreviewField<F> + ?Sized>(_: &F, _: &P) {}
 
 /// The BSON name of a sort key's field; fails the build with `skip` or `skip_serializing` (the
 /// derive's messages, naming the field) when serde never stores it. Separate from
