@@ -90,3 +90,45 @@ fn previews() {
     assert_eq!(<Review as Child>::EMBED, None);
     let _: SubsetField<Product, Review> = Product::BEST;
 }
+
+#[derive(Serialize, Deserialize, Child)]
+struct Note<T> {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    rank: i32,
+    extra: T,
+}
+
+#[derive(Serialize, Deserialize, Child)]
+#[subset(preview_of = Note<T>)]
+struct NotePreview<T> {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    rank: i32,
+    extra: T,
+}
+
+// Generic on both sides: in a generic parent a sum's field is looked up on the preview.
+#[derive(Serialize, Deserialize, Subset)]
+#[subset(collection = "boards")]
+struct Board<T> {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "notes",
+        keep = 2,
+        sort = "rank desc",
+        sum = "rank_total = rank"
+    )]
+    top: Vec<NotePreview<T>>,
+    #[serde(default)]
+    rank_total: i64,
+}
+
+#[test]
+fn generic_previews() {
+    let spec = &<Board<String> as Parent>::SUBSETS[0];
+    let names: Vec<&str> = spec.embed.unwrap().iter().map(|f| f.bson).collect();
+    assert_eq!(names, ["_id", "rank", "extra"]);
+    let _: SubsetField<Board<String>, Note<String>> = Board::<String>::TOP;
+}
