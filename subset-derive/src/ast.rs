@@ -37,7 +37,7 @@ pub(crate) struct Container<'a> {
     pub(crate) name: String,
     pub(crate) vis: &'a Visibility,
     pub(crate) generics: &'a Generics,
-    /// `#[subset(...)]` on the struct (always empty for a child).
+    /// `#[subset(...)]` on the struct: `collection` for a parent, `preview_of` for a child.
     pub(crate) attrs: attr::Container<'a>,
     pub(crate) fields: Vec<Field<'a>>,
 }
@@ -73,7 +73,10 @@ impl<'a> Container<'a> {
         };
         let attrs = match derive {
             Derive::Parent => attr::container(ctxt, &input.attrs, &parent_ex),
-            Derive::Child => attr::Container::default(),
+            Derive::Child => {
+                let full = name.strip_suffix("Preview").filter(|n| !n.is_empty());
+                attr::child_container(ctxt, &input.attrs, full.unwrap_or("Review"))
+            }
         };
         let serde_cont = serde_attr::Container::from_attrs(&input.attrs);
         let fields = fields
@@ -95,7 +98,15 @@ impl<'a> Container<'a> {
                         };
                         attr::field(ctxt, &field.attrs, &child_ex)
                     }
-                    Derive::Child => None,
+                    Derive::Child => {
+                        if let Some(attr) = field.attrs.iter().find(|a| a.path().is_ident(attr::SUBSET)) {
+                            ctxt.error_spanned_by(
+                                attr,
+                                "`#[subset]` has no keys on a child's field: a preview names its full type on the struct, `#[subset(preview_of = Review)]`",
+                            );
+                        }
+                        None
+                    }
                 };
                 Some(Field {
                     ident,

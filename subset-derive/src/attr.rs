@@ -8,7 +8,7 @@
 use proc_macro2::{Ident, Span, TokenTree};
 use subset_spec::{NameError, NameRole, SortError, KEEP_RULE};
 use syn::meta::ParseNestedMeta;
-use syn::{Attribute, Expr, ExprLit, ExprUnary, Lit, LitStr, Path, Token, UnOp};
+use syn::{Attribute, Expr, ExprLit, ExprUnary, Lit, LitStr, Path, Token, Type, UnOp};
 
 use crate::case::edit_distance;
 use crate::ctxt::Ctxt;
@@ -29,8 +29,11 @@ pub(crate) const KEY: &str = "key";
 pub(crate) const COUNT: &str = "count";
 /// Field key: parent fields holding the sum of a child field.
 pub(crate) const SUM: &str = "sum";
+/// Child container key: the full child type a preview embeds some fields of.
+pub(crate) const PREVIEW_OF: &str = "preview_of";
 
 const CONTAINER_KEYS: &[&str] = &[COLLECTION];
+const CHILD_KEYS: &[&str] = &[PREVIEW_OF];
 const FIELD_KEYS: &[&str] = &[CHILD, KEEP, SORT, KEY, COUNT, SUM];
 
 /// One key's state: whether it was written at all, and its value if that value was valid.
@@ -84,12 +87,15 @@ pub(crate) struct Examples {
     pub(crate) key: String,
 }
 
-/// `#[subset(...)]` on the parent struct.
+/// `#[subset(...)]` on the parent struct, or on a child struct.
 #[derive(Default)]
 pub(crate) struct Container<'a> {
     /// The first `#[subset]` attribute on the struct, if any.
     pub(crate) attr: Option<&'a Attribute>,
+    /// The parent collection (parent only).
     pub(crate) collection: Given<LitStr>,
+    /// The full child type of a preview (child only).
+    pub(crate) preview_of: Given<Type>,
 }
 
 /// `#[subset(...)]` on one field of the parent struct.
@@ -173,6 +179,70 @@ pub(crate) fn container<'a>(ctxt: &Ctxt, attrs: &'a [Attribute], ex: &Examples) 
         }
     }
     cont
+}
+
+/// Parses every `#[subset]` attribute on a child struct; `full_example` names the full type in
+/// messages.
+pub(crate) fn child_container<'a>(
+    ctxt: &Ctxt,
+    attrs: &'a [Attribute],
+    full_example: &str,
+) -> Container<'a> {
+    let mut cont = Container::default();
+    for attr in attrs.iter().filter(|a| a.path().is_ident(SUBSET)) {
+        cont.attr.get_or_insert(attr);
+        let parsed = attr.parse_nested_meta(|meta| {
+            let key = key_name(&meta.path);
+            if key.as_deref() != Some(PREVIEW_OF) {
+                unknown_key(ctxt, &meta.path, key.as_deref(), Place::Child, "", None);
+                return skip_value(&meta);
+            }
+            let value = meta.value()?;
+            let hint = format!("`#[subset(preview_of = {full_example})]`");
+            // A literal is no type: read it whole to say so, rather than let `Type` fail on it.
+            let ty = if value.peek(Lit) {
+                let lit = value.parse::<Lit>()?;
+                let quotes = if matches!(lit, Lit::Str(_)) {
+                    ", without quotes"
+                } else {
+                    ""
+                };
+                ctxt.error_spanned_by(
+                    &lit,
+                    format!("`preview_of` names the full child type{quotes}: {hint}"),
+                );
+                None
+            } else {
+                let ty = value.parse::<Type>()?;
+                match ungroup_type(&ty) {
+                    Type::Path(_) => Some(ty),
+                    _ => {
+                        ctxt.error_spanned_by(
+                            &ty,
+                            format!("`preview_of` names the full child type, a struct that derives `subset::Child`, by its path: {hint}"),
+                        );
+                        None
+                    }
+                }
+            };
+            if cont.preview_of.mark(ctxt, &meta.path, PREVIEW_OF) {
+                cont.preview_of.value = ty;
+            }
+            Ok(())
+        });
+        if let Err(err) = parsed {
+            ctxt.syn_error(err);
+        }
+    }
+    cont
+}
+
+/// A type passed through a `macro_rules!` fragment arrives wrapped in an invisible group.
+pub(crate) fn ungroup_type(mut ty: &Type) -> &Type {
+    while let Type::Group(group) = ty {
+        ty = &group.elem;
+    }
+    ty
 }
 
 /// Parses the `#[subset]` attributes of one parent field; `None` if it has none.
@@ -276,8 +346,12 @@ fn key_name(path: &Path) -> Option<String> {
 
 #[derive(Clone, Copy)]
 enum Place {
+    /// The parent struct.
     Container,
+    /// A parent field.
     Field,
+    /// A child struct.
+    Child,
 }
 
 /// Reports an unknown key, listing the keys valid where it was written.
@@ -295,6 +369,7 @@ fn unknown_key(
     let (valid, other, here, there) = match place {
         Place::Container => (CONTAINER_KEYS, FIELD_KEYS, "the struct", "a `Vec` field"),
         Place::Field => (FIELD_KEYS, CONTAINER_KEYS, "a field", "the struct"),
+        Place::Child => (CHILD_KEYS, &[][..], "a child struct", ""),
     };
     let list = valid
         .iter()
@@ -317,6 +392,12 @@ fn unknown_key(
         }
         Some(k) if other.contains(&k) => {
             format!("`{k}` belongs on {there}, not on {here}: keys on {here} are {list}")
+        }
+        Some(PREVIEW_OF) => format!(
+            "`preview_of` belongs on a preview struct that derives `subset::Child`, not on a parent: keys on {here} are {list}"
+        ),
+        Some(k) if matches!(place, Place::Child) && (CONTAINER_KEYS.contains(&k) || FIELD_KEYS.contains(&k)) => {
+            format!("`{k}` belongs on a parent that derives `subset::Subset`, not on a child: the key on a child struct is {list}, `#[subset(preview_of = Review)]`")
         }
         _ => {
             let close = key.and_then(|k| valid.iter().copied().find(|v| edit_distance(k, v) <= 2));

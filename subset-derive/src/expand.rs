@@ -66,7 +66,8 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
         .iter()
         .enumerate()
         .map(|(index, subset)| subset_const(cont, index, subset));
-    let checks = parent.subsets.iter().map(checks);
+    let generic = cont.generics.type_params().next().is_some();
+    let checks = parent.subsets.iter().map(|subset| checks(subset, generic));
 
     quote! {
         const _: () = {
@@ -113,6 +114,13 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
          `#[subset(key = \"...\")]`",
         subset.field.rust_name
     );
+    // The same for a preview's full type, which the sums read and the child collection holds.
+    let full_key_message = format!(
+        "`{}` previews a type with a field stored as `{key}`, the field that holds the parent's \
+         `_id` in the child collection: remove that field from the full type, or name another \
+         with `#[subset(key = \"...\")]`",
+        show_type(child_ty)
+    );
     let parent_key = &subset.key;
     // Located at the sort string but resolved like macro-internal code: rustc points its errors
     // at the string, and does not suggest replacing the whole string with a bare field name (a
@@ -156,8 +164,20 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         // key check: for a generic parent the error appears only when a build (not `cargo check`)
         // evaluates `SUBSETS` for a concrete type, still at the sort string.
         let lookup = quote_spanned! {child_ty.span()=>
-            ::subset::__private::child_field::<#child_ty>(#name, #parent_key, #key_message)
+            ::subset::__private::field_in(
+                    ::subset::__private::Described::<#child_ty>::FIELDS,
+                    ::subset::__private::Described::<#child_ty>::UNSTORED,
+                    #name,
+                    #parent_key,
+                    #key_message,
+                )
         };
+        // Unspanned, so that the lint on unused imports, which a constant resolved to the
+        // inherent impl leaves it, treats it as the macro's own.
+        let lookup = quote!({
+            use ::subset::__private::DescribedFallback as _;
+            #lookup
+        });
         let field = quote_spanned! {sort_span=>
             ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
         };
@@ -179,17 +199,32 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
     let sums = subset.sums.iter().map(|sum| {
         let parent = &sum.parent.bson_name;
         let name = &sum.child.child;
+        // A sum adds up the stored children, so it reads the full type (`Self` for a child that
+        // is not a preview), whose name the parent does not know.
         let unstored = |attr: &str| {
             format!(
-                "`{name}` cannot be summed: it is `#[serde({attr})]` on `{child_name}`, so it is \
-                 never stored; sum a field that `{child_name}` stores, or remove `{attr}` from \
-                 the serde attributes of `{name}`"
+                "`{name}` cannot be summed: it is `#[serde({attr})]` on the type of the \
+                 `{collection}` documents, so it is never stored; sum a field that they store, or \
+                 remove `{attr}` from the serde attributes of `{name}`",
+                collection = subset.child.value(),
             )
         };
         let (skip, skip_serializing) = (unstored("skip"), unstored("skip_serializing"));
         let lookup = quote_spanned! {child_ty.span()=>
-            ::subset::__private::child_field::<#child_ty>(#name, #parent_key, #key_message)
+            ::subset::__private::field_in(
+                    ::subset::__private::Described::<#child_ty>::FULL_FIELDS,
+                    ::subset::__private::Described::<#child_ty>::FULL_UNSTORED,
+                    #name,
+                    #parent_key,
+                    #full_key_message,
+                )
         };
+        // Unspanned, so that the lint on unused imports, which a constant resolved to the
+        // inherent impl leaves it, treats it as the macro's own.
+        let lookup = quote!({
+            use ::subset::__private::DescribedFallback as _;
+            #lookup
+        });
         let sum_span = Span::mixed_site().located_at(sum.lit.span());
         let child = quote_spanned! {sum_span=>
             ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
@@ -197,6 +232,18 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         quote! {
             ::subset::SumSpec { parent: #parent, child: #child }
         }
+    });
+    let embed = quote_spanned! {child_ty.span()=>
+        ::subset::__private::embed(
+            ::subset::__private::Described::<#child_ty>::EMBED,
+            ::subset::__private::Described::<#child_ty>::FULL_FIELDS,
+            #parent_key,
+            #full_key_message,
+        )
+    };
+    let embed = quote!({
+        use ::subset::__private::DescribedFallback as _;
+        #embed
     });
     quote! {
         ::subset::SubsetSpec {
@@ -214,7 +261,10 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
                 use ::subset::__private::IdFallback as _;
                 ::subset::__private::ChildIds::<#child_ty>::VALUES
             },
-            embed: ::core::option::Option::None,
+            // The preview's fields, or `None` for whole children (and for a child type that is
+            // not a `Child`, reported once elsewhere); the preview's full type must not store a
+            // field under the parent key either.
+            embed: #embed,
             filter: ::core::option::Option::None,
         }
     }
@@ -228,10 +278,18 @@ fn subset_const(cont: &Container<'_>, index: usize, subset: &Subset<'_>) -> Toke
     let index = Literal::usize_unsuffixed(index);
     let doc = const_doc(subset);
     let new = quote_spanned! {child_ty.span()=> ::subset::SubsetField::__new(#index)};
+    let full = full_type(child_ty);
     quote! {
         #[doc = #doc]
-        #vis const #name: ::subset::SubsetField<Self, #child_ty> = #new;
+        #vis const #name: ::subset::SubsetField<Self, #full> = #new;
     }
+}
+
+/// `<C as Child>::Full`, the type stored in the child collection for the element type `C`
+/// (`C` itself unless `C` is a preview). Spanned at `C`, where a `C` that is not a `Child` is
+/// reported; every use is spelled the same way, so that rustc reports it once.
+pub(crate) fn full_type(child_ty: &Type) -> TokenStream {
+    quote_spanned! {child_ty.span()=> <#child_ty as ::subset::Child>::Full}
 }
 
 fn const_doc(subset: &Subset<'_>) -> String {
@@ -242,10 +300,12 @@ fn const_doc(subset: &Subset<'_>) -> String {
         None => String::new(),
     };
     format!(
-        " The `{rust}` subset field: the first {keep} `{child_ty}` children by `{sort}` stay \
-         embedded in the parent's `{bson}` array; every child is stored in the `{collection}` \
-         collection, whose `{key}` field holds the parent's `_id`.{count}\n\n Pass it to \
-         `Store::subset` to read and write these children.",
+        " The `{rust}` subset field: the first {keep} children by `{sort}` stay embedded in the \
+         parent's `{bson}` array, as `{child_ty}` values (the whole children, or previews of \
+         them when `{child_ty}` is declared with `#[subset(preview_of = …)]`); every child is \
+         stored whole, as `<{child_ty} as Child>::Full`, in the `{collection}` collection, whose \
+         `{key}` field holds the parent's `_id`.{count}\n\n Pass it to `Store::subset` to read \
+         and write these children.",
         rust = subset.field.rust_name,
         keep = subset.keep,
         sort = subset.sort.lit.value(),
@@ -258,7 +318,11 @@ fn const_doc(subset: &Subset<'_>) -> String {
 /// The compile-time checks of one subset field's count (an integer field) and sums (numeric
 /// fields on both sides, an integer sum only of integers). (The sort keys are
 /// checked where the descriptor records their types, in [`spec`].)
-fn checks(subset: &Subset<'_>) -> TokenStream {
+///
+/// A sum adds up the full child's field (`<C as Child>::Full`), which a preview `C` need not
+/// hold. In a generic parent the check function's `C: Child` bound keeps that projection from
+/// resolving to a struct, so there the field is looked up on `C` itself.
+fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
     let count_check = subset.count.map(|(field, lit)| {
         let span = lit.span();
         let parent = Ident::new("__subset_parent", span);
@@ -269,6 +333,11 @@ fn checks(subset: &Subset<'_>) -> TokenStream {
         }
     });
     let child_ty = subset.child_ty;
+    let full = if generic {
+        quote!(#child_ty)
+    } else {
+        full_type(child_ty)
+    };
     let sum_checks = subset.sums.iter().map(|sum| {
         let span = Span::mixed_site().located_at(sum.lit.span());
         // The parameter of the check function is named at the call site.
@@ -279,7 +348,7 @@ fn checks(subset: &Subset<'_>) -> TokenStream {
         let mut child_member = sum.child.child_ident.clone();
         child_member.set_span(span);
         quote_spanned! {span=>
-            let #child: &#child_ty = ::subset::__private::nothing();
+            let #child: &#full = ::subset::__private::nothing();
             ::subset::__private::assert_sum(&(*#parent).#parent_member, &(*#child).#child_member);
         }
     });
@@ -292,7 +361,7 @@ fn checks(subset: &Subset<'_>) -> TokenStream {
 fn child_impl(child: &Child<'_>) -> TokenStream {
     let ident = child.cont.ident;
     let id_ty = child.id_ty;
-    let generics = with_bounds(child.cont, std::iter::empty());
+    let generics = with_bounds(child.cont, child.full.into_iter());
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     let fields = child.fields.iter().map(|field| {
         let rust = &field.rust_name;
@@ -303,13 +372,19 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
         let rust = &field.rust_name;
         quote!((#rust, #attr))
     });
+    let preview = child.full.map(|full| preview(child, full));
+    let (full, embed, check) = match &preview {
+        Some((full, embed, check)) => (full.clone(), Some(embed), Some(check)),
+        None => (quote!(Self), None, None),
+    };
     quote! {
         const _: () = {
             #[automatically_derived]
             impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
-                type Full = Self;
+                type Full = #full;
                 const FIELDS: &'static [::subset::FieldName] = &[#(#fields),*];
+                #embed
                 // The `_id` type's values if it is a `SortableField`, else any `_id`.
                 const ID_VALUES: ::subset::SortValues = {
                     use ::subset::__private::IdFallback as _;
@@ -318,8 +393,107 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
                 const __UNSTORED: &'static [(&'static ::core::primitive::str, &'static ::core::primitive::str)] =
                     &[#(#unstored),*];
             }
+
+            #check
         };
     }
+}
+
+/// For a preview of `full`: the `Full` type, the `EMBED` constant, and the check function that
+/// compares each field with the full type's.
+///
+/// Each check is spanned at the preview field it is about. Only `type Full` needs `full` to be a
+/// `Child`, so that one line reports a `full` without `#[derive(Child)]`; the constant reads its
+/// fields through `Described`, and the check function only names its fields.
+fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenStream) {
+    let cont = child.cont;
+    let ident = cont.ident;
+    let generics = with_bounds(cont, std::iter::once(full));
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
+    let full_name = show_type(full);
+    let full_span = Span::mixed_site().located_at(full.span());
+    let full_ty = quote_spanned!(full.span()=> #full);
+    let not_preview = format!(
+        "`{full_name}` is itself a preview: `preview_of` names the full child type, the one stored \
+         in the child collection, which is the type `{full_name}` names in its own `preview_of`"
+    );
+    let embed = child.fields.iter().enumerate().map(|(index, field)| {
+        let rust = &field.rust_name;
+        // The check of the full type goes in the list, where it is evaluated: see `full_type`.
+        let rust_value = if index == 0 {
+            quote_spanned! {full_span=>
+                ::subset::__private::full_type(
+                    ::subset::__private::Described::<#full>::EMBED,
+                    #not_preview,
+                    #rust,
+                )
+            }
+        } else {
+            quote!(#rust)
+        };
+        let bson = &field.bson_name;
+        let renamed = format!(
+            "preview field `{rust}` is stored as `{bson}`, but `{full_name}` stores its `{rust}` \
+             under another name: give both the same BSON name (the same `#[serde(rename)]` on \
+             the field and `#[serde(rename_all)]` on the struct)"
+        );
+        let unstored = format!(
+            "preview field `{rust}` is never stored by `{full_name}` (it is `#[serde(skip)]` or \
+             `skip_serializing` there): a preview embeds stored fields only, remove `{rust}` from \
+             the preview or let `{full_name}` store it"
+        );
+        let span = Span::mixed_site().located_at(field.ident.span());
+        let name = quote_spanned! {span=>
+            ::subset::__private::preview_bson_name(
+                ::subset::__private::Described::<#full>::FIELDS,
+                ::subset::__private::Described::<#full>::UNSTORED,
+                #rust,
+                #bson,
+                #renamed,
+                #unstored,
+            )
+        };
+        quote!(::subset::FieldName { rust: #rust_value, bson: #name })
+    });
+    let embed = quote! {
+        // The fields an embedded preview keeps: `FIELDS`, each checked against the full type.
+        const EMBED: ::core::option::Option<&'static [::subset::FieldName]> = {
+            use ::subset::__private::DescribedFallback as _;
+            ::core::option::Option::Some(&[#(#embed),*])
+        };
+    };
+    let field_checks = child.fields.iter().map(|field| {
+        let at_name = Span::mixed_site().located_at(field.ident.span());
+        let at_ty = Span::mixed_site().located_at(field.ty.span());
+        let mut name_member = field.ident.clone();
+        name_member.set_span(at_name);
+        let mut ty_member = field.ident.clone();
+        ty_member.set_span(at_ty);
+        let full_field = Ident::new("__subset_full_field", at_name);
+        // The parameters of the check function are named at the call site.
+        let full_param = Ident::new("__subset_full", field.ident.span());
+        let preview_param = Ident::new("__subset_preview", field.ty.span());
+        // A name the full type lacks is rustc's "no field" error, at the preview field's name;
+        // another type is `PreviewField`'s message, at the preview field's type.
+        let lookup = quote_spanned! {at_name=>
+            let #full_field = &(*#full_param).#name_member;
+        };
+        let compare = quote_spanned! {at_ty=>
+            ::subset::__private::assert_preview_field(#full_field, &(*#preview_param).#ty_member);
+        };
+        quote!({ #lookup #compare })
+    });
+    let check = quote! {
+        // Never called: type-checking its body is the check.
+        #[allow(dead_code, unused_variables, clippy::all)]
+        fn __subset_check #impl_generics (
+            __subset_preview: &#ident #ty_generics,
+            __subset_full: &#full,
+        ) #where_clause {
+            #(#field_checks)*
+        }
+    };
+    (full_ty, embed, check)
 }
 
 /// The struct's generics, plus, when it has type parameters, the bounds our traits need: the

@@ -5,11 +5,12 @@
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Data, DeriveInput, Fields, Ident};
+use syn::{Data, DeriveInput, Fields, Ident, Lit, Token, Type};
 
-use crate::ast::{unraw, vec_element};
-use crate::attr::SUBSET;
+use crate::ast::{is_child_candidate, unraw, vec_element};
+use crate::attr::{ungroup_type, PREVIEW_OF, SUBSET};
 use crate::case::field_to_screaming_snake_case;
+use crate::expand::full_type;
 use crate::serde_attr;
 
 /// The errors, a stub `Parent` impl, and a constant for each field that carries `#[subset]` and
@@ -53,9 +54,16 @@ pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
         .enumerate()
         .map(|(index, (name, child_ty))| {
             let new = quote_spanned! {child_ty.span()=> ::subset::SubsetField::__new(#index)};
+            // What it will be once fixed; a field that holds no child type keeps its element
+            // type, so that no error about it being no `Child` adds to the derive's.
+            let full = if is_child_candidate(child_ty) {
+                full_type(child_ty)
+            } else {
+                quote!(#child_ty)
+            };
             quote! {
                 #[doc(hidden)]
-                #vis const #name: ::subset::SubsetField<Self, #child_ty> = #new;
+                #vis const #name: ::subset::SubsetField<Self, #full> = #new;
             }
         });
 
@@ -80,20 +88,49 @@ pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
     }
 }
 
-/// The errors and a stub `Child` impl with no fields.
+/// The errors and a stub `Child` impl with no fields, whose `Full` is the type `preview_of`
+/// names when that reads as a type other than the struct itself, so that a parent's constant
+/// keeps the type it will have once the errors are fixed.
 pub(crate) fn child(input: &DeriveInput, error: syn::Error) -> TokenStream {
     let errors = error.into_compile_error();
     let ident = &input.ident;
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    let full = preview_of(input).map_or_else(|| quote!(Self), |full| quote!(#full));
     quote! {
         #errors
         const _: () = {
             #[automatically_derived]
             impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
                 type Id = ();
-                type Full = Self;
+                type Full = #full;
                 const FIELDS: &'static [::subset::FieldName] = &[];
             }
         };
     }
+}
+
+/// The type of the first well-formed `#[subset(preview_of = Type)]`, unless it names the struct
+/// itself (the derive reported that, and `Full = Self` is right for it).
+fn preview_of(input: &DeriveInput) -> Option<Type> {
+    let mut found = None;
+    for attr in input.attrs.iter().filter(|a| a.path().is_ident(SUBSET)) {
+        // Errors were reported by the derive; here a malformed attribute just names no type.
+        let _ = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident(PREVIEW_OF) && found.is_none() && !meta.input.peek(Lit) {
+                found = meta.value()?.parse::<Type>().ok();
+            } else if meta.input.peek(Token![=]) {
+                meta.value()?.parse::<syn::Expr>()?;
+            } else if meta.input.peek(syn::token::Paren) {
+                meta.input.parse::<proc_macro2::TokenTree>()?;
+            }
+            Ok(())
+        });
+    }
+    found.filter(|ty| match ungroup_type(ty) {
+        Type::Path(path) => path
+            .path
+            .get_ident()
+            .is_none_or(|i| i != "Self" && *i != input.ident),
+        _ => false,
+    })
 }

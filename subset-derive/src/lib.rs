@@ -50,15 +50,25 @@ use syn::{parse_macro_input, DeriveInput};
 /// `Parent::Id`. BSON names follow serde's `rename` and `rename_all`. The child type `C` must
 /// derive [`Child`](derive@Child).
 ///
+/// `C` may be a preview (`#[subset(preview_of = Review)]`, see [`Child`](derive@Child)): the
+/// array then embeds previews `C` of the children, and the child collection holds them whole, as
+/// `<C as Child>::Full`. Sort keys name fields of `C`, which must hold every one of them since
+/// the server sorts the embedded array; sums name fields of the full type, which need not be in
+/// the preview.
+///
 /// Besides the impl, each subset field gets an associated constant named after it in
 /// SCREAMING_SNAKE_CASE, with the struct's visibility: `Product::RECENT_REVIEWS`, a
-/// `subset::SubsetField<Product, Review>` to pass to `Store::subset`.
+/// `subset::SubsetField<Product, <C as Child>::Full>` (`SubsetField<Product, Review>` for
+/// `Vec<Review>` and for `Vec<ReviewPreview>` alike) to pass to `Store::subset`, which pushes,
+/// updates and pages full children.
 ///
 /// At compile time the derive checks every attribute value (with the same rules and messages as
-/// the runtime's `SpecBuilder`), that each sort key is a field of the child with a scalar type
-/// that serde stores, that the count field is an integer, and that each sum's fields are numbers
-/// (an integer sum only of an integer child field); errors point at the attribute or
-/// string at fault.
+/// the runtime's `SpecBuilder`), that each sort key is a field of the child (of the preview, for
+/// a preview) with a scalar type that serde stores, that the count field is an integer, that
+/// each sum's fields are numbers (an integer sum only of an integer child field), and that
+/// neither the child nor a preview's full type stores a field under the parent key; errors point
+/// at the attribute or string at fault. (In a generic parent, a sum's field is checked on `C`
+/// itself, so there a preview must hold the fields its sums add up.)
 #[proc_macro_derive(Subset, attributes(subset))]
 pub fn derive_subset(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
@@ -83,7 +93,33 @@ pub fn derive_subset(input: TokenStream) -> TokenStream {
 /// Rust way. Fields with `#[serde(skip)]`, `skip_serializing` or `flatten` are left out; the first
 /// two are recorded as never stored, so that a parent sorting by one fails to build. The child
 /// needs a field stored as `_id`.
-#[proc_macro_derive(Child)]
+///
+/// A *preview* embeds only some fields of a full child type (the extended-reference pattern):
+///
+/// ```text
+/// #[derive(Debug, Clone, Serialize, Deserialize, Child)]
+/// #[serde(rename_all = "camelCase")]
+/// #[subset(preview_of = Review)]
+/// struct ReviewPreview {
+///     #[serde(rename = "_id")]
+///     id: ObjectId,
+///     rating: i32,
+///     created_at: bson::DateTime,
+/// }
+/// ```
+///
+/// | where | key | meaning |
+/// |---|---|---|
+/// | struct | `preview_of = Review` | this type is a preview of `Review`, a type that derives `Child` and is not itself a preview: a parent's `Vec<ReviewPreview>` embeds these fields of each child, and the child collection holds whole `Review`s |
+///
+/// A preview's `Child::Full` is `Review` and its `Child::EMBED` lists its fields (a plain
+/// child's `Full` is itself, and its `EMBED` is `None`). Fields are matched with the full type's
+/// by Rust name, and the derive checks at compile time, each at the preview field at fault, that
+/// `Review` has the field, with the same type and the same BSON name (so the same `rename` and
+/// `rename_all`), and stores it; that the preview has `_id`; that `Review` derives `Child` and is
+/// no preview; and that no preview field is `#[serde(flatten)]`. The full type's fields must be
+/// visible where the preview is declared.
+#[proc_macro_derive(Child, attributes(subset))]
 pub fn derive_child(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     expand::derive_child(&input).into()

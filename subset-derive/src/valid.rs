@@ -57,21 +57,32 @@ pub(crate) struct Child<'a> {
     /// Every field serde never serializes, with the serde key that says so (`skip` or
     /// `skip_serializing`): not a sort key a parent may use.
     pub(crate) unstored: Vec<(&'a Field<'a>, &'static str)>,
+    /// For a preview, the full type of `#[subset(preview_of = …)]`.
+    pub(crate) full: Option<&'a Type>,
 }
 
 /// The example `_id` field quoted by messages.
 const ID_EXAMPLE: &str = "`#[serde(rename = \"_id\")] id: ObjectId`";
 
 pub(crate) fn child<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Child<'a>> {
+    let full = cont.attrs.preview_of.value();
     let id = cont.id_field();
     if id.is_none() {
-        ctxt.error_spanned_by(
-            cont.ident,
-            format!(
+        let message = match full {
+            Some(full) => format!(
+                "preview `{}` needs an `_id` field, the `_id` of the `{}` it shows: add {ID_EXAMPLE}",
+                cont.name,
+                show_type(full)
+            ),
+            None => format!(
                 "child `{}` needs an `_id` field: add {ID_EXAMPLE}",
                 cont.name
             ),
-        );
+        };
+        ctxt.error_spanned_by(cont.ident, message);
+    }
+    if let Some(full) = full {
+        preview(ctxt, cont, full);
     }
     let fields = cont.fields.iter().filter(|f| f.is_serialized()).collect();
     let unstored = cont
@@ -92,7 +103,42 @@ pub(crate) fn child<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Child<'a
         id_ty,
         fields,
         unstored,
+        full,
     })
+}
+
+/// The rules only a preview has; the ones that compare it with its full type are type checks in
+/// the expansion.
+fn preview(ctxt: &Ctxt, cont: &Container<'_>, full: &Type) {
+    // Its own full type would make the preview's `EMBED` depend on itself.
+    let names_itself = match crate::attr::ungroup_type(full) {
+        Type::Path(path) if path.qself.is_none() => path
+            .path
+            .get_ident()
+            .is_some_and(|ident| ident == "Self" || ident == cont.ident),
+        _ => false,
+    };
+    if names_itself {
+        ctxt.error_spanned_by(
+            full,
+            format!(
+                "`preview_of` names the full child type that `{}` shows some fields of, not `{}` itself: `#[subset(preview_of = Review)]`",
+                cont.name, cont.name
+            ),
+        );
+    }
+    for field in &cont.fields {
+        if field.serde.flatten {
+            ctxt.error_spanned_by(
+                field.ident,
+                format!(
+                    "preview field `{}` cannot be `#[serde(flatten)]`: an embedded preview keeps the fields it names, so name each field of `{}` it shows",
+                    field.rust_name,
+                    show_type(full)
+                ),
+            );
+        }
+    }
 }
 
 pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<'a>> {

@@ -55,7 +55,8 @@ pub use values::SortValues;
 pub mod __private {
     pub use crate::bson;
     pub use crate::model::{
-        assert_count, assert_sum, child_field, nothing, stored_bson_name, ChildField,
+        assert_count, assert_preview_field, assert_sum, child_field, embed, field_in, full_type,
+        nothing, preview_bson_name, stored_bson_name, ChildField, Described, DescribedFallback,
     };
     pub use crate::values::{sort_values, ChildIds, IdFallback, Probe};
     pub use mongodb;

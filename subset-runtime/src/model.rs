@@ -299,7 +299,19 @@ pub const fn child_field<C: Child>(
     key: &str,
     message: &'static str,
 ) -> ChildField {
-    let fields = C::FIELDS;
+    field_in(C::FIELDS, C::__UNSTORED, rust, key, message)
+}
+
+/// [`child_field`] on a child's [`Child::FIELDS`] and [`Child::__UNSTORED`] as read through
+/// [`Described`], so that a child type without `#[derive(Child)]` is reported once elsewhere.
+#[doc(hidden)]
+pub const fn field_in(
+    fields: &'static [FieldName],
+    unstored: &'static [(&'static str, &'static str)],
+    rust: &'static str,
+    key: &str,
+    message: &'static str,
+) -> ChildField {
     let mut found = ChildField {
         bson: rust,
         unstored: None,
@@ -314,7 +326,6 @@ pub const fn child_field<C: Child>(
         }
         i += 1;
     }
-    let unstored = C::__UNSTORED;
     let mut i = 0;
     while i < unstored.len() {
         if str_eq(unstored[i].0, rust) {
@@ -324,6 +335,130 @@ pub const fn child_field<C: Child>(
     }
     found
 }
+
+/// `Described::<C>::…`: what the derives read of a child type `C` and of its full type, or
+/// nothing when `C` is not a [`Child`]. The same inherent-before-trait resolution as
+/// `Probe`, so that a type without `#[derive(Child)]` is reported once, by
+/// the one item that needs the trait, and not again by each lookup.
+#[doc(hidden)]
+pub struct Described<C: ?Sized>(PhantomData<fn() -> PhantomData<C>>);
+
+impl<C: Child> Described<C> {
+    /// [`Child::FIELDS`].
+    pub const FIELDS: &'static [FieldName] = C::FIELDS;
+    /// [`Child::__UNSTORED`].
+    pub const UNSTORED: &'static [(&'static str, &'static str)] = C::__UNSTORED;
+    /// [`Child::EMBED`].
+    pub const EMBED: Option<&'static [FieldName]> = C::EMBED;
+    /// [`Child::FIELDS`] of [`Child::Full`].
+    pub const FULL_FIELDS: &'static [FieldName] = <C::Full as Child>::FIELDS;
+    /// [`Child::__UNSTORED`] of [`Child::Full`].
+    pub const FULL_UNSTORED: &'static [(&'static str, &'static str)] =
+        <C::Full as Child>::__UNSTORED;
+}
+
+/// The fallback of [`Described`]: a type with no fields, embedded whole.
+#[doc(hidden)]
+pub trait DescribedFallback {
+    /// No fields.
+    const FIELDS: &'static [FieldName] = &[];
+    /// No fields.
+    const UNSTORED: &'static [(&'static str, &'static str)] = &[];
+    /// Embedded whole.
+    const EMBED: Option<&'static [FieldName]> = None;
+    /// No fields.
+    const FULL_FIELDS: &'static [FieldName] = &[];
+    /// No fields.
+    const FULL_UNSTORED: &'static [(&'static str, &'static str)] = &[];
+}
+
+impl<C: ?Sized> DescribedFallback for Described<C> {}
+
+/// A subset's [`SubsetSpec::embed`]: the child's [`Child::EMBED`]; for a preview, fails the
+/// build with `message` when its full type has a field stored under the parent `key` (the
+/// preview's own fields are checked by the sort keys' [`field_in`]).
+#[doc(hidden)]
+pub const fn embed(
+    embed: Option<&'static [FieldName]>,
+    full: &'static [FieldName],
+    key: &str,
+    message: &'static str,
+) -> Option<&'static [FieldName]> {
+    if embed.is_some() {
+        let mut i = 0;
+        while i < full.len() {
+            if str_eq(full[i].bson, key) {
+                panic!("{}", message);
+            }
+            i += 1;
+        }
+    }
+    embed
+}
+
+/// Check emitted by `#[derive(Child)]` for `preview_of = F`: fails the build with `message` when
+/// `F` is itself a preview (`embed` is `F`'s [`Child::EMBED`]), else returns `rust`. It wraps a
+/// value of the preview's `EMBED` list, whose items rustc evaluates in every build: a call on a
+/// line of its own would be evaluated only where `EMBED` is used.
+#[doc(hidden)]
+pub const fn full_type(
+    embed: Option<&'static [FieldName]>,
+    message: &'static str,
+    rust: &'static str,
+) -> &'static str {
+    if embed.is_some() {
+        panic!("{}", message);
+    }
+    rust
+}
+
+/// The BSON name of a preview field, `bson`, checked against the full type's field of the same
+/// Rust name (`full`, `full_unstored`: its [`Described`] lists): fails the build with `renamed`
+/// when the full type stores it under another name, or `unstored` when it never stores it. A
+/// name the full type lacks is left to the derive's type check, which reports it.
+#[doc(hidden)]
+pub const fn preview_bson_name(
+    full: &'static [FieldName],
+    full_unstored: &'static [(&'static str, &'static str)],
+    rust: &'static str,
+    bson: &'static str,
+    renamed: &'static str,
+    unstored: &'static str,
+) -> &'static str {
+    let mut i = 0;
+    while i < full.len() {
+        if str_eq(full[i].rust, rust) && !str_eq(full[i].bson, bson) {
+            panic!("{}", renamed);
+        }
+        i += 1;
+    }
+    let mut i = 0;
+    while i < full_unstored.len() {
+        if str_eq(full_unstored[i].0, rust) {
+            panic!("{}", unstored);
+        }
+        i += 1;
+    }
+    bson
+}
+
+/// A preview field's type is its full type's field's: the check `#[derive(Child)]` emits for
+/// each field of a preview (`P` the preview field's type, `F` the full type's).
+#[diagnostic::on_unimplemented(
+    message = "a preview field must have the type of the full child's field of the same name: `{Self}` here, `{F}` in the full child",
+    label = "declare this field as `{F}`",
+    note = "a preview embeds the full child's values as they are stored, so each of its fields has the type the full child gives it"
+)]
+#[doc(hidden)]
+pub trait PreviewField<F: ?Sized> {}
+
+impl<T: ?Sized> PreviewField<T> for T {}
+
+/// Compile-time check emitted by `#[derive(Child)]` for one preview field. The full type's field
+/// comes first: with `P` not yet known, the one impl of `PreviewField` cannot turn a mismatch into
+/// rustc's "mismatched types" before the bound is checked.
+#[doc(hidden)]
+pub fn assert_preview_field<F: ?Sized, P: PreviewField<F> + ?Sized>(_: &F, _: &P) {}
 
 /// The BSON name of a sort key's field; fails the build with `skip` or `skip_serializing` (the
 /// derive's messages, naming the field) when serde never stores it. Separate from

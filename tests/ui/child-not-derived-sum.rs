@@ -1,0 +1,24 @@
+use subset::bson::{self, oid::ObjectId};
+use serde::{Deserialize, Serialize};
+use subset::Subset;
+
+#[derive(Serialize, Deserialize)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: bson::DateTime,
+    rating: i32,
+}
+
+#[derive(Serialize, Deserialize, Subset)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "reviews", keep = 5, sort = "date desc", sum = "rating_total = rating")]
+    reviews: Vec<Review>,
+    #[serde(default)]
+    rating_total: i64,
+}
+
+fn main() {}

@@ -1,0 +1,21 @@
+use serde::{Deserialize, Serialize};
+use subset::bson::oid::ObjectId;
+use subset::Child;
+
+#[derive(Serialize, Deserialize)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    author: String,
+    rating: i32,
+}
+
+#[derive(Serialize, Deserialize, Child)]
+#[subset(preview_of = Review)]
+struct ReviewPreview {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    rating: i32,
+}
+
+fn main() {}
