@@ -29,12 +29,14 @@ pub(crate) const KEY: &str = "key";
 pub(crate) const COUNT: &str = "count";
 /// Field key: parent fields holding the sum of a child field.
 pub(crate) const SUM: &str = "sum";
+/// Field key: the `bool` child field a filtered view keeps children by.
+pub(crate) const FILTER: &str = "filter";
 /// Child container key: the full child type a preview embeds some fields of.
 pub(crate) const PREVIEW_OF: &str = "preview_of";
 
 const CONTAINER_KEYS: &[&str] = &[COLLECTION];
 const CHILD_KEYS: &[&str] = &[PREVIEW_OF];
-const FIELD_KEYS: &[&str] = &[CHILD, KEEP, SORT, KEY, COUNT, SUM];
+const FIELD_KEYS: &[&str] = &[CHILD, KEEP, SORT, KEY, COUNT, SUM, FILTER];
 
 /// One key's state: whether it was written at all, and its value if that value was valid.
 ///
@@ -108,8 +110,21 @@ pub(crate) struct Field<'a> {
     pub(crate) key: Given<LitStr>,
     pub(crate) count: Given<LitStr>,
     pub(crate) sum: Given<Sums>,
+    pub(crate) filter: Given<Filter>,
     /// Valid keys that an unknown key looked like a typo of.
     pub(crate) misspelled: Vec<&'static str>,
+}
+
+/// A parsed `filter = "verified"` or `filter = "!hidden"`.
+pub(crate) struct Filter {
+    /// The literal, for spans.
+    pub(crate) lit: LitStr,
+    /// The child's Rust field, without `r#`.
+    pub(crate) field: String,
+    /// The same name as an identifier spanned at the literal.
+    pub(crate) ident: Ident,
+    /// `false` for `!field`.
+    pub(crate) equals: bool,
 }
 
 /// A parsed `sum = "..."`.
@@ -261,6 +276,7 @@ pub(crate) fn field<'a>(
         key: Given::default(),
         count: Given::default(),
         sum: Given::default(),
+        filter: Given::default(),
         misspelled: Vec::new(),
     };
     for attr in std::iter::once(first).chain(subset_attrs) {
@@ -327,6 +343,13 @@ fn field_key(
                 let hint = "`#[subset(sum = \"rating_total = rating\")]`";
                 field.sum.value =
                     expect_str(ctxt, SUM, &expr, hint).and_then(|lit| sum_attr(ctxt, lit));
+            }
+        }
+        FILTER => {
+            if field.filter.mark(ctxt, &meta.path, FILTER) {
+                let hint = "`#[subset(filter = \"verified\")]`";
+                field.filter.value =
+                    expect_str(ctxt, FILTER, &expr, hint).and_then(|lit| filter_attr(ctxt, lit));
             }
         }
         _ => {
@@ -548,6 +571,38 @@ fn sort_attr(ctxt: &Ctxt, lit: LitStr) -> Option<Sort> {
         }
     }
     ok.then_some(Sort { lit, keys })
+}
+
+fn filter_attr(ctxt: &Ctxt, lit: LitStr) -> Option<Filter> {
+    let value = lit.value();
+    let parsed = match subset_spec::parse_filter(&value) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            ctxt.error_at(word_span(&lit, &value, error.at()), &error);
+            return None;
+        }
+    };
+    let field = parsed.field.strip_prefix("r#").unwrap_or(parsed.field);
+    let ident =
+        syn::parse_str::<Ident>(field).or_else(|_| syn::parse_str::<Ident>(&format!("r#{field}")));
+    match ident {
+        Ok(mut ident) => {
+            ident.set_span(lit.span());
+            Some(Filter {
+                field: field.to_owned(),
+                ident,
+                equals: parsed.equals,
+                lit,
+            })
+        }
+        Err(_) => {
+            ctxt.error_at(
+                word_span(&lit, &value, parsed.at),
+                format!("`{field}` is not a Rust field name: `filter` names a `bool` field of the child struct, e.g. \"verified\" or \"!hidden\""),
+            );
+            None
+        }
+    }
 }
 
 fn sum_attr(ctxt: &Ctxt, lit: LitStr) -> Option<Sums> {

@@ -233,6 +233,43 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
             ::subset::SumSpec { parent: #parent, child: #child }
         }
     });
+    let filter = match subset.filter {
+        None => quote!(::core::option::Option::None),
+        Some(filter) => {
+            let name = &filter.field;
+            let equals = filter.equals;
+            // A filter reads the stored (full) child, as a sum does.
+            let unstored = |attr: &str| {
+                format!(
+                    "`{name}` cannot be a filter: it is `#[serde({attr})]` on the type of the \
+                     `{collection}` documents, so it is never stored; filter by a field that they \
+                     store, or remove `{attr}` from the serde attributes of `{name}`",
+                    collection = subset.child.value(),
+                )
+            };
+            let (skip, skip_serializing) = (unstored("skip"), unstored("skip_serializing"));
+            let lookup = quote_spanned! {child_ty.span()=>
+                ::subset::__private::field_in(
+                        ::subset::__private::Described::<#child_ty>::FULL_FIELDS,
+                        ::subset::__private::Described::<#child_ty>::FULL_UNSTORED,
+                        #name,
+                        #parent_key,
+                        #full_key_message,
+                    )
+            };
+            let lookup = quote!({
+                use ::subset::__private::DescribedFallback as _;
+                #lookup
+            });
+            let span = Span::mixed_site().located_at(filter.lit.span());
+            let field = quote_spanned! {span=>
+                ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
+            };
+            quote! {
+                ::core::option::Option::Some(::subset::FilterSpec { field: #field, equals: #equals })
+            }
+        }
+    };
     let embed = quote_spanned! {child_ty.span()=>
         ::subset::__private::embed(
             ::subset::__private::Described::<#child_ty>::EMBED,
@@ -265,7 +302,7 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
             // not a `Child`, reported once elsewhere); the preview's full type must not store a
             // field under the parent key either.
             embed: #embed,
-            filter: ::core::option::Option::None,
+            filter: #filter,
         }
     }
 }
@@ -352,9 +389,20 @@ fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
             ::subset::__private::assert_sum(&(*#parent).#parent_member, &(*#child).#child_member);
         }
     });
+    let filter_check = subset.filter.map(|filter| {
+        let span = Span::mixed_site().located_at(filter.lit.span());
+        let child = Ident::new("__subset_child", span);
+        let mut member = filter.ident.clone();
+        member.set_span(span);
+        quote_spanned! {span=>
+            let #child: &#full = ::subset::__private::nothing();
+            ::subset::__private::assert_filter(&(*#child).#member);
+        }
+    });
     quote! {
         #count_check
         #(#sum_checks)*
+        #filter_check
     }
 }
 

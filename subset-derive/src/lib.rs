@@ -45,6 +45,7 @@ use syn::{parse_macro_input, DeriveInput};
 /// | `Vec<C>` field | `key = "product_id"` | BSON name of the child field holding the parent's `_id`; default: the parent's name in snake_case plus `_id` |
 /// | `Vec<C>` field | `count = "total_reviews"` | a parent integer field that counts all the children |
 /// | `Vec<C>` field | `sum = "rating_total = rating, helpful_total = helpful"` | parent numeric fields kept equal to the sum of a child field over all the children: parent Rust field `=` child Rust field, comma-separated; an integer sum (`i32`, `i64`, `u32`) of an integer child field, or an `f64` sum of any numeric one |
+/// | `Vec<C>` field | `filter = "verified"`, `filter = "!hidden"` | a filtered view: only the children whose `bool` field is true (with `!`, false) are embedded, counted, summed and paged; read from the full child, so a preview need not hold it |
 ///
 /// The parent needs a field stored as `_id` (named `_id` or renamed to it with serde); its type is
 /// `Parent::Id`. BSON names follow serde's `rename` and `rename_all`. The child type `C` must

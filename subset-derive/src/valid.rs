@@ -36,6 +36,8 @@ pub(crate) struct Subset<'a> {
     pub(crate) count: Option<(&'a Field<'a>, &'a LitStr)>,
     /// The running sums: the parent field, the child field and the literal that named them.
     pub(crate) sums: Vec<Sum<'a>>,
+    /// For a filtered view, its `bool` child field.
+    pub(crate) filter: Option<&'a attr::Filter>,
     /// The associated constant naming this field: `RECENT_REVIEWS`.
     pub(crate) const_ident: Ident,
 }
@@ -341,11 +343,15 @@ fn subset<'a>(
         } else {
             sums?
         },
+        filter: if attrs.filter.is_missing() {
+            None
+        } else {
+            Some(attrs.filter.value()?)
+        },
         const_ident: const_ident?,
     })
 }
 
-/// No two subset fields may share children (same collection and key) or a count field.
 /// The parent field that `key` (`count` or `sum`) names and stores a value in: reports, on
 /// `span`, a name that is no field (listing the fields) or a field serde would not store.
 fn stored_parent_field<'a>(
@@ -384,18 +390,20 @@ fn stored_parent_field<'a>(
     Some(target)
 }
 
+/// Views of the same children (collection and key) must differ in order, filter or `keep`, and
+/// no parent field may be kept by two subsets (as a count or a sum).
 fn distinct_subsets(ctxt: &Ctxt, subsets: &[Subset<'_>]) {
     for (i, later) in subsets.iter().enumerate() {
         let earlier = &subsets[..i];
         let collection = later.child.value();
         if let Some(first) = earlier
             .iter()
-            .find(|s| s.child.value() == collection && s.key == later.key)
+            .find(|s| s.child.value() == collection && s.key == later.key && same_view(s, later))
         {
             ctxt.error_spanned_by(
                 later.child,
                 format!(
-                    "`{}` keeps its children in `{collection}` under key `{}`, as `{}` already does: give it another `child` collection or its own key, e.g. `#[subset(key = \"{}_{}\")]`",
+                    "`{}` is a view of the children in `{collection}` under key `{}` with the same order, filter and keep as `{}`, so it would always hold the same children: give it another `sort`, `keep` or `filter`, or its own children (another `child` collection, or `#[subset(key = \"{}_{}\")]`)",
                     later.field.rust_name,
                     later.key,
                     first.field.rust_name,
@@ -420,18 +428,40 @@ fn distinct_subsets(ctxt: &Ctxt, subsets: &[Subset<'_>]) {
             }
         }
         if let Some((count, lit)) = later.count {
-            if let Some(first) = earlier
+            let counted = earlier
                 .iter()
-                .find(|s| s.count.is_some_and(|(c, _)| std::ptr::eq(c, count)))
-            {
-                ctxt.error_spanned_by(
-                    lit,
-                    format!(
-                        "`{}` already counts the children of `{}`: give `{}` its own count field",
-                        count.rust_name, first.field.rust_name, later.field.rust_name
-                    ),
-                );
+                .find(|s| s.count.is_some_and(|(c, _)| std::ptr::eq(c, count)));
+            let summed = earlier
+                .iter()
+                .find(|s| s.sums.iter().any(|t| std::ptr::eq(t.parent, count)));
+            let message = match (counted, summed) {
+                (Some(first), _) => Some(format!(
+                    "`{}` already counts the children of `{}`: give `{}` its own count field",
+                    count.rust_name, first.field.rust_name, later.field.rust_name
+                )),
+                (None, Some(first)) => Some(format!(
+                    "`{}` already holds a running sum of `{}`: give `{}` its own count field",
+                    count.rust_name, first.field.rust_name, later.field.rust_name
+                )),
+                (None, None) => None,
+            };
+            if let Some(message) = message {
+                ctxt.error_spanned_by(lit, message);
             }
         }
     }
+}
+
+/// Whether two subset fields over the same children would always hold the same ones: the same
+/// sort keys and directions, the same filter and the same `keep`.
+fn same_view(a: &Subset<'_>, b: &Subset<'_>) -> bool {
+    let order = |s: &Subset<'_>| -> Vec<(String, bool)> {
+        s.sort
+            .keys
+            .iter()
+            .map(|k| (k.name.clone(), matches!(k.direction, attr::Direction::Asc)))
+            .collect()
+    };
+    let filter = |s: &Subset<'_>| s.filter.map(|f| (f.field.clone(), f.equals));
+    a.keep == b.keep && order(a) == order(b) && filter(a) == filter(b)
 }

@@ -36,7 +36,7 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use model::{
-    Child, CountField, Direction, FieldName, FilterSpec, Parent, ParentSpec, SortKey,
+    Child, CountField, Direction, FieldName, FilterField, FilterSpec, Parent, ParentSpec, SortKey,
     SortableField, SubsetField, SubsetSpec, SumField, SumSpec,
 };
 /// The `bson` crate of the driver: bson 2 with the default `bson-2` feature, bson 3 with `bson-3`
@@ -55,8 +55,9 @@ pub use values::SortValues;
 pub mod __private {
     pub use crate::bson;
     pub use crate::model::{
-        assert_count, assert_preview_field, assert_sum, child_field, embed, field_in, full_type,
-        nothing, preview_bson_name, stored_bson_name, ChildField, Described, DescribedFallback,
+        assert_count, assert_filter, assert_preview_field, assert_sum, child_field, embed,
+        field_in, full_type, nothing, preview_bson_name, stored_bson_name, ChildField, Described,
+        DescribedFallback,
     };
     pub use crate::values::{sort_values, ChildIds, IdFallback, Probe};
     pub use mongodb;

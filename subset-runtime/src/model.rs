@@ -580,6 +580,21 @@ pub fn nothing<'a, T>() -> &'a T {
 #[doc(hidden)]
 pub fn assert_sum<P: SumField<C> + ?Sized, C: ?Sized>(_: &P, _: &C) {}
 
+/// Types a filtered view's child field can have: `bool`, which every child holds (a child whose
+/// field is missing or null is in no filtered view, so an `Option` would hide it silently).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a view's filter",
+    label = "a `filter` names a `bool` child field",
+    note = "filter by a required `bool` child field: `filter = \"verified\"` keeps the children where it is true, `filter = \"!hidden\"` those where it is false"
+)]
+pub trait FilterField {}
+
+impl FilterField for bool {}
+
+/// Compile-time check emitted by the derive for a view's `filter`.
+#[doc(hidden)]
+pub fn assert_filter<T: FilterField + ?Sized>(_: &T) {}
+
 /// Compile-time check emitted by the derive for the `count` field.
 #[doc(hidden)]
 pub fn assert_count<T: CountField + ?Sized>(_: &T) {}

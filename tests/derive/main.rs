@@ -11,3 +11,4 @@ mod single_subset;
 mod sort_skip_deserializing;
 mod sums;
 mod two_subsets;
+mod views;

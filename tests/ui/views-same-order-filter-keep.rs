@@ -1,11 +1,13 @@
-use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
 use subset::{Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
     #[serde(rename = "_id")]
     id: ObjectId,
+    rating: i32,
+    verified: bool,
     date: bson::DateTime,
 }
 
@@ -14,10 +16,11 @@ struct Review {
 struct Product {
     #[serde(rename = "_id")]
     id: ObjectId,
-    #[subset(child = "reviews", keep = 5, sort = "date desc")]
+    #[subset(child = "reviews", keep = 5, sort = "date desc", filter = "verified")]
     recent_reviews: Vec<Review>,
-    #[subset(child = "reviews", keep = 3, sort = "date asc")]
-    first_reviews: Vec<Review>,
+    // The same children, order, filter and keep: always the same array.
+    #[subset(child = "reviews", keep = 5, sort = "date desc", filter = "verified")]
+    latest_reviews: Vec<Review>,
 }
 
 fn main() {}
