@@ -10,6 +10,11 @@
 //! (`keep = 32`, larger batches so that it overflows its cap too), whose pushes try the head first.
 //! Children arrive in random order, so its pushes land at the head (the `$position: 0` update)
 //! and behind it (the `$sort` fallback); the test prints how many of each it made.
+//!
+//! A third parent type keeps three views of one child collection: the short subset's, a preview
+//! view in another order, and a filtered preview view (children whose `flag` is set) with its
+//! own count and sum. Updates flip the flag, moving children into and out of that view; every
+//! view is checked against the model after every step.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -34,6 +39,17 @@ struct Note {
     day: DateTime,
     score: i32,
     text: String,
+    flag: bool,
+}
+
+/// What the preview views embed of a note: no text, no flag.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+#[subset(preview_of = Note)]
+struct NotePreview {
+    #[serde(rename = "_id")]
+    id: i64,
+    day: DateTime,
+    score: i32,
 }
 
 // Latest day first; on the same day the lowest score first; then `_id` ascending (the direction
@@ -77,6 +93,55 @@ struct Long {
     score_total: i64,
 }
 
+/// Three views of one child collection and key: `top` as `Short` keeps it, the best scores as
+/// previews, and the latest flagged notes as previews with their own count and sum.
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[subset(collection = "viewed_boards")]
+struct Viewed {
+    #[serde(rename = "_id")]
+    id: i32,
+    #[subset(
+        child = "viewed_notes",
+        keep = 4,
+        sort = "day desc, score asc",
+        count = "total",
+        sum = "score_total = score"
+    )]
+    top: Vec<Note>,
+    #[subset(child = "viewed_notes", keep = 3, sort = "score desc, day desc")]
+    best: Vec<NotePreview>,
+    #[subset(
+        child = "viewed_notes",
+        keep = 2,
+        sort = "day desc, score asc",
+        filter = "flag",
+        count = "flagged",
+        sum = "flagged_score = score"
+    )]
+    flagged_top: Vec<NotePreview>,
+    #[serde(default)]
+    total: i64,
+    #[serde(default)]
+    score_total: i64,
+    #[serde(default)]
+    flagged: i64,
+    #[serde(default)]
+    flagged_score: i64,
+}
+
+/// A view besides `Board::FIELD`, as the model computes it.
+struct View {
+    field: &'static str,
+    keep: usize,
+    /// The view's order, written out here (with `_id` last, in the last key's direction).
+    order: fn(&Note, &Note) -> std::cmp::Ordering,
+    /// Whether a note is in the view at all.
+    admits: fn(&Note) -> bool,
+    /// The count and sum fields of the view, if any.
+    count: Option<&'static str>,
+    sum: Option<&'static str>,
+}
+
 /// A parent type the property runs over, with the sizes that make its cap matter.
 trait Board: Parent<Id = i32> {
     const FIELD: SubsetField<Self, Note>;
@@ -90,7 +155,53 @@ trait Board: Parent<Id = i32> {
     const PAGE_SIZES: &'static [u32];
     /// Cases per write mode: fewer for the long subset, whose cases read more back.
     const CASES: u32;
+    /// The other views of `FIELD`'s children, each embedding previews.
+    const VIEWS: &'static [View] = &[];
     fn empty(id: i32) -> Self;
+}
+
+impl Board for Viewed {
+    const FIELD: SubsetField<Self, Note> = Viewed::TOP;
+    const KEEP: usize = 4;
+    const PARENTS: usize = 2;
+    const BATCH: Range<usize> = 0..6;
+    const PAGE_SIZES: &'static [u32] = &[1, 3, 4, 5, 100];
+    const CASES: u32 = 24;
+    const VIEWS: &'static [View] = &[
+        View {
+            field: "best",
+            keep: 3,
+            order: |a, b| {
+                b.score
+                    .cmp(&a.score)
+                    .then(b.day.cmp(&a.day))
+                    .then(b.id.cmp(&a.id))
+            },
+            admits: |_| true,
+            count: None,
+            sum: None,
+        },
+        View {
+            field: "flagged_top",
+            keep: 2,
+            order,
+            admits: |n| n.flag,
+            count: Some("flagged"),
+            sum: Some("flagged_score"),
+        },
+    ];
+    fn empty(id: i32) -> Self {
+        Viewed {
+            id,
+            top: Vec::new(),
+            best: Vec::new(),
+            flagged_top: Vec::new(),
+            total: 0,
+            score_total: 0,
+            flagged: 0,
+            flagged_score: 0,
+        }
+    }
 }
 
 impl Board for Short {
@@ -146,12 +257,14 @@ enum Op {
         parent: usize,
         pick: usize,
     },
-    /// New text always; a new day and/or score sometimes (the child may enter or leave).
+    /// New text always; a new day and/or score sometimes (the child may enter or leave), and
+    /// the flag flipped sometimes (the child enters or leaves a filtered view).
     Update {
         parent: usize,
         pick: usize,
         day: Option<i64>,
         score: Option<i32>,
+        flip: bool,
     },
     /// A child pushed again, as a client retry does: nothing may change.
     Repush {
@@ -179,8 +292,8 @@ fn op<B: Board>() -> impl Strategy<Value = Op> {
         2 => (parent.clone(), prop::collection::vec((day.clone(), score.clone()), B::BATCH))
             .prop_map(|(parent, items)| Op::PushMany { parent, items }),
         3 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Remove { parent, pick }),
-        3 => (parent.clone(), any::<usize>(), prop::option::of(day.clone()), prop::option::of(score.clone()))
-            .prop_map(|(parent, pick, day, score)| Op::Update { parent, pick, day, score }),
+        3 => (parent.clone(), any::<usize>(), prop::option::of(day.clone()), prop::option::of(score.clone()), any::<bool>())
+            .prop_map(|(parent, pick, day, score, flip)| Op::Update { parent, pick, day, score, flip }),
         1 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Repush { parent, pick }),
         1 => parent.clone().prop_map(|parent| Op::Reconcile { parent }),
         2 => (parent, prop::collection::vec((day, score), 2..6))
@@ -218,6 +331,7 @@ impl Model {
             day: DateTime::from_millis(day),
             score,
             text: format!("note {} v0", self.next_id),
+            flag: self.next_id % 3 != 0,
         }
     }
 
@@ -333,6 +447,7 @@ async fn run_case<B: Board>(store: &Store<B>, steps: &[(Op, u32)]) -> Tally {
                 pick,
                 day,
                 score,
+                flip,
             } => match model.pick(*parent, *pick) {
                 Some(mut note) => {
                     let version = note
@@ -349,6 +464,7 @@ async fn run_case<B: Board>(store: &Store<B>, steps: &[(Op, u32)]) -> Tally {
                     if let Some(score) = score {
                         note.score = *score;
                     }
+                    note.flag ^= *flip;
                     notes.update(&board_id(*parent), &note).await.unwrap();
                     let list = model.children.get_mut(parent).unwrap();
                     list.retain(|n| n.id != note.id);
@@ -452,6 +568,9 @@ async fn check_parent<B: Board>(
     };
     let scores: i64 = expected.iter().map(|n| i64::from(n.score)).sum();
     assert_eq!(sum, scores, "{context}: running sum of scores");
+    for view in B::VIEWS {
+        check_view(store, &raw, view, expected, size, &context).await;
+    }
 
     // Every page, following cursors through their URL-safe encoding.
     let notes = store.subset(B::FIELD);
@@ -480,6 +599,72 @@ async fn check_parent<B: Board>(
     assert_eq!(
         notes.count(&id).await.unwrap(),
         expected.len() as u64,
+        "{context}: count()"
+    );
+}
+
+/// One of the other views, as stored (previews of the model's top `keep` of the notes it
+/// admits, in its order, with its count and sum) and as paged (whole notes, raw).
+async fn check_view<B: Board>(
+    store: &Store<B>,
+    raw: &Document,
+    view: &View,
+    all: &[Note],
+    size: u32,
+    context: &str,
+) {
+    let context = format!("{context}, view {}", view.field);
+    let mut expected: Vec<&Note> = all.iter().filter(|n| (view.admits)(n)).collect();
+    expected.sort_by(|a, b| (view.order)(a, b));
+    let previews: Vec<Document> = expected
+        .iter()
+        .take(view.keep)
+        .map(|n| doc! { "_id": n.id, "day": n.day, "score": n.score })
+        .collect();
+    let embedded: Vec<Document> = raw
+        .get_array(view.field)
+        .unwrap()
+        .iter()
+        .map(|e| e.as_document().unwrap().clone())
+        .collect();
+    assert_eq!(embedded, previews, "{context}: embedded previews");
+    let number = |field: &str| match raw.get(field) {
+        Some(Bson::Int64(n)) => *n,
+        Some(Bson::Int32(n)) => i64::from(*n),
+        other => panic!("{context}: `{field}` is {other:?}"),
+    };
+    if let Some(count) = view.count {
+        assert_eq!(number(count), expected.len() as i64, "{context}: count");
+    }
+    if let Some(sum) = view.sum {
+        let scores: i64 = expected.iter().map(|n| i64::from(n.score)).sum();
+        assert_eq!(number(sum), scores, "{context}: sum");
+    }
+    let spec = B::SUBSETS
+        .iter()
+        .find(|s| s.field == view.field)
+        .expect("the view's descriptor");
+    let handle = store.raw().subset(spec);
+    let id = raw.get("_id").unwrap().clone();
+    let mut paged: Vec<i64> = Vec::new();
+    let mut request = PageRequest::first(size);
+    loop {
+        let page = handle.page(&id, &request).await.unwrap();
+        for item in &page.items {
+            paged.push(item.get_i64("_id").unwrap());
+            // Pages hold whole notes.
+            assert!(item.get_str("text").is_ok(), "{context}: {item:?}");
+        }
+        match page.next {
+            Some(next) => request = PageRequest::after(next, size),
+            None => break,
+        }
+    }
+    let ids: Vec<i64> = expected.iter().map(|n| n.id).collect();
+    assert_eq!(paged, ids, "{context}: pagination");
+    assert_eq!(
+        handle.count(&id).await.unwrap(),
+        ids.len() as u64,
         "{context}: count()"
     );
 }
@@ -561,4 +746,14 @@ fn a_long_subset_follows_the_model_with_transactions() {
 #[test]
 fn a_long_subset_follows_the_model_with_ordered_writes() {
     run::<Long>(Some(WriteMode::Ordered));
+}
+
+#[test]
+fn three_views_of_one_collection_follow_the_model_with_transactions() {
+    run::<Viewed>(None);
+}
+
+#[test]
+fn three_views_of_one_collection_follow_the_model_with_ordered_writes() {
+    run::<Viewed>(Some(WriteMode::Ordered));
 }
