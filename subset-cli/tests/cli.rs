@@ -814,7 +814,9 @@ async fn seed_rated(db: &Database) {
                 r
             })
             .collect();
-        shops.push(doc! { "_id": ObjectId::new(), "name": format!("Grill {i}"), "reviews": reviews });
+        shops.push(
+            doc! { "_id": ObjectId::new(), "name": format!("Grill {i}"), "reviews": reviews },
+        );
     }
     shops.push(doc! { "_id": ObjectId::new(), "name": "Empty Grill", "reviews": [] });
     shops.push(doc! { "_id": ObjectId::new(), "name": "New Grill" });
@@ -885,7 +887,12 @@ fn number(value: Option<&Bson>) -> f64 {
 
 /// A shop's children in the child collection, in `sort` order (then `_id` in the same
 /// direction as the last key, as the engine breaks ties).
-async fn children_of(db: &Database, shop: &Bson, filter: Document, sort: Document) -> Vec<Document> {
+async fn children_of(
+    db: &Database,
+    shop: &Bson,
+    filter: Document,
+    sort: Document,
+) -> Vec<Document> {
     let mut query = doc! { "shop_id": shop.clone() };
     query.extend(filter);
     db.collection::<Document>("reviews")
@@ -918,16 +925,24 @@ async fn assert_previews(db: &Database) {
             .iter()
             .map(|r| r.as_document().unwrap().clone())
             .collect();
-        assert_eq!(ids(&embedded), ids(&children[..children.len().min(5)]), "{id}");
+        assert_eq!(
+            ids(&embedded),
+            ids(&children[..children.len().min(5)]),
+            "{id}"
+        );
         for (preview, child) in embedded.iter().zip(&children) {
-            let keys: Vec<&str> = preview.keys().map(String::as_str).collect();
-            assert_eq!(keys, ["_id", "date", "user", "rating"], "{id}");
+            let mut keys: Vec<&str> = preview.keys().map(String::as_str).collect();
+            keys.sort_unstable();
+            assert_eq!(keys, ["_id", "date", "rating", "user"], "{id}");
             assert_eq!(preview.get("rating"), child.get("rating"));
             assert_eq!(preview.get("user"), child.get("user"));
             // The child collection keeps whole children.
             assert!(child.contains_key("text") && child.contains_key("verified"));
         }
-        assert_eq!(shop.get_i64("total_reviews").unwrap(), children.len() as i64);
+        assert_eq!(
+            shop.get_i64("total_reviews").unwrap(),
+            children.len() as i64
+        );
         let sum: i32 = children.iter().map(|c| c.get_i32("rating").unwrap()).sum();
         assert_eq!(number(shop.get("rating_total")), f64::from(sum), "{id}");
     }
@@ -943,7 +958,10 @@ async fn migrate_embeds_previews_and_sets_sums() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let report = json(&out);
     assert_eq!(report["children_copied"], (SHOPS * PER_SHOP) as u64);
-    assert_eq!(report["subset"]["embed"], serde_json::json!(["_id", "date", "user", "rating"]));
+    assert_eq!(
+        report["subset"]["embed"],
+        serde_json::json!(["_id", "date", "user", "rating"])
+    );
     assert_eq!(report["subset"]["sums"][0]["field"], "rating_total");
     assert_eq!(report["parents_built"], 1, "the shop without `reviews`");
     assert_previews(&db).await;
@@ -965,7 +983,10 @@ async fn migrate_embeds_previews_and_sets_sums() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("no drift"), "{text}");
     assert!(text.contains("sums \"rating_total = rating\""), "{text}");
-    assert!(text.contains("previews of _id, date, user, rating"), "{text}");
+    assert!(
+        text.contains("previews of _id, date, user, rating"),
+        "{text}"
+    );
 
     // Idempotent.
     let shops = all_shops(&db).await;
@@ -986,7 +1007,12 @@ async fn a_second_filtered_view_is_built_from_the_child_collection() {
     let stored = children.count_documents(doc! {}).await.unwrap();
 
     // What would be done, without doing it.
-    let out = subset(&uri, &db, &view("migrate", VERIFIED, &["--dry-run", "--json"])).await;
+    let out = subset(
+        &uri,
+        &db,
+        &view("migrate", VERIFIED, &["--dry-run", "--json"]),
+    )
+    .await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(json(&out)["parents_to_build"], (SHOPS + 2) as u64);
     assert_eq!(all_shops(&db).await, first);
@@ -1073,7 +1099,10 @@ async fn a_wrong_sum_and_a_whole_child_in_a_preview_are_reported_and_reconciled(
     let b_id = b.get("_id").unwrap().clone();
     let shops_coll = db.collection::<Document>("shops");
     shops_coll
-        .update_one(doc! { "_id": a_id.clone() }, doc! { "$set": { "rating_total": 999_i64 } })
+        .update_one(
+            doc! { "_id": a_id.clone() },
+            doc! { "$set": { "rating_total": 999_i64 } },
+        )
         .await
         .unwrap();
     // The whole child where its preview belongs.
@@ -1086,7 +1115,10 @@ async fn a_wrong_sum_and_a_whole_child_in_a_preview_are_reported_and_reconciled(
         .unwrap();
     whole.remove("shop_id");
     shops_coll
-        .update_one(doc! { "_id": b_id.clone() }, doc! { "$set": { "reviews.0": whole } })
+        .update_one(
+            doc! { "_id": b_id.clone() },
+            doc! { "$set": { "reviews.0": whole } },
+        )
         .await
         .unwrap();
 
@@ -1134,17 +1166,38 @@ async fn a_bad_filter_sum_or_embed_is_a_usage_error() {
     let (db, uri) = fresh().await;
     seed_rated(&db).await;
     let before = all_shops(&db).await;
-    let cases: [(&[&str], &str); 4] = [
-        (&["--filter", "a b"], "not `a b`"),
-        (&["--sum", "rating_total rating"], "`rating_total rating` is not `parent_field = child_field`"),
-        (&["--sum", "total_reviews = rating"], "`total_reviews` cannot be both the count field and a sum field"),
-        (&["--embed", "user,,rating"], "embedded field name is empty"),
+    let cases: [(&[&str], &[&str], &str); 5] = [
+        (PREVIEWS, &["--filter", "a b"], "not `a b`"),
+        (
+            PREVIEWS,
+            &["--sum", "rating_total rating"],
+            "`rating_total rating` is not `parent_field = child_field`",
+        ),
+        (
+            PREVIEWS,
+            &["--sum", "total_reviews = rating"],
+            "`total_reviews` cannot be both the count field and a sum field",
+        ),
+        (
+            VERIFIED,
+            &["--embed", "user,,rating"],
+            "embedded field name is empty",
+        ),
+        (
+            PREVIEWS,
+            &["--filter", "shop_id"],
+            "`shop_id` cannot be both the key field and the filter field",
+        ),
     ];
-    for (extra, message) in cases {
-        for command in ["migrate", "check", "reconcile"] {
-            let out = subset(&uri, &db, &view(command, PREVIEWS, extra)).await;
+    for (flags, extra, message) in cases {
+        for command in ["migrate", "check", "reconcile", "follow"] {
+            let out = subset(&uri, &db, &view(command, flags, extra)).await;
             assert_eq!(code(&out), 2, "{command} {extra:?}: {}", stderr(&out));
-            assert!(stderr(&out).contains(message), "{command} {extra:?}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains(message),
+                "{command} {extra:?}: {}",
+                stderr(&out)
+            );
             assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
         }
     }
