@@ -106,8 +106,8 @@ pub struct SubsetArgs {
     /// The field of each child document that holds its parent's `_id`.
     #[arg(long, value_name = "FIELD")]
     pub key: String,
-    /// A parent integer field to keep equal to the number of children (of the view's, with
-    /// `--filter`).
+    /// A parent integer field to keep equal to the number of children (with `--filter`, of
+    /// the children the filter keeps).
     #[arg(long, value_name = "FIELD")]
     pub count: Option<String>,
     /// Embed previews instead of whole children: each embedded copy keeps only `_id`, the sort

@@ -1076,8 +1076,41 @@ async fn a_second_filtered_view_is_built_from_the_child_collection() {
     assert_eq!(json(&out)["parents_built"], 0);
     assert_eq!(all_shops(&db).await, now);
 
-    // Both views check clean.
-    for flags in [PREVIEWS, VERIFIED] {
+    // A third view, negated: the 2 latest unverified reviews; with the verified ones, every
+    // review is counted once.
+    const UNVERIFIED: &[&str] = &[
+        "--parent",
+        "shops",
+        "--field",
+        "latest_unverified",
+        "--child",
+        "reviews",
+        "--keep",
+        "2",
+        "--sort",
+        "date desc",
+        "--key",
+        "shop_id",
+        "--filter",
+        "!verified",
+        "--count",
+        "unverified_count",
+    ];
+    let out = subset(&uri, &db, &view("migrate", UNVERIFIED, &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for shop in all_shops(&db).await {
+        assert_eq!(
+            shop.get_i64("verified_count").unwrap() + shop.get_i64("unverified_count").unwrap(),
+            shop.get_i64("total_reviews").unwrap()
+        );
+        for review in shop.get_array("latest_unverified").unwrap() {
+            let review = review.as_document().unwrap();
+            assert!(!review.get_bool("verified").unwrap(), "{review}");
+        }
+    }
+
+    // Every view checks clean.
+    for flags in [PREVIEWS, VERIFIED, UNVERIFIED] {
         let out = subset(&uri, &db, &view("check", flags, &["--json"])).await;
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         let report = json(&out);
@@ -1201,5 +1234,14 @@ async fn a_bad_filter_sum_or_embed_is_a_usage_error() {
             assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
         }
     }
+    // A new view over a child collection that does not exist (nothing migrated yet, or a
+    // misspelt `--child`) would give every shop an empty one: refused.
+    let out = subset(&uri, &db, &view("migrate", VERIFIED, &[])).await;
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no parent of `shops` has `top_verified`, so every subset would be built from the child collection, and `reviews` does not exist"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(all_shops(&db).await, before);
 }
