@@ -22,11 +22,13 @@ pub enum Command {
     /// Per collection: document sizes, array lengths, and which arrays look unbounded. Read-only.
     Inspect(InspectArgs),
     /// Move a fully-embedded array into a child collection, keeping the top `--keep` embedded.
-    /// Resumable and idempotent: rerun it after any interruption.
+    /// On parents without `--field`, build it from the child collection: how a second view of
+    /// migrated children is added. Resumable and idempotent: rerun it after any interruption.
     Migrate(MigrateArgs),
-    /// Report drift between each embedded subset and its child collection. Read-only.
+    /// Report drift between each embedded subset (count, sums) and its child collection.
+    /// Read-only.
     Check(SubsetArgs),
-    /// Fix drift: recompute each embedded subset and count from the child collection.
+    /// Fix drift: recompute each embedded subset, count and sum from the child collection.
     Reconcile(ReconcileArgs),
     /// Keep the subset true while other programs write the child collection: follow its change
     /// stream and reconcile each parent a change concerns. Runs until Ctrl-C or SIGTERM, then
@@ -104,9 +106,23 @@ pub struct SubsetArgs {
     /// The field of each child document that holds its parent's `_id`.
     #[arg(long, value_name = "FIELD")]
     pub key: String,
-    /// A parent integer field to keep equal to the number of children.
+    /// A parent integer field to keep equal to the number of children (with `--filter`, of
+    /// the children the filter keeps).
     #[arg(long, value_name = "FIELD")]
     pub count: Option<String>,
+    /// Embed previews instead of whole children: each embedded copy keeps only `_id`, the sort
+    /// fields and these child fields, comma-separated BSON names ("author,rating"); the child
+    /// collection keeps whole children.
+    #[arg(long, value_name = "FIELDS")]
+    pub embed: Option<String>,
+    /// Make the field a filtered view: "verified" embeds, counts and sums only the children
+    /// whose bool field `verified` is true; "!hidden" only those whose `hidden` is false.
+    #[arg(long, value_name = "FIELD|!FIELD")]
+    pub filter: Option<String>,
+    /// A parent field kept equal to the sum of a child field: "rating_total = rating".
+    /// Repeatable, and each may list several, comma-separated: "a = x, b = y".
+    #[arg(long, value_name = "PARENT = CHILD")]
+    pub sum: Vec<String>,
     /// How many parents are read per query.
     #[arg(long, default_value_t = 500, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub batch: u32,
@@ -125,6 +141,15 @@ impl SubsetArgs {
             .sort(&self.sort);
         if let Some(count) = &self.count {
             builder = builder.count(count);
+        }
+        if let Some(embed) = &self.embed {
+            builder = builder.embed(embed.split(',').map(str::trim));
+        }
+        if let Some(filter) = &self.filter {
+            builder = builder.filter(filter);
+        }
+        for sums in &self.sum {
+            builder = builder.sums(sums).map_err(CliError::Spec)?;
         }
         if self.parent.is_empty() || self.parent.contains('$') || self.parent.contains('\0') {
             return Err(CliError::Usage(format!(

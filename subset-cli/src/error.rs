@@ -23,7 +23,8 @@ pub enum CliError {
     #[error("{0}")]
     Usage(String),
 
-    /// `--field`, `--child`, `--key`, `--sort`, `--keep` or `--count` describe no valid subset.
+    /// `--field`, `--child`, `--key`, `--sort`, `--keep`, `--count`, `--embed`, `--filter` or
+    /// `--sum` describe no valid subset.
     #[error("invalid subset description: {0}")]
     Spec(#[source] SpecError),
 

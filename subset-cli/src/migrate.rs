@@ -9,6 +9,10 @@
 //! 3. the engine's reconcile rewrites the array as the top `keep` of the child collection and sets
 //!    the count, in one conditional update.
 //!
+//! A parent without the field has nothing to move: step 3 builds the field from the child
+//! collection. That is how a second view (another order, `keep`, filter or preview) is added to
+//! children migrated before, touching nothing but the new field, its count and its sums.
+//!
 //! The array is trimmed only in step 3, after every element is in the child collection, so a run
 //! killed at any point leaves each parent either untouched, or with the full array and some
 //! children copied, or done. A rerun repeats the steps, which change nothing where they are done.
@@ -36,6 +40,8 @@ const ATTEMPTS: usize = 8;
 #[derive(Debug, Default)]
 struct Survey {
     parents: u64,
+    /// Parents without the field, whose subset is built from the child collection.
+    absent: u64,
     elements: u64,
     without_id: u64,
     array_bytes: u64,
@@ -47,6 +53,8 @@ struct Survey {
 #[derive(Debug, Default)]
 struct Moved {
     parents: u64,
+    /// Parents without the field, whose subset was built from the child collection.
+    built: u64,
     inserted: u64,
     already: u64,
     assigned: u64,
@@ -60,6 +68,8 @@ enum One {
         inserted: u64,
         already: u64,
         assigned: u64,
+        /// The parent had no field: its subset was built from the child collection.
+        built: bool,
     },
     Gone,
     Invalid(Invalid),
@@ -76,6 +86,19 @@ pub async fn run(
     scan::require_collection(db, &a.parent).await?;
     let before = scan::sizes(db, &a.parent).await?;
     let survey = survey(db, spec, a.batch, &a.parent, before.count, json).await?;
+    if survey.parents > 0 && survey.absent == survey.parents {
+        // Every subset is to be built from the child collection: a misspelt `--child` would
+        // give every parent an empty one.
+        scan::require_collection(db, &a.child).await.map_err(|_| {
+            CliError::Usage(format!(
+                "no parent of `{}` has `{}`, so every subset would be built from the child collection, and `{}` does not exist in database `{}`",
+                a.parent,
+                spec.field,
+                a.child,
+                db.name()
+            ))
+        })?;
+    }
     if args.dry_run {
         return Ok(dry_run_report(spec, &a.parent, &before, &survey));
     }
@@ -108,8 +131,10 @@ pub async fn run(
                 inserted,
                 already,
                 assigned,
+                built,
             } => {
                 moved.parents += 1;
+                moved.built += u64::from(built);
                 moved.inserted += inserted;
                 moved.already += already;
                 moved.assigned += assigned;
@@ -167,6 +192,9 @@ async fn survey(
     {
         survey.parents += 1;
         bar.inc(1);
+        if matches!(raw.get(spec.field), Ok(None)) {
+            survey.absent += 1;
+        }
         match shape::check(&raw, spec) {
             Ok(s) => {
                 survey.elements += s.len;
@@ -218,6 +246,7 @@ async fn migrate_one(store: &RawStore, spec: &SubsetSpec, id: &Bson) -> Result<O
                 }))
             }
         };
+        let built = matches!(raw.get(field), Ok(None));
         let elements: Vec<Document> = match raw.get(field) {
             Ok(Some(RawBsonRef::Array(array))) => array
                 .into_iter()
@@ -284,6 +313,7 @@ async fn migrate_one(store: &RawStore, spec: &SubsetSpec, id: &Bson) -> Result<O
             inserted,
             already: already.count,
             assigned,
+            built,
         });
     }
     Ok(One::Invalid(Invalid {
@@ -376,6 +406,12 @@ fn dry_run_report(spec: &SubsetSpec, parent: &str, before: &Sizes, survey: &Surv
         survey.elements,
         survey.without_id
     ));
+    if survey.absent > 0 {
+        text.push_str(&format!(
+            "  parents without `{}`, to build from `{}`: {}\n",
+            spec.field, spec.child_collection, survey.absent
+        ));
+    }
     text.push_str(&format!(
         "  collection bytes:   {} now, about {} after\n  average document:   {} now, about {} after\n",
         bytes(before.bytes as f64),
@@ -397,6 +433,7 @@ fn dry_run_report(spec: &SubsetSpec, parent: &str, before: &Sizes, survey: &Surv
             "valid_parents": valid,
             "children_to_copy": survey.elements,
             "ids_to_assign": survey.without_id,
+            "parents_to_build": survey.absent,
             "before": before,
             "estimated_after": { "bytes": after_bytes, "avg_document_bytes": after_avg },
             "invalid": invalid_json(&survey.invalid),
@@ -428,6 +465,12 @@ fn report(
         "  parents migrated: {}; children copied: {} ({} already there from an earlier run); ids assigned: {}\n",
         moved.parents, moved.inserted, moved.already, moved.assigned
     ));
+    if moved.built > 0 {
+        text.push_str(&format!(
+            "  parents without `{}`, built from the child collection `{}`: {}\n",
+            spec.field, spec.child_collection, moved.built
+        ));
+    }
     if moved.gone > 0 {
         text.push_str(&format!(
             "  parents deleted while migrating: {}\n",
@@ -455,6 +498,7 @@ fn report(
             "children_copied": moved.inserted,
             "children_already_copied": moved.already,
             "ids_assigned": moved.assigned,
+            "parents_built": moved.built,
             "parents_gone": moved.gone,
             "skipped": invalid_json(&moved.skipped),
         }),

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 use subset_runtime::bson::{Bson, Document};
 
-use subset_runtime::{Direction, SubsetSpec};
+use subset_runtime::{Direction, FilterSpec, SubsetSpec};
 
 use crate::error::{CliError, Invalid};
 
@@ -50,7 +50,13 @@ pub fn fail(error: &CliError, json: bool) -> ExitCode {
 
 /// An `_id` as relaxed extended JSON (`{"$oid": "…"}` for an ObjectId).
 pub fn id_json(id: &Bson) -> Value {
-    subset_runtime::bson_compat::to_relaxed_extjson(id.clone())
+    value_json(id)
+}
+
+/// A value as relaxed extended JSON: plain JSON numbers for numbers, `{"$numberDecimal": …}`
+/// for a decimal.
+pub fn value_json(value: &Bson) -> Value {
+    subset_runtime::bson_compat::to_relaxed_extjson(value.clone())
 }
 
 /// Invalid parents as JSON objects `{ "_id", "problem" }`.
@@ -90,18 +96,44 @@ pub fn headline(spec: &SubsetSpec, parent: &str) -> String {
             format!("{} {dir}", k.field)
         })
         .collect();
-    let count = spec
-        .count
-        .map(|c| format!(", count `{c}`"))
-        .unwrap_or_default();
+    let mut extra = String::new();
+    if let Some(count) = spec.count {
+        extra.push_str(&format!(", count `{count}`"));
+    }
+    if !spec.sums.is_empty() {
+        extra.push_str(&format!(", sums \"{}\"", sums_text(spec)));
+    }
+    if let Some(filter) = spec.filter {
+        extra.push_str(&format!(", filter \"{}\"", filter_text(filter)));
+    }
+    if let Some(fields) = spec.embed {
+        let names: Vec<&str> = fields.iter().map(|f| f.bson).collect();
+        extra.push_str(&format!(", previews of {}", names.join(", ")));
+    }
     format!(
-        "{parent}.{} → {} (key `{}`, keep {}, sort \"{}\"{count})\n",
+        "{parent}.{} → {} (key `{}`, keep {}, sort \"{}\"{extra})\n",
         spec.field,
         spec.child_collection,
         spec.key,
         spec.keep,
         sort.join(", ")
     )
+}
+
+/// The sums as `--sum` takes them: `rating_total = rating, helpful_total = helpful`.
+fn sums_text(spec: &SubsetSpec) -> String {
+    let sums: Vec<String> = spec
+        .sums
+        .iter()
+        .map(|s| format!("{} = {}", s.parent, s.child))
+        .collect();
+    sums.join(", ")
+}
+
+/// A filter as `--filter` takes it: `verified` or `!hidden`.
+fn filter_text(filter: FilterSpec) -> String {
+    let not = if filter.equals { "" } else { "!" };
+    format!("{not}{}", filter.field)
 }
 
 /// The subset's description for `--json`.
@@ -114,6 +146,9 @@ pub fn spec_json(spec: &SubsetSpec, parent: &str) -> serde_json::Value {
         "keep": spec.keep,
         "sort": spec.sort.iter().map(|k| json!({ "field": k.field, "direction": k.direction.as_i32() })).collect::<Vec<_>>(),
         "count": spec.count,
+        "sums": spec.sums.iter().map(|s| json!({ "field": s.parent, "child": s.child })).collect::<Vec<_>>(),
+        "filter": spec.filter.map(filter_text),
+        "embed": spec.embed.map(|fields| fields.iter().map(|f| f.bson).collect::<Vec<_>>()),
     })
 }
 

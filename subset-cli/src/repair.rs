@@ -10,7 +10,8 @@ use subset_runtime::{Drift, Error, ParentSpec, RawStore, SubsetSpec};
 use crate::args::SubsetArgs;
 use crate::error::{is_connection, reason, CliError, Invalid};
 use crate::output::{
-    headline, id_json, invalid_json, keys_text, push_invalid, push_listed, spec_json, Outcome,
+    headline, id_json, invalid_json, keys_text, push_invalid, push_listed, spec_json, value_json,
+    Outcome,
 };
 use crate::{progress, scan};
 
@@ -336,6 +337,12 @@ fn describe(drift: &Drift) -> String {
     if let Some((stored, actual)) = drift.count {
         parts.push(format!("count {stored}, children {actual}"));
     }
+    for sum in &drift.sums {
+        parts.push(format!(
+            "sum `{}` {}, children {}",
+            sum.field, sum.stored, sum.computed
+        ));
+    }
     if drift.fixed {
         parts.push("fixed".to_owned());
     }
@@ -351,6 +358,11 @@ fn drift_json(drift: &Drift) -> Value {
         "changed": ids(&drift.changed),
         "misordered": drift.misordered,
         "count": drift.count.map(|(stored, actual)| json!({ "stored": stored, "children": actual })),
+        "sums": drift.sums.iter().map(|s| json!({
+            "field": s.field,
+            "stored": value_json(&s.stored),
+            "computed": value_json(&s.computed),
+        })).collect::<Vec<_>>(),
         "fixed": drift.fixed,
     })
 }

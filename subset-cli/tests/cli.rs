@@ -794,3 +794,454 @@ async fn usage_and_connection_errors_exit_2() {
     );
     assert_eq!(json(&out)["exit_code"], 2);
 }
+
+/// Shops for the views: `SHOPS` shops with `PER_SHOP` reviews each (every other shop's reviews
+/// without `_id`), each review rated 1 to 5 and `verified` or not; a shop with no reviews, and
+/// one without the array.
+const SHOPS: usize = 6;
+const PER_SHOP: usize = 25;
+
+async fn seed_rated(db: &Database) {
+    let mut rng = rand::rng();
+    let now = DateTime::now().timestamp_millis();
+    let mut shops = Vec::new();
+    for i in 0..SHOPS {
+        let reviews: Vec<Document> = (0..PER_SHOP)
+            .map(|_| {
+                let mut r = review(&mut rng, i % 2 == 0, now);
+                r.insert("rating", rand::Rng::random_range(&mut rng, 1..=5_i32));
+                r.insert("verified", rand::Rng::random_bool(&mut rng, 0.4));
+                r
+            })
+            .collect();
+        shops.push(
+            doc! { "_id": ObjectId::new(), "name": format!("Grill {i}"), "reviews": reviews },
+        );
+    }
+    shops.push(doc! { "_id": ObjectId::new(), "name": "Empty Grill", "reviews": [] });
+    shops.push(doc! { "_id": ObjectId::new(), "name": "New Grill" });
+    db.collection::<Document>("shops")
+        .insert_many(shops)
+        .await
+        .unwrap();
+}
+
+/// The flags of the first view: the 5 latest reviews as previews, with a count and a sum.
+const PREVIEWS: &[&str] = &[
+    "--parent",
+    "shops",
+    "--field",
+    "reviews",
+    "--child",
+    "reviews",
+    "--keep",
+    "5",
+    "--sort",
+    "date desc",
+    "--key",
+    "shop_id",
+    "--count",
+    "total_reviews",
+    "--embed",
+    "user, rating",
+    "--sum",
+    "rating_total = rating",
+];
+
+/// The flags of the second view: the 3 best verified reviews, whole, with their own count.
+const VERIFIED: &[&str] = &[
+    "--parent",
+    "shops",
+    "--field",
+    "top_verified",
+    "--child",
+    "reviews",
+    "--keep",
+    "3",
+    "--sort",
+    "rating desc",
+    "--key",
+    "shop_id",
+    "--filter",
+    "verified",
+    "--count",
+    "verified_count",
+];
+
+fn view<'a>(command: &'a str, flags: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![command];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(extra);
+    args
+}
+
+/// A number as `f64`, whichever BSON number type holds it.
+fn number(value: Option<&Bson>) -> f64 {
+    match value {
+        Some(Bson::Int32(n)) => f64::from(*n),
+        Some(Bson::Int64(n)) => *n as f64,
+        Some(Bson::Double(n)) => *n,
+        other => panic!("not a number: {other:?}"),
+    }
+}
+
+/// A shop's children in the child collection, in `sort` order (then `_id` in the same
+/// direction as the last key, as the engine breaks ties).
+async fn children_of(
+    db: &Database,
+    shop: &Bson,
+    filter: Document,
+    sort: Document,
+) -> Vec<Document> {
+    let mut query = doc! { "shop_id": shop.clone() };
+    query.extend(filter);
+    db.collection::<Document>("reviews")
+        .find(query)
+        .sort(sort)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+fn ids(docs: &[Document]) -> Vec<Bson> {
+    docs.iter().map(|d| d.get("_id").unwrap().clone()).collect()
+}
+
+/// The first view as it must be: the 5 latest as previews (`_id`, the sort key, `user`,
+/// `rating`), whole children in the child collection, count and sum over every child.
+async fn assert_previews(db: &Database) {
+    let shops = all_shops(db).await;
+    assert_eq!(shops.len(), SHOPS + 2);
+    let mut total = 0;
+    for shop in &shops {
+        let id = shop.get("_id").unwrap();
+        let children = children_of(db, id, doc! {}, doc! { "date": -1, "_id": -1 }).await;
+        total += children.len();
+        let embedded: Vec<Document> = shop
+            .get_array("reviews")
+            .unwrap()
+            .iter()
+            .map(|r| r.as_document().unwrap().clone())
+            .collect();
+        assert_eq!(
+            ids(&embedded),
+            ids(&children[..children.len().min(5)]),
+            "{id}"
+        );
+        for (preview, child) in embedded.iter().zip(&children) {
+            let mut keys: Vec<&str> = preview.keys().map(String::as_str).collect();
+            keys.sort_unstable();
+            assert_eq!(keys, ["_id", "date", "rating", "user"], "{id}");
+            assert_eq!(preview.get("rating"), child.get("rating"));
+            assert_eq!(preview.get("user"), child.get("user"));
+            // The child collection keeps whole children.
+            assert!(child.contains_key("text") && child.contains_key("verified"));
+        }
+        assert_eq!(
+            shop.get_i64("total_reviews").unwrap(),
+            children.len() as i64
+        );
+        let sum: i32 = children.iter().map(|c| c.get_i32("rating").unwrap()).sum();
+        assert_eq!(number(shop.get("rating_total")), f64::from(sum), "{id}");
+    }
+    assert_eq!(total, SHOPS * PER_SHOP);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_embeds_previews_and_sets_sums() {
+    let (db, uri) = fresh().await;
+    seed_rated(&db).await;
+
+    let out = subset(&uri, &db, &view("migrate", PREVIEWS, &["--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["children_copied"], (SHOPS * PER_SHOP) as u64);
+    assert_eq!(
+        report["subset"]["embed"],
+        serde_json::json!(["_id", "date", "user", "rating"])
+    );
+    assert_eq!(report["subset"]["sums"][0]["field"], "rating_total");
+    assert_eq!(report["parents_built"], 1, "the shop without `reviews`");
+    assert_previews(&db).await;
+    // The shops with no reviews have a count and a sum of 0.
+    for name in ["Empty Grill", "New Grill"] {
+        let shop = db
+            .collection::<Document>("shops")
+            .find_one(doc! { "name": name })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(shop.get_array("reviews").unwrap().len(), 0, "{name}");
+        assert_eq!(shop.get_i64("total_reviews").unwrap(), 0, "{name}");
+        assert_eq!(number(shop.get("rating_total")), 0.0, "{name}");
+    }
+
+    let out = subset(&uri, &db, &view("check", PREVIEWS, &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("no drift"), "{text}");
+    assert!(text.contains("sums \"rating_total = rating\""), "{text}");
+    assert!(
+        text.contains("previews of _id, date, user, rating"),
+        "{text}"
+    );
+
+    // Idempotent.
+    let shops = all_shops(&db).await;
+    let out = subset(&uri, &db, &view("migrate", PREVIEWS, &["--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["children_copied"], 0);
+    assert_eq!(all_shops(&db).await, shops);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_filtered_view_is_built_from_the_child_collection() {
+    let (db, uri) = fresh().await;
+    seed_rated(&db).await;
+    let out = subset(&uri, &db, &view("migrate", PREVIEWS, &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let first = all_shops(&db).await;
+    let children = db.collection::<Document>("reviews");
+    let stored = children.count_documents(doc! {}).await.unwrap();
+
+    // What would be done, without doing it.
+    let out = subset(
+        &uri,
+        &db,
+        &view("migrate", VERIFIED, &["--dry-run", "--json"]),
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["parents_to_build"], (SHOPS + 2) as u64);
+    assert_eq!(all_shops(&db).await, first);
+
+    let out = subset(&uri, &db, &view("migrate", VERIFIED, &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(&format!(
+            "parents without `top_verified`, built from the child collection `reviews`: {}",
+            SHOPS + 2
+        )),
+        "{text}"
+    );
+    assert!(text.contains("children copied: 0"), "{text}");
+    assert_eq!(children.count_documents(doc! {}).await.unwrap(), stored);
+
+    // The new view holds the 3 best verified reviews, whole; nothing else changed.
+    let now = all_shops(&db).await;
+    for (before, shop) in first.iter().zip(&now) {
+        let id = shop.get("_id").unwrap();
+        assert_eq!(before.get("_id"), Some(id));
+        let verified = children_of(
+            &db,
+            id,
+            doc! { "verified": true },
+            doc! { "rating": -1, "_id": -1 },
+        )
+        .await;
+        let embedded: Vec<Document> = shop
+            .get_array("top_verified")
+            .unwrap()
+            .iter()
+            .map(|r| r.as_document().unwrap().clone())
+            .collect();
+        let mut top: Vec<Document> = verified.iter().take(3).cloned().collect();
+        for child in &mut top {
+            child.remove("shop_id");
+        }
+        assert_eq!(embedded, top, "{id}");
+        assert_eq!(
+            shop.get_i64("verified_count").unwrap(),
+            verified.len() as i64,
+            "{id}"
+        );
+        let mut rest = shop.clone();
+        rest.remove("top_verified");
+        rest.remove("verified_count");
+        assert_eq!(&rest, before, "the first view of {id} is untouched");
+    }
+    assert!(
+        now.iter()
+            .any(|s| s.get_array("top_verified").unwrap().len() == 3),
+        "some shop has 3 verified reviews"
+    );
+
+    // Idempotent.
+    let out = subset(&uri, &db, &view("migrate", VERIFIED, &["--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["children_copied"], 0);
+    assert_eq!(json(&out)["parents_built"], 0);
+    assert_eq!(all_shops(&db).await, now);
+
+    // A third view, negated: the 2 latest unverified reviews; with the verified ones, every
+    // review is counted once.
+    const UNVERIFIED: &[&str] = &[
+        "--parent",
+        "shops",
+        "--field",
+        "latest_unverified",
+        "--child",
+        "reviews",
+        "--keep",
+        "2",
+        "--sort",
+        "date desc",
+        "--key",
+        "shop_id",
+        "--filter",
+        "!verified",
+        "--count",
+        "unverified_count",
+    ];
+    let out = subset(&uri, &db, &view("migrate", UNVERIFIED, &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for shop in all_shops(&db).await {
+        assert_eq!(
+            shop.get_i64("verified_count").unwrap() + shop.get_i64("unverified_count").unwrap(),
+            shop.get_i64("total_reviews").unwrap()
+        );
+        for review in shop.get_array("latest_unverified").unwrap() {
+            let review = review.as_document().unwrap();
+            assert!(!review.get_bool("verified").unwrap(), "{review}");
+        }
+    }
+
+    // Every view checks clean.
+    for flags in [PREVIEWS, VERIFIED, UNVERIFIED] {
+        let out = subset(&uri, &db, &view("check", flags, &["--json"])).await;
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let report = json(&out);
+        assert_eq!(report["drifted"], 0);
+        assert_eq!(report["checked"], (SHOPS + 2) as u64);
+    }
+    assert_previews(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_sum_and_a_whole_child_in_a_preview_are_reported_and_reconciled() {
+    let (db, uri) = fresh().await;
+    seed_rated(&db).await;
+    let out = subset(&uri, &db, &view("migrate", PREVIEWS, &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let shops = all_shops(&db).await;
+    let (a, b) = (shops[0].clone(), shops[1].clone());
+    let a_id = a.get("_id").unwrap().clone();
+    let b_id = b.get("_id").unwrap().clone();
+    let shops_coll = db.collection::<Document>("shops");
+    shops_coll
+        .update_one(
+            doc! { "_id": a_id.clone() },
+            doc! { "$set": { "rating_total": 999_i64 } },
+        )
+        .await
+        .unwrap();
+    // The whole child where its preview belongs.
+    let first = b.get_array("reviews").unwrap()[0].as_document().unwrap();
+    let mut whole = db
+        .collection::<Document>("reviews")
+        .find_one(doc! { "_id": first.get("_id").unwrap().clone() })
+        .await
+        .unwrap()
+        .unwrap();
+    whole.remove("shop_id");
+    shops_coll
+        .update_one(
+            doc! { "_id": b_id.clone() },
+            doc! { "$set": { "reviews.0": whole } },
+        )
+        .await
+        .unwrap();
+
+    let out = subset(&uri, &db, &view("check", PREVIEWS, &["--json"])).await;
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["drifted"], 2);
+    let drifts = report["drifts"].as_array().unwrap();
+    let drift_of = |id: &Bson| {
+        drifts
+            .iter()
+            .find(|d| d["_id"] == subset_runtime::bson_compat::to_relaxed_extjson(id.clone()))
+            .unwrap_or_else(|| panic!("no drift for {id}: {report}"))
+    };
+    let sum = &drift_of(&a_id)["sums"][0];
+    assert_eq!(sum["field"], "rating_total");
+    assert_eq!(sum["stored"], 999);
+    let computed = number(a.get("rating_total"));
+    assert_eq!(sum["computed"].as_f64().unwrap(), computed);
+    let b_drift = drift_of(&b_id);
+    assert_eq!(b_drift["changed"].as_array().unwrap().len(), 1, "{b_drift}");
+    assert_eq!(b_drift["sums"].as_array().unwrap().len(), 0);
+
+    let out = subset(&uri, &db, &view("check", PREVIEWS, &[])).await;
+    assert_eq!(code(&out), 1);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(&format!("sum `rating_total` 999, children {computed}")),
+        "{text}"
+    );
+    assert!(text.contains("1 changed"), "{text}");
+
+    let out = subset(&uri, &db, &view("reconcile", PREVIEWS, &["--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["fixed"], 2);
+    assert_eq!(all_shops(&db).await, shops);
+
+    let out = subset(&uri, &db, &view("check", PREVIEWS, &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_previews(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_filter_sum_or_embed_is_a_usage_error() {
+    let (db, uri) = fresh().await;
+    seed_rated(&db).await;
+    let before = all_shops(&db).await;
+    let cases: [(&[&str], &[&str], &str); 5] = [
+        (PREVIEWS, &["--filter", "a b"], "not `a b`"),
+        (
+            PREVIEWS,
+            &["--sum", "rating_total rating"],
+            "`rating_total rating` is not `parent_field = child_field`",
+        ),
+        (
+            PREVIEWS,
+            &["--sum", "total_reviews = rating"],
+            "`total_reviews` cannot be both the count field and a sum field",
+        ),
+        (
+            VERIFIED,
+            &["--embed", "user,,rating"],
+            "embedded field name is empty",
+        ),
+        (
+            PREVIEWS,
+            &["--filter", "shop_id"],
+            "`shop_id` cannot be both the key field and the filter field",
+        ),
+    ];
+    for (flags, extra, message) in cases {
+        for command in ["migrate", "check", "reconcile", "follow"] {
+            let out = subset(&uri, &db, &view(command, flags, extra)).await;
+            assert_eq!(code(&out), 2, "{command} {extra:?}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains(message),
+                "{command} {extra:?}: {}",
+                stderr(&out)
+            );
+            assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+        }
+    }
+    // A new view over a child collection that does not exist (nothing migrated yet, or a
+    // misspelt `--child`) would give every shop an empty one: refused.
+    let out = subset(&uri, &db, &view("migrate", VERIFIED, &[])).await;
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no parent of `shops` has `top_verified`, so every subset would be built from the child collection, and `reviews` does not exist"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(all_shops(&db).await, before);
+}
