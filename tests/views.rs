@@ -390,3 +390,100 @@ async fn reconcile_repairs_every_view_and_check_names_each() {
         assert_views_true(&store, &board, &posts, "after reconcile_all").await;
     }
 }
+
+/// The posts of `board` as the child collection holds them: the truth the views must show.
+async fn stored_posts(store: &RawStore, board: &Bson) -> Vec<Post> {
+    use futures::TryStreamExt;
+    let docs: Vec<Document> = store
+        .database()
+        .collection::<Document>(CHILDREN)
+        .find(doc! { "board_id": board.clone() })
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    docs.iter()
+        .map(|d| Post {
+            id: d.get_i32("_id").unwrap(),
+            at: d.get_datetime("at").unwrap().timestamp_millis(),
+            score: d.get_i32("score").unwrap(),
+            verified: d.get_bool("verified").unwrap(),
+            hidden: d.get_bool("hidden").unwrap(),
+        })
+        .collect()
+}
+
+/// 8 writers push (through any view), remove, and update (flags and scores) on 3 boards for
+/// 3 s; afterwards every view, count and sum is exact without a reconcile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_writers_leave_every_view_exact() {
+    use rand::Rng;
+    use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let (store, _) = store(mode).await;
+        let boards: Vec<Bson> = (10..13).map(Bson::Int32).collect();
+        for board in &boards {
+            store.insert(doc! { "_id": board.clone() }).await.unwrap();
+        }
+        let next = Arc::new(AtomicI32::new(1));
+        let (writes, lost) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let until = Instant::now() + Duration::from_secs(3);
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (store, boards, next) = (store.clone(), boards.clone(), next.clone());
+            let (writes, lost) = (writes.clone(), lost.clone());
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < until {
+                    let (b, view, roll, pick, at) = {
+                        let mut rng = rand::rng();
+                        (
+                            rng.random_range(0..boards.len()),
+                            rng.random_range(0..4),
+                            rng.random_range(0..100),
+                            rng.random_range(1..next.load(Ordering::Relaxed).max(2)),
+                            rng.random_range(0..30_i64),
+                        )
+                    };
+                    let handle = store.subset(&store.spec().subsets[view]);
+                    let board = &boards[b];
+                    let result = if roll < 50 {
+                        let mut post = Post::new(next.fetch_add(1, Ordering::Relaxed));
+                        post.at = at;
+                        handle.push(board, vec![post.doc()]).await
+                    } else if roll < 70 {
+                        handle.remove(board, &Bson::Int32(pick)).await
+                    } else {
+                        // Another board's post, or one removed, is `ChildNotFound`.
+                        let mut post = Post::new(pick);
+                        post.at = at;
+                        post.verified = roll % 2 == 0;
+                        post.hidden = roll % 3 == 0;
+                        handle.update(board, post.doc()).await
+                    };
+                    match result {
+                        Ok(()) => writes.fetch_add(1, Ordering::Relaxed),
+                        Err(subset::Error::ChildNotFound { .. }) => {
+                            lost.fetch_add(1, Ordering::Relaxed)
+                        }
+                        Err(e) => panic!("{mode:?}: {e}"),
+                    };
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("a writer panicked");
+        }
+        eprintln!(
+            "{mode:?}: {} writes, {} on a child not found",
+            writes.load(Ordering::Relaxed),
+            lost.load(Ordering::Relaxed)
+        );
+        assert!(writes.load(Ordering::Relaxed) > 50, "{mode:?}");
+        for board in &boards {
+            let posts = stored_posts(&store, board).await;
+            assert_views_true(&store, board, &posts, "after 8 writers").await;
+        }
+    }
+}
