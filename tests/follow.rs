@@ -1133,3 +1133,138 @@ async fn follow_figures() {
         );
     }
 }
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+struct Entry {
+    #[serde(rename = "_id")]
+    id: i64,
+    points: i32,
+    live: bool,
+    note: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+#[subset(preview_of = Entry)]
+struct EntryPreview {
+    #[serde(rename = "_id")]
+    id: i64,
+    points: i32,
+}
+
+/// Two views of one collection and key: the best entries as previews, and the best live ones
+/// with their own count and sum.
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[subset(collection = "tables")]
+struct Table {
+    #[serde(rename = "_id")]
+    id: i32,
+    #[subset(child = "entries", keep = 3, sort = "points desc", count = "entries")]
+    best: Vec<EntryPreview>,
+    #[subset(
+        child = "entries",
+        keep = 2,
+        sort = "points desc",
+        filter = "live",
+        count = "live",
+        sum = "live_points = points"
+    )]
+    best_live: Vec<EntryPreview>,
+    #[serde(default)]
+    entries: i64,
+    #[serde(default)]
+    live: i64,
+    #[serde(default)]
+    live_points: i64,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn views_previews_and_filters_follow_external_writes() {
+    let db = replica_db().await;
+    let store = Store::<Table>::new(&db);
+    for id in 0..4 {
+        let table = Table {
+            id,
+            best: Vec::new(),
+            best_live: Vec::new(),
+            entries: 0,
+            live: 0,
+            live_points: 0,
+        };
+        store.insert(&table).await.unwrap();
+    }
+    let seen = Arc::new(Seen::default());
+    let follower = store
+        .follow(options("tables"))
+        .on_update(seen.observer())
+        .spawn();
+    seen.wait_started(1).await;
+    // Another program: inserts, flags flipped both ways, points changed, deletes.
+    let entries = db.collection::<Document>("entries");
+    let mut rng = StdRng::seed_from_u64(11);
+    for id in 0..80_i64 {
+        let entry = doc! {
+            "_id": id,
+            "table_id": rng.random_range(0..4_i32),
+            "points": rng.random_range(0..100_i32),
+            "live": rng.random_bool(0.5),
+            "note": "not embedded",
+        };
+        entries.insert_one(entry).await.unwrap();
+    }
+    entries
+        .update_many(
+            doc! { "points": { "$gt": 70 } },
+            doc! { "$set": { "live": false } },
+        )
+        .await
+        .unwrap();
+    entries
+        .update_many(
+            doc! { "points": { "$lt": 20 } },
+            doc! { "$set": { "live": true, "points": 90 } },
+        )
+        .await
+        .unwrap();
+    entries
+        .delete_many(doc! { "_id": { "$lt": 10 } })
+        .await
+        .unwrap();
+    // Every view of every table, its counts and its sum, come right, and stay right.
+    let deadline = Instant::now() + CATCH_UP;
+    let options = subset::SweepOptions::default();
+    loop {
+        let report = store.check_all(&options, |_| {}).await.unwrap();
+        if report.progress.drifted == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower did not catch up: {:?}",
+            report.drifts
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for id in 0..4 {
+        let table = store.get(&id).await.unwrap().unwrap();
+        let mut live: Vec<Document> = entries
+            .find(doc! { "table_id": id, "live": true })
+            .sort(doc! { "points": -1, "_id": -1 })
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        let live_points: i64 = live
+            .iter()
+            .map(|e| i64::from(e.get_i32("points").unwrap()))
+            .sum();
+        assert_eq!(table.live, live.len() as i64, "table {id}");
+        assert_eq!(table.live_points, live_points, "table {id}");
+        live.truncate(2);
+        let ids: Vec<i64> = table.best_live.iter().map(|p| p.id).collect();
+        let want: Vec<i64> = live.iter().map(|e| e.get_i64("_id").unwrap()).collect();
+        assert_eq!(ids, want, "table {id}");
+    }
+    let stats = follower.stop().await.unwrap();
+    print_stats("views", &stats);
+}
