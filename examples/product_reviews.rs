@@ -142,7 +142,11 @@ fn assert_page(page: &Product, all: &[Review]) {
     let verified: Vec<&Review> = by_date(all).into_iter().filter(|r| r.verified).collect();
     assert_eq!(page.latest, latest, "the latest 5");
     assert_eq!(page.most_helpful, helpful, "the 3 most helpful");
-    assert_eq!(page.latest_verified, [preview(verified[0])], "latest verified");
+    assert_eq!(
+        page.latest_verified,
+        [preview(verified[0])],
+        "latest verified"
+    );
     assert_eq!(page.total_reviews, all.len() as i64);
     assert_eq!(page.verified_reviews, verified.len() as i64);
     let truth = all.iter().map(|r| i64::from(r.rating)).sum::<i64>() as f64 / all.len() as f64;
@@ -242,8 +246,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let truth: Vec<ObjectId> = by_date(&reviews).iter().map(|r| r.id).collect();
-    assert_eq!(ids, truth, "previews + more reviews = every review in date order");
-    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), REVIEWS, "none twice");
+    assert_eq!(
+        ids, truth,
+        "previews + more reviews = every review in date order"
+    );
+    assert_eq!(
+        ids.iter().collect::<HashSet<_>>().len(),
+        REVIEWS,
+        "none twice"
+    );
     println!(
         "\nmore reviews: {} after the {} previews, none twice, none missing",
         ids.len() - page.latest.len(),
@@ -351,11 +362,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     embedded.remove("latest_verified");
     embedded.insert("latest", subset::bson_compat::to_bson(&by_date(&reviews))?);
     let len = |d: &Document| subset::bson_compat::to_vec(d).map(|v| v.len());
-    let (previews, with_whole, full) = (
-        stored.as_bytes().len(),
-        len(&with_whole)?,
-        len(&embedded)?,
-    );
+    let (previews, with_whole, full) =
+        (stored.as_bytes().len(), len(&with_whole)?, len(&embedded)?);
     println!("\nproduct document, {} reviews:", page.total_reviews);
     println!("  subset with previews:      {previews:>7} bytes");
     println!(
