@@ -88,7 +88,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "working-set,overhead,round-trips,batching,hot-parent,push-cost"
+        default_value = "working-set,overhead,round-trips,batching,hot-parent,push-cost,previews"
     )]
     experiments: Vec<Experiment>,
     /// Concurrent client tasks for the product-page reads.

@@ -356,16 +356,17 @@ impl Report {
             "{} products with {} reviews each (comments of {}+ characters), written twice through \
              the library in {:.0} s: parents embedding their 10 latest reviews whole, and parents \
              embedding previews of them (`_id`, `author`, `rating`, `date`), each layout with its \
-             own parent and child collections. A whole review embeds in **{}**, a preview in \
-             **{}**; a stored child (review and parent key) is {} in both layouts. Sizes are \
-             `$bsonSize` after the load. The experiment took {:.0} s.\n",
+             own parent and child collections. A whole review embeds in **{:.0} B** on average, \
+             a preview in **{:.0} B**; a stored child (review and parent key) is {:.0} B in both \
+             layouts. Sizes are the mean (or median) `$bsonSize` after the load. The experiment \
+             took {:.0} s.\n",
             previews::PRODUCTS,
             previews::REVIEWS_EACH,
             previews::COMMENT_CHARS,
             p.load_secs,
-            bytes(p.whole.element_mean),
-            bytes(p.preview.element_mean),
-            bytes(p.whole.child_mean),
+            p.whole.element_mean,
+            p.preview.element_mean,
+            p.whole.child_mean,
             p.total_secs
         );
         let _ = writeln!(
@@ -390,10 +391,10 @@ impl Report {
         for r in [&p.whole, &p.preview] {
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {:.0} ({:.0}–{:.0}) | {:.2} | {:.2} | {:.2} ({:.2}–{:.2}) | {:.2} |",
+                "| {} | {:.0} B | {:.0} B | {:.0} ({:.0}–{:.0}) | {:.2} | {:.2} | {:.2} ({:.2}–{:.2}) | {:.2} |",
                 r.name,
-                bytes(r.parent_mean),
-                bytes(r.parent_median),
+                r.parent_mean,
+                r.parent_median,
                 r.reads.median,
                 r.reads.min,
                 r.reads.max,
