@@ -141,7 +141,9 @@ const WORDS: &[&str] = &[
     "solid",
 ];
 
-fn sentence(rng: &mut StdRng, min: usize, max: usize) -> String {
+/// Words from [`WORDS`] until the text is at least a random length from `min..=max` (it ends
+/// within one word of it).
+pub fn sentence(rng: &mut StdRng, min: usize, max: usize) -> String {
     let len = rng.random_range(min..=max);
     let mut s = String::with_capacity(len + 12);
     while s.len() < len {

@@ -11,6 +11,7 @@ mod hot_parent;
 mod load;
 mod memory;
 mod overhead;
+mod previews;
 mod push_cost;
 mod report;
 mod stats;
@@ -48,6 +49,9 @@ enum Experiment {
     HotParent,
     /// Push latency into full subsets of keep 5, 100 and 1000, in order and out of order.
     PushCost,
+    /// Parents embedding previews of 1 KB reviews against parents embedding them whole: size,
+    /// product-page reads/s and push latency.
+    Previews,
 }
 
 /// A write mode, as the hidden worker mode takes it.
@@ -84,7 +88,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "working-set,overhead,round-trips,batching,hot-parent,push-cost"
+        default_value = "working-set,overhead,round-trips,batching,hot-parent,push-cost,previews"
     )]
     experiments: Vec<Experiment>,
     /// Concurrent client tasks for the product-page reads.
@@ -114,7 +118,8 @@ struct Args {
     /// `push_many` batch size in the batching experiment.
     #[arg(long, default_value_t = 100)]
     batch: usize,
-    /// Pushes of each kind (in order, out of order) per keep and round, push-cost experiment.
+    /// Pushes of each kind (in order, out of order) per keep and round, push-cost experiment;
+    /// pushes per layout and round, previews experiment.
     #[arg(long, default_value_t = 200)]
     pushes: usize,
     /// Confine the mongod the benchmark starts to this much memory (e.g. `512M`, `1G`) for the
@@ -308,6 +313,22 @@ async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
         eprintln!("push cost by keep…");
         let db = client.database(&format!("{}_keep", args.database));
         report.push_cost = Some(push_cost::run(&db, args.pushes, args.rounds, args.seed).await?);
+    }
+
+    if has(Experiment::Previews) {
+        eprintln!("preview subsets…");
+        let db = client.database(&format!("{}_previews", args.database));
+        report.previews = Some(
+            previews::run(
+                &db,
+                args.pushes,
+                args.rounds,
+                Duration::from_secs_f64(args.warmup),
+                Duration::from_secs_f64(args.duration),
+                args.seed,
+            )
+            .await?,
+        );
     }
 
     if has(Experiment::WorkingSet) {

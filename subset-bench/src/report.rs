@@ -15,6 +15,7 @@ use crate::hot_parent;
 use crate::load::CollSize;
 use crate::memory::Usage;
 use crate::overhead;
+use crate::previews;
 use crate::push_cost;
 use crate::stats::Spread;
 use crate::trips;
@@ -105,6 +106,7 @@ pub struct Report {
     pub batching: Option<batching::Result>,
     pub hot: Option<hot_parent::Result>,
     pub push_cost: Option<push_cost::Result>,
+    pub previews: Option<previews::Result>,
 }
 
 fn machine() -> String {
@@ -196,6 +198,7 @@ impl Report {
             batching: None,
             hot: None,
             push_cost: None,
+            previews: None,
         })
     }
 
@@ -343,6 +346,77 @@ impl Report {
             w,
             "\nIn order, keep 1000 over keep 5, per round: **{:.2}** ({:.2}–{:.2}); target ≤ 1.5.\n",
             k.head_ratio.median, k.head_ratio.min, k.head_ratio.max
+        );
+    }
+
+    fn previews_section(&self, w: &mut String, p: &previews::Result) {
+        let _ = writeln!(w, "## 7. Preview subsets\n");
+        let _ = writeln!(
+            w,
+            "{} products with {} reviews each (comments of {}+ characters), written twice through \
+             the library in {:.0} s: parents embedding their 10 latest reviews whole, and parents \
+             embedding previews of them (`_id`, `author`, `rating`, `date`), each layout with its \
+             own parent and child collections. A whole review embeds in **{:.0} B** on average, \
+             a preview in **{:.0} B**; a stored child (review and parent key) is {:.0} B in both \
+             layouts. Sizes are the mean (or median) `$bsonSize` after the load. The experiment \
+             took {:.0} s.\n",
+            previews::PRODUCTS,
+            previews::REVIEWS_EACH,
+            previews::COMMENT_CHARS,
+            p.load_secs,
+            p.whole.element_mean,
+            p.preview.element_mean,
+            p.whole.child_mean,
+            p.total_secs
+        );
+        let _ = writeln!(
+            w,
+            "Reads: `Store::get` of uniformly random products by {} tasks, {} s of warm-up then {} s \
+             measured, {} rounds with the layouts back to back (alternating which goes first); \
+             pages/s is the median (min–max) of the rounds, p50 and p99 the median of each \
+             round's percentile. Pushes: one task, {} new reviews per layout and round, each \
+             newer than every embedded one, into full subsets (keep 10: the `$sort` update), the \
+             same review to both layouts in turn.\n",
+            previews::TASKS,
+            p.warmup,
+            p.seconds,
+            p.rounds,
+            p.pushes
+        );
+        let _ = writeln!(
+            w,
+            "| embedded | parent, mean | parent, median | pages/s | read p50 ms | read p99 ms | push p50 ms | push p99 ms |"
+        );
+        let _ = writeln!(w, "|---|--:|--:|--:|--:|--:|--:|--:|");
+        for r in [&p.whole, &p.preview] {
+            let _ = writeln!(
+                w,
+                "| {} | {:.0} B | {:.0} B | {:.0} ({:.0}–{:.0}) | {:.2} | {:.2} | {:.2} ({:.2}–{:.2}) | {:.2} |",
+                r.name,
+                r.parent_mean,
+                r.parent_median,
+                r.reads.median,
+                r.reads.min,
+                r.reads.max,
+                r.read_p50.median,
+                r.read_p99.median,
+                r.push_p50.median,
+                r.push_p50.min,
+                r.push_p50.max,
+                r.push_p99.median
+            );
+        }
+        let _ = writeln!(
+            w,
+            "\nMean parent, whole over preview: **{:.2}x**. Per round, preview over whole: pages/s \
+             **{:.2}** ({:.2}–{:.2}); push p50 **{:.2}** ({:.2}–{:.2}).\n",
+            p.bytes_ratio,
+            p.read_ratio.median,
+            p.read_ratio.min,
+            p.read_ratio.max,
+            p.push_ratio.median,
+            p.push_ratio.min,
+            p.push_ratio.max
         );
     }
 
@@ -655,6 +729,9 @@ impl Report {
         }
         if let Some(k) = &self.push_cost {
             self.push_cost_section(w, k);
+        }
+        if let Some(p) = &self.previews {
+            self.previews_section(w, p);
         }
 
         let _ = writeln!(w, "{ANALYSIS}");
