@@ -348,6 +348,15 @@ async fn copy_children(
     let children = store
         .database()
         .collection::<Document>(spec.child_collection);
+    if let Some(invalid) = lost_preview(spec, parent, &elements, &children).await? {
+        return Ok((
+            0,
+            Already {
+                count: 0,
+                conflict: Some(invalid),
+            },
+        ));
+    }
     let stored: Vec<Document> = elements
         .into_iter()
         .map(|mut e| {
@@ -389,6 +398,50 @@ async fn copy_children(
             conflict,
         },
     ))
+}
+
+/// With `--embed`, an element that holds nothing but preview fields and whose child is not in
+/// the child collection: a rerun after the child was deleted outside the library. Copied, it
+/// would become a partial child; dropped, the element would be lost. The parent is left as it
+/// is and named instead.
+async fn lost_preview(
+    spec: &SubsetSpec,
+    parent: &Bson,
+    elements: &[Document],
+    children: &mongodb::Collection<Document>,
+) -> Result<Option<Invalid>, CliError> {
+    let Some(embed) = spec.embed else {
+        return Ok(None);
+    };
+    let is_preview = |e: &&Document| {
+        e.keys()
+            .all(|k| k == "_id" || embed.iter().any(|f| f.bson == k))
+    };
+    let ids: Vec<Bson> = elements
+        .iter()
+        .filter(is_preview)
+        .filter_map(|e| e.get("_id").cloned())
+        .collect();
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let found: Vec<Document> = children
+        .find(doc! { "_id": { "$in": &ids } })
+        .projection(doc! { "_id": 1 })
+        .await
+        .map_err(|e| CliError::mongo(spec.child_collection, e))?
+        .try_collect()
+        .await
+        .map_err(|e| CliError::mongo(spec.child_collection, e))?;
+    let found: Vec<&Bson> = found.iter().filter_map(|d| d.get("_id")).collect();
+    let lost = ids.iter().find(|id| !found.contains(id));
+    Ok(lost.map(|id| Invalid {
+        id: parent.clone(),
+        problem: format!(
+            "element {id} holds only the --embed fields and its child is not in `{}`: it is a preview whose whole child is gone, so it can be neither copied nor dropped; restore the child or remove the element (or, if the children really have no other fields, migrate without --embed)",
+            spec.child_collection
+        ),
+    }))
 }
 
 fn dry_run_report(spec: &SubsetSpec, parent: &str, before: &Sizes, survey: &Survey) -> Outcome {

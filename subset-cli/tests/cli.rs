@@ -994,6 +994,38 @@ async fn migrate_embeds_previews_and_sets_sums() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(json(&out)["children_copied"], 0);
     assert_eq!(all_shops(&db).await, shops);
+
+    // A child deleted outside the library while its preview stays embedded: a rerun neither
+    // copies the preview as a (partial) child nor drops it, and says which parent and why.
+    let shop = shops
+        .iter()
+        .find(|s| s.get_array("reviews").is_ok_and(|a| !a.is_empty()))
+        .unwrap();
+    let preview = shop.get_array("reviews").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .clone();
+    let children = db.collection::<Document>("reviews");
+    children
+        .delete_one(doc! { "_id": preview.get("_id").unwrap().clone() })
+        .await
+        .unwrap();
+    let out = subset(&uri, &db, &view("migrate", PREVIEWS, &[])).await;
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("holds only the --embed fields and its child is not in `reviews`"),
+        "{err}"
+    );
+    let partial = children
+        .find_one(doc! { "_id": preview.get("_id").unwrap().clone() })
+        .await
+        .unwrap();
+    assert!(
+        partial.is_none(),
+        "a preview was copied as a child: {partial:?}"
+    );
+    assert_eq!(all_shops(&db).await, shops, "the parent is left as it was");
 }
 
 #[tokio::test(flavor = "multi_thread")]
