@@ -4,7 +4,10 @@
 //! | file | holds |
 //! |---|---|
 //! | `mod.rs` | the options, the [`Follow`] operation and the [`Follower`] handle |
-//! | `stream.rs` | one child collection's stream: batches, resyncs, catch-ups, pre-images |
+//! | `stream.rs` | one child collection's stream: its loop, reading batches, saving the place |
+//! | `apply.rs` | applying a batch: its parents resynced once each, retries, the batch report |
+//! | `catch_up.rs` | the full pass when the changes cannot be read one by one |
+//! | `pre_images.rs` | checking and turning on the pre- and post-images the follower needs |
 //! | `event.rs` | which parents a change event concerns |
 //! | `token.rs` | where a follower's place (its resume tokens) is saved |
 //! | `stats.rs` | totals, batch reports, updates for an observer |
@@ -28,7 +31,10 @@ use super::{RawStore, SweepOptions};
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
 
+mod apply;
+mod catch_up;
 mod event;
+mod pre_images;
 mod stats;
 mod stream;
 mod token;
@@ -368,7 +374,7 @@ async fn follow(
     }
     let collections = by_collection(store.spec().subsets);
     for (collection, _) in &collections {
-        stream::ensure_pre_images(store, collection, options.enable_pre_images).await?;
+        pre_images::ensure_pre_images(store, collection, options.enable_pre_images).await?;
     }
     let shared = Shared {
         store,
