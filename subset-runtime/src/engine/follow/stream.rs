@@ -11,9 +11,10 @@ use mongodb::options::{FullDocumentBeforeChangeType, FullDocumentType};
 
 use super::apply::Applied;
 use super::event::{self, Event};
+use super::run::Stop;
 use super::stats::{CatchUp, Counters, FollowUpdate};
 use super::token::Tokens;
-use super::{FollowOptions, Observer, Stop};
+use super::{FollowOptions, Observer};
 use crate::engine::driver_error;
 use crate::engine::RawStore;
 use crate::error::{Error, Result};
