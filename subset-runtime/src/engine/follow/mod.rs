@@ -4,7 +4,11 @@
 //! | file | holds |
 //! |---|---|
 //! | `mod.rs` | the options, the [`Follow`] operation and the [`Follower`] handle |
-//! | `stream.rs` | one child collection's stream: batches, resyncs, catch-ups, pre-images |
+//! | `run.rs` | running a follower: the checks first, one stream per child collection, the stop |
+//! | `stream.rs` | one child collection's stream: its loop, reading batches, saving the place |
+//! | `apply.rs` | applying a batch: its parents resynced once each, retries, the batch report |
+//! | `catch_up.rs` | the full pass when the changes cannot be read one by one |
+//! | `pre_images.rs` | checking and turning on the pre- and post-images the follower needs |
 //! | `event.rs` | which parents a change event concerns |
 //! | `token.rs` | where a follower's place (its resume tokens) is saved |
 //! | `stats.rs` | totals, batch reports, updates for an observer |
@@ -20,15 +24,20 @@ use std::future::{Future, IntoFuture};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::{BoxFuture, Either};
+use futures::future::BoxFuture;
 use futures::FutureExt;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 use super::{RawStore, SweepOptions};
-use crate::error::{Error, Result};
-use crate::model::SubsetSpec;
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 
+mod apply;
+mod catch_up;
 mod event;
+mod pre_images;
+mod run;
 mod stats;
 mod stream;
 mod token;
@@ -36,8 +45,6 @@ mod token;
 pub use stats::{CatchUp, FollowBatch, FollowStats, FollowUpdate};
 
 use stats::Counters;
-use stream::{CollectionFollower, Shared};
-use token::Tokens;
 
 /// The collection where followers save their places, unless told otherwise.
 pub const DEFAULT_TOKEN_COLLECTION: &str = "subset_followers";
@@ -130,25 +137,6 @@ impl FollowOptions {
 /// The observer given to [`Follow::on_update`].
 type Observer = Arc<dyn Fn(&FollowUpdate<'_>) + Send + Sync>;
 
-/// Whether a stop was requested, as every collection follower sees it.
-#[derive(Debug, Clone)]
-struct Stop(watch::Receiver<bool>);
-
-impl Stop {
-    fn requested(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    /// Resolves once a stop is requested.
-    async fn wait(&self) {
-        let mut rx = self.0.clone();
-        // An error means the sender is gone, and nothing can ask for a stop any more.
-        if rx.wait_for(|stop| *stop).await.is_err() {
-            futures::future::pending::<()>().await;
-        }
-    }
-}
-
 /// A follower, built by [`RawStore::follow`] or [`crate::Store::follow`]: awaiting it runs it
 /// until it is stopped ([`Follow::until`]) or fails; [`Follow::spawn`] runs it in a task of its
 /// own behind a [`Follower`] handle.
@@ -237,40 +225,6 @@ impl Follow {
             counters,
         }
     }
-
-    async fn run(self) -> Result<FollowStats> {
-        let Follow {
-            store,
-            options,
-            shutdown,
-            observer,
-            counters,
-        } = self;
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let follow = follow(
-            &store,
-            &options,
-            observer.as_ref(),
-            &counters,
-            Stop(stop_rx),
-        );
-        let result = match shutdown {
-            None => follow.await,
-            Some(shutdown) => {
-                futures::pin_mut!(follow);
-                match futures::future::select(follow, shutdown).await {
-                    Either::Left((result, _)) => result,
-                    Either::Right(((), follow)) => {
-                        tracing::info!(follower = %options.name, "stop requested");
-                        let _ = stop_tx.send(true);
-                        follow.await
-                    }
-                }
-            }
-        };
-        drop(stop_tx);
-        result.map(|()| counters.snapshot())
-    }
 }
 
 impl IntoFuture for Follow {
@@ -348,85 +302,5 @@ impl RawStore {
             observer: None,
             counters: Arc::default(),
         }
-    }
-}
-
-/// Follows every child collection of `store` until a stop or an error.
-async fn follow(
-    store: &RawStore,
-    options: &FollowOptions,
-    observer: Option<&Observer>,
-    counters: &Counters,
-    stop: Stop,
-) -> Result<()> {
-    if !store.replicated().await? {
-        return Err(Error::FollowUnsupported {
-            collection: store.collection_name().to_owned(),
-            reason: "the server is a standalone mongod, which has no oplog and so no change streams: following needs a replica set (a single-node one will do) or a sharded cluster; on a standalone server, run `reconcile_all` on a schedule instead".to_owned(),
-            source: None,
-        });
-    }
-    let collections = by_collection(store.spec().subsets);
-    for (collection, _) in &collections {
-        stream::ensure_pre_images(store, collection, options.enable_pre_images).await?;
-    }
-    let shared = Shared {
-        store,
-        options,
-        tokens: Tokens::new(
-            store.database(),
-            &options.token_collection,
-            &options.name,
-            store.collection_name(),
-        ),
-        counters,
-        observer,
-        stop,
-    };
-    let followers = collections
-        .into_iter()
-        .map(|(name, fields)| CollectionFollower {
-            shared: &shared,
-            name,
-            fields,
-        });
-    let followers: Vec<_> = followers.collect();
-    futures::future::try_join_all(followers.iter().map(CollectionFollower::run)).await?;
-    Ok(())
-}
-
-/// The subset fields grouped by child collection, each collection once, in declaration order.
-fn by_collection(subsets: &[SubsetSpec]) -> Vec<(&'static str, Vec<SubsetSpec>)> {
-    let mut groups: Vec<(&'static str, Vec<SubsetSpec>)> = Vec::new();
-    for spec in subsets {
-        match groups.iter_mut().find(|(c, _)| *c == spec.child_collection) {
-            Some((_, fields)) => fields.push(*spec),
-            None => groups.push((spec.child_collection, vec![*spec])),
-        }
-    }
-    groups
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::TEST_SPEC;
-
-    #[test]
-    fn each_child_collection_is_followed_once_for_all_its_fields() {
-        let first = SubsetSpec {
-            field: "first",
-            key: "first_of",
-            ..TEST_SPEC
-        };
-        let other = SubsetSpec {
-            child_collection: "orders",
-            ..TEST_SPEC
-        };
-        let groups = by_collection(&[TEST_SPEC, other, first]);
-        assert_eq!(groups.len(), 2);
-        assert_eq!(groups[0].0, "reviews");
-        assert_eq!(groups[0].1, [TEST_SPEC, first]);
-        assert_eq!(groups[1].0, "orders");
     }
 }

@@ -1,23 +1,22 @@
-//! One child collection's change stream: read a batch of events, resync the parents they
-//! concern, save the place; and when the changes cannot be read one by one, catch up with a
-//! full pass before streaming again.
+//! One child collection's change stream: the follower of one collection and its loop, which
+//! opens the stream where the saved place says, reads batches of events, has them applied
+//! (`apply.rs`) or catches up (`catch_up.rs`), and saves the place.
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::bson::{doc, Bson, DateTime, Document};
-use futures::future::Either;
-use futures::StreamExt;
+use crate::bson::Document;
 use mongodb::change_stream::event::{OperationType, ResumeToken};
 use mongodb::change_stream::ChangeStream;
 use mongodb::options::{FullDocumentBeforeChangeType, FullDocumentType};
 
-use super::event::{self, Event, Meaning};
-use super::stats::{CatchUp, Counters, FollowBatch, FollowUpdate};
+use super::apply::Applied;
+use super::event::{self, Event};
+use super::run::Stop;
+use super::stats::{CatchUp, Counters, FollowUpdate};
 use super::token::Tokens;
-use super::{FollowOptions, Observer, Stop};
-use crate::engine::driver_error::{self, NAMESPACE_EXISTS};
-use crate::engine::{exec, RawStore};
+use super::{FollowOptions, Observer};
+use crate::engine::driver_error;
+use crate::engine::RawStore;
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
 
@@ -25,10 +24,6 @@ use crate::model::SubsetSpec;
 /// server's post-batch resume token), so that a quiet collection's place does not fall off the
 /// oplog.
 const IDLE_SAVE: Duration = Duration::from_secs(10);
-
-/// How many times a batch's failed resyncs are tried before the follower gives up (without
-/// saving the batch's place, so that a restart redoes it).
-const ATTEMPTS: u32 = 6;
 
 /// What every collection follower of one follower shares.
 pub(super) struct Shared<'a> {
@@ -41,7 +36,7 @@ pub(super) struct Shared<'a> {
 }
 
 impl Shared<'_> {
-    fn notify(&self, update: FollowUpdate<'_>) {
+    pub(super) fn notify(&self, update: FollowUpdate<'_>) {
         if let Some(observer) = self.observer {
             observer(&update);
         }
@@ -63,23 +58,7 @@ struct Read {
     ended: bool,
 }
 
-/// What applying a batch came to.
-enum Applied {
-    Batch(FollowBatch),
-    /// Some event's parents are unknown: only a full pass covers it.
-    MissingImages,
-}
-
-/// What resyncing a batch's parents found.
-#[derive(Default)]
-struct Tally {
-    written: u64,
-    skipped: u64,
-    orphaned: u64,
-    failed: u64,
-}
-
-type Stream = ChangeStream<Event>;
+pub(super) type Stream = ChangeStream<Event>;
 
 impl CollectionFollower<'_> {
     /// Follows the collection until a stop is requested (`Ok`) or an error the follower cannot
@@ -194,13 +173,13 @@ impl CollectionFollower<'_> {
         }
     }
 
-    fn mongo(&self, e: mongodb::error::Error) -> Error {
+    pub(super) fn mongo(&self, e: mongodb::error::Error) -> Error {
         Error::mongo(self.name, e)
     }
 
     /// A change stream on the collection, after `token` or from now, with the images the
     /// mapping reads, trimmed to the key fields.
-    async fn open(&self, token: Option<ResumeToken>) -> mongodb::error::Result<Stream> {
+    pub(super) async fn open(&self, token: Option<ResumeToken>) -> mongodb::error::Result<Stream> {
         let options = self.shared.options;
         self.shared
             .store
@@ -219,7 +198,7 @@ impl CollectionFollower<'_> {
 
     /// Saves the stream's place (`stream.resume_token()`: a `ChangeStream` is not `Sync`, so
     /// the token is taken before any await).
-    async fn save(&self, token: Option<ResumeToken>) -> Result<()> {
+    pub(super) async fn save(&self, token: Option<ResumeToken>) -> Result<()> {
         match token {
             Some(token) => self.shared.tokens.save(self.name, &token).await,
             None => Ok(()),
@@ -263,267 +242,8 @@ impl CollectionFollower<'_> {
         }
         Ok(read)
     }
-
-    /// Resyncs every parent the events concern, each once.
-    async fn apply(&self, events: &[Event]) -> Result<Applied> {
-        let started = Instant::now();
-        let mut parents = Vec::new();
-        for e in events {
-            if event::map(e, &self.fields, &mut parents) == Meaning::MissingImage {
-                return Ok(Applied::MissingImages);
-            }
-        }
-        // A burst on one parent costs one resync. Debug output names the BSON type and the
-        // value, which is what tells two parent keys apart.
-        let mut seen = HashSet::new();
-        parents.retain(|(field, parent)| seen.insert((*field, format!("{parent:?}"))));
-        let resynced = parents.len() as u64;
-        let tally = self.resync(parents).await?;
-        let now = DateTime::now().timestamp_millis();
-        let oldest = events.iter().filter_map(wall_millis).min();
-        let lag = oldest.map(|t| Duration::from_millis(u64::try_from(now - t).unwrap_or(0)));
-        Ok(Applied::Batch(FollowBatch {
-            collection: self.name,
-            events: events.len() as u64,
-            resynced,
-            written: tally.written,
-            skipped: tally.skipped,
-            orphaned: tally.orphaned,
-            failed: tally.failed,
-            lag,
-            took: started.elapsed(),
-            totals: Default::default(),
-        }))
-    }
-
-    /// Reconciles each (field, parent), `concurrency` at once. A parent that failed for a reason
-    /// that may pass (the server, the network) or that kept changing under the resync is tried
-    /// again; one that failed for a reason of its own is logged and passed over, as
-    /// `reconcile_all` does.
-    async fn resync(&self, parents: Vec<(usize, Bson)>) -> Result<Tally> {
-        let store = self.shared.store;
-        let mut tally = Tally::default();
-        let mut pending = parents;
-        for attempt in 1..=ATTEMPTS {
-            let results: Vec<_> = futures::stream::iter(pending.drain(..))
-                .map(|(field, parent)| {
-                    // Each reconcile runs in a task of its own, so that a follower whose task is
-                    // aborted never leaves a transaction half-done: the driver marks a
-                    // transaction committed before it sends `commitTransaction`, so one cut off
-                    // there would not be aborted, and would hold its parent until the server's
-                    // transaction lifetime (60 s) ran out. The reconcile finishes; the place is
-                    // not saved, so the next start redoes it.
-                    let (store, spec, key) = (store.clone(), self.fields[field], parent.clone());
-                    let task = tokio::spawn(async move {
-                        store.subset(&spec).resync_in(&key, true, None).await
-                    });
-                    async move {
-                        match task.await {
-                            Ok(result) => (field, parent, Some(result)),
-                            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                            // Cancelled: the runtime is shutting down, and this follower with it.
-                            Err(_) => (field, parent, None),
-                        }
-                    }
-                })
-                .buffer_unordered(self.shared.options.concurrency)
-                .collect()
-                .await;
-            let mut error = None;
-            for (field, parent, result) in results {
-                let Some(result) = result else {
-                    pending.push((field, parent));
-                    continue;
-                };
-                match result {
-                    Ok(drift) if drift.is_clean() => tally.skipped += 1,
-                    Ok(drift) if drift.fixed => tally.written += 1,
-                    // Drift the conditional rewrite could not fix: the parent kept changing.
-                    Ok(_) => pending.push((field, parent)),
-                    // A key no parent has, or none can have (an array, say): no subset to keep.
-                    Err(Error::ParentNotFound { .. } | Error::InvalidId { .. }) => {
-                        tally.orphaned += 1
-                    }
-                    Err(
-                        e @ (Error::MalformedParent { .. }
-                        | Error::MalformedChild { .. }
-                        | Error::SubsetTooLarge { .. }),
-                    ) => {
-                        tracing::warn!(parent = %parent, field = self.fields[field].field, error = %e, "parent passed over");
-                        tally.failed += 1;
-                    }
-                    Err(e) => {
-                        tracing::debug!(parent = %parent, attempt, error = %e, "resync failed; trying again");
-                        pending.push((field, parent));
-                        error = Some(e);
-                    }
-                }
-            }
-            if pending.is_empty() {
-                break;
-            }
-            if attempt == ATTEMPTS {
-                if let Some(e) = error {
-                    return Err(e);
-                }
-                tracing::warn!(
-                    parents = pending.len(),
-                    "parents kept changing under every resync; passed over"
-                );
-                tally.failed += pending.len() as u64;
-                break;
-            }
-            exec::backoff(attempt).await;
-        }
-        Ok(tally)
-    }
-
-    /// Catches up on every change the stream cannot deliver: opens a stream from now, then
-    /// reconciles every parent of the collection's fields, then saves the new stream's place.
-    /// Changes after the stream opened come through it; the ones before, the pass reads. `None`
-    /// when a stop came during the pass: the old place stays saved, so the next start catches
-    /// up again.
-    async fn catch_up(&self, reason: CatchUp) -> Result<Option<Stream>> {
-        let shared = self.shared;
-        tracing::warn!(?reason, "catching up: reconciling every parent");
-        shared.notify(FollowUpdate::CatchingUp {
-            collection: self.name,
-            reason,
-        });
-        // A dropped collection comes back without its pre-images.
-        ensure_pre_images(shared.store, self.name, shared.options.enable_pre_images).await?;
-        let stream = self.open(None).await.map_err(|e| self.mongo(e))?;
-        let pass = shared
-            .store
-            .reconcile_fields(&self.fields, &shared.options.sweep, |_| {});
-        let stop = shared.stop.wait();
-        futures::pin_mut!(pass, stop);
-        let mut report = match futures::future::select(pass, stop).await {
-            Either::Left((report, _)) => report?,
-            Either::Right(_) => {
-                tracing::info!("stopped during the catch-up; it starts over on the next start");
-                shared.notify(FollowUpdate::Stopped {
-                    collection: self.name,
-                });
-                return Ok(None);
-            }
-        };
-        // A parent the pass could not reach for a reason that may pass is not caught up: the
-        // place must not move past it.
-        if let Some(i) = report
-            .failures
-            .iter()
-            .position(|f| f.error.mongo_error().is_some())
-        {
-            return Err(report.failures.swap_remove(i).error);
-        }
-        shared.counters.add_catch_up(&report);
-        self.save(stream.resume_token()).await?;
-        tracing::info!(
-            parents = report.progress.checked,
-            fixed = report.progress.fixed,
-            "caught up"
-        );
-        shared.notify(FollowUpdate::CaughtUp {
-            collection: self.name,
-            report: &report,
-        });
-        Ok(Some(stream))
-    }
 }
 
 /// The shortest and longest wait of one read for events.
 const MIN_AWAIT: Duration = Duration::from_millis(10);
 const MAX_AWAIT: Duration = Duration::from_secs(1);
-
-/// When the event happened, by the server's wall clock (6.0+), else its cluster time (whole
-/// seconds).
-fn wall_millis(e: &Event) -> Option<i64> {
-    e.wall_time
-        .map(|t| t.timestamp_millis())
-        .or_else(|| e.cluster_time.map(|t| i64::from(t.time) * 1000))
-}
-
-/// Makes sure the server records pre-images (and so post-images) of `collection`'s changes,
-/// which tell the parent of a deleted or moved child; creates the collection with them when it
-/// does not exist. With `enable` false, only checks.
-///
-/// # Errors
-///
-/// [`Error::FollowUnsupported`] when they are off and cannot (or may not) be turned on.
-pub(super) async fn ensure_pre_images(
-    store: &RawStore,
-    collection: &str,
-    enable: bool,
-) -> Result<()> {
-    let db = store.database();
-    let mongo = |e| Error::mongo(collection, e);
-    let unsupported =
-        |reason: String, source: Option<mongodb::error::Error>| Error::FollowUnsupported {
-            collection: collection.to_owned(),
-            reason,
-            source: source.map(Box::new),
-        };
-    let listed = db
-        .run_command(doc! { "listCollections": 1, "filter": { "name": collection } })
-        .await
-        .map_err(mongo)?;
-    let spec = listed
-        .get_document("cursor")
-        .ok()
-        .and_then(|c| c.get_array("firstBatch").ok())
-        .and_then(|b| b.first())
-        .and_then(Bson::as_document);
-    if let Some(spec) = spec {
-        if spec.get_str("type").is_ok_and(|t| t != "collection") {
-            return Err(unsupported(
-                "it is a view, not a collection: change streams and pre-images need a collection"
-                    .to_owned(),
-                None,
-            ));
-        }
-        let enabled = spec
-            .get_document("options")
-            .and_then(|o| o.get_document("changeStreamPreAndPostImages"))
-            .and_then(|p| p.get_bool("enabled"))
-            .unwrap_or(false);
-        if enabled {
-            return Ok(());
-        }
-    }
-    if !enable {
-        return Err(unsupported(
-            format!("`changeStreamPreAndPostImages` is off on it, and the follower needs the pre-image of a deleted child to find its parent: run `db.runCommand({{collMod: \"{collection}\", changeStreamPreAndPostImages: {{enabled: true}}}})` (MongoDB 6.0 or later), or let the follower do it"),
-            None,
-        ));
-    }
-    let option = doc! { "enabled": true };
-    let created = if spec.is_none() {
-        let create = doc! { "create": collection, "changeStreamPreAndPostImages": option.clone() };
-        match db.run_command(create).await {
-            Ok(_) => true,
-            // Created meanwhile, by a writer: turn them on below.
-            Err(e) if driver_error::has_code(&e, NAMESPACE_EXISTS) => false,
-            Err(e) => return Err(refused(collection, e)),
-        }
-    } else {
-        false
-    };
-    if !created {
-        let coll_mod = doc! { "collMod": collection, "changeStreamPreAndPostImages": option };
-        db.run_command(coll_mod)
-            .await
-            .map_err(|e| refused(collection, e))?;
-    }
-    tracing::info!(collection, "enabled changeStreamPreAndPostImages");
-    Ok(())
-}
-
-/// The error of a server that would not turn pre-images on.
-fn refused(collection: &str, e: mongodb::error::Error) -> Error {
-    Error::FollowUnsupported {
-        collection: collection.to_owned(),
-        reason: format!("cannot enable `changeStreamPreAndPostImages`, which the follower needs to find the parent of a deleted child (MongoDB 6.0 or later, and the `collMod` privilege): {e}"),
-        source: Some(Box::new(e)),
-    }
-}
