@@ -134,8 +134,9 @@ async fn external_burst(db: Database, shops: Vec<ObjectId>, until: Instant) -> u
 
 /// Waits until a sentinel review, written after everything else, is embedded, twice (see
 /// `tests/follow.rs` at the workspace root). Up to 75 s: a process SIGKILLed while committing a
-/// transaction leaves it open on the server, holding its parent, until the server's transaction
-/// lifetime (60 s) ends it; the restarted follower waits for that parent.
+/// transaction leaves it open on the server, holding its parent, until the server aborts it
+/// (the test server's `transactionLifetimeLimitSeconds` is 20, checked every 10 s: at most
+/// 30 s); the restarted follower waits for that parent.
 async fn caught_up(db: &Database, sentinel: ObjectId) -> Duration {
     let started = Instant::now();
     for k in 0..2 {

@@ -342,6 +342,10 @@ impl Node {
             // The default takes half the machine's memory; tests hold little data.
             .args(["--wiredTigerCacheSizeGB", "0.25"])
             .args(["--setParameter", "diagnosticDataCollectionEnabled=false"])
+            // A transaction left open by a killed process holds its documents until the server
+            // aborts it: after this limit, by a sweep every half limit, so at worst 1.5 times it.
+            // The default (60 s) can keep a crash test waiting 90 s.
+            .args(["--setParameter", "transactionLifetimeLimitSeconds=20"])
             .stdin(Stdio::null())
             .stdout(stdio)
             .stderr(stderr);
