@@ -526,7 +526,7 @@ async fn eight_writers_leave_every_view_exact() {
                         let mut rng = rand::rng();
                         (
                             rng.random_range(0..boards.len()),
-                            rng.random_range(0..4),
+                            rng.random_range(0..store.spec().subsets.len()),
                             rng.random_range(0..100),
                             rng.random_range(1..next.load(Ordering::Relaxed).max(2)),
                             rng.random_range(0..30_i64),
