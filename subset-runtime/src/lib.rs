@@ -9,6 +9,7 @@
 
 mod action;
 pub mod bson_compat;
+mod checks;
 mod cursor;
 mod decode;
 mod dynamic;
@@ -25,6 +26,7 @@ mod values;
 
 pub use action::Action;
 pub use bson_compat::SerError;
+pub use checks::{CountField, FilterField, SortableField, SumField};
 pub use cursor::{Cursor, Page, PageRequest};
 pub use decode::type_name as bson_type_name;
 pub use dynamic::{parse_sort, SpecBuilder, SpecError, MAX_KEEP};
@@ -36,8 +38,8 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use model::{
-    Child, CountField, Direction, FieldName, FilterField, FilterSpec, Parent, ParentSpec, SortKey,
-    SortableField, SubsetField, SubsetSpec, SumField, SumSpec,
+    Child, Direction, FieldName, FilterSpec, Parent, ParentSpec, SortKey, SubsetField, SubsetSpec,
+    SumSpec,
 };
 /// The `bson` crate of the driver: bson 2 with the default `bson-2` feature, bson 3 with `bson-3`
 /// (which wins when both are on, as in the driver). Name bson through this path (or
@@ -54,7 +56,7 @@ pub use values::SortValues;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bson;
-    pub use crate::model::{
+    pub use crate::checks::{
         assert_count, assert_filter, assert_preview_field, assert_sum, child_field, embed,
         field_in, full_type, nothing, preview_bson_name, stored_bson_name, ChildField, Described,
         DescribedFallback,

@@ -12,7 +12,8 @@ use std::marker::PhantomData;
 use crate::bson::spec::{BinarySubtype, ElementType};
 use crate::bson::Bson;
 
-use crate::model::{Child, SortableField};
+use crate::checks::SortableField;
+use crate::model::Child;
 
 /// The BSON values one key of a subset's order can hold: what a cursor's position is checked
 /// against before a page is queried.
