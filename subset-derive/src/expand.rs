@@ -4,7 +4,7 @@
 use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{parse_quote, DeriveInput, Generics, Type};
+use syn::{parse_quote, DeriveInput, Generics, LitStr, Type};
 
 use crate::ast::{show_type, Container, Derive};
 use crate::attr::Direction;
@@ -196,16 +196,14 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         }
         None => quote!(::core::option::Option::None),
     };
-    let sums = subset.sums.iter().map(|sum| {
-        let parent = &sum.parent.bson_name;
-        let name = &sum.child.child;
-        // A sum adds up the stored children, so it reads the full type (`Self` for a child that
-        // is not a preview), whose name the parent does not know.
+    // A sum adds up, and a filter reads, the stored children, so both look their field up on the
+    // full type (`Self` for a child that is not a preview), whose name the parent does not know.
+    let full_field = |name: &str, lit: &LitStr, role: &str, instead: &str| {
         let unstored = |attr: &str| {
             format!(
-                "`{name}` cannot be summed: it is `#[serde({attr})]` on the type of the \
-                 `{collection}` documents, so it is never stored; sum a field that they store, or \
-                 remove `{attr}` from the serde attributes of `{name}`",
+                "`{name}` cannot be {role}: it is `#[serde({attr})]` on the type of the \
+                 `{collection}` documents, so it is never stored; {instead} a field that they \
+                 store, or remove `{attr}` from the serde attributes of `{name}`",
                 collection = subset.child.value(),
             )
         };
@@ -225,10 +223,14 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
             use ::subset::__private::DescribedFallback as _;
             #lookup
         });
-        let sum_span = Span::mixed_site().located_at(sum.lit.span());
-        let child = quote_spanned! {sum_span=>
+        let span = Span::mixed_site().located_at(lit.span());
+        quote_spanned! {span=>
             ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
-        };
+        }
+    };
+    let sums = subset.sums.iter().map(|sum| {
+        let parent = &sum.parent.bson_name;
+        let child = full_field(&sum.child.child, sum.lit, "summed", "sum");
         quote! {
             ::subset::SumSpec { parent: #parent, child: #child }
         }
@@ -236,35 +238,8 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
     let filter = match subset.filter {
         None => quote!(::core::option::Option::None),
         Some(filter) => {
-            let name = &filter.field;
+            let field = full_field(&filter.field, &filter.lit, "a filter", "filter by");
             let equals = filter.equals;
-            // A filter reads the stored (full) child, as a sum does.
-            let unstored = |attr: &str| {
-                format!(
-                    "`{name}` cannot be a filter: it is `#[serde({attr})]` on the type of the \
-                     `{collection}` documents, so it is never stored; filter by a field that they \
-                     store, or remove `{attr}` from the serde attributes of `{name}`",
-                    collection = subset.child.value(),
-                )
-            };
-            let (skip, skip_serializing) = (unstored("skip"), unstored("skip_serializing"));
-            let lookup = quote_spanned! {child_ty.span()=>
-                ::subset::__private::field_in(
-                        ::subset::__private::Described::<#child_ty>::FULL_FIELDS,
-                        ::subset::__private::Described::<#child_ty>::FULL_UNSTORED,
-                        #name,
-                        #parent_key,
-                        #full_key_message,
-                    )
-            };
-            let lookup = quote!({
-                use ::subset::__private::DescribedFallback as _;
-                #lookup
-            });
-            let span = Span::mixed_site().located_at(filter.lit.span());
-            let field = quote_spanned! {span=>
-                ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
-            };
             quote! {
                 ::core::option::Option::Some(::subset::FilterSpec { field: #field, equals: #equals })
             }
