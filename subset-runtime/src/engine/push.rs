@@ -48,9 +48,10 @@ impl<'a> RawSubset<'a> {
         if children.is_empty() {
             return Ok(());
         }
+        let views = self.views();
         let batch = children
             .into_iter()
-            .map(|c| self.prepare(parent, c))
+            .map(|c| self.prepare(parent, c, &views))
             .collect::<Result<Batch>>()?;
         // Within a transaction of ours, pushes to one parent go together (see `combine.rs`).
         if caller.is_none() && self.store().mode().await? == WriteMode::Transactional {
@@ -138,7 +139,8 @@ impl<'a> RawSubset<'a> {
         mine
     }
 
-    fn prepare(&self, parent: &Bson, child: Document) -> Result<Prepared> {
+    /// `child` ready to be written into `views` (this field's [`RawSubset::views`]).
+    fn prepare(&self, parent: &Bson, child: Document, views: &[RawSubset<'_>]) -> Result<Prepared> {
         let id = child
             .get("_id")
             .cloned()
@@ -146,7 +148,14 @@ impl<'a> RawSubset<'a> {
                 collection: self.spec().child_collection.to_owned(),
             })?;
         self.check_child_id(&id)?;
-        let embedded = self.embedded_forms(&child)?;
+        let embedded = views
+            .iter()
+            .map(|view| {
+                let spec = view.spec();
+                super::sums::check_child(spec, &child)?;
+                Ok(embedded_in(spec, &child))
+            })
+            .collect::<Result<_>>()?;
         let mut stored = child;
         stored.insert(self.spec().key, parent.clone());
         Ok(Prepared {
@@ -154,21 +163,6 @@ impl<'a> RawSubset<'a> {
             embedded,
             stored,
         })
-    }
-
-    /// The embedded forms of `child` in each view (see [`Prepared::embedded`]), checking that it
-    /// holds a number in every field a view that admits it sums.
-    fn embedded_forms(&self, child: &Document) -> Result<Vec<Option<Document>>> {
-        self.views()
-            .into_iter()
-            .map(|view| {
-                let spec = view.spec();
-                super::sums::check_child(spec, child)?;
-                Ok(spec
-                    .admits(child)
-                    .then(|| query::embedded(spec, child.clone())))
-            })
-            .collect()
     }
 
     /// Puts a child that is already in the child collection back into the subset if it is
@@ -201,15 +195,11 @@ impl<'a> RawSubset<'a> {
             embedded: self
                 .views()
                 .iter()
-                .map(|v| {
-                    let spec = v.spec();
-                    spec.admits(&stored)
-                        .then(|| query::embedded(spec, stored.clone()))
-                })
+                .map(|v| embedded_in(v.spec(), &stored))
                 .collect(),
             stored,
         };
-        let push = ViewPush::new(self.views().len(), &[&restored]);
+        let push = ViewPush::new(&[&restored]);
         let pushed = self
             .capped_push(ctx, parent, true, &push, &Document::new())
             .await?;
@@ -260,7 +250,7 @@ impl Steps for PushSteps<'_, '_> {
         // is found before the insert does any work.
         let s = self.subset;
         let inc = s.added_inc(&fresh);
-        let push = ViewPush::new(s.views().len(), &fresh);
+        let push = ViewPush::new(&fresh);
         if !s.capped_push(ctx, self.parent, false, &push, &inc).await? {
             return Err(s.parent_not_found(self.parent));
         }
@@ -297,4 +287,11 @@ impl PushSteps<'_, '_> {
             .filter(|p| !stored.contains(&&p.id))
             .collect())
     }
+}
+
+/// `child`'s form in the view `spec` (see [`Prepared::embedded`]): `None` when its filter leaves
+/// the child out.
+fn embedded_in(spec: &crate::model::SubsetSpec, child: &Document) -> Option<Document> {
+    spec.admits(child)
+        .then(|| query::embedded(spec, child.clone()))
 }

@@ -94,7 +94,7 @@ impl PushSteps<'_, '_> {
         let parents = s.store().parents::<Document>();
         let inc = s.added_inc(fresh);
         let views = s.views();
-        let mut pending = ViewPush::new(views.len(), fresh);
+        let mut pending = ViewPush::new(fresh);
         for _ in 0..ORDERED_PUSH_ATTEMPTS {
             if s.capped_push(ctx, self.parent, true, &pending, &inc)
                 .await?

@@ -35,8 +35,10 @@ pub(super) struct ViewPush<'p> {
 }
 
 impl<'p> ViewPush<'p> {
-    /// Every child into every view that admits it.
-    pub(super) fn new(views: usize, children: &[&'p Prepared]) -> Self {
+    /// Every child into every view that admits it (the views its [`Prepared::embedded`] forms
+    /// are for).
+    pub(super) fn new(children: &[&'p Prepared]) -> Self {
+        let views = children.first().map_or(0, |p| p.embedded.len());
         let each = (0..views)
             .map(|i| {
                 children
