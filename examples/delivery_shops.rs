@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
 use subset::bson::{doc, DateTime, Document, RawDocumentBuf};
 use subset::testkit::{MongoServer, Topology};
-use subset::{Child, PageRequest, Store, Subset};
+use subset::{Child, PageRequest, Parent, Store};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Review {
@@ -37,7 +37,7 @@ struct ReviewPreview {
     date: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "shops")]
 struct Shop {
     #[serde(rename = "_id")]

@@ -17,7 +17,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::testkit::{MongoServer, Topology};
-use subset::{Child, PageRequest, Store, Subset};
+use subset::{Child, PageRequest, Parent, Store};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
 struct Review {
@@ -44,7 +44,7 @@ struct ReviewPreview {
     date: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

@@ -2,7 +2,7 @@
 //!
 //! A parent (a product) keeps its `keep` most relevant children (the 5 latest reviews) embedded,
 //! so the product page is one query; every child also lives in its own collection, so history is
-//! unbounded and the parent document stays small. `#[derive(Subset)]` generates the typed glue
+//! unbounded and the parent document stays small. `#[derive(Parent)]` generates the typed glue
 //! and checks its use at compile time; the runtime does the traps right:
 //!
 //! - every push is one `$push` with `$each`, `$sort` and `$slice` (the array can never grow past
@@ -19,7 +19,7 @@
 //! ```no_run
 //! use subset::bson::{oid::ObjectId, DateTime};
 //! use serde::{Deserialize, Serialize};
-//! use subset::{Child, PageRequest, Store, Subset};
+//! use subset::{Child, PageRequest, Store, Parent};
 //!
 //! #[derive(Debug, Clone, Serialize, Deserialize, Child)]
 //! struct Review {
@@ -30,7 +30,7 @@
 //!     date: DateTime,
 //! }
 //!
-//! #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+//! #[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 //! #[subset(collection = "products")]
 //! struct Product {
 //!     #[serde(rename = "_id")]
@@ -119,7 +119,7 @@
 
 #![warn(missing_docs)]
 
-pub use subset_derive::{Child, Subset};
+pub use subset_derive::{Child, Parent};
 pub use subset_runtime::*;
 
 // The `subset-testkit` crate, whose own docs render as this module's.

@@ -13,7 +13,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::bson_compat;
-use subset::{Child, Error, PageRequest, Store, SweepOptions};
+use subset::{repair::SweepOptions, Child, Error, PageRequest, Store};
 
 /// Writes `doc` straight through the driver into `collection`.
 async fn raw_insert(store: &Store<Product>, collection: &str, doc: Document) {
@@ -407,7 +407,7 @@ struct Tag {
     note: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, subset::Subset)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "boards")]
 struct Board {
     #[serde(rename = "_id")]
@@ -539,7 +539,7 @@ async fn hostile_strings_round_trip_verbatim() {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "accounts")]
 struct Account {
     #[serde(rename = "_id")]

@@ -15,7 +15,7 @@ use common::*;
 use rand::Rng;
 use subset::bson;
 use subset::bson_compat;
-use subset::{Error, Store, SweepOptions, WriteMode};
+use subset::{repair::SweepOptions, Error, Store, WriteMode};
 
 const TASKS: usize = 8;
 const PARENTS: usize = 3;

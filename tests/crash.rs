@@ -18,7 +18,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
 use subset::bson::{Bson, DateTime};
-use subset::{Child, Parent, Store, SubsetField, SweepOptions, WriteMode};
+use subset::{repair::SweepOptions, Child, Parent, Store, SubsetField, WriteMode};
 use subset_testkit::{skip, MongoServer, Topology};
 
 const WRITERS: usize = 4;
@@ -61,7 +61,7 @@ struct MarkPreview {
 }
 
 /// Three views of the marks, two counts and two sums: every one can drift in a crash.
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "shelves")]
 struct Shelf {
     #[serde(rename = "_id")]

@@ -17,7 +17,7 @@ use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use rand::Rng;
 use subset::bson::{doc, Bson, Document};
-use subset::{Store, SweepOptions, WriteMode};
+use subset::{repair::SweepOptions, Store, WriteMode};
 use subset_testkit::{skip, ReplicaSet};
 
 /// How long each phase may take before the test gives up on it.

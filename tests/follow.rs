@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::bson_compat;
 use subset::{
-    CatchUp, Child, Error, FollowOptions, FollowStats, FollowUpdate, Follower, Store, Subset,
-    DEFAULT_TOKEN_COLLECTION,
+    follow::CatchUp, follow::FollowOptions, follow::FollowStats, follow::FollowUpdate,
+    follow::Follower, follow::DEFAULT_TOKEN_COLLECTION, Child, Error, Store, Subset,
 };
 
 /// Parents written to in each test.
@@ -766,7 +766,7 @@ struct Score {
     points: i32,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "players")]
 struct Player {
     #[serde(rename = "_id")]
@@ -1153,7 +1153,7 @@ struct EntryPreview {
 
 /// Two views of one collection and key: the best entries as previews, and the best live ones
 /// with their own count and sum.
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "tables")]
 struct Table {
     #[serde(rename = "_id")]
@@ -1231,7 +1231,7 @@ async fn views_previews_and_filters_follow_external_writes() {
         .unwrap();
     // Every view of every table, its counts and its sum, come right, and stay right.
     let deadline = Instant::now() + CATCH_UP;
-    let options = subset::SweepOptions::default();
+    let options = subset::repair::SweepOptions::default();
     loop {
         let report = store.check_all(&options, |_| {}).await.unwrap();
         if report.progress.drifted == 0 {

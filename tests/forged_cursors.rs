@@ -17,8 +17,8 @@ use mongodb::options::ClientOptions;
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::{
-    Child, Cursor, Error, PageRequest, ParentSpec, RawStore, SortValues, SpecBuilder, Store,
-    Subset, SubsetSpec,
+    raw::RawStore, spec::ParentSpec, spec::SortValues, spec::SpecBuilder, spec::SubsetSpec, Child,
+    Cursor, Error, PageRequest, Parent, Store,
 };
 use subset_testkit::{MongoServer, Topology};
 
@@ -182,7 +182,7 @@ fn the_derive_records_each_keys_values() {
         score: u8,
         label: String,
     }
-    #[derive(Serialize, Deserialize, Subset)]
+    #[derive(Serialize, Deserialize, Parent)]
     #[subset(collection = "polls")]
     struct Poll {
         #[serde(rename = "_id")]

@@ -8,7 +8,7 @@ use bson::{doc, Bson, DateTime, Document};
 use common::*;
 use subset::bson;
 use subset::bson_compat;
-use subset::{Error, Store, SweepOptions, WriteMode};
+use subset::{repair::SweepOptions, Error, Store, WriteMode};
 
 async fn with_reviews(store: &Store<Product>, dates: &[i64]) -> (Product, Vec<Review>) {
     let product = Product::named("lifecycle");

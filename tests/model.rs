@@ -28,7 +28,7 @@ use proptest::test_runner::{Config, TestRunner};
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::{
-    Child, Cursor, Error, PageRequest, Parent, Store, SubsetField, SweepOptions, WriteMode,
+    repair::SweepOptions, Child, Cursor, Error, PageRequest, Parent, Store, SubsetField, WriteMode,
 };
 use subset_testkit::{MongoServer, Topology};
 
@@ -54,7 +54,7 @@ struct NotePreview {
 
 // Latest day first; on the same day the lowest score first; then `_id` ascending (the direction
 // of the last key).
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "boards")]
 struct Short {
     #[serde(rename = "_id")]
@@ -74,7 +74,7 @@ struct Short {
 }
 
 /// The same order at a `keep` where pushes try the head first (32 and up).
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "long_boards")]
 struct Long {
     #[serde(rename = "_id")]
@@ -95,7 +95,7 @@ struct Long {
 
 /// Three views of one child collection and key: `top` as `Short` keeps it, the best scores as
 /// previews, and the latest flagged notes as previews with their own count and sum.
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "viewed_boards")]
 struct Viewed {
     #[serde(rename = "_id")]

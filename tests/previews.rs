@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use subset::bson;
 
 use subset::{
-    Child, Error, PageRequest, ParentSpec, RawStore, SpecBuilder, Store, Subset, WriteMode,
+    raw::RawStore, spec::ParentSpec, spec::SpecBuilder, Child, Error, PageRequest, Parent, Store,
+    Subset, WriteMode,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
@@ -40,7 +41,7 @@ struct ReviewPreview {
     author: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "preview_shops")]
 struct Shop {
     #[serde(rename = "_id")]
@@ -61,7 +62,7 @@ struct Shop {
 }
 
 /// The same with a long subset, whose in-order pushes go to the head without `$sort`.
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "preview_malls")]
 struct Mall {
     #[serde(rename = "_id")]

@@ -8,7 +8,7 @@ use common::*;
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::bson_compat;
-use subset::{Child, Error, Store, Subset, WriteMode};
+use subset::{Child, Error, Parent, Store, WriteMode};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Score {
@@ -18,7 +18,7 @@ struct Score {
     at: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "players")]
 struct Player {
     #[serde(rename = "_id")]
@@ -40,7 +40,7 @@ struct OrderLine {
     unit_price: i64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[serde(rename_all = "camelCase")]
 #[subset(collection = "shops")]
 struct DeliveryShop {

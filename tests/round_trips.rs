@@ -13,7 +13,7 @@ use mongodb::options::ClientOptions;
 use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
 use subset::bson::DateTime;
-use subset::{Child, PageRequest, Store, Subset, WriteMode};
+use subset::{Child, PageRequest, Parent, Store, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
@@ -24,7 +24,7 @@ struct Review {
     date: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -47,7 +47,7 @@ struct Product {
 /// A long subset: at `keep = 32` and above a push tries the head first (`$position: 0`, no
 /// `$sort`, guarded by a filter on the stored head); below, as for `Product`, it sends the
 /// `$sort` update alone.
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "threads")]
 struct Thread {
     #[serde(rename = "_id")]

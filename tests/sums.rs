@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subset::bson;
 
-use subset::{Child, Error, FollowOptions, FollowUpdate, Store, Subset};
+use subset::{follow::FollowOptions, follow::FollowUpdate, Child, Error, Parent, Store};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Rating {
@@ -25,7 +25,7 @@ struct Rating {
     date: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "rated_products")]
 struct Rated {
     #[serde(rename = "_id")]

@@ -41,7 +41,7 @@ async fn every_mode() -> Vec<Store<Product>> {
 /// The product with a long subset: from `keep = 32` up a push tries the head first
 /// (`$position: 0`, guarded), so a too-large push fails in that update rather than in the
 /// `$sort` one.
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "long_products")]
 struct LongProduct {
     #[serde(rename = "_id")]

@@ -11,7 +11,7 @@ use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use subset::bson::{doc, Bson, DateTime, Document};
-use subset::{ParentSpec, RawStore, SpecBuilder, SubsetSpec, WriteMode};
+use subset::{raw::RawStore, spec::ParentSpec, spec::SpecBuilder, spec::SubsetSpec, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 
 const PARENTS: &str = "view_boards";
@@ -469,7 +469,7 @@ async fn reconcile_repairs_every_view_and_check_names_each() {
             );
         }
         let report = store
-            .reconcile_all(&subset::SweepOptions::default(), |_| {})
+            .reconcile_all(&subset::repair::SweepOptions::default(), |_| {})
             .await
             .unwrap();
         assert!(report.failures.is_empty(), "{report:?}");

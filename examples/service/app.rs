@@ -28,7 +28,7 @@ use bson::{Bson, DateTime};
 use serde::{Deserialize, Serialize};
 use serde_path_to_error::Segment;
 use subset::bson;
-use subset::{Child, Cursor, InsertFailure, Page, PageRequest, Store, Subset};
+use subset::{__private::InsertFailure, Child, Cursor, Page, PageRequest, Parent, Store, Subset};
 
 /// A review as stored: in the `reviews` collection, and the latest five in their product.
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
@@ -47,7 +47,7 @@ pub struct Review {
 }
 
 /// A product as stored, with its latest reviews and their count embedded.
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 pub struct Product {
     /// The product's `_id`.
@@ -318,8 +318,8 @@ impl ReviewPage {
             page_info: PageInfo {
                 has_next_page: page.has_next(),
                 has_previous_page: page.has_previous(),
-                start_cursor: page.start_cursor().cloned(),
-                end_cursor: page.end_cursor().cloned(),
+                start_cursor: page.cursors().first().cloned(),
+                end_cursor: page.cursors().last().cloned(),
             },
         })
     }

@@ -17,7 +17,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use subset::bson;
-use subset::{Child, Parent, Store, Subset, SubsetField, SubsetSpec};
+use subset::{spec::SubsetSpec, Child, Parent, Store, SubsetField};
 
 use crate::data::{sentence, DataSet, ProductInfo, Review, PAGE_REVIEWS};
 use crate::stats::{millis, quantile, sorted, Spread};
@@ -47,7 +47,7 @@ pub struct ReviewPreview {
 }
 
 /// The product embedding its 10 latest reviews whole.
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "previews_whole")]
 pub struct WholeProduct {
     #[serde(rename = "_id")]
@@ -69,7 +69,7 @@ pub struct WholeProduct {
 
 /// The same product embedding previews of its 10 latest reviews; the child collection holds
 /// the whole reviews.
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "previews_preview")]
 pub struct PreviewProduct {
     #[serde(rename = "_id")]

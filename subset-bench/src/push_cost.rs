@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::bson_compat;
-use subset::{Parent, Store, Subset, SubsetField};
+use subset::{Parent, Store, SubsetField};
 
 use crate::data::{DataSet, Review};
 use crate::stats::{millis, quantile, sorted, Spread};
@@ -22,7 +22,7 @@ use crate::Res;
 
 // The derive takes `keep` as a literal: one small parent type per size.
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "keep_5")]
 pub struct Keep5 {
     #[serde(rename = "_id")]
@@ -38,7 +38,7 @@ pub struct Keep5 {
     pub total_reviews: i64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "keep_100")]
 pub struct Keep100 {
     #[serde(rename = "_id")]
@@ -54,7 +54,7 @@ pub struct Keep100 {
     pub total_reviews: i64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "keep_1000")]
 pub struct Keep1000 {
     #[serde(rename = "_id")]

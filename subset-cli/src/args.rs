@@ -1,7 +1,7 @@
 //! The command line, as clap reads it.
 
 use clap::{Args, Parser, Subcommand};
-use subset_runtime::{SpecBuilder, SubsetSpec};
+use subset_runtime::{spec::SpecBuilder, spec::SubsetSpec};
 
 use crate::error::CliError;
 
@@ -204,7 +204,7 @@ pub struct FollowArgs {
     #[arg(long)]
     pub catch_up: bool,
     /// The collection (in --db) where the place is saved.
-    #[arg(long, default_value = subset_runtime::DEFAULT_TOKEN_COLLECTION, value_name = "C")]
+    #[arg(long, default_value = subset_runtime::follow::DEFAULT_TOKEN_COLLECTION, value_name = "C")]
     pub token_collection: String,
     /// Do not turn on `changeStreamPreAndPostImages` on the child collection; fail if it is off.
     #[arg(long)]

@@ -2,7 +2,7 @@
 
 use mongodb::error::{ErrorKind, WriteFailure};
 use subset_runtime::bson::Bson;
-use subset_runtime::SpecError;
+use subset_runtime::spec::SpecError;
 
 /// How many invalid parents an error message lists (`--json` lists them all).
 const LISTED: usize = 10;

@@ -8,8 +8,8 @@ use indicatif::ProgressBar;
 use mongodb::Database;
 use serde_json::{json, Value};
 use subset_runtime::{
-    CatchUp, FollowOptions, FollowStats, FollowUpdate, ParentSpec, RawStore, SubsetSpec,
-    SweepOptions,
+    follow::CatchUp, follow::FollowOptions, follow::FollowStats, follow::FollowUpdate,
+    raw::RawStore, repair::SweepOptions, spec::ParentSpec, spec::SubsetSpec,
 };
 
 use crate::args::FollowArgs;

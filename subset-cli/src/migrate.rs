@@ -22,7 +22,10 @@ use mongodb::Database;
 use serde_json::json;
 use subset_runtime::bson::oid::ObjectId;
 use subset_runtime::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
-use subset_runtime::{InsertFailure, ParentSpec, RawStore, SubsetSpec, SweepOptions};
+use subset_runtime::{
+    __private::InsertFailure, raw::RawStore, repair::SweepOptions, spec::ParentSpec,
+    spec::SubsetSpec,
+};
 
 use crate::args::MigrateArgs;
 use crate::error::{CliError, Invalid};

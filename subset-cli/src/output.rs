@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 use subset_runtime::bson::{Bson, Document};
 
-use subset_runtime::{Direction, FilterSpec, SubsetSpec};
+use subset_runtime::{spec::Direction, spec::FilterSpec, spec::SubsetSpec};
 
 use crate::error::{CliError, Invalid};
 

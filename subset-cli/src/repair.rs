@@ -5,7 +5,7 @@ use futures::{StreamExt, TryStreamExt};
 use mongodb::Database;
 use serde_json::{json, Value};
 use subset_runtime::bson::{doc, Bson, Document};
-use subset_runtime::{Drift, Error, ParentSpec, RawStore, SubsetSpec};
+use subset_runtime::{raw::RawStore, repair::Drift, spec::ParentSpec, spec::SubsetSpec, Error};
 
 use crate::args::SubsetArgs;
 use crate::error::{is_connection, reason, CliError, Invalid};

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use bson::spec::ElementType;
 use bson::{RawBsonRef, RawDocument};
 use subset_runtime::bson;
-use subset_runtime::{bson_type_name, SubsetSpec};
+use subset_runtime::{__private::bson_type_name, spec::SubsetSpec};
 
 /// How many element positions a problem names.
 const NAMED: usize = 3;
@@ -304,7 +304,7 @@ fn order_problem(field: &str, key: &str, values: &[SortValue]) -> Result<(), Str
 mod tests {
     use super::*;
     use bson::{doc, RawDocumentBuf};
-    use subset_runtime::SpecBuilder;
+    use subset_runtime::spec::SpecBuilder;
 
     fn spec() -> &'static SubsetSpec {
         SpecBuilder::new("reviews", "reviews", "shop_id")

@@ -15,7 +15,7 @@ use crate::serde_attr;
 /// Which derive is reading the input.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Derive {
-    /// `#[derive(Subset)]` on a parent.
+    /// `#[derive(Parent)]` on a parent.
     Parent,
     /// `#[derive(Child)]` on a child.
     Child,
@@ -24,7 +24,7 @@ pub(crate) enum Derive {
 impl Derive {
     fn name(self) -> &'static str {
         match self {
-            Derive::Parent => "Subset",
+            Derive::Parent => "Parent",
             Derive::Child => "Child",
         }
     }

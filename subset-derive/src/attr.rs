@@ -665,7 +665,7 @@ fn word_span(lit: &LitStr, value: &str, at: std::ops::Range<usize>) -> Span {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use subset_runtime::SpecBuilder;
+    use subset_runtime::spec::SpecBuilder;
 
     /// Every message the derive reports for a field's `#[subset(<key> = <value>)]`.
     fn derive_errors(key: &str, value: impl quote::ToTokens) -> Vec<String> {

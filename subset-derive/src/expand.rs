@@ -12,8 +12,8 @@ use crate::ctxt::Ctxt;
 use crate::fallback;
 use crate::valid::{self, Child, Parent, Subset};
 
-/// `#[derive(Subset)]`: the expansion, or the errors plus a stub impl.
-pub(crate) fn derive_subset(input: &DeriveInput) -> TokenStream {
+/// `#[derive(Parent)]`: the expansion, or the errors plus a stub impl.
+pub(crate) fn derive_parent(input: &DeriveInput) -> TokenStream {
     try_subset(input).unwrap_or_else(|error| fallback::subset(input, error))
 }
 
@@ -72,11 +72,11 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
     quote! {
         const _: () = {
             #[automatically_derived]
-            impl #impl_generics ::subset::Parent for #ident #ty_generics #where_clause {
+            impl #impl_generics ::subset::__private::Parent for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
                 const COLLECTION: &'static ::core::primitive::str = #collection;
-                const SUBSETS: &'static [::subset::SubsetSpec] = &[#(#specs),*];
-                fn id(&self) -> &<Self as ::subset::Parent>::Id {
+                const SUBSETS: &'static [::subset::__private::SubsetSpec] = &[#(#specs),*];
+                fn id(&self) -> &<Self as ::subset::__private::Parent>::Id {
                     &self.#id_member
                 }
             }
@@ -182,9 +182,9 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
             ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
         };
         quote_spanned! {child_ty.span()=>
-            ::subset::SortKey {
+            ::subset::__private::SortKey {
                 field: #field,
-                direction: ::subset::Direction::#direction,
+                direction: ::subset::__private::Direction::#direction,
                 values: #values,
             }
         }
@@ -232,7 +232,7 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         let parent = &sum.parent.bson_name;
         let child = full_field(&sum.child.child, sum.lit, "summed", "sum");
         quote! {
-            ::subset::SumSpec { parent: #parent, child: #child }
+            ::subset::__private::SumSpec { parent: #parent, child: #child }
         }
     });
     let filter = match subset.filter {
@@ -241,7 +241,7 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
             let field = full_field(&filter.field, &filter.lit, "a filter", "filter by");
             let equals = filter.equals;
             quote! {
-                ::core::option::Option::Some(::subset::FilterSpec { field: #field, equals: #equals })
+                ::core::option::Option::Some(::subset::__private::FilterSpec { field: #field, equals: #equals })
             }
         }
     };
@@ -258,7 +258,7 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         #embed
     });
     quote! {
-        ::subset::SubsetSpec {
+        ::subset::__private::SubsetSpec {
             field: #field,
             rust_field: #rust_field,
             child_collection: #child_collection,
@@ -289,11 +289,11 @@ fn subset_const(cont: &Container<'_>, index: usize, subset: &Subset<'_>) -> Toke
     let child_ty = subset.child_ty;
     let index = Literal::usize_unsuffixed(index);
     let doc = const_doc(subset);
-    let new = quote_spanned! {child_ty.span()=> ::subset::SubsetField::__new(#index)};
+    let new = quote_spanned! {child_ty.span()=> ::subset::__private::SubsetField::__new(#index)};
     let full = full_type(child_ty);
     quote! {
         #[doc = #doc]
-        #vis const #name: ::subset::SubsetField<Self, #full> = #new;
+        #vis const #name: ::subset::__private::SubsetField<Self, #full> = #new;
     }
 }
 
@@ -301,7 +301,7 @@ fn subset_const(cont: &Container<'_>, index: usize, subset: &Subset<'_>) -> Toke
 /// (`C` itself unless `C` is a preview). Spanned at `C`, where a `C` that is not a `Child` is
 /// reported; every use is spelled the same way, so that rustc reports it once.
 pub(crate) fn full_type(child_ty: &Type) -> TokenStream {
-    quote_spanned! {child_ty.span()=> <#child_ty as ::subset::Child>::Full}
+    quote_spanned! {child_ty.span()=> <#child_ty as ::subset::__private::Child>::Full}
 }
 
 fn const_doc(subset: &Subset<'_>) -> String {
@@ -389,7 +389,7 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
     let fields = child.fields.iter().map(|field| {
         let rust = &field.rust_name;
         let bson = &field.bson_name;
-        quote!(::subset::FieldName { rust: #rust, bson: #bson })
+        quote!(::subset::__private::FieldName { rust: #rust, bson: #bson })
     });
     let unstored = child.unstored.iter().map(|(field, attr)| {
         let rust = &field.rust_name;
@@ -403,13 +403,13 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
     quote! {
         const _: () = {
             #[automatically_derived]
-            impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
+            impl #impl_generics ::subset::__private::Child for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
                 type Full = #full;
-                const FIELDS: &'static [::subset::FieldName] = &[#(#fields),*];
+                const FIELDS: &'static [::subset::__private::FieldName] = &[#(#fields),*];
                 #embed
                 // The `_id` type's values if it is a `SortableField`, else any `_id`.
-                const ID_VALUES: ::subset::SortValues = {
+                const ID_VALUES: ::subset::__private::SortValues = {
                     use ::subset::__private::IdFallback as _;
                     ::subset::__private::Probe::<#id_ty>::VALUES
                 };
@@ -476,11 +476,11 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
                 #unstored,
             )
         };
-        quote!(::subset::FieldName { rust: #rust_value, bson: #name })
+        quote!(::subset::__private::FieldName { rust: #rust_value, bson: #name })
     });
     let embed = quote! {
         // The fields an embedded preview keeps: `FIELDS`, each checked against the full type.
-        const EMBED: ::core::option::Option<&'static [::subset::FieldName]> = {
+        const EMBED: ::core::option::Option<&'static [::subset::__private::FieldName]> = {
             use ::subset::__private::DescribedFallback as _;
             ::core::option::Option::Some(&[#(#embed),*])
         };
@@ -541,7 +541,7 @@ fn with_bounds<'a>(cont: &Container<'_>, child_types: impl Iterator<Item = &'a T
     for child_ty in child_types {
         where_clause
             .predicates
-            .push(parse_quote!(#child_ty: ::subset::Child));
+            .push(parse_quote!(#child_ty: ::subset::__private::Child));
     }
     generics
 }

@@ -53,7 +53,8 @@ pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
         })
         .enumerate()
         .map(|(index, (name, child_ty))| {
-            let new = quote_spanned! {child_ty.span()=> ::subset::SubsetField::__new(#index)};
+            let new =
+                quote_spanned! {child_ty.span()=> ::subset::__private::SubsetField::__new(#index)};
             // What it will be once fixed; a field that holds no child type keeps its element
             // type, so that no error about it being no `Child` adds to the derive's.
             let full = if is_child_candidate(child_ty) {
@@ -63,7 +64,7 @@ pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
             };
             quote! {
                 #[doc(hidden)]
-                #vis const #name: ::subset::SubsetField<Self, #full> = #new;
+                #vis const #name: ::subset::__private::SubsetField<Self, #full> = #new;
             }
         });
 
@@ -71,11 +72,11 @@ pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
         #errors
         const _: () = {
             #[automatically_derived]
-            impl #impl_generics ::subset::Parent for #ident #ty_generics #where_clause {
+            impl #impl_generics ::subset::__private::Parent for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
                 const COLLECTION: &'static ::core::primitive::str = "";
-                const SUBSETS: &'static [::subset::SubsetSpec] = &[];
-                fn id(&self) -> &<Self as ::subset::Parent>::Id {
+                const SUBSETS: &'static [::subset::__private::SubsetSpec] = &[];
+                fn id(&self) -> &<Self as ::subset::__private::Parent>::Id {
                     #id_body
                 }
             }
@@ -100,10 +101,10 @@ pub(crate) fn child(input: &DeriveInput, error: syn::Error) -> TokenStream {
         #errors
         const _: () = {
             #[automatically_derived]
-            impl #impl_generics ::subset::Child for #ident #ty_generics #where_clause {
+            impl #impl_generics ::subset::__private::Child for #ident #ty_generics #where_clause {
                 type Id = ();
                 type Full = #full;
-                const FIELDS: &'static [::subset::FieldName] = &[];
+                const FIELDS: &'static [::subset::__private::FieldName] = &[];
             }
         };
     }

@@ -1,4 +1,4 @@
-//! Implementation detail of the `subset` crate: the `Subset` and `Child` derives.
+//! Implementation detail of the `subset` crate: the `Parent` and `Child` derives.
 //!
 //! Use them through `subset`, which re-exports them next to the traits they implement. Nothing in
 //! this crate is a stable API of its own.
@@ -23,7 +23,7 @@ use syn::{parse_macro_input, DeriveInput};
 /// Implements `subset::Parent` for a struct with capped, sorted, embedded children.
 ///
 /// ```text
-/// #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+/// #[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 /// #[subset(collection = "products")]
 /// struct Product {
 ///     #[serde(rename = "_id")]
@@ -70,10 +70,10 @@ use syn::{parse_macro_input, DeriveInput};
 /// neither the child nor a preview's full type stores a field under the parent key; errors point
 /// at the attribute or string at fault. (In a generic parent, a sum's field is checked on `C`
 /// itself, so there a preview must hold the fields its sums add up.)
-#[proc_macro_derive(Subset, attributes(subset))]
-pub fn derive_subset(input: TokenStream) -> TokenStream {
+#[proc_macro_derive(Parent, attributes(subset))]
+pub fn derive_parent(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
-    expand::derive_subset(&input).into()
+    expand::derive_parent(&input).into()
 }
 
 /// Implements `subset::Child` for the element type of a subset field.

@@ -14,7 +14,7 @@ use crate::attr::{self, Sort};
 use crate::case::{collection_suggestion, field_to_screaming_snake_case};
 use crate::ctxt::Ctxt;
 
-/// A checked `#[derive(Subset)]` input.
+/// A checked `#[derive(Parent)]` input.
 pub(crate) struct Parent<'a> {
     pub(crate) cont: &'a Container<'a>,
     pub(crate) collection: &'a LitStr,
@@ -147,7 +147,7 @@ pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<
     let collection = cont.attrs.collection.value();
     if cont.attrs.collection.is_missing() {
         let message = format!(
-            "`#[derive(Subset)]` on `{}` needs the parent collection: `#[subset(collection = \"{}\")]`",
+            "`#[derive(Parent)]` on `{}` needs the parent collection: `#[subset(collection = \"{}\")]`",
             cont.name,
             collection_suggestion(&cont.name)
         );

@@ -99,7 +99,7 @@ impl Cursor {
     }
 
     /// Checks that this cursor was made for `parent`'s subset `spec`, and that each value of its
-    /// position is one the key can hold ([`crate::SortValues`]): a position no stored child can
+    /// position is one the key can hold ([`crate::spec::SortValues`]): a position no stored child can
     /// have is a forged cursor, refused here, before any query (a value of another type bracket
     /// would match no child, and the end of the walk would look for the children it missed).
     pub(crate) fn check(&self, spec: &SubsetSpec, parent: &Bson) -> Result<&[Bson]> {
@@ -324,25 +324,12 @@ impl<C> Page<C> {
         self.previous.is_some()
     }
 
-    /// The first child's cursor (Relay's `startCursor`), `None` for an empty page.
-    pub fn start_cursor(&self) -> Option<&Cursor> {
-        self.cursors.first()
-    }
-
-    /// The last child's cursor (Relay's `endCursor`), `None` for an empty page.
-    pub fn end_cursor(&self) -> Option<&Cursor> {
-        self.cursors.last()
-    }
-
     /// The cursor of each child, at the same index as [`Page::items`]: a page can continue
-    /// after or before any child on it.
+    /// after or before any child on it. This is the one way to reach them: `cursors().first()`
+    /// and `cursors().last()` are Relay's `startCursor` and `endCursor`, and
+    /// `cursors().iter().zip(&page.items)` its edges.
     pub fn cursors(&self) -> &[Cursor] {
         &self.cursors
-    }
-
-    /// The cursor of the child at `index`, `None` past the end.
-    pub fn cursor_at(&self, index: usize) -> Option<&Cursor> {
-        self.cursors.get(index)
     }
 
     /// The same page with each child turned into `f(child)` (an API's view of it, say),
@@ -354,11 +341,6 @@ impl<C> Page<C> {
             previous: self.previous,
             cursors: self.cursors,
         }
-    }
-
-    /// Each child with its cursor (Relay's edges), in order.
-    pub fn edges(&self) -> impl ExactSizeIterator<Item = (&Cursor, &C)> + '_ {
-        self.cursors.iter().zip(&self.items)
     }
 }
 
@@ -524,11 +506,7 @@ mod tests {
         let page = Page::new(vec![10, 20], vec![cursor(), other.clone()], true, false);
         assert_eq!(page.previous.as_ref(), Some(&cursor()));
         assert_eq!(page.next, None);
-        assert_eq!(page.end_cursor(), Some(&other));
-        assert_eq!(
-            page.edges().collect::<Vec<_>>(),
-            [(&cursor(), &10), (&other, &20)]
-        );
+        assert_eq!(page.cursors(), [cursor(), other.clone()]);
         let json = serde_json::to_value(&page).unwrap();
         assert_eq!(
             json,
@@ -627,7 +605,7 @@ mod tests {
             }
         }
         // Run-time descriptors know no types: any scalar, and any `_id` but the unsortable.
-        let untyped = crate::SpecBuilder::new("recent", "reviews", "product_id")
+        let untyped = crate::spec::SpecBuilder::new("recent", "reviews", "product_id")
             .sort("rating asc, date desc")
             .build()
             .unwrap();

@@ -86,7 +86,7 @@ pub enum Error {
         what: &'static str,
         /// The serializer's error.
         #[source]
-        source: Box<crate::SerError>,
+        source: Box<crate::bson_compat::SerError>,
     },
 
     /// An `_id` given to an operation that no stored document can have (`undefined`, an array,
@@ -112,7 +112,7 @@ pub enum Error {
     },
 
     /// A parent to be inserted holds previews in a preview subset field (see
-    /// [`crate::SubsetSpec::embed`]): a preview is not the whole child, so the child collection
+    /// [`crate::spec::SubsetSpec::embed`]): a preview is not the whole child, so the child collection
     /// could not be written from it. Nothing is written.
     #[error("parent {id} for `{collection}`: field `{field}` holds previews, not whole children, so they cannot be inserted with the parent: insert the parent with `{field}` empty, then push the whole children (in one transaction with `.session(&mut s)` if they must appear together)")]
     PreviewsOnInsert {
@@ -163,7 +163,7 @@ pub enum Error {
         bytes: u64,
     },
 
-    /// A follower ([`crate::RawStore::follow`]) cannot run on this deployment or collection:
+    /// A follower ([`crate::raw::RawStore::follow`]) cannot run on this deployment or collection:
     /// change streams need a replica set or a sharded cluster, and telling the parent of a
     /// deleted child needs `changeStreamPreAndPostImages` (MongoDB 6.0 or later) on the child
     /// collection.

@@ -1,4 +1,4 @@
-//! What `#[derive(Subset)]` and `#[derive(Child)]` describe: the parent and child traits and the
+//! What `#[derive(Parent)]` and `#[derive(Child)]` describe: the parent and child traits and the
 //! static descriptors of each subset field.
 
 use std::fmt;
@@ -11,7 +11,7 @@ use crate::values::SortValues;
 
 /// A parent document type: one collection, an `_id`, and one or more subset fields.
 ///
-/// Implemented by `#[derive(Subset)]`; implementing it by hand is possible but the derive checks
+/// Implemented by `#[derive(Parent)]`; implementing it by hand is possible but the derive checks
 /// at compile time what a hand-written impl would only find out at run time.
 pub trait Parent: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     /// The type of the parent's `_id`.
@@ -59,7 +59,7 @@ pub trait Child: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     const EMBED: Option<&'static [FieldName]> = None;
 
     /// The values the `_id` can hold, which a cursor's `_id` is checked against.
-    /// `#[derive(Child)]` sets it from [`Child::Id`] when that is a [`crate::SortableField`]; the
+    /// `#[derive(Child)]` sets it from [`Child::Id`] when that is a [`crate::spec::SortableField`]; the
     /// default admits anything an `_id` can sort by.
     const ID_VALUES: SortValues = SortValues::Id;
     /// Used by the derives: the fields serde never writes, as (Rust name, serde key: `skip` or
@@ -113,7 +113,7 @@ pub struct SortKey {
     pub values: SortValues,
 }
 
-/// A parent collection and its subset fields: what [`crate::RawStore`] works on.
+/// A parent collection and its subset fields: what [`crate::raw::RawStore`] works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParentSpec {
     /// The parent collection.
@@ -123,7 +123,7 @@ pub struct ParentSpec {
 }
 
 impl ParentSpec {
-    /// A descriptor made at run time (see [`crate::SpecBuilder`]): the strings are leaked, as a
+    /// A descriptor made at run time (see [`crate::spec::SpecBuilder`]): the strings are leaked, as a
     /// descriptor describes the program's configuration and lives as long as it does. Build one
     /// per configuration, not one per request.
     pub fn leak(collection: impl Into<String>, subsets: Vec<SubsetSpec>) -> Self {
@@ -145,7 +145,7 @@ pub struct SubsetSpec {
     pub child_collection: &'static str,
     /// BSON name of the field that holds the parent's `_id` in each child-collection document.
     pub key: &'static str,
-    /// How many children stay embedded, 1 to [`MAX_KEEP`](crate::MAX_KEEP).
+    /// How many children stay embedded, 1 to [`MAX_KEEP`](crate::spec::MAX_KEEP).
     pub keep: u32,
     /// The sort order as written by the user; `_id` is appended by [`SubsetSpec::order`].
     pub sort: &'static [SortKey],
@@ -235,7 +235,7 @@ impl SubsetSpec {
 
 /// A typed reference to one subset field of `P` whose children are `C`.
 ///
-/// `#[derive(Subset)]` generates one as an associated constant per subset field, named after the
+/// `#[derive(Parent)]` generates one as an associated constant per subset field, named after the
 /// field in upper case (`Product::RECENT_REVIEWS`); pass it to [`crate::Store::subset`].
 pub struct SubsetField<P, C> {
     index: usize,

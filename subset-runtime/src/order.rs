@@ -380,7 +380,7 @@ mod tests {
 
     #[test]
     fn untyped_keys_take_their_bracket_from_a_stored_child_only() {
-        let untyped = crate::SpecBuilder::new("recent", "reviews", "product_id")
+        let untyped = crate::spec::SpecBuilder::new("recent", "reviews", "product_id")
             .sort("rating asc, date desc")
             .build()
             .unwrap();

@@ -92,7 +92,7 @@ impl<P: Parent> Store<P> {
     ///
     /// Several views of one child collection and key share their children: each child given in
     /// any of them is stored once (the first copy by `_id`), and every view is computed from
-    /// all of them. A preview field (see [`crate::SubsetSpec::embed`]) must be empty: insert the
+    /// all of them. A preview field (see [`crate::spec::SubsetSpec::embed`]) must be empty: insert the
     /// parent, then push the whole children.
     ///
     /// # Errors

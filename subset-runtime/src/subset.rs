@@ -56,9 +56,9 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
 
     /// Adds one child: it goes into the child collection with the parent key, and into the
     /// parent's embedded subset (sorted, capped at `keep`) with the count incremented and its
-    /// values added to the running sums (see [`crate::SumSpec`]), in one update.
+    /// values added to the running sums (see [`crate::spec::SumSpec`]), in one update.
     ///
-    /// Every view of the same child collection and key (see [`crate::FilterSpec`]) gets the
+    /// Every view of the same child collection and key (see [`crate::spec::FilterSpec`]) gets the
     /// child in that same update, whichever view's handle pushed it: one `$push` per view that
     /// admits it, one `$inc` for every count and sum.
     ///

@@ -2,9 +2,9 @@
 //! child's field types before any query is sent.
 //!
 //! The derive knows each sort key's Rust type and records [`SortValues`] for it in the
-//! descriptor (through [`crate::SortableField::VALUES`]); it also records the child's `_id` type
-//! when that type is a [`crate::SortableField`]. Descriptors built at run time by
-//! [`crate::SpecBuilder`] know no Rust types and accept any value a sort key can have.
+//! descriptor (through [`crate::spec::SortableField::VALUES`]); it also records the child's `_id` type
+//! when that type is a [`crate::spec::SortableField`]. Descriptors built at run time by
+//! [`crate::spec::SpecBuilder`] know no Rust types and accept any value a sort key can have.
 
 use std::fmt;
 use std::marker::PhantomData;

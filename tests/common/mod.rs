@@ -30,7 +30,7 @@ impl Review {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "products")]
 pub struct Product {
     #[serde(rename = "_id")]

@@ -29,7 +29,7 @@ pub struct Review<M> {
 }
 
 /// A product.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, subset::Subset)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "products")]
 #[serde(deny_unknown_fields)]
 pub struct Product<T>
@@ -49,7 +49,7 @@ where
 macro_rules! shop {
     ($name:ident, $collection:literal, $keep:literal) => {
         /// A shop.
-        #[derive(Serialize, Deserialize, subset::Subset)]
+        #[derive(Serialize, Deserialize, subset::Parent)]
         #[subset(collection = $collection)]
         pub struct $name {
             #[serde(rename = "_id")]

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, FieldName, Parent, Subset, SubsetField, SumSpec};
+use subset::{spec::FieldName, spec::SumSpec, Child, Parent, SubsetField};
 
 #[derive(Serialize, Deserialize, Child)]
 #[serde(rename_all = "camelCase")]
@@ -26,7 +26,7 @@ struct ReviewPreview {
     created_at: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -109,7 +109,7 @@ struct NotePreview<T> {
 }
 
 // Generic on both sides: in a generic parent a sum's field is looked up on the preview.
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[subset(collection = "boards")]
 struct Board<T> {
     #[serde(rename = "_id")]

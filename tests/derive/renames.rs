@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, Direction, FieldName, Parent, Subset};
+use subset::{spec::Direction, spec::FieldName, Child, Parent};
 
 #[derive(Serialize, Deserialize, Child)]
 #[serde(rename_all = "camelCase")]
@@ -19,7 +19,7 @@ struct Review {
     short_note: Option<String>,
 }
 
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[serde(rename_all = "camelCase")]
 #[subset(collection = "products")]
 struct Product {

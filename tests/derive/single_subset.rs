@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, Direction, Parent, Subset};
+use subset::{spec::Direction, Child, Parent};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
 struct Review {
@@ -11,7 +11,7 @@ struct Review {
     date: bson::DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 pub struct Product {
     #[serde(rename = "_id")]

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
-use subset::{Child, Parent, Subset};
+use subset::{Child, Parent};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -13,7 +13,7 @@ struct Review {
     score: i64,
 }
 
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

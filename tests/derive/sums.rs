@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, Parent, Subset, SumSpec};
+use subset::{spec::SumSpec, Child, Parent};
 
 #[derive(Serialize, Deserialize, Child)]
 #[serde(rename_all = "camelCase")]
@@ -16,7 +16,7 @@ struct Vote {
 }
 
 // Every kind of sum the derive accepts, with serde renames on both sides.
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[serde(rename_all = "camelCase")]
 #[subset(collection = "polls")]
 struct Poll {

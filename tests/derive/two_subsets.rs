@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, Parent, Subset, SubsetField};
+use subset::{Child, Parent, SubsetField};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Order {
@@ -17,7 +17,7 @@ struct Review {
     date: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[subset(collection = "delivery_shops")]
 pub struct DeliveryShop {
     #[serde(rename = "_id")]

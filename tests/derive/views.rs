@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, FilterSpec, Parent, Subset, SubsetField};
+use subset::{spec::FilterSpec, Child, Parent, SubsetField};
 
 #[derive(Serialize, Deserialize, Child)]
 #[serde(rename_all = "camelCase")]
@@ -27,7 +27,7 @@ struct ReviewPreview {
     date: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

@@ -2,7 +2,7 @@
 // using them reports nothing more than the one mistake.
 use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
-use subset::{Child, Parent, Subset};
+use subset::{Child, Parent};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -11,7 +11,7 @@ struct Review {
     date: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

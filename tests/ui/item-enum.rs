@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
-use subset::Subset;
+use subset::Parent;
 
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 enum Product {
     Lamp,

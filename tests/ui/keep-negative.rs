@@ -1,6 +1,6 @@
 use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
-use subset::{Child, Subset};
+use subset::{Child, Parent};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -9,7 +9,7 @@ struct Review {
     date: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

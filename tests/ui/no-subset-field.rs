@@ -1,8 +1,8 @@
 use subset::bson::oid::ObjectId;
 use serde::{Deserialize, Serialize};
-use subset::Subset;
+use subset::Parent;
 
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

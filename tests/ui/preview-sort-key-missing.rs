@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
-use subset::{Child, Subset};
+use subset::{Child, Parent};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -20,7 +20,7 @@ struct ReviewPreview {
     rating: i32,
 }
 
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

@@ -1,6 +1,6 @@
 use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
-use subset::{Child, Subset};
+use subset::{Child, Parent};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -10,7 +10,7 @@ struct Review {
     rating: i32,
 }
 
-#[derive(Serialize, Deserialize, Subset)]
+#[derive(Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

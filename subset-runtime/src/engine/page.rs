@@ -132,7 +132,7 @@ impl RawSubset<'_> {
     /// outside its key's type bracket, which the keyset pages could not reach. One index scan of
     /// the parent's keys, once per walk.
     ///
-    /// The brackets come from the descriptor's types ([`crate::SortValues`]), which the cursor
+    /// The brackets come from the descriptor's types ([`crate::spec::SortValues`]), which the cursor
     /// was checked against before the query. Keys without a type (run-time descriptors) take
     /// theirs from a stored child, never from the cursor, so that a forged cursor cannot make
     /// healthy children look malformed: the last child `served`, or, when the last page is

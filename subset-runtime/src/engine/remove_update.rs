@@ -48,7 +48,7 @@ impl RawSubset<'_> {
     /// # Errors
     ///
     /// [`Error::ChildNotFound`], [`Error::ChildWithoutId`], [`Error::MalformedChild`] when a summed field
-    /// (see [`crate::SumSpec`]) is not a number, [`Error::Mongo`].
+    /// (see [`crate::spec::SumSpec`]) is not a number, [`Error::Mongo`].
     pub fn update<'r>(&'r self, parent: &'r Bson, child: Document) -> Action<'r, ()> {
         Action::new(move |session| Box::pin(self.update_in(parent, child, session)))
     }

@@ -50,7 +50,7 @@ impl Drift {
     }
 }
 
-/// A running sum (see [`crate::SumSpec`]) that differs from the sum over the child collection.
+/// A running sum (see [`crate::spec::SumSpec`]) that differs from the sum over the child collection.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct SumDrift {

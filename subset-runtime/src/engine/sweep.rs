@@ -148,7 +148,7 @@ impl RawStore {
 
     /// Reconciles every parent's subsets, in `_id` order and batches, calling `progress` after
     /// each batch. Idempotent, and safe while writers run (see
-    /// [`crate::RawSubset::reconcile`]). A parent that fails (a malformed one, say) is recorded in
+    /// [`crate::raw::RawSubset::reconcile`]). A parent that fails (a malformed one, say) is recorded in
     /// [`SweepReport::failures`] and the sweep goes on.
     ///
     /// # Errors

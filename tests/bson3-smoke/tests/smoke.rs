@@ -5,7 +5,7 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, DateTime};
 use serde::{Deserialize, Serialize};
 use subset::testkit::{MongoServer, Topology};
-use subset::{Child, Error, PageRequest, Store, Subset};
+use subset::{Child, Error, PageRequest, Parent, Store};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Review {
@@ -15,7 +15,7 @@ struct Review {
     date: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::engine::SweepReport;
 
-/// A follower's running totals, from [`crate::Follower::stats`], each batch's
+/// A follower's running totals, from [`crate::follow::Follower::stats`], each batch's
 /// [`FollowBatch::totals`], or the result of a follower that stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -69,7 +69,7 @@ pub struct FollowBatch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CatchUp {
-    /// The first start of a follower with [`crate::FollowOptions::catch_up`] and no saved
+    /// The first start of a follower with [`crate::follow::FollowOptions::catch_up`] and no saved
     /// place: whatever other programs wrote before it started.
     FirstStart,
     /// The saved resume token can no longer be resumed: it fell off the oplog
@@ -82,7 +82,7 @@ pub enum CatchUp {
     Dropped,
 }
 
-/// What a follower reports to the observer given to [`crate::Follow::on_update`].
+/// What a follower reports to the observer given to [`crate::follow::Follow::on_update`].
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum FollowUpdate<'a> {
