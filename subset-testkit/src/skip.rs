@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::locate::notice;
+use crate::notice::notice;
 
 /// How many tests of this process were skipped so far.
 static SKIPPED: AtomicUsize = AtomicUsize::new(0);
