@@ -166,7 +166,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|r| subset::bson_compat::from_bson(r.clone()))
         .collect::<Result<_, _>>()?;
     assert_eq!(back, reviews, "the fully embedded copy holds every review");
-    let children: Vec<Review> = handle.all(&shop.id).try_collect().await?;
+    let children: Vec<Review> = handle.all(&shop.id).await?.try_collect().await?;
     assert!(
         children.iter().eq(newest.iter().copied()),
         "the child collection holds every review whole, newest first"

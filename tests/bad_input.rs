@@ -147,7 +147,13 @@ async fn a_subset_field_of_the_wrong_shape_fails_reconcile_check_and_the_sweeps(
                 .unwrap()
                 .unwrap();
             assert_eq!(stored.get("recent_reviews"), Some(&value));
-            let all: Vec<Review> = reviews.all(&product.id).try_collect().await.unwrap();
+            let all: Vec<Review> = reviews
+                .all(&product.id)
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
             assert_eq!(all.len(), 3);
             store.delete(&product.id).await.unwrap();
         }
@@ -259,7 +265,7 @@ async fn malformed_children_are_named_on_every_read_path() {
         .await
         .unwrap_err();
     assert_malformed_child(&err, "reviews", &Bson::ObjectId(bad_rating), "rating");
-    let results: Vec<_> = reviews.all(&product.id).collect().await;
+    let results: Vec<_> = reviews.all(&product.id).await.unwrap().collect().await;
     assert_eq!(results.len(), 10);
     let err = results[0].as_ref().unwrap_err();
     assert_malformed_child(err, "reviews", &Bson::ObjectId(bad_rating), "rating");
@@ -321,7 +327,7 @@ async fn a_sort_key_of_the_wrong_type_is_named_by_all_and_by_a_collection_page()
         doc! { "_id": odd, "product_id": product.id, "author": "x", "rating": 1, "date": "2024-01-01" },
     )
     .await;
-    let results: Vec<_> = reviews.all(&product.id).collect().await;
+    let results: Vec<_> = reviews.all(&product.id).await.unwrap().collect().await;
     assert_eq!(results.len(), 13);
     assert!(results[..12].iter().all(Result::is_ok));
     assert_malformed_child(
@@ -366,7 +372,7 @@ async fn a_child_without_its_parent_key_is_invisible_and_its_id_is_refused() {
             .await
             .unwrap();
         assert_eq!(page.items.len(), 2);
-        assert_eq!(reviews.all(&product.id).count().await, 2);
+        assert_eq!(reviews.all(&product.id).await.unwrap().count().await, 2);
         assert_eq!(reviews.count(&product.id).await.unwrap(), 2);
         assert!(reviews.check(&product.id).await.unwrap().is_clean());
         // Pushing either id is refused, naming who holds it; nothing changes.
@@ -515,7 +521,13 @@ async fn hostile_strings_round_trip_verbatim() {
                 "page size {size}: order or content differs"
             );
         }
-        let streamed: Vec<Tag> = tags.all(&board.id).try_collect().await.unwrap();
+        let streamed: Vec<Tag> = tags
+            .all(&board.id)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
         assert!(streamed == expected);
         // Stored as given: no operator ran, no path was followed.
         let raw = store
@@ -571,9 +583,7 @@ async fn a_parent_id_that_cannot_be_bson_is_a_typed_error() {
     for err in &errors {
         assert!(is_id_error(err), "{err:?}");
     }
-    let streamed: Vec<_> = entries.all(&id).collect().await;
-    assert_eq!(streamed.len(), 1);
-    assert!(is_id_error(streamed[0].as_ref().unwrap_err()));
+    assert!(is_id_error(&entries.all(&id).await.err().unwrap()));
     // Nothing was written anywhere.
     for name in ["accounts", "entries"] {
         let n = store
@@ -786,8 +796,7 @@ async fn an_id_that_would_act_as_an_operator_is_refused_before_any_query() {
         is_invalid(&raw.count(id).await.unwrap_err(), "parent");
         let page = raw.page(id, &PageRequest::first(50)).await;
         is_invalid(&page.unwrap_err(), "parent");
-        let all: Vec<_> = raw.all(id.clone()).collect().await;
-        is_invalid(all[0].as_ref().unwrap_err(), "parent");
+        is_invalid(&raw.all(id).await.err().unwrap(), "parent");
         is_invalid(&store.raw().get(id).await.unwrap_err(), "parent");
         is_invalid(&store.raw().delete(id).await.unwrap_err(), "parent");
         is_invalid(&raw.reconcile(id).await.unwrap_err(), "parent");

@@ -594,7 +594,7 @@ async fn check_parent<B: Board>(
         }
     }
     assert_eq!(paged, expected, "{context}: pagination");
-    let all: Vec<Note> = notes.all(&id).try_collect().await.unwrap();
+    let all: Vec<Note> = notes.all(&id).await.unwrap().try_collect().await.unwrap();
     assert_eq!(all, expected, "{context}: all");
     assert_eq!(
         notes.count(&id).await.unwrap(),

@@ -60,6 +60,8 @@ async fn every_page_size_serves_each_child_exactly_once() {
     let streamed: Vec<ObjectId> = store
         .subset(Product::RECENT_REVIEWS)
         .all(&product.id)
+        .await
+        .unwrap()
         .map_ok(|r| r.id)
         .try_collect()
         .await

@@ -152,6 +152,8 @@ async fn assert_previews_true(store: &Store<Shop>, id: &ObjectId, all: &[Review]
     let stored: Vec<Review> = store
         .subset(Shop::LATEST)
         .all(id)
+        .await
+        .unwrap()
         .try_collect()
         .await
         .unwrap();

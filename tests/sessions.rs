@@ -1,5 +1,6 @@
 //! Caller sessions: every write joins the caller's transaction with `.session(&mut s)`, and
-//! the caller's commit or abort decides for all of it.
+//! the caller's commit or abort decides for all of it; every read in that session sees the
+//! transaction's own writes.
 
 mod common;
 
@@ -224,4 +225,64 @@ async fn a_session_without_a_transaction_runs_each_write_as_it_would_alone() {
             assert_eq!(stored(&store, &product.id).await, (0, vec![], 0));
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_in_the_callers_transaction_see_its_own_writes_and_nobody_else_does() {
+    use futures::TryStreamExt;
+    use subset::PageRequest;
+    for store in replica_stores().await {
+        let product = Product::named("grinder");
+        store.insert(&product).await.unwrap();
+        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let pushed: Vec<Review> = (1..=8).map(Review::at).collect();
+        let mut session = store.database().client().start_session().await.unwrap();
+        session.start_transaction().await.unwrap();
+        reviews
+            .push_many(&product.id, &pushed)
+            .session(&mut session)
+            .await
+            .unwrap();
+        // Newest first: the first page comes from the embedded subset, the next by keyset from
+        // the child collection, the stream and the count from the collection too.
+        let mut newest: Vec<_> = pushed.iter().map(|r| r.id).collect();
+        newest.reverse();
+        let first = reviews
+            .page(&product.id, &PageRequest::first(5))
+            .session(&mut session)
+            .await
+            .unwrap();
+        assert_eq!(ids(&first.items), newest[..5]);
+        let next = first.next.clone().expect("3 more reviews follow");
+        let second = reviews
+            .page(&product.id, &PageRequest::after(next, 5))
+            .session(&mut session)
+            .await
+            .unwrap();
+        assert_eq!(ids(&second.items), newest[5..]);
+        let count = reviews.count(&product.id).session(&mut session).await;
+        assert_eq!(count.unwrap(), 8);
+        let streamed: Vec<Review> = reviews
+            .all(&product.id)
+            .session(&mut session)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(ids(&streamed), newest);
+        // Outside the transaction nothing is there yet.
+        assert_eq!(reviews.count(&product.id).await.unwrap(), 0);
+        let outside = reviews
+            .page(&product.id, &PageRequest::first(5))
+            .await
+            .unwrap();
+        assert!(outside.items.is_empty());
+        session.abort_transaction().await.unwrap();
+        assert_eq!(stored(&store, &product.id).await, (0, vec![], 0));
+    }
+}
+
+fn ids(reviews: &[Review]) -> Vec<bson::oid::ObjectId> {
+    reviews.iter().map(|r| r.id).collect()
 }

@@ -237,7 +237,7 @@ async fn malformed_children_in_the_collection_name_their_id_and_field() {
         other => panic!("unexpected {other:?}"),
     }
     use futures::StreamExt;
-    let results: Vec<_> = reviews.all(&product.id).collect().await;
+    let results: Vec<_> = reviews.all(&product.id).await.unwrap().collect().await;
     assert_eq!(results.len(), 11);
     assert!(matches!(results[10], Err(Error::MalformedChild { .. })));
 }

@@ -2,7 +2,8 @@
 
 use std::marker::PhantomData;
 
-use futures::{Stream, TryStreamExt};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 
 use crate::action::Action;
 use crate::cursor::{Cursor, Page, PageRequest};
@@ -111,6 +112,10 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// Without a `count` field, a first page exactly as large as a full subset cannot tell
     /// whether more children exist; it returns a cursor, and the next page may be empty.
     ///
+    /// With `.session(&mut s)` the page is read in the caller's session: inside the caller's
+    /// transaction it sees that transaction's own pushes and removes, and in a causally
+    /// consistent session it follows the session's earlier writes.
+    ///
     /// A page always holds whole children. Where the field embeds previews
     /// ([`SubsetSpec::embed`]), the parent cannot serve one, so the first page too comes from the
     /// child collection; to go on right after the previews a page already showed, start from
@@ -123,13 +128,20 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// [`crate::Error::MalformedParent`] / [`crate::Error::MalformedChild`] for stored documents of the wrong
     /// shape (a child on the page whose sort key is missing or null has no cursor, and is one),
     /// [`crate::Error::Mongo`].
-    pub async fn page(&self, parent: &P::Id, request: &PageRequest) -> Result<Page<C>> {
-        let parent = Self::parent_id(parent)?;
-        self.raw
-            .page_with(&parent, request, |raw, collection, path| {
-                decode::child::<C>(raw, collection, path)
+    pub fn page<'r>(&'r self, parent: &'r P::Id, request: &'r PageRequest) -> Action<'r, Page<C>> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let parent = Self::parent_id(parent)?;
+                self.raw
+                    .page_in(
+                        &parent,
+                        request,
+                        |raw, collection, path| decode::child::<C>(raw, collection, path),
+                        session,
+                    )
+                    .await
             })
-            .await
+        })
     }
 
     /// The cursor of one child, or of its embedded preview, to page on from in either direction:
@@ -153,17 +165,27 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
         self.raw.cursor(&parent, &raw)
     }
 
-    /// Every child of `parent`, in the subset's order, streamed from the child collection.
+    /// Every child of `parent`, in the subset's order, streamed from the child collection:
+    /// `reviews.all(&id).await?` is the stream.
     ///
-    /// The query starts when the stream is first polled. Each item is a [`Result`]: a stored
-    /// child of the wrong shape is an [`crate::Error::MalformedChild`] naming its `_id` and field.
-    pub fn all(&self, parent: &P::Id) -> impl Stream<Item = Result<C>> + Send + 'static {
+    /// Each item is a [`Result`]: a stored child of the wrong shape is an
+    /// [`crate::Error::MalformedChild`] naming its `_id` and field. With `.session(&mut s)`, the
+    /// stream reads in that session and holds it until dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Mongo`] when the query cannot start.
+    pub fn all<'r>(&'r self, parent: &'r P::Id) -> Action<'r, BoxStream<'r, Result<C>>> {
         let name = self.spec().child_collection;
-        let parent = Self::parent_id(parent);
-        let raw = parent.map(|parent| self.raw.all(parent));
-        futures::stream::once(async move { raw })
-            .try_flatten()
-            .and_then(move |doc| async move { decode::child::<C>(&doc, name, None) })
+        Action::new(move |session| {
+            Box::pin(async move {
+                let parent = Self::parent_id(parent)?;
+                let raw = self.raw.all_in(&parent, session).await?;
+                Ok(raw
+                    .and_then(move |doc| async move { decode::child::<C>(&doc, name, None) })
+                    .boxed())
+            })
+        })
     }
 
     /// How many children `parent` has in the child collection (for a filtered view, how many
@@ -172,8 +194,13 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// # Errors
     ///
     /// [`crate::Error::Mongo`].
-    pub async fn count(&self, parent: &P::Id) -> Result<u64> {
-        self.raw.count(&Self::parent_id(parent)?).await
+    pub fn count<'r>(&'r self, parent: &'r P::Id) -> Action<'r, u64> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let parent = Self::parent_id(parent)?;
+                self.raw.count_in(&parent, session).await
+            })
+        })
     }
 
     /// Removes a child: from the child collection, from the subset (backfilling the next child

@@ -14,7 +14,8 @@
 use std::future::{Future, IntoFuture};
 use std::time::{Duration, Instant};
 
-use futures::TryStreamExt;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use mongodb::action::{
     Aggregate, CountDocuments, Delete, Find, FindOne, FindOneAndDelete, FindOneAndReplace,
     InsertMany, InsertOne, ReplaceOne, Update,
@@ -24,7 +25,7 @@ use mongodb::ClientSession;
 use serde::de::DeserializeOwned;
 
 use super::{RawStore, WriteMode};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// How long a transaction keeps retrying; the same 120 s the drivers' callback API uses.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -91,6 +92,33 @@ impl<'s> Ctx<'s> {
             }
             None => find.await?.try_collect().await,
         }
+    }
+
+    /// Runs a `find` and streams its documents, each driver error turned into ours by `error`.
+    /// With a session, the stream holds it until the stream is dropped, since every batch after
+    /// the first is fetched in it.
+    pub(crate) async fn stream<T>(
+        self,
+        find: Find<'_, T>,
+        error: impl Fn(mongodb::error::Error) -> Error + Send + Copy + 's,
+    ) -> Result<BoxStream<'s, Result<T>>>
+    where
+        T: DeserializeOwned + Send + Sync + 's,
+    {
+        Ok(match self.session {
+            Some(session) => {
+                let cursor = find.session(&mut *session).await.map_err(error)?;
+                futures::stream::unfold(
+                    (cursor, session),
+                    move |(mut cursor, session)| async move {
+                        let next = cursor.next(session).await?;
+                        Some((next.map_err(error), (cursor, session)))
+                    },
+                )
+                .boxed()
+            }
+            None => find.await.map_err(error)?.map_err(error).boxed(),
+        })
     }
 
     /// Runs an `aggregate` and collects every document, in this context's session when there

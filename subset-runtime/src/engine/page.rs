@@ -2,10 +2,12 @@
 //! (sort keys, `_id`) from the child collection; and the whole collection as a stream.
 
 use crate::bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::stream::BoxStream;
+use mongodb::ClientSession;
 
 use super::exec::Ctx;
 use super::{query, RawSubset};
+use crate::action::Action;
 use crate::cursor::{Anchor, Cursor, Page, PageRequest, MAX_PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::order::Side;
@@ -17,19 +19,27 @@ impl RawSubset<'_> {
     /// # Errors
     ///
     /// As [`crate::Subset::page`].
-    pub async fn page(&self, parent: &Bson, request: &PageRequest) -> Result<Page<RawDocumentBuf>> {
-        self.page_with(parent, request, |raw, _, _| Ok(raw.to_owned()))
-            .await
+    pub fn page<'r>(
+        &'r self,
+        parent: &'r Bson,
+        request: &'r PageRequest,
+    ) -> Action<'r, Page<RawDocumentBuf>> {
+        Action::new(move |session| {
+            Box::pin(self.page_in(parent, request, |raw, _, _| Ok(raw.to_owned()), session))
+        })
     }
 
-    /// One page, each child turned into `T` by `decode(child, collection, path in the parent)`.
+    /// One page, each child turned into `T` by `decode(child, collection, path in the parent)`,
+    /// read in the caller's session if given.
     #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field, size = request.size, backward = request.is_backward()))]
-    pub(crate) async fn page_with<T>(
+    pub(crate) async fn page_in<T>(
         &self,
         parent: &Bson,
         request: &PageRequest,
         decode: impl Fn(&RawDocument, &str, Option<&str>) -> Result<T>,
+        caller: Option<&mut ClientSession>,
     ) -> Result<Page<T>> {
+        let ctx = &mut Ctx::read(caller);
         let spec = self.spec;
         self.store.check_parent_id(parent)?;
         if request.size == 0 || request.size > MAX_PAGE_SIZE {
@@ -42,7 +52,7 @@ impl RawSubset<'_> {
         let from = match &request.anchor {
             // A preview subset embeds parts of children, and a page holds whole ones.
             Anchor::Start if request.size <= spec.keep && spec.embed.is_none() => {
-                return self.embedded_page(parent, request, decode).await
+                return self.embedded_page(ctx, parent, request, decode).await
             }
             Anchor::Start | Anchor::End => None,
             Anchor::After(cursor) | Anchor::Before(cursor) => {
@@ -72,20 +82,17 @@ impl RawSubset<'_> {
             (None, true) => (spec.children_of(parent), order::reverse_sort_doc(spec)),
         };
         // One child past the page says whether more follow in the direction of reading.
-        let mut raws: Vec<RawDocumentBuf> = self
-            .children::<RawDocumentBuf>()
-            .find(filter)
-            .sort(sort)
-            .limit(i64::from(request.size) + 1)
-            .await
-            .map_err(|e| self.mongo_child(e))?
-            .try_collect()
+        let children = self.children::<RawDocumentBuf>();
+        let mut raws = ctx
+            .collect(
+                children
+                    .find(filter)
+                    .sort(sort)
+                    .limit(i64::from(request.size) + 1),
+            )
             .await
             .map_err(|e| self.mongo_child(e))?;
-        if raws.is_empty()
-            && from.is_none()
-            && !self.parent_exists(&mut Ctx::read(None), parent).await?
-        {
+        if raws.is_empty() && from.is_none() && !self.parent_exists(ctx, parent).await? {
             return Err(self.parent_not_found(parent));
         }
         let more = raws.len() > size;
@@ -114,7 +121,7 @@ impl RawSubset<'_> {
                 .as_ref()
                 .is_some_and(|s| cursor.check_brackets(spec, s).is_err());
             if !more || odd {
-                self.report_misfit(parent, cursor, served).await?;
+                self.report_misfit(ctx, parent, cursor, served).await?;
             }
         }
         // The direction of reading is exact (the extra child); the other is known only from
@@ -141,6 +148,7 @@ impl RawSubset<'_> {
     /// position of a child, so over healthy children it has their brackets.
     async fn report_misfit(
         &self,
+        ctx: &mut Ctx<'_>,
         parent: &Bson,
         cursor: &Cursor,
         served: Option<Vec<Bson>>,
@@ -148,16 +156,19 @@ impl RawSubset<'_> {
         let spec = self.spec;
         let untyped = spec.order().any(|k| k.values.bracket().is_none());
         let stored = match served {
-            None if untyped => self.stored_position(parent, cursor).await?,
+            None if untyped => self.stored_position(ctx, parent, cursor).await?,
             served => served,
         };
         let expected = order::expected(spec, stored.as_deref());
         let filter = order::misfit_filter(spec, parent, &expected);
         if filter.get_array("$or").is_ok_and(|b| !b.is_empty()) {
-            let misfit = self
-                .children::<RawDocumentBuf>()
-                .find_one(filter)
-                .projection(order::projection(spec))
+            let children = self.children::<RawDocumentBuf>();
+            let misfit = ctx
+                .run(
+                    children
+                        .find_one(filter)
+                        .projection(order::projection(spec)),
+                )
                 .await
                 .map_err(|e| self.mongo_child(e))?;
             // The filter and `misfit_problem` agree on brackets; nothing to name if they do not.
@@ -183,7 +194,12 @@ impl RawSubset<'_> {
     /// cursor's brackets (a genuine cursor, even over children of mixed types); otherwise the
     /// parent's first child in order. `None` when the parent has no children. One `find_one`
     /// by `_id`, and a second only for a forged cursor or a child deleted since.
-    async fn stored_position(&self, parent: &Bson, cursor: &Cursor) -> Result<Option<Vec<Bson>>> {
+    async fn stored_position(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: &Bson,
+        cursor: &Cursor,
+    ) -> Result<Option<Vec<Bson>>> {
         let spec = self.spec;
         let children = self.children::<RawDocumentBuf>();
         let id = spec
@@ -191,9 +207,12 @@ impl RawSubset<'_> {
             .zip(&cursor.position)
             .find_map(|(key, value)| (key.field == "_id").then_some(value));
         if let Some(id) = id {
-            let own = children
-                .find_one(doc! { spec.key: parent.clone(), "_id": { "$eq": id.clone() } })
-                .projection(order::projection(spec))
+            let own = ctx
+                .run(
+                    children
+                        .find_one(doc! { spec.key: parent.clone(), "_id": { "$eq": id.clone() } })
+                        .projection(order::projection(spec)),
+                )
                 .await
                 .map_err(|e| self.mongo_child(e))?;
             if let Some(own) = own {
@@ -203,10 +222,13 @@ impl RawSubset<'_> {
                 }
             }
         }
-        let first = children
-            .find_one(spec.children_of(parent))
-            .sort(order::sort_doc(spec))
-            .projection(order::projection(spec))
+        let first = ctx
+            .run(
+                children
+                    .find_one(spec.children_of(parent))
+                    .sort(order::sort_doc(spec))
+                    .projection(order::projection(spec)),
+            )
             .await
             .map_err(|e| self.mongo_child(e))?;
         Ok(first.map(|first| order::position(spec, &first)))
@@ -216,16 +238,19 @@ impl RawSubset<'_> {
     /// count, which tells whether a full subset is all there is).
     async fn embedded_page<T>(
         &self,
+        ctx: &mut Ctx<'_>,
         parent: &Bson,
         request: &PageRequest,
         decode: impl Fn(&RawDocument, &str, Option<&str>) -> Result<T>,
     ) -> Result<Page<T>> {
         let spec = self.spec;
-        let raw = self
-            .store
-            .parents::<RawDocumentBuf>()
-            .find_one(doc! { "_id": parent.clone() })
-            .projection(query::subset_projection(spec))
+        let parents = self.store.parents::<RawDocumentBuf>();
+        let raw = ctx
+            .run(
+                parents
+                    .find_one(doc! { "_id": parent.clone() })
+                    .projection(query::subset_projection(spec)),
+            )
             .await
             .map_err(|e| self.store.mongo(e))?
             .ok_or_else(|| self.parent_not_found(parent))?;
@@ -280,36 +305,56 @@ impl RawSubset<'_> {
     }
 
     /// Every child of `parent` in order, as raw documents; see [`crate::Subset::all`].
-    pub fn all(&self, parent: Bson) -> impl Stream<Item = Result<RawDocumentBuf>> + Send + 'static {
-        let collection = self.children::<RawDocumentBuf>();
-        let (filter, name, sort) = (
-            self.spec.children_of(&parent),
-            self.spec.child_collection,
-            order::sort_doc(self.spec),
-        );
-        let checked = self.store.check_parent_id(&parent);
-        futures::stream::once(async move {
-            checked?;
-            let cursor = collection
-                .find(filter)
-                .sort(sort)
-                .await
-                .map_err(|e| Error::mongo(name, e))?;
-            Ok(cursor.map(move |raw| raw.map_err(|e| Error::mongo(name, e))))
-        })
-        .try_flatten()
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Subset::all`].
+    pub fn all<'r>(
+        &'r self,
+        parent: &'r Bson,
+    ) -> Action<'r, BoxStream<'r, Result<RawDocumentBuf>>> {
+        Action::new(move |session| Box::pin(self.all_in(parent, session)))
     }
 
-    /// How many children `parent` has in the child collection.
+    /// The stream of [`RawSubset::all`], read in the caller's session if given (which the
+    /// stream then holds until it is dropped).
+    #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field))]
+    pub(crate) async fn all_in<'r>(
+        &self,
+        parent: &Bson,
+        caller: Option<&'r mut ClientSession>,
+    ) -> Result<BoxStream<'r, Result<RawDocumentBuf>>> {
+        self.store.check_parent_id(parent)?;
+        let name = self.spec.child_collection;
+        let children = self.children::<RawDocumentBuf>();
+        let find = children
+            .find(self.spec.children_of(parent))
+            .sort(order::sort_doc(self.spec));
+        Ctx::read(caller)
+            .stream(find, move |e| Error::mongo(name, e))
+            .await
+    }
+
+    /// How many children `parent` has in the child collection; see [`crate::Subset::count`].
     ///
     /// # Errors
     ///
     /// [`Error::Mongo`].
+    pub fn count<'r>(&'r self, parent: &'r Bson) -> Action<'r, u64> {
+        Action::new(move |session| Box::pin(self.count_in(parent, session)))
+    }
+
+    /// [`RawSubset::count`], in the caller's session if given.
     #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field))]
-    pub async fn count(&self, parent: &Bson) -> Result<u64> {
+    pub(crate) async fn count_in(
+        &self,
+        parent: &Bson,
+        caller: Option<&mut ClientSession>,
+    ) -> Result<u64> {
         self.store.check_parent_id(parent)?;
-        self.children::<Document>()
-            .count_documents(self.spec.children_of(parent))
+        let children = self.children::<Document>();
+        Ctx::read(caller)
+            .run(children.count_documents(self.spec.children_of(parent)))
             .await
             .map_err(|e| self.mongo_child(e))
     }
