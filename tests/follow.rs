@@ -321,13 +321,14 @@ impl Seen {
 
 fn print_stats(test: &str, stats: &FollowStats) {
     println!(
-        "{test}: {} events in {} batches; {} resyncs: {} written, {} skipped (in sync), {} orphaned, {} failed; {} catch-ups; max lag {:?}",
+        "{test}: {} events in {} batches; {} resyncs: {} written, {} skipped (in sync), {} orphaned, {} keyless, {} failed; {} catch-ups; max lag {:?}",
         stats.events,
         stats.batches,
         stats.resynced,
         stats.written,
         stats.skipped,
         stats.orphaned,
+        stats.keyless,
         stats.failed,
         stats.catch_ups,
         stats.max_lag
@@ -731,7 +732,20 @@ async fn children_of_no_parent_are_counted_and_passed_over() {
     // A key no parent `_id` can be.
     orphan.insert("_id", ObjectId::new());
     orphan.insert("product_id", vec![Bson::Int32(1), Bson::Int32(2)]);
+    reviews_of(&db).insert_one(orphan.clone()).await.unwrap();
+    // No parent key at all, twice: inserted, and a keyed child whose key is unset.
+    orphan.insert("_id", ObjectId::new());
+    orphan.remove("product_id");
     reviews_of(&db).insert_one(orphan).await.unwrap();
+    let unkeyed = raw_review(&mut rng, parents[1]);
+    reviews_of(&db).insert_one(unkeyed.clone()).await.unwrap();
+    reviews_of(&db)
+        .update_one(
+            doc! { "_id": unkeyed.get("_id").unwrap() },
+            doc! { "$unset": { "product_id": "" } },
+        )
+        .await
+        .unwrap();
     reviews_of(&db)
         .insert_one(raw_review(&mut rng, parents[0]))
         .await
@@ -740,7 +754,7 @@ async fn children_of_no_parent_are_counted_and_passed_over() {
     assert_exact(&db, &parents).await;
     let stats = follower.stop().await.unwrap();
     print_stats("orphans", &stats);
-    assert_eq!(stats.orphaned, 2);
+    assert_eq!((stats.orphaned, stats.keyless), (2, 2));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -140,14 +140,22 @@ impl Printer {
     }
 }
 
-/// The status line: `reviews: 1200 events, 310 reconciled (300 written, 10 in sync), lag 80 ms`.
+/// The status line: `reviews: 1200 events, 310 reconciled (300 written, 10 in sync), lag 80 ms`,
+/// with the children of no parent when there are any.
 fn status_text(collection: &str, t: &FollowStats) -> String {
     let lag = t
         .last_lag
         .map(|l| format!(", lag {} ms", l.as_millis()))
         .unwrap_or_default();
+    let mut orphans = String::new();
+    if t.orphaned > 0 {
+        orphans.push_str(&format!(", {} naming no parent", t.orphaned));
+    }
+    if t.keyless > 0 {
+        orphans.push_str(&format!(", {} without a parent key", t.keyless));
+    }
     format!(
-        "following `{collection}`: {} events, {} reconciled ({} written, {} in sync){lag}",
+        "following `{collection}`: {} events, {} reconciled ({} written, {} in sync){orphans}{lag}",
         t.events, t.resynced, t.written, t.skipped
     )
 }
@@ -186,6 +194,7 @@ fn totals_json(t: &FollowStats) -> Value {
         "written": t.written,
         "skipped": t.skipped,
         "orphaned": t.orphaned,
+        "keyless": t.keyless,
         "failed": t.failed,
         "catch_ups": t.catch_ups,
         "last_lag_ms": t.last_lag.map(millis),
@@ -207,6 +216,7 @@ fn update_json(update: &FollowUpdate<'_>) -> Value {
             "written": b.written,
             "skipped": b.skipped,
             "orphaned": b.orphaned,
+            "keyless": b.keyless,
             "failed": b.failed,
             "lag_ms": b.lag.map(millis),
             "took_ms": millis(b.took),
@@ -243,7 +253,10 @@ fn report(spec: &SubsetSpec, parent: &str, name: &str, t: &FollowStats) -> Outco
         t.events, t.batches, t.resynced, t.written, t.skipped
     ));
     if t.orphaned > 0 {
-        text.push_str(&format!("; {} without a parent", t.orphaned));
+        text.push_str(&format!("; {} naming no parent", t.orphaned));
+    }
+    if t.keyless > 0 {
+        text.push_str(&format!("; {} children without a parent key", t.keyless));
     }
     if t.failed > 0 {
         text.push_str(&format!("; {} passed over (see `subset check`)", t.failed));

@@ -37,11 +37,14 @@ impl CollectionFollower<'_> {
     /// Resyncs every parent the events concern, each once.
     pub(super) async fn apply(&self, events: &[Event]) -> Result<Applied> {
         let started = Instant::now();
-        let mut parents = Vec::new();
+        let (mut parents, mut keyless) = (Vec::new(), Vec::new());
         for e in events {
-            if event::map(e, &self.fields, &mut parents) == Meaning::MissingImage {
+            if event::map(e, &self.fields, &mut parents, &mut keyless) == Meaning::MissingImage {
                 return Ok(Applied::MissingImages);
             }
+        }
+        for child in &keyless {
+            tracing::warn!(collection = self.name, child = %child, "a child without a parent key: it belongs to no parent");
         }
         // A burst on one parent costs one resync. Debug output names the BSON type and the
         // value, which is what tells two parent keys apart.
@@ -59,6 +62,7 @@ impl CollectionFollower<'_> {
             written: tally.written,
             skipped: tally.skipped,
             orphaned: tally.orphaned,
+            keyless: keyless.len() as u64,
             failed: tally.failed,
             lag,
             took: started.elapsed(),

@@ -49,11 +49,14 @@ pub(super) fn trim(fields: &[SubsetSpec]) -> Document {
     doc! { "$project": keep }
 }
 
-/// Adds to `parents` each (field index in `fields`, parent `_id`) that `event` concerns.
+/// Adds to `parents` each (field index in `fields`, parent `_id`) that `event` concerns, and to
+/// `keyless` the `_id` of a child it wrote that carries no parent key of any field: such a
+/// child belongs to no parent, so no resync would ever mention it.
 pub(super) fn map(
     event: &Event,
     fields: &[SubsetSpec],
     parents: &mut Vec<(usize, Bson)>,
+    keyless: &mut Vec<Bson>,
 ) -> Meaning {
     let (after, before) = match event.operation_type {
         OperationType::Insert => (true, false),
@@ -86,6 +89,13 @@ pub(super) fn map(
             }
         }
     }
+    // Only the document as written counts: a deleted child was counted when it was written.
+    if let Some(written) = event.full_document.as_ref().filter(|_| after) {
+        if !fields.iter().any(|spec| written.contains_key(spec.key)) {
+            let id = event.document_key.as_ref().and_then(|k| k.get("_id"));
+            keyless.push(id.cloned().unwrap_or(Bson::Null));
+        }
+    }
     Meaning::Parents
 }
 
@@ -110,13 +120,37 @@ mod tests {
     }
 
     fn mapped(e: &Event) -> (Meaning, Vec<(usize, Bson)>) {
+        let (meaning, parents, _) = mapped_with_keyless(e);
+        (meaning, parents)
+    }
+
+    fn mapped_with_keyless(e: &Event) -> (Meaning, Vec<(usize, Bson)>, Vec<Bson>) {
         let other_key = SubsetSpec {
             key: "first_of",
             ..TEST_SPEC
         };
-        let mut parents = Vec::new();
-        let meaning = map(e, &[TEST_SPEC, other_key], &mut parents);
-        (meaning, parents)
+        let (mut parents, mut keyless) = (Vec::new(), Vec::new());
+        let meaning = map(e, &[TEST_SPEC, other_key], &mut parents, &mut keyless);
+        (meaning, parents, keyless)
+    }
+
+    #[test]
+    fn a_written_child_with_no_key_of_any_field_is_keyless() {
+        let (_, parents, keyless) = mapped_with_keyless(&event("insert", Some(doc! {}), None));
+        assert_eq!((parents, keyless), (vec![], vec![Bson::Int32(1)]));
+        // One field's key is enough to belong somewhere.
+        let e = event("insert", Some(doc! { "first_of": 7 }), None);
+        assert_eq!(mapped_with_keyless(&e).2, Vec::<Bson>::new());
+        // An update that unsets the key: the old parent loses the child, which is now keyless.
+        let e = event("update", Some(doc! {}), Some(doc! { "product_id": 1 }));
+        let (_, parents, keyless) = mapped_with_keyless(&e);
+        assert_eq!(
+            (parents, keyless),
+            (vec![(0, Bson::Int32(1))], vec![Bson::Int32(1)])
+        );
+        // A deleted keyless child is not counted again.
+        let (_, _, keyless) = mapped_with_keyless(&event("delete", None, Some(doc! {})));
+        assert!(keyless.is_empty());
     }
 
     #[test]

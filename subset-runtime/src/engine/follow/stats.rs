@@ -24,8 +24,12 @@ pub struct FollowStats {
     /// made itself (already right), or a change that left the subset as it was.
     pub skipped: u64,
     /// Parents named by events that do not exist, or whose key no parent `_id` can be (an
-    /// array, say): nothing to keep in sync.
+    /// array, say): the children that name them belong to no parent (a key of another type
+    /// than the parents' `_id`s, a string among ObjectIds, names no parent either).
     pub orphaned: u64,
+    /// Children written without any parent key (no key field of any subset over their
+    /// collection): they belong to no parent, and each is logged with its `_id`.
+    pub keyless: u64,
     /// Parents that could not be resynced for reasons of their own (a malformed document, a
     /// subset over 16 MiB), logged and passed over; `reconcile_all` names them.
     pub failed: u64,
@@ -53,8 +57,10 @@ pub struct FollowBatch {
     pub written: u64,
     /// Of those, the ones that found the parent in sync.
     pub skipped: u64,
-    /// Parents not found.
+    /// Parents not found (see [`FollowStats::orphaned`]).
     pub orphaned: u64,
+    /// Children written without a parent key (see [`FollowStats::keyless`]).
+    pub keyless: u64,
     /// Parents passed over (see [`FollowStats::failed`]).
     pub failed: u64,
     /// From the wall-clock time of the batch's oldest event to its parents being resynced.
@@ -128,6 +134,7 @@ pub(crate) struct Counters {
     written: AtomicU64,
     skipped: AtomicU64,
     orphaned: AtomicU64,
+    keyless: AtomicU64,
     failed: AtomicU64,
     catch_ups: AtomicU64,
     last_lag_us: AtomicU64,
@@ -143,6 +150,7 @@ impl Default for Counters {
             written: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             orphaned: AtomicU64::new(0),
+            keyless: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             catch_ups: AtomicU64::new(0),
             last_lag_us: AtomicU64::new(NO_LAG),
@@ -162,6 +170,7 @@ impl Counters {
             written: get(&self.written),
             skipped: get(&self.skipped),
             orphaned: get(&self.orphaned),
+            keyless: get(&self.keyless),
             failed: get(&self.failed),
             catch_ups: get(&self.catch_ups),
             last_lag: (last != NO_LAG).then(|| Duration::from_micros(last)),
@@ -178,6 +187,7 @@ impl Counters {
         add(&self.written, batch.written);
         add(&self.skipped, batch.skipped);
         add(&self.orphaned, batch.orphaned);
+        add(&self.keyless, batch.keyless);
         add(&self.failed, batch.failed);
         if let Some(lag) = batch.lag {
             let us = u64::try_from(lag.as_micros()).unwrap_or(NO_LAG - 1);
