@@ -19,7 +19,8 @@ const ATTEMPTS: u32 = 6;
 
 /// What applying a batch came to.
 pub(super) enum Applied {
-    Batch(FollowBatch),
+    /// Boxed: a batch report is large, and the other variant carries nothing.
+    Batch(Box<FollowBatch>),
     /// Some event's parents are unknown: only a full pass covers it.
     MissingImages,
 }
@@ -55,7 +56,7 @@ impl CollectionFollower<'_> {
         let now = DateTime::now().timestamp_millis();
         let oldest = events.iter().filter_map(wall_millis).min();
         let lag = oldest.map(|t| Duration::from_millis(u64::try_from(now - t).unwrap_or(0)));
-        Ok(Applied::Batch(FollowBatch {
+        Ok(Applied::Batch(Box::new(FollowBatch {
             collection: self.name,
             events: events.len() as u64,
             resynced,
@@ -67,7 +68,7 @@ impl CollectionFollower<'_> {
             lag,
             took: started.elapsed(),
             totals: Default::default(),
-        }))
+        })))
     }
 
     /// Reconciles each (field, parent), `concurrency` at once. A parent that failed for a reason
