@@ -241,3 +241,42 @@ async fn malformed_children_in_the_collection_name_their_id_and_field() {
     assert_eq!(results.len(), 11);
     assert!(matches!(results[10], Err(Error::MalformedChild { .. })));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn children_of_no_parent_are_counted_by_kind_with_their_ids() {
+    let store = Store::<Product>::new(&replica_db().await);
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let product = Product::named("lamp");
+    store.insert(&product).await.unwrap();
+    reviews
+        .push_many(&product.id, &[Review::at(1), Review::at(2)])
+        .await
+        .unwrap();
+    assert_eq!(reviews.orphans().await.unwrap().total(), 0);
+    let collection = store.database().collection::<Document>("reviews");
+    let orphan = |key: Option<Bson>| {
+        let mut child = bson_compat::to_document(&Review::at(3)).unwrap();
+        if let Some(key) = key {
+            child.insert("product_id", key);
+        }
+        child
+    };
+    let written = [
+        orphan(None),
+        orphan(Some(Bson::Null)),
+        orphan(Some(Bson::Array(vec![Bson::ObjectId(product.id)]))),
+        orphan(Some(Bson::ObjectId(ObjectId::new()))),
+        orphan(Some(Bson::ObjectId(ObjectId::new()))),
+        orphan(Some(Bson::String(product.id.to_hex()))),
+    ];
+    collection.insert_many(written.iter()).await.unwrap();
+    let found = reviews.orphans().await.unwrap();
+    assert_eq!(
+        (found.keyless, found.invalid_key, found.no_parent),
+        (2, 1, 3),
+        "{found:?}"
+    );
+    assert_eq!(found.sample.len(), 5, "{found:?}");
+    let ids: Vec<&Bson> = written.iter().map(|c| c.get("_id").unwrap()).collect();
+    assert!(found.sample.iter().all(|id| ids.contains(&id)), "{found:?}");
+}

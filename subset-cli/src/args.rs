@@ -81,6 +81,14 @@ pub struct InspectArgs {
     /// Flag arrays with at least this many elements in some document.
     #[arg(long, default_value_t = 100, value_name = "N")]
     pub long: usize,
+    /// With `--collection` naming a child collection and `--key`: the parent collection whose
+    /// `_id` each child's key holds. Inspect then also counts the children of no parent (key
+    /// missing, an array, or naming no document of this collection).
+    #[arg(long, value_name = "COLLECTION", requires_all = ["collection", "key"])]
+    pub parent: Option<String>,
+    /// The child field holding the parent's `_id`, with `--parent`.
+    #[arg(long, value_name = "FIELD", requires = "parent")]
+    pub key: Option<String>,
 }
 
 /// The subset a command works on, and how to scan for it.

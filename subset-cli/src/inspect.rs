@@ -7,10 +7,12 @@ use serde::Serialize;
 use serde_json::json;
 use subset_runtime::bson::{doc, Bson, RawBsonRef, RawDocument, RawDocumentBuf};
 use subset_runtime::bson_compat;
+use subset_runtime::raw::RawStore;
+use subset_runtime::spec::ParentSpec;
 
 use crate::args::InspectArgs;
 use crate::error::CliError;
-use crate::output::{bytes, id_json, Outcome};
+use crate::output::{bytes, id_json, orphans_json, orphans_text, Outcome};
 use crate::progress;
 use crate::shape::{Bracket, Brackets};
 
@@ -55,8 +57,22 @@ pub async fn run(db: &Database, args: &InspectArgs) -> Result<Outcome, CliError>
     if reports.is_empty() {
         text.push_str(&format!("database `{}` has no collections\n", db.name()));
     }
+    let mut json = json!({ "command": "inspect", "database": db.name(), "collections": reports });
+    if let (Some(parent), Some(key), Some(child)) = (&args.parent, &args.key, &args.collection) {
+        crate::scan::require_collection(db, parent).await?;
+        let store = RawStore::new(db, ParentSpec::leak(parent.clone(), Vec::new()));
+        let orphans = store.orphans(child, key).await?;
+        text.push_str(&format!(
+            "`{child}` as children of `{parent}` by `{key}`:\n"
+        ));
+        match orphans.total() {
+            0 => text.push_str("  every child names a parent\n"),
+            _ => text.push_str(&orphans_text(&orphans, child)),
+        }
+        json["orphans"] = orphans_json(&orphans);
+    }
     Ok(Outcome {
-        json: json!({ "command": "inspect", "database": db.name(), "collections": reports }),
+        json,
         text,
         problems: false,
     })

@@ -20,16 +20,19 @@
 use futures::TryStreamExt;
 use mongodb::Database;
 use serde_json::json;
+use subset_runtime::__private::{embedded_projection, InsertFailure};
 use subset_runtime::bson::oid::ObjectId;
 use subset_runtime::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
-use subset_runtime::{
-    __private::InsertFailure, raw::RawStore, repair::SweepOptions, spec::ParentSpec,
-    spec::SubsetSpec,
-};
+use subset_runtime::raw::RawStore;
+use subset_runtime::repair::{Orphans, SweepOptions};
+use subset_runtime::spec::{ParentSpec, SubsetSpec};
 
 use crate::args::MigrateArgs;
 use crate::error::{CliError, Invalid};
-use crate::output::{bytes, headline, invalid_json, keys_text, push_invalid, spec_json, Outcome};
+use crate::output::{
+    bytes, headline, invalid_json, keys_text, orphans_json, orphans_text, push_invalid, spec_json,
+    Outcome,
+};
 use crate::scan::{self, Sizes};
 use crate::{progress, shape};
 
@@ -102,8 +105,18 @@ pub async fn run(
             ))
         })?;
     }
+    let store = RawStore::new(db, ParentSpec::leak(a.parent.clone(), vec![*spec]));
+    let subset = store.subset(spec);
+    let orphans = subset.orphans().await?;
     if args.dry_run {
-        return Ok(dry_run_report(spec, &a.parent, &before, &survey));
+        let built = if survey.absent > 0 {
+            built_bytes(db, spec, &a.parent, survey.absent).await?
+        } else {
+            0
+        };
+        return Ok(dry_run_report(
+            spec, &a.parent, &before, &survey, built, &orphans,
+        ));
     }
     if !survey.invalid.is_empty() && !a.skip_invalid {
         return Err(CliError::Invalid {
@@ -115,8 +128,6 @@ pub async fn run(
         });
     }
 
-    let store = RawStore::new(db, ParentSpec::leak(a.parent.clone(), vec![*spec]));
-    let subset = store.subset(spec);
     subset.ensure_index().await?;
     let bar = progress::bar(survey.parents, "migrating", json);
     let mut moved = Moved::default();
@@ -163,10 +174,87 @@ pub async fn run(
         spec,
         &a.parent,
         &subset.index_keys(),
-        &before,
-        &after,
+        (&before, &after),
         &moved,
+        &orphans,
     ))
+}
+
+/// About how many bytes building the subset adds to the `absent` parents that lack the field:
+/// for each, the field (an array header), its count and sums, and its `keep` first children
+/// (or all, when fewer) at the average size of its children's embedded form, each with its
+/// element header. One aggregation over the child collection, grouped by parent key, looking
+/// up whether each parent has the field.
+async fn built_bytes(
+    db: &Database,
+    spec: &SubsetSpec,
+    parent: &str,
+    absent: u64,
+) -> Result<u64, CliError> {
+    // An element's header: a type byte, the name, a NUL; an array or document adds a length
+    // and a terminator, a number its 8 bytes (an int64 count or sum, or a double).
+    let header = |name: &str| name.len() as u64 + 2;
+    let fields = header(spec.field)
+        + 5
+        + spec.count.map_or(0, |c| header(c) + 8)
+        + spec.sums.iter().map(|s| header(s.parent) + 8).sum::<u64>();
+    let mut pipeline = Vec::new();
+    if let Some(filter) = spec.filter {
+        pipeline.push(doc! { "$match": { filter.field: filter.equals } });
+    }
+    // The size of a child's embedded form: the fields the engine's projection keeps, or the
+    // whole child without its key (a `$project` excluding the key would leave nothing to group by).
+    let projection = embedded_projection(spec);
+    let size = if projection.get(spec.key) == Some(&Bson::Int32(0)) {
+        doc! { "$subtract": [
+            { "$bsonSize": "$$ROOT" },
+            { "$subtract": [{ "$bsonSize": { spec.key: format!("${}", spec.key) } }, 5] },
+        ] }
+    } else {
+        let kept: Document = projection
+            .keys()
+            .map(|field| (field.clone(), Bson::String(format!("${field}"))))
+            .collect();
+        doc! { "$bsonSize": kept }
+    };
+    pipeline.extend([
+        doc! { "$group": {
+            "_id": format!("${}", spec.key),
+            "n": { "$sum": 1 },
+            "bytes": { "$sum": size },
+        } },
+        doc! { "$lookup": {
+            "from": parent,
+            "localField": "_id",
+            "foreignField": "_id",
+            "pipeline": [{ "$project": { "has": { "$ne": [{ "$type": format!("${}", spec.field) }, "missing"] } } }],
+            "as": "parent",
+        } },
+        doc! { "$match": { "parent.has": false } },
+        doc! { "$group": {
+            "_id": null,
+            // An array element is its document plus a type byte, its index and a NUL: about 5.
+            "bytes": { "$sum": { "$multiply": [
+                { "$min": ["$n", i64::from(spec.keep)] },
+                { "$add": [{ "$divide": ["$bytes", "$n"] }, 5] },
+            ] } },
+        } },
+    ]);
+    let found: Vec<Document> = db
+        .collection::<Document>(spec.child_collection)
+        .aggregate(pipeline)
+        .await
+        .map_err(|e| CliError::mongo(spec.child_collection, e))?
+        .try_collect()
+        .await
+        .map_err(|e| CliError::mongo(spec.child_collection, e))?;
+    let elements = match found.first().and_then(|d| d.get("bytes")) {
+        Some(Bson::Double(b)) => *b as u64,
+        Some(Bson::Int32(b)) => u64::try_from(*b).unwrap_or(0),
+        Some(Bson::Int64(b)) => u64::try_from(*b).unwrap_or(0),
+        _ => 0,
+    };
+    Ok(elements + absent * fields)
 }
 
 /// Reads every parent's array (read-only) and checks its shape.
@@ -447,11 +535,19 @@ async fn lost_preview(
     }))
 }
 
-fn dry_run_report(spec: &SubsetSpec, parent: &str, before: &Sizes, survey: &Survey) -> Outcome {
+fn dry_run_report(
+    spec: &SubsetSpec,
+    parent: &str,
+    before: &Sizes,
+    survey: &Survey,
+    built: u64,
+    orphans: &Orphans,
+) -> Outcome {
     let after_bytes = before
         .bytes
         .saturating_sub(survey.array_bytes)
-        .saturating_add(survey.kept_bytes);
+        .saturating_add(survey.kept_bytes)
+        .saturating_add(built);
     let valid = survey.parents - survey.invalid.len() as u64;
     let after_avg = after_bytes.checked_div(before.count).unwrap_or(0);
     let mut text = format!("dry run, nothing changed: {}", headline(spec, parent));
@@ -475,6 +571,7 @@ fn dry_run_report(spec: &SubsetSpec, parent: &str, before: &Sizes, survey: &Surv
         bytes(before.avg_document_bytes as f64),
         bytes(after_avg as f64)
     ));
+    text.push_str(&orphans_text(orphans, spec.child_collection));
     push_invalid(
         &mut text,
         &survey.invalid,
@@ -492,6 +589,7 @@ fn dry_run_report(spec: &SubsetSpec, parent: &str, before: &Sizes, survey: &Surv
             "parents_to_build": survey.absent,
             "before": before,
             "estimated_after": { "bytes": after_bytes, "avg_document_bytes": after_avg },
+            "orphans": orphans_json(orphans),
             "invalid": invalid_json(&survey.invalid),
         }),
         text,
@@ -503,9 +601,9 @@ fn report(
     spec: &SubsetSpec,
     parent: &str,
     index_keys: &Document,
-    before: &Sizes,
-    after: &Sizes,
+    (before, after): (&Sizes, &Sizes),
     moved: &Moved,
+    orphans: &Orphans,
 ) -> Outcome {
     let mut text = format!("migrated {}", headline(spec, parent));
     text.push_str(&format!(
@@ -538,6 +636,7 @@ fn report(
         spec.child_collection,
         keys_text(index_keys)
     ));
+    text.push_str(&orphans_text(orphans, spec.child_collection));
     push_invalid(
         &mut text,
         &moved.skipped,
@@ -556,6 +655,7 @@ fn report(
             "ids_assigned": moved.assigned,
             "parents_built": moved.built,
             "parents_gone": moved.gone,
+            "orphans": orphans_json(orphans),
             "skipped": invalid_json(&moved.skipped),
         }),
         text,

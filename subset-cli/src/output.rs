@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 use subset_runtime::bson::{Bson, Document};
 
-use subset_runtime::{spec::Direction, spec::FilterSpec, spec::SubsetSpec};
+use subset_runtime::repair::Orphans;
+use subset_runtime::spec::{Direction, FilterSpec, SubsetSpec};
 
 use crate::error::{CliError, Invalid};
 
@@ -156,6 +157,34 @@ pub fn spec_json(spec: &SubsetSpec, parent: &str) -> serde_json::Value {
 pub fn keys_text(keys: &Document) -> String {
     let keys: Vec<String> = keys.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     format!("{{{}}}", keys.join(", "))
+}
+
+/// The children of `child` that belong to no parent, for the text form: one line, empty when
+/// there are none.
+pub fn orphans_text(orphans: &Orphans, child: &str) -> String {
+    if orphans.total() == 0 {
+        return String::new();
+    }
+    let ids: Vec<String> = orphans.sample.iter().map(ToString::to_string).collect();
+    format!(
+        "  children of no parent in `{child}`: {} ({} naming no parent, {} without a key, {} with an array key), e.g. {}\n",
+        orphans.total(),
+        orphans.no_parent,
+        orphans.keyless,
+        orphans.invalid_key,
+        ids.join(", ")
+    )
+}
+
+/// The children of no parent, for `--json`.
+pub fn orphans_json(orphans: &Orphans) -> Value {
+    json!({
+        "total": orphans.total(),
+        "no_parent": orphans.no_parent,
+        "keyless": orphans.keyless,
+        "invalid_key": orphans.invalid_key,
+        "sample": orphans.sample.iter().map(id_json).collect::<Vec<_>>(),
+    })
 }
 
 /// Lists invalid parents under a heading, for the text form.

@@ -1277,3 +1277,94 @@ async fn a_bad_filter_sum_or_embed_is_a_usage_error() {
     );
     assert_eq!(all_shops(&db).await, before);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn children_of_no_parent_are_reported_and_the_dry_run_counts_the_subsets_it_builds() {
+    let (db, uri) = fresh().await;
+    seed_rated(&db).await;
+    let out = subset(&uri, &db, &view("migrate", PREVIEWS, &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // Written around the library: three reviews of shops that do not exist, one without a key.
+    let children = db.collection::<Document>("reviews");
+    let mut orphans: Vec<Document> = (0..3)
+        .map(|i| doc! { "_id": ObjectId::new(), "shop_id": ObjectId::new(), "rating": i, "verified": true, "date": DateTime::now() })
+        .collect();
+    orphans.push(
+        doc! { "_id": ObjectId::new(), "rating": 5, "verified": true, "date": DateTime::now() },
+    );
+    children.insert_many(&orphans).await.unwrap();
+    let orphan_ids = ids(&orphans);
+    let assert_orphans = |report: &Value| {
+        assert_eq!(report["total"], 4, "{report}");
+        assert_eq!(
+            (&report["no_parent"], &report["keyless"]),
+            (&Value::from(3), &Value::from(1))
+        );
+        for id in report["sample"].as_array().unwrap() {
+            assert!(
+                orphan_ids.iter().any(|o| id_matches(id, o)),
+                "{id} is no orphan"
+            );
+        }
+    };
+
+    let out = subset(
+        &uri,
+        &db,
+        &[
+            "inspect",
+            "--collection",
+            "reviews",
+            "--parent",
+            "shops",
+            "--key",
+            "shop_id",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_orphans(&json(&out)["orphans"]);
+
+    let out = subset(
+        &uri,
+        &db,
+        &view("migrate", VERIFIED, &["--dry-run", "--json"]),
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let dry = json(&out);
+    assert_orphans(&dry["orphans"]);
+    let (before, estimated) = (
+        dry["before"]["bytes"].as_u64().unwrap(),
+        dry["estimated_after"]["bytes"].as_u64().unwrap(),
+    );
+    assert!(
+        estimated > before,
+        "building the view grows the parents: {dry}"
+    );
+
+    let out = subset(&uri, &db, &view("migrate", VERIFIED, &["--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let done = json(&out);
+    assert_orphans(&done["orphans"]);
+    let after = done["after"]["bytes"].as_u64().unwrap();
+    let (grown, estimated_growth) = (after - before, estimated - before);
+    assert!(
+        grown * 10 >= estimated_growth * 9 && grown * 10 <= estimated_growth * 11,
+        "the estimate is within 10% of the growth: estimated {estimated_growth} B, grown {grown} B"
+    );
+    let text = String::from_utf8(
+        subset(&uri, &db, &view("migrate", VERIFIED, &["--dry-run"]))
+            .await
+            .stdout,
+    )
+    .unwrap();
+    assert!(text.contains("children of no parent in `reviews`: 4 (3 naming no parent, 1 without a key, 0 with an array key)"), "{text}");
+}
+
+/// Whether a JSON `_id` (as `--json` writes it) is `id`.
+fn id_matches(json: &Value, id: &Bson) -> bool {
+    json.to_string()
+        .contains(&id.as_object_id().unwrap().to_hex())
+}

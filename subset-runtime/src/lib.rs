@@ -53,10 +53,11 @@ pub mod follow {
 
 /// Checking and repairing subsets: what [`Subset::check`] and [`Subset::reconcile`] find on
 /// one parent ([`Drift`](repair::Drift)), and the sweep over every parent
-/// ([`Store::check_all`], [`Store::reconcile_all`]).
+/// ([`Store::check_all`], [`Store::reconcile_all`]), and the children that belong to no parent
+/// ([`Orphans`](repair::Orphans)).
 pub mod repair {
     pub use crate::engine::{
-        Drift, ParentFailure, SumDrift, SweepOptions, SweepProgress, SweepReport,
+        Drift, Orphans, ParentFailure, SumDrift, SweepOptions, SweepProgress, SweepReport,
     };
 }
 
@@ -86,6 +87,7 @@ pub mod __private {
     };
     pub use crate::decode::type_name as bson_type_name;
     pub use crate::engine::driver_error::{InsertFailure, DUPLICATE_KEY};
+    pub use crate::engine::query::embedded_projection;
     pub use crate::model::{
         Child, Direction, FieldName, FilterSpec, Parent, SortKey, SubsetField, SubsetSpec, SumSpec,
     };

@@ -203,6 +203,18 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
         })
     }
 
+    /// The children of this field's child collection that belong to no parent (their key is
+    /// missing, an array, or names no stored parent), counted by kind with a few `_id`s. No
+    /// subset shows them and no per-parent check finds them; see
+    /// [`RawSubset::orphans`](crate::raw::RawSubset::orphans) for the query.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Mongo`].
+    pub fn orphans(&self) -> Action<'_, crate::repair::Orphans> {
+        self.raw.orphans()
+    }
+
     /// Removes a child: from the child collection, from the subset (backfilling the next child
     /// when it was embedded, so the subset is again the top `keep`), and from the count; in
     /// every view of these children.

@@ -15,6 +15,7 @@
 //! | `page.rs` | merged pagination, `all`, `count` |
 //! | `remove_update.rs` | removing and replacing one child |
 //! | `resync.rs` | recomputing a subset from the child collection: backfill, reconcile, check |
+//! | `orphans.rs` | children of no parent, found from the child collection |
 //! | `sweep.rs` | every parent in `_id` batches: `reconcile_all`, `check_all`, and the sweep itself |
 //! | `schema.rs` | the child-collection indexes and the server-side cap |
 //! | `follow/` | the change-stream follower: other programs' writes to the child collections |
@@ -38,11 +39,12 @@ pub mod driver_error;
 mod exec;
 mod follow;
 mod insert;
+mod orphans;
 mod page;
 mod push;
 mod push_ordered;
 mod push_update;
-mod query;
+pub(crate) mod query;
 mod remove_update;
 mod resync;
 mod schema;
@@ -53,6 +55,7 @@ pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
     DEFAULT_TOKEN_COLLECTION,
 };
+pub use orphans::Orphans;
 pub use resync::{Drift, SumDrift};
 pub use sweep::{ParentFailure, SweepOptions, SweepProgress, SweepReport};
 
