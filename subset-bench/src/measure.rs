@@ -1,8 +1,8 @@
-//! The measuring loop every experiment shares. An operation is timed by [`time`]; a [`Run`]
-//! holds one measurement's latencies and rate, and [`closed_loop`] makes one from concurrent
-//! tasks; [`Rounds`] measures several sides back to back, round after round, and the [`Runs`] it
-//! returns give each side's median (min–max) over the rounds and the ratios between sides within
-//! each round.
+//! The measuring loop every experiment shares. An operation is timed by [`time`], two by
+//! [`side_by_side`]; a [`Run`] holds one measurement's latencies and rate, and [`closed_loop`]
+//! makes one from concurrent tasks; [`Rounds`] measures several sides back to back, round after
+//! round, and the [`Runs`] it returns give each side's median (min–max) over the rounds and the
+//! ratios between sides within each round.
 
 use std::future::{Future, IntoFuture};
 use std::time::{Duration, Instant};
@@ -25,6 +25,32 @@ where
     let start = Instant::now();
     let out = op.await.map_err(Into::into)?;
     Ok((out, millis(start.elapsed())))
+}
+
+/// Times `a` and `b` one after the other, `a` first when `a_first`: an A/B pair in which
+/// neither side always runs first. Returns their latencies in ms, `a`'s first.
+///
+/// # Errors
+///
+/// The first error of either.
+pub async fn side_by_side<E, F>(
+    a_first: bool,
+    a: impl IntoFuture<Output = Result<(), E>>,
+    b: impl IntoFuture<Output = Result<(), F>>,
+) -> Res<[f64; 2]>
+where
+    E: Into<Error>,
+    F: Into<Error>,
+{
+    if a_first {
+        let (_, a) = time(a).await?;
+        let (_, b) = time(b).await?;
+        Ok([a, b])
+    } else {
+        let (_, b) = time(b).await?;
+        let (_, a) = time(a).await?;
+        Ok([a, b])
+    }
 }
 
 /// One measurement: the latencies of its operations and how many it made per second.
