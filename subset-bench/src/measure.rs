@@ -85,6 +85,11 @@ impl Run {
         self.rate
     }
 
+    /// The latencies, ms, sorted.
+    pub fn latencies(&self) -> &[f64] {
+        &self.latencies
+    }
+
     pub fn len(&self) -> usize {
         self.latencies.len()
     }
