@@ -400,5 +400,9 @@ pub async fn worker(
         writeln!(out, "{l}")?;
     }
     out.flush()?;
+    // A client dropped as the process exits ends its sessions on a runtime that is shutting
+    // down, and the driver panics; shut it down while the runtime runs.
+    drop((store, db));
+    client.shutdown().await;
     Ok(())
 }
