@@ -1,8 +1,6 @@
 //! Experiment 4, batching: 10,000 reviews over 100 products, one `push` each against
 //! `push_many` in batches.
 
-use std::time::Instant;
-
 use bson::Document;
 use mongodb::Database;
 use subset::bson;
@@ -10,6 +8,7 @@ use subset::bson_compat;
 use subset::Store;
 
 use crate::data::{DataSet, Product, SUBSET};
+use crate::measure::{time, Rounds};
 use crate::stats::Spread;
 use crate::Res;
 
@@ -59,39 +58,42 @@ pub async fn run(db: &Database, batch: usize, rounds: usize, seed: u64) -> Res<R
     };
     let reviews: Vec<_> = (0..PRODUCTS).map(|i| data.reviews(i)).collect();
     let total = (PRODUCTS * REVIEWS_EACH) as f64;
-    let (mut one, mut many, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..rounds {
-        let mut rates = [0.0; 2];
-        for turn in 0..2 {
-            let batched = (turn == 0) == (round % 2 == 0);
+    // Side 0 is `push_many`, side 1 one `push` per review; which goes first alternates.
+    let schedule = Rounds {
+        rounds,
+        sides: 2,
+        shift: 1,
+    };
+    let rates = schedule
+        .run(async |turn| {
             let store = fresh(db, &data).await?;
             let handle = store.subset(Product::RECENT_REVIEWS);
-            let start = Instant::now();
-            if batched {
-                for (i, r) in reviews.iter().enumerate() {
-                    for chunk in r.chunks(batch) {
-                        handle.push_many(&data.product_id(i), chunk).await?;
-                    }
-                }
-            } else {
-                // Reviews arrive interleaved over products, as single pushes do.
-                for k in 0..REVIEWS_EACH {
+            let ((), ms) = time(async {
+                if turn.side == 0 {
                     for (i, r) in reviews.iter().enumerate() {
-                        handle.push(&data.product_id(i), &r[k]).await?;
+                        for chunk in r.chunks(batch) {
+                            handle.push_many(&data.product_id(i), chunk).await?;
+                        }
+                    }
+                } else {
+                    // Reviews arrive interleaved over products, as single pushes do.
+                    for k in 0..REVIEWS_EACH {
+                        for (i, r) in reviews.iter().enumerate() {
+                            handle.push(&data.product_id(i), &r[k]).await?;
+                        }
                     }
                 }
-            }
-            rates[usize::from(batched)] = total / start.elapsed().as_secs_f64();
-        }
-        one.push(rates[0]);
-        many.push(rates[1]);
-        ratio.push(rates[1] / rates[0]);
-    }
+                Res::Ok(())
+            })
+            .await?;
+            Ok(Some(total / (ms / 1e3)))
+        })
+        .await?;
     db.drop().await?;
     Ok(Result {
         batch,
-        one_by_one: Spread::of(&one),
-        batched: Spread::of(&many),
-        ratio: Spread::of(&ratio),
+        one_by_one: rates.spread(1, |r| *r),
+        batched: rates.spread(0, |r| *r),
+        ratio: rates.ratio(0, 1, |r| *r),
     })
 }

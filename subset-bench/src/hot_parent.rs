@@ -11,8 +11,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bson::oid::ObjectId;
 use bson::{DateTime, Document};
@@ -22,7 +21,8 @@ use subset::bson_compat;
 use subset::{Store, WriteMode};
 
 use crate::data::{DataSet, Product, Review, SUBSET};
-use crate::stats::{millis, quantile, sorted, Spread};
+use crate::measure::{closed_loop, Rounds, Run, Task};
+use crate::stats::Spread;
 use crate::Res;
 
 /// Pushing tasks in every configuration.
@@ -81,22 +81,6 @@ pub struct Result {
     pub processes_skipped: Option<String>,
 }
 
-/// A run's latencies (ms, sorted) and its pushes per second.
-struct Run {
-    latencies: Vec<f64>,
-    rate: f64,
-}
-
-impl Run {
-    fn of(latencies: Vec<f64>, duration: Duration) -> Run {
-        let rate = latencies.len() as f64 / duration.as_secs_f64();
-        Run {
-            latencies: sorted(latencies),
-            rate,
-        }
-    }
-}
-
 /// A new review dated now: pushes arrive newest last, as new reviews do, so most go to the head
 /// of the subset; concurrent ones may arrive slightly out of order and take the `$sort` path.
 fn fresh_review(data: &DataSet, task: usize, n: u64) -> Review {
@@ -106,51 +90,50 @@ fn fresh_review(data: &DataSet, task: usize, n: u64) -> Review {
     review
 }
 
-/// `tasks` tasks push for `warmup` (not recorded), then for `duration`; returns the latencies of
-/// the measured part. Task `t` pushes to `parents[t % parents.len()]`.
+/// A task pushing new reviews to one parent.
+struct Pusher {
+    store: Store<Product>,
+    parent: ObjectId,
+    data: DataSet,
+    task: usize,
+    /// Reviews pushed so far.
+    n: u64,
+}
+
+impl Task for Pusher {
+    async fn op(&mut self) -> Res<()> {
+        let review = fresh_review(&self.data, self.task, self.n);
+        self.n += 1;
+        let handle = self.store.subset(Product::RECENT_REVIEWS);
+        handle.push(&self.parent, &review).await?;
+        Ok(())
+    }
+}
+
+/// `tasks` tasks push for `warmup` (not recorded), then for `duration`. Task `t` pushes to
+/// `parents[t % parents.len()]`.
 async fn pushes(
     store: &Store<Product>,
-    parents: &Arc<Vec<ObjectId>>,
+    parents: &[ObjectId],
     tasks: usize,
     warmup: Duration,
     duration: Duration,
     seed: u64,
-) -> Res<Vec<f64>> {
+) -> Res<Run> {
     let data = DataSet {
         products: TASKS,
         min_reviews: 1,
         max_reviews: 1,
         seed,
     };
-    let started = Instant::now();
-    let (measure_from, end) = (started + warmup, started + warmup + duration);
-    let handles: Vec<_> = (0..tasks)
-        .map(|t| {
-            let store = store.clone();
-            let parents = Arc::clone(parents);
-            tokio::spawn(async move {
-                let handle = store.subset(Product::RECENT_REVIEWS);
-                let parent = parents[t % parents.len()];
-                let mut latencies = Vec::new();
-                for n in 0.. {
-                    let now = Instant::now();
-                    if now >= end {
-                        break;
-                    }
-                    handle.push(&parent, &fresh_review(&data, t, n)).await?;
-                    if now >= measure_from {
-                        latencies.push(millis(now.elapsed()));
-                    }
-                }
-                Res::Ok(latencies)
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    for h in handles {
-        all.extend(h.await??);
-    }
-    Ok(all)
+    let pushers = (0..tasks).map(|task| Pusher {
+        store: store.clone(),
+        parent: parents[task % parents.len()],
+        data,
+        task,
+        n: 0,
+    });
+    closed_loop(pushers, warmup, duration).await
 }
 
 /// Drops `db`, and writes [`TASKS`] empty products; returns their `_id`s.
@@ -194,8 +177,8 @@ pub async fn run(
     duration: Duration,
     seed: u64,
 ) -> Res<Result> {
-    let parents = Arc::new(fresh(db).await?);
-    let one = Arc::new(vec![parents[0]]);
+    let parents = fresh(db).await?;
+    let one = [parents[0]];
     let transactional = Store::<Product>::new(db);
     if transactional.mode().await? != WriteMode::Transactional {
         return Err("the hot-parent experiment needs a replica set (transactions)".into());
@@ -209,47 +192,49 @@ pub async fn run(
 
     let modes = [WriteMode::Transactional, WriteMode::Ordered];
     let shapes = [Shape::Spread, Shape::OneParent, Shape::Processes];
-    let mut runs: Vec<Vec<Vec<Run>>> = (0..modes.len())
-        .map(|_| (0..shapes.len()).map(|_| Vec::new()).collect())
-        .collect();
-    for round in 0..rounds {
-        for k in 0..modes.len() {
-            // Which mode goes first alternates between rounds.
-            let m = (k + round) % modes.len();
+    // Side `m × shapes + s` is shape `s` in mode `m`; which mode goes first alternates between
+    // rounds, the shapes keep their order.
+    let side = |m: usize, s: usize| m * shapes.len() + s;
+    let schedule = Rounds {
+        rounds,
+        sides: modes.len() * shapes.len(),
+        shift: shapes.len(),
+    };
+    let runs = schedule
+        .run(async |turn| {
+            let (m, s) = (turn.side / shapes.len(), turn.side % shapes.len());
             let store = match modes[m] {
                 WriteMode::Transactional => &transactional,
                 WriteMode::Ordered => &ordered,
             };
-            for (s, shape) in shapes.into_iter().enumerate() {
-                let seed = seed ^ ((round * 100 + m * 10 + s) as u64);
-                let latencies = match shape {
-                    Shape::Spread => pushes(store, &parents, TASKS, warmup, duration, seed).await?,
-                    Shape::OneParent => pushes(store, &one, TASKS, warmup, duration, seed).await?,
-                    Shape::Processes => {
-                        let Ok(exe) = &exe else { continue };
-                        let job = Workers {
-                            exe: exe.clone(),
-                            uri: uri.to_owned(),
-                            database: db.name().to_owned(),
-                            mode: modes[m],
-                            parent: parents[0],
-                            warmup,
-                            duration,
-                        };
-                        match tokio::task::spawn_blocking(move || job.run()).await? {
-                            Ok(latencies) => latencies,
-                            Err(e) => {
-                                eprintln!("hot parent: worker processes failed: {e}");
-                                processes_skipped = Some(format!("worker processes failed: {e}"));
-                                continue;
-                            }
+            let seed = seed ^ ((turn.round * 100 + m * 10 + s) as u64);
+            let run = match shapes[s] {
+                Shape::Spread => pushes(store, &parents, TASKS, warmup, duration, seed).await?,
+                Shape::OneParent => pushes(store, &one, TASKS, warmup, duration, seed).await?,
+                Shape::Processes => {
+                    let Ok(exe) = &exe else { return Ok(None) };
+                    let job = Workers {
+                        exe: exe.clone(),
+                        uri: uri.to_owned(),
+                        database: db.name().to_owned(),
+                        mode: modes[m],
+                        parent: parents[0],
+                        warmup,
+                        duration,
+                    };
+                    match tokio::task::spawn_blocking(move || job.run()).await? {
+                        Ok(latencies) => Run::over(latencies, duration),
+                        Err(e) => {
+                            eprintln!("hot parent: worker processes failed: {e}");
+                            processes_skipped = Some(format!("worker processes failed: {e}"));
+                            return Ok(None);
                         }
                     }
-                };
-                runs[m][s].push(Run::of(latencies, duration));
-            }
-        }
-    }
+                }
+            };
+            Ok(Some(run))
+        })
+        .await?;
 
     // Every push counted once and the subsets right, after all that contention.
     let handle = transactional.subset(Product::RECENT_REVIEWS);
@@ -264,41 +249,29 @@ pub async fn run(
     let mut rows = Vec::new();
     for (m, mode) in modes.into_iter().enumerate() {
         for (s, shape) in shapes.into_iter().enumerate() {
-            let r = &runs[m][s];
-            if r.is_empty() {
+            let r = side(m, s);
+            if runs.of(r).next().is_none() {
                 continue;
             }
-            let spread = |f: fn(&Run) -> f64| Spread::of(&r.iter().map(f).collect::<Vec<_>>());
             rows.push(Row {
                 mode,
                 shape,
-                pushes: r.iter().map(|r| r.latencies.len()).sum(),
-                rate: spread(|r| r.rate),
-                p50: spread(|r| quantile(&r.latencies, 0.5)),
-                p99: spread(|r| quantile(&r.latencies, 0.99)),
-                max: r
-                    .iter()
-                    .filter_map(|r| r.latencies.last().copied())
-                    .fold(f64::NAN, f64::max),
+                pushes: runs.of(r).map(Run::len).sum(),
+                rate: runs.spread(r, Run::rate),
+                p50: runs.spread(r, Run::p50),
+                p99: runs.spread(r, Run::p99),
+                max: runs.of(r).map(Run::max).fold(f64::NAN, f64::max),
             });
         }
     }
-    let one_parent = |m: usize| &runs[m][1];
-    let per_round = |f: fn(&Run, &Run) -> f64| {
-        Spread::of(
-            &one_parent(0)
-                .iter()
-                .zip(one_parent(1))
-                .map(|(t, o)| f(t, o))
-                .collect::<Vec<_>>(),
-        )
-    };
+    // On one parent in one process, transactions over ordered writes.
+    let (t, o) = (side(0, 1), side(1, 1));
     Ok(Result {
         seconds: duration.as_secs_f64(),
         rounds,
         rows,
-        rate_ratio: per_round(|t, o| t.rate / o.rate),
-        p99_ratio: per_round(|t, o| quantile(&t.latencies, 0.99) / quantile(&o.latencies, 0.99)),
+        rate_ratio: runs.ratio(t, o, Run::rate),
+        p99_ratio: runs.ratio(t, o, Run::p99),
         processes_skipped,
     })
 }
@@ -421,12 +394,15 @@ pub async fn worker(
         return Err(format!("expected `go`, read {go:?}").into());
     }
     let seed = u64::from(std::process::id());
-    let parents = Arc::new(vec![parent]);
-    let latencies = pushes(&store, &parents, tasks, warmup, duration, seed).await?;
+    let run = pushes(&store, &[parent], tasks, warmup, duration, seed).await?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for l in latencies {
+    for l in run.latencies() {
         writeln!(out, "{l}")?;
     }
     out.flush()?;
+    // A client dropped as the process exits ends its sessions on a runtime that is shutting
+    // down, and the driver panics; shut it down while the runtime runs.
+    drop((store, db));
+    client.shutdown().await;
     Ok(())
 }

@@ -9,6 +9,7 @@ mod batching;
 mod data;
 mod hot_parent;
 mod load;
+mod measure;
 mod memory;
 mod overhead;
 mod previews;
@@ -27,9 +28,10 @@ use subset::testkit::{MongoServer, Topology};
 use subset::WriteMode;
 
 use crate::data::{DataSet, EMBEDDED, REFERENCED, REVIEWS, SUBSET};
+use crate::measure::Rounds;
 use crate::memory::Cgroup;
 use crate::report::{Memory, RatioRow, ReadRow, Report, ShowRow, WriteRow};
-use crate::stats::{quantile, Picker, Spread};
+use crate::stats::Picker;
 use crate::working_set::{Ctx, Layout};
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -439,7 +441,7 @@ async fn working_set(
     // A new client: the server may have restarted.
     let client = server.client().await?;
     let db = client.database(&args.database);
-    let measured = measure(args, &db, data, server.pid(), report).await;
+    let measured = measurements(args, &db, data, server.pid(), report).await;
     if let (Some(cgroup), Some(Memory::Confined { usage, .. })) = (cgroup, &mut report.memory) {
         *usage = cgroup.usage();
         if let (Err(e), Some(kills @ 1..)) = (&measured, usage.oom_kills) {
@@ -453,7 +455,7 @@ async fn working_set(
 }
 
 /// The working-set measurements on a written data set.
-async fn measure(
+async fn measurements(
     args: &Args,
     db: &mongodb::Database,
     data: DataSet,
@@ -481,9 +483,8 @@ async fn measure(
     let configs: Vec<(usize, usize)> = (0..pickers.len())
         .flat_map(|p| args.tasks.iter().map(move |&t| (p, t)))
         .collect();
-    let mut runs: Vec<Vec<Vec<working_set::ReadRun>>> =
-        vec![vec![Vec::new(); configs.len()]; Layout::ALL.len()];
-    let total = (args.rounds * Layout::ALL.len() * configs.len()) as u64;
+    let layouts = Layout::ALL.len();
+    let total = (args.rounds * layouts * configs.len()) as u64;
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{msg:>28} [{bar:40}] {pos}/{len} (eta {eta})")
@@ -491,53 +492,53 @@ async fn measure(
             .progress_chars("=> "),
     );
     bar.set_message("product-page reads");
-    // Within a round, the layouts of one configuration run back to back, so that the ratios
-    // between them compare runs made minutes apart at most, not a whole round apart: on a shared
-    // machine the load drifts over minutes.
-    for round in 0..args.rounds {
-        for (c, &(p, tasks)) in configs.iter().enumerate() {
-            for (l, layout) in Layout::ALL.into_iter().enumerate() {
-                let seed = args.seed ^ ((round * 1000 + l * 100 + c) as u64);
-                let run =
-                    working_set::reads(&ctx, layout, &pickers[p].1, tasks, warmup, duration, seed)
-                        .await?;
-                runs[l][c].push(run);
-                bar.inc(1);
-            }
-        }
-    }
+    // Side `c × layouts + l` is layout `l` in configuration `c`. Within a round, the layouts of
+    // one configuration run back to back, so that the ratios between them compare runs made
+    // minutes apart at most, not a whole round apart: on a shared machine the load drifts over
+    // minutes.
+    let side = |c: usize, l: usize| c * layouts + l;
+    let schedule = Rounds {
+        rounds: args.rounds,
+        sides: configs.len() * layouts,
+        shift: 0,
+    };
+    let runs = schedule
+        .run(async |turn| {
+            let (c, l) = (turn.side / layouts, turn.side % layouts);
+            let (p, tasks) = configs[c];
+            let seed = args.seed ^ ((turn.round * 1000 + l * 100 + c) as u64);
+            let layout = Layout::ALL[l];
+            let run =
+                working_set::reads(&ctx, layout, &pickers[p].1, tasks, warmup, duration, seed)
+                    .await?;
+            bar.inc(1);
+            Ok(Some(run))
+        })
+        .await?;
     bar.finish_and_clear();
+    let subset = Layout::ALL
+        .iter()
+        .position(|&l| l == Layout::Subset)
+        .unwrap_or(0);
     for (l, layout) in Layout::ALL.into_iter().enumerate() {
         for (c, &(p, tasks)) in configs.iter().enumerate() {
-            let r = &runs[l][c];
-            let pick = |f: fn(&working_set::ReadRun) -> f64| {
-                Spread::of(&r.iter().map(f).collect::<Vec<_>>())
-            };
+            let s = side(c, l);
             report.reads.push(ReadRow {
                 layout,
                 popularity: pickers[p].0.clone(),
                 tasks,
-                ops: pick(|r| r.ops_per_sec),
-                p50: pick(|r| r.p50_ms),
-                p99: pick(|r| r.p99_ms),
-                cache_kb: pick(|r| r.cache_kb),
-                disk_kb: pick(|r| r.disk_kb),
+                ops: runs.spread(s, |r| r.run.rate()),
+                p50: runs.spread(s, |r| r.run.p50()),
+                p99: runs.spread(s, |r| r.run.p99()),
+                cache_kb: runs.spread(s, |r| r.cache_kb),
+                disk_kb: runs.spread(s, |r| r.disk_kb),
             });
             if layout != Layout::Subset {
-                let subset = &runs[Layout::ALL
-                    .iter()
-                    .position(|&l| l == Layout::Subset)
-                    .unwrap_or(0)][c];
-                let per_round: Vec<f64> = subset
-                    .iter()
-                    .zip(r)
-                    .map(|(s, o)| s.ops_per_sec / o.ops_per_sec)
-                    .collect();
                 report.ratios.push(RatioRow {
                     popularity: pickers[p].0.clone(),
                     tasks,
                     other: layout,
-                    ratio: Spread::of(&per_round),
+                    ratio: runs.ratio(side(c, subset), s, |r| r.run.rate()),
                 });
             }
         }
@@ -554,7 +555,7 @@ async fn measure(
     for (k, (layout, ordered)) in writes.into_iter().enumerate() {
         // The same products for every layout; `k` keeps the new reviews' dates apart.
         let seed = args.seed.wrapping_mul(7919);
-        let lat = working_set::writes(&ctx, layout, ordered, args.writes, seed, k).await?;
+        let run = working_set::writes(&ctx, layout, ordered, args.writes, seed, k).await?;
         let name = match (layout, ordered, mode) {
             (Layout::Subset, false, WriteMode::Transactional) => {
                 "subset (this library), transaction".to_owned()
@@ -566,10 +567,10 @@ async fn measure(
         };
         report.writes.push(WriteRow {
             name,
-            n: lat.len(),
-            p50: quantile(&lat, 0.5),
-            p99: quantile(&lat, 0.99),
-            ops: lat.len() as f64 / (lat.iter().sum::<f64>() / 1e3),
+            n: run.len(),
+            p50: run.p50(),
+            p99: run.p99(),
+            ops: run.rate(),
         });
     }
 
@@ -578,14 +579,14 @@ async fn measure(
     for layout in [Layout::Embedded, Layout::Subset, Layout::TwoQuery] {
         // The same products for every layout.
         let seed = args.seed.wrapping_mul(104_729);
-        let (lat, pages) = working_set::show_all(&ctx, layout, args.show_all, seed).await?;
+        let (run, pages) = working_set::show_all(&ctx, layout, args.show_all, seed).await?;
         report.show_all.push(ShowRow {
             layout,
-            products: lat.len(),
+            products: run.len(),
             pages,
-            p50: quantile(&lat, 0.5),
-            max: lat.last().copied().unwrap_or(f64::NAN),
-            per_page: lat.iter().sum::<f64>() / pages as f64,
+            p50: run.p50(),
+            max: run.max(),
+            per_page: run.total() / pages as f64,
         });
     }
     Ok(())

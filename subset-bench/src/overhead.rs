@@ -1,8 +1,6 @@
 //! Experiment 2, library overhead: each operation through the library and written by hand with
 //! the raw driver, interleaved A/B on the same server and data.
 
-use std::time::Instant;
-
 use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};
 use futures::TryStreamExt;
@@ -15,7 +13,7 @@ use subset::bson_compat;
 use subset::{Cursor, PageRequest, Store, WriteMode};
 
 use crate::data::{DataSet, Product, Review, PAGE_REVIEWS, REVIEWS, SUBSET};
-use crate::stats::{millis, quantile, sorted};
+use crate::measure::{side_by_side, Run, Runs, Turn};
 use crate::Res;
 
 /// The operations compared.
@@ -53,6 +51,8 @@ const PRODUCTS: usize = 200;
 const REVIEWS_EACH: usize = 60;
 const BATCH: usize = 10;
 const LATER_PAGE: usize = 20;
+/// The parts of a run whose ratios give the range.
+const BLOCKS: usize = 5;
 
 #[derive(Deserialize)]
 struct FirstPage {
@@ -232,7 +232,7 @@ pub struct Row {
     pub library_p50: f64,
     pub hand_p50: f64,
     pub ratio: f64,
-    /// Ratio of medians within each fifth of the run.
+    /// Ratio of medians within each of the [`BLOCKS`] parts of the run.
     pub block_min: f64,
     pub block_max: f64,
 }
@@ -305,40 +305,35 @@ pub async fn run(db: &Database, iterations: usize, seed: u64) -> Res<(WriteMode,
             } else {
                 [second, first]
             };
-            let mut times = [0.0; 2];
-            for turn in 0..2 {
-                let start = Instant::now();
-                if (turn == 0) == library_first {
-                    bench.library(op, i, &inputs[0]).await?;
-                    times[0] = millis(start.elapsed());
-                } else {
-                    bench.by_hand(op, i, &inputs[1]).await?;
-                    times[1] = millis(start.elapsed());
-                }
-            }
+            let [l, h] = side_by_side(
+                library_first,
+                bench.library(op, i, &inputs[0]),
+                bench.by_hand(op, i, &inputs[1]),
+            )
+            .await?;
             if k >= warmup {
-                lib.push(times[0]);
-                hand.push(times[1]);
+                lib.push(l);
+                hand.push(h);
             }
         }
-        let blocks: Vec<f64> = (0..5)
-            .map(|b| {
-                let range = b * iterations / 5..(b + 1) * iterations / 5;
-                let l = sorted(lib[range.clone()].to_vec());
-                let h = sorted(hand[range].to_vec());
-                quantile(&l, 0.5) / quantile(&h, 0.5)
-            })
-            .collect();
-        let library_p50 = quantile(&sorted(lib), 0.5);
-        let hand_p50 = quantile(&sorted(hand), 0.5);
+        let mut blocks = Runs::new(2);
+        for round in 0..BLOCKS {
+            let range = round * iterations / BLOCKS..(round + 1) * iterations / BLOCKS;
+            let (l, h) = (lib[range.clone()].to_vec(), hand[range].to_vec());
+            blocks.record(Turn { round, side: 0 }, Run::sequential(l));
+            blocks.record(Turn { round, side: 1 }, Run::sequential(h));
+        }
+        let block = blocks.ratio(0, 1, Run::p50);
+        let library_p50 = Run::sequential(lib).p50();
+        let hand_p50 = Run::sequential(hand).p50();
         rows.push(Row {
             op,
             iterations,
             library_p50,
             hand_p50,
             ratio: library_p50 / hand_p50,
-            block_min: blocks.iter().copied().fold(f64::INFINITY, f64::min),
-            block_max: blocks.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            block_min: block.min,
+            block_max: block.max,
         });
     }
     db.drop().await?;

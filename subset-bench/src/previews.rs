@@ -20,7 +20,8 @@ use subset::bson;
 use subset::{spec::SubsetSpec, Child, Parent, Store, SubsetField};
 
 use crate::data::{sentence, DataSet, ProductInfo, Review, PAGE_REVIEWS};
-use crate::stats::{millis, quantile, sorted, Spread};
+use crate::measure::{closed_loop, side_by_side, Rounds, Run, Runs, Task, Turn};
+use crate::stats::{quantile, sorted, Spread};
 use crate::Res;
 
 /// Products per layout.
@@ -260,52 +261,25 @@ impl<P: Page> Side<P> {
         ))
     }
 
-    /// `duration` of product-page reads of uniformly random products by [`TASKS`] tasks:
-    /// (pages/s, p50 ms, p99 ms).
-    async fn reads(&self, duration: Duration, seed: u64) -> Res<(f64, f64, f64)> {
-        let end = Instant::now() + duration;
-        let handles: Vec<_> = (0..TASKS)
-            .map(|t| {
-                let store = self.store.clone();
-                let ids = Arc::clone(&self.ids);
-                tokio::spawn(async move {
-                    let mut rng = StdRng::seed_from_u64(seed ^ (t as u64 + 1));
-                    let mut latencies = Vec::new();
-                    loop {
-                        let now = Instant::now();
-                        if now >= end {
-                            break;
-                        }
-                        let id = &ids[rng.random_range(0..ids.len())];
-                        let page = store.get(id).await?.ok_or("missing product")?;
-                        let (shown, total) = page.shown();
-                        if shown != PAGE_REVIEWS || total < REVIEWS_EACH as i64 {
-                            return Err(format!("{}: {shown} of {total} shown", P::NAME).into());
-                        }
-                        latencies.push(millis(now.elapsed()));
-                    }
-                    Res::Ok(latencies)
-                })
+    /// Product-page reads of uniformly random products by [`TASKS`] tasks: `warmup` not
+    /// recorded, then `duration` measured.
+    async fn reads(&self, warmup: Duration, duration: Duration, seed: u64) -> Res<Run> {
+        let readers = |seed: u64| {
+            (0..TASKS).map(move |t| Reader {
+                store: self.store.clone(),
+                ids: Arc::clone(&self.ids),
+                rng: StdRng::seed_from_u64(seed ^ (t as u64 + 1)),
             })
-            .collect();
-        let mut all = Vec::new();
-        for h in handles {
-            all.extend(h.await??);
-        }
-        let all = sorted(all);
-        Ok((
-            all.len() as f64 / duration.as_secs_f64(),
-            quantile(&all, 0.5),
-            quantile(&all, 0.99),
-        ))
+        };
+        closed_loop(readers(seed ^ 0x5EED), Duration::ZERO, warmup).await?;
+        closed_loop(readers(seed), Duration::ZERO, duration).await
     }
 
-    /// Pushes `review` into product `i`'s full subset; the latency in ms.
-    async fn push(&self, i: usize, review: &Review) -> Res<f64> {
+    /// Pushes `review` into product `i`'s full subset.
+    async fn push(&self, i: usize, review: &Review) -> Res<()> {
         let handle = self.store.subset(P::FIELD);
-        let start = Instant::now();
         handle.push(&self.ids[i % self.ids.len()], review).await?;
-        Ok(millis(start.elapsed()))
+        Ok(())
     }
 
     /// Checks that one product embeds exactly the fields of `keys` in each element.
@@ -330,6 +304,25 @@ impl<P: Page> Side<P> {
             if got != want {
                 return Err(format!("{}: an embedded element holds {got:?}", P::NAME).into());
             }
+        }
+        Ok(())
+    }
+}
+
+/// A task reading the pages of uniformly random products.
+struct Reader<P> {
+    store: Store<P>,
+    ids: Arc<Vec<ObjectId>>,
+    rng: StdRng,
+}
+
+impl<P: Page> Task for Reader<P> {
+    async fn op(&mut self) -> Res<()> {
+        let id = &self.ids[self.rng.random_range(0..self.ids.len())];
+        let page = self.store.get(id).await?.ok_or("missing product")?;
+        let (shown, total) = page.shown();
+        if shown != PAGE_REVIEWS || total < REVIEWS_EACH as i64 {
+            return Err(format!("{}: {shown} of {total} shown", P::NAME).into());
         }
         Ok(())
     }
@@ -389,21 +382,22 @@ pub async fn run(
     let preview_sizes = preview.sizes().await?;
 
     // Product-page reads, the layouts back to back in each round, alternating which goes first.
-    let mut reads: [Vec<(f64, f64, f64)>; 2] = Default::default();
-    for round in 0..rounds {
-        for turn in 0..2 {
-            let s = (turn + round) % 2;
-            let seed = seed ^ ((round * 10 + s) as u64);
-            let run = if s == 0 {
-                whole.reads(warmup, seed ^ 0x5EED).await?;
-                whole.reads(duration, seed).await?
+    let schedule = Rounds {
+        rounds,
+        sides: 2,
+        shift: 1,
+    };
+    let reads = schedule
+        .run(async |turn| {
+            let seed = seed ^ ((turn.round * 10 + turn.side) as u64);
+            let run = if turn.side == 0 {
+                whole.reads(warmup, duration, seed).await?
             } else {
-                preview.reads(warmup, seed ^ 0x5EED).await?;
-                preview.reads(duration, seed).await?
+                preview.reads(warmup, duration, seed).await?
             };
-            reads[s].push(run);
-        }
-    }
+            Ok(Some(run))
+        })
+        .await?;
 
     // One new review, newer than every embedded one, pushed into each layout in turn (the same
     // review and product for both, alternating which goes first).
@@ -415,60 +409,38 @@ pub async fn run(
     };
     for k in 0..PRODUCTS.min(pushes) {
         let review = push_pair(k);
-        whole.push(k, &review).await?;
-        preview.push(k, &review).await?;
+        side_by_side(true, whole.push(k, &review), preview.push(k, &review)).await?;
     }
-    let mut push_lat: [Vec<Vec<f64>>; 2] = Default::default();
-    for _ in 0..rounds {
+    let mut push_lat = Runs::new(2);
+    for round in 0..rounds {
         let mut lat: [Vec<f64>; 2] = Default::default();
         for k in 0..pushes {
             let review = push_pair(k);
-            if k % 2 == 0 {
-                lat[0].push(whole.push(k, &review).await?);
-                lat[1].push(preview.push(k, &review).await?);
-            } else {
-                lat[1].push(preview.push(k, &review).await?);
-                lat[0].push(whole.push(k, &review).await?);
+            let pair = side_by_side(k % 2 == 0, whole.push(k, &review), preview.push(k, &review));
+            for (l, ms) in lat.iter_mut().zip(pair.await?) {
+                l.push(ms);
             }
         }
-        for (s, l) in lat.into_iter().enumerate() {
-            push_lat[s].push(sorted(l));
+        for (side, l) in lat.into_iter().enumerate() {
+            push_lat.record(Turn { round, side }, Run::sequential(l));
         }
     }
     db.drop().await?;
 
-    let row = |s: usize, name, sizes: (f64, f64, f64, f64)| {
-        let r = &reads[s];
-        let p = &push_lat[s];
-        let of = |f: fn(&(f64, f64, f64)) -> f64| Spread::of(&r.iter().map(f).collect::<Vec<_>>());
-        let q = |q| Spread::of(&p.iter().map(|l| quantile(l, q)).collect::<Vec<_>>());
-        Row {
-            name,
-            parent_mean: sizes.0,
-            parent_median: sizes.1,
-            element_mean: sizes.2,
-            child_mean: sizes.3,
-            reads: of(|r| r.0),
-            read_p50: of(|r| r.1),
-            read_p99: of(|r| r.2),
-            push_p50: q(0.5),
-            push_p99: q(0.99),
-        }
+    let row = |s: usize, name, sizes: (f64, f64, f64, f64)| Row {
+        name,
+        parent_mean: sizes.0,
+        parent_median: sizes.1,
+        element_mean: sizes.2,
+        child_mean: sizes.3,
+        reads: reads.spread(s, Run::rate),
+        read_p50: reads.spread(s, Run::p50),
+        read_p99: reads.spread(s, Run::p99),
+        push_p50: push_lat.spread(s, Run::p50),
+        push_p99: push_lat.spread(s, Run::p99),
     };
-    let read_ratio = Spread::of(
-        &reads[1]
-            .iter()
-            .zip(&reads[0])
-            .map(|(p, w)| p.0 / w.0)
-            .collect::<Vec<_>>(),
-    );
-    let push_ratio = Spread::of(
-        &push_lat[1]
-            .iter()
-            .zip(&push_lat[0])
-            .map(|(p, w)| quantile(p, 0.5) / quantile(w, 0.5))
-            .collect::<Vec<_>>(),
-    );
+    let read_ratio = reads.ratio(1, 0, Run::rate);
+    let push_ratio = push_lat.ratio(1, 0, Run::p50);
     Ok(Result {
         rounds,
         warmup: warmup.as_secs_f64(),

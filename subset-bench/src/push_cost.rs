@@ -4,8 +4,6 @@
 //! than the head: there the guarded update fails and the `$sort` fallback sorts the whole
 //! array). At keep 5, below the head path's threshold of 32, both kinds are the `$sort` update.
 
-use std::time::Instant;
-
 use bson::oid::ObjectId;
 use bson::{doc, DateTime, Document};
 use mongodb::Database;
@@ -17,7 +15,8 @@ use subset::bson_compat;
 use subset::{Parent, Store, SubsetField};
 
 use crate::data::{DataSet, Review};
-use crate::stats::{millis, quantile, sorted, Spread};
+use crate::measure::{time, Rounds, Run};
+use crate::stats::Spread;
 use crate::Res;
 
 // The derive takes `keep` as a literal: one small parent type per size.
@@ -149,9 +148,8 @@ impl<P: Parent<Id = ObjectId>> Size<P> {
         })
     }
 
-    /// `n` pushes of each kind, alternating, to the parents in turn. Returns (in order, out of
-    /// order) latencies in ms, sorted.
-    async fn pushes(&self, n: usize, round: usize, rng: &mut StdRng) -> Res<(Vec<f64>, Vec<f64>)> {
+    /// `n` pushes of each kind, alternating, to the parents in turn: (in order, out of order).
+    async fn pushes(&self, n: usize, round: usize, rng: &mut StdRng) -> Res<(Run, Run)> {
         let handle = self.store.subset(self.field);
         let data = DataSet {
             products: PARENTS,
@@ -172,16 +170,14 @@ impl<P: Parent<Id = ObjectId>> Size<P> {
                 let span = 1000 * self.keep as i64;
                 DateTime::from_millis(START_MILLIS + rng.random_range(0..span))
             };
-            let start = Instant::now();
-            handle.push(&self.parents[i], &review).await?;
-            let ms = millis(start.elapsed());
+            let ((), ms) = time(handle.push(&self.parents[i], &review)).await?;
             if in_order {
                 head.push(ms);
             } else {
                 late.push(ms);
             }
         }
-        Ok((sorted(head), sorted(late)))
+        Ok((Run::sequential(head), Run::sequential(late)))
     }
 
     /// The size in bytes of a full array, from the first parent.
@@ -202,13 +198,6 @@ impl<P: Parent<Id = ObjectId>> Size<P> {
     }
 }
 
-/// Per round and kind, the latencies of one size.
-#[derive(Default)]
-struct Runs {
-    head: Vec<Vec<f64>>,
-    late: Vec<Vec<f64>>,
-}
-
 /// The experiment on `db` (dropped first and last): `pushes` of each kind per size and round.
 pub async fn run(db: &Database, pushes: usize, rounds: usize, seed: u64) -> Res<Result> {
     db.drop().await?;
@@ -216,25 +205,27 @@ pub async fn run(db: &Database, pushes: usize, rounds: usize, seed: u64) -> Res<
     let k100 = Size::prepare(db, 100, Keep100::RECENT_REVIEWS).await?;
     let k1000 = Size::prepare(db, 1000, Keep1000::RECENT_REVIEWS).await?;
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut runs: [Runs; 3] = Default::default();
     // Warm-up: connections, and the parents in the cache.
     let warm = PARENTS.min(pushes);
     k5.pushes(warm, rounds, &mut rng).await?;
     k100.pushes(warm, rounds, &mut rng).await?;
     k1000.pushes(warm, rounds, &mut rng).await?;
-    for round in 0..rounds {
-        // Which size goes first rotates between rounds.
-        for j in 0..KEEPS.len() {
-            let s = (j + round) % KEEPS.len();
-            let (head, late) = match s {
-                0 => k5.pushes(pushes, round, &mut rng).await?,
-                1 => k100.pushes(pushes, round, &mut rng).await?,
-                _ => k1000.pushes(pushes, round, &mut rng).await?,
+    // Side `s` is the size `KEEPS[s]`; which goes first rotates between rounds.
+    let schedule = Rounds {
+        rounds,
+        sides: KEEPS.len(),
+        shift: 1,
+    };
+    let runs = schedule
+        .run(async |turn| {
+            let kinds = match turn.side {
+                0 => k5.pushes(pushes, turn.round, &mut rng).await?,
+                1 => k100.pushes(pushes, turn.round, &mut rng).await?,
+                _ => k1000.pushes(pushes, turn.round, &mut rng).await?,
             };
-            runs[s].head.push(head);
-            runs[s].late.push(late);
-        }
-    }
+            Ok(Some(kinds))
+        })
+        .await?;
     let bytes = [
         k5.array_bytes().await?,
         k100.array_bytes().await?,
@@ -242,29 +233,20 @@ pub async fn run(db: &Database, pushes: usize, rounds: usize, seed: u64) -> Res<
     ];
     db.drop().await?;
 
-    let of =
-        |v: &[Vec<f64>], q: f64| Spread::of(&v.iter().map(|l| quantile(l, q)).collect::<Vec<_>>());
     let rows = KEEPS
         .iter()
-        .zip(&runs)
         .zip(bytes)
-        .map(|((&keep, r), array_bytes)| Row {
+        .enumerate()
+        .map(|(s, (&keep, array_bytes))| Row {
             keep,
-            head: of(&r.head, 0.5),
-            sorted: of(&r.late, 0.5),
-            head_p99: of(&r.head, 0.99),
-            sorted_p99: of(&r.late, 0.99),
+            head: runs.spread(s, |(head, _)| head.p50()),
+            sorted: runs.spread(s, |(_, late)| late.p50()),
+            head_p99: runs.spread(s, |(head, _)| head.p99()),
+            sorted_p99: runs.spread(s, |(_, late)| late.p99()),
             array_bytes,
         })
         .collect();
-    let head_ratio = Spread::of(
-        &runs[2]
-            .head
-            .iter()
-            .zip(&runs[0].head)
-            .map(|(big, small)| quantile(big, 0.5) / quantile(small, 0.5))
-            .collect::<Vec<_>>(),
-    );
+    let head_ratio = runs.ratio(2, 0, |(head, _)| head.p50());
     Ok(Result {
         pushes,
         rounds,

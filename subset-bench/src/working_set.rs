@@ -2,7 +2,7 @@
 //! each layout.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bson::{doc, Bson};
 use futures::TryStreamExt;
@@ -17,7 +17,8 @@ use crate::data::{
     DataSet, Product, ProductInfo, ProductWithReviews, Review, StoredReview, EMBEDDED,
     PAGE_REVIEWS, REFERENCED, REVIEWS,
 };
-use crate::stats::{millis, quantile, sorted, Picker};
+use crate::measure::{closed_loop, time, Run, Task};
+use crate::stats::Picker;
 use crate::Res;
 
 /// The ways of storing products and their reviews.
@@ -265,16 +266,14 @@ impl Ctx {
 }
 
 /// One read measurement.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ReadRun {
-    pub ops_per_sec: f64,
+    pub run: Run,
     /// Kilobytes WiredTiger read into its cache per page view (from the OS or disk).
     pub cache_kb: f64,
     /// Kilobytes the server read from storage per page view: what the operating system's page
     /// cache did not hold (`NaN` when the server is not the benchmark's own).
     pub disk_kb: f64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
 }
 
 /// Bytes WiredTiger has read into its cache since the server started.
@@ -294,6 +293,25 @@ pub async fn cache_reads(db: &Database) -> Res<f64> {
     Ok(bytes.unwrap_or(f64::NAN))
 }
 
+/// A task reading the product pages of the products `picker` picks.
+struct Reader {
+    ctx: Arc<Ctx>,
+    layout: Layout,
+    picker: Arc<Picker>,
+    rng: StdRng,
+}
+
+impl Task for Reader {
+    async fn op(&mut self) -> Res<()> {
+        let i = self.picker.pick(&mut self.rng);
+        let shown = self.ctx.read(self.layout, i).await?;
+        if shown != PAGE_REVIEWS {
+            return Err(format!("{}: page of {shown} reviews", self.layout.name()).into());
+        }
+        Ok(())
+    }
+}
+
 /// `tasks` tasks read random product pages for `warmup` (not recorded), then for `duration`,
 /// counting what WiredTiger reads into its cache, and the server from storage, during the
 /// measured part.
@@ -306,67 +324,31 @@ pub async fn reads(
     duration: Duration,
     seed: u64,
 ) -> Res<ReadRun> {
-    run_reads(ctx, layout, picker, tasks, warmup, seed ^ 0x5EED).await?;
+    let readers = |seed: u64| {
+        (0..tasks).map(move |t| Reader {
+            ctx: Arc::clone(ctx),
+            layout,
+            picker: Arc::clone(picker),
+            rng: StdRng::seed_from_u64(seed ^ (t as u64 + 1)),
+        })
+    };
+    closed_loop(readers(seed ^ 0x5EED), Duration::ZERO, warmup).await?;
     let disk = || ctx.mongod.and_then(crate::memory::disk_reads);
     let (before, disk_before) = (cache_reads(&ctx.db).await?, disk());
-    let mut run = run_reads(ctx, layout, picker, tasks, duration, seed).await?;
+    let run = closed_loop(readers(seed), Duration::ZERO, duration).await?;
     let (after, disk_after) = (cache_reads(&ctx.db).await?, disk());
-    let pages = run.ops_per_sec * duration.as_secs_f64();
-    run.cache_kb = (after - before) / 1024.0 / pages;
-    run.disk_kb = match (disk_before, disk_after) {
-        (Some(b), Some(a)) => a.saturating_sub(b) as f64 / 1024.0 / pages,
-        _ => f64::NAN,
-    };
-    Ok(run)
-}
-
-async fn run_reads(
-    ctx: &Arc<Ctx>,
-    layout: Layout,
-    picker: &Arc<Picker>,
-    tasks: usize,
-    duration: Duration,
-    seed: u64,
-) -> Res<ReadRun> {
-    let end = Instant::now() + duration;
-    let handles: Vec<_> = (0..tasks)
-        .map(|t| {
-            let ctx = Arc::clone(ctx);
-            let picker = Arc::clone(picker);
-            tokio::spawn(async move {
-                let mut rng = StdRng::seed_from_u64(seed ^ (t as u64 + 1));
-                let mut latencies = Vec::new();
-                loop {
-                    let now = Instant::now();
-                    if now >= end {
-                        break;
-                    }
-                    let i = picker.pick(&mut rng);
-                    let shown = ctx.read(layout, i).await?;
-                    if shown != PAGE_REVIEWS {
-                        return Err(format!("{}: page of {shown} reviews", layout.name()).into());
-                    }
-                    latencies.push(millis(now.elapsed()));
-                }
-                Res::Ok(latencies)
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    for h in handles {
-        all.extend(h.await??);
-    }
-    let all = sorted(all);
+    let pages = run.len() as f64;
     Ok(ReadRun {
-        ops_per_sec: all.len() as f64 / duration.as_secs_f64(),
-        cache_kb: f64::NAN,
-        disk_kb: f64::NAN,
-        p50_ms: quantile(&all, 0.5),
-        p99_ms: quantile(&all, 0.99),
+        cache_kb: (after - before) / 1024.0 / pages,
+        disk_kb: match (disk_before, disk_after) {
+            (Some(b), Some(a)) => a.saturating_sub(b) as f64 / 1024.0 / pages,
+            _ => f64::NAN,
+        },
+        run,
     })
 }
 
-/// Latencies (ms, sorted) of `n` single review writes to uniformly random products.
+/// `n` single review writes to uniformly random products.
 pub async fn writes(
     ctx: &Ctx,
     layout: Layout,
@@ -374,37 +356,34 @@ pub async fn writes(
     n: usize,
     seed: u64,
     series: usize,
-) -> Res<Vec<f64>> {
+) -> Res<Run> {
     let picker = Picker::Uniform(ctx.data.products);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut latencies = Vec::with_capacity(n);
     for k in 0..n {
         let i = picker.pick(&mut rng);
-        let start = Instant::now();
-        ctx.write(layout, i, (series * n + k) as u64, ordered)
-            .await?;
-        latencies.push(millis(start.elapsed()));
+        let ((), ms) = time(ctx.write(layout, i, (series * n + k) as u64, ordered)).await?;
+        latencies.push(ms);
     }
-    Ok(sorted(latencies))
+    Ok(Run::sequential(latencies))
 }
 
-/// "Show all reviews" of `n` random products: per product (ms, sorted), and pages read.
-pub async fn show_all(ctx: &Ctx, layout: Layout, n: usize, seed: u64) -> Res<(Vec<f64>, usize)> {
+/// "Show all reviews" of `n` random products: the run (one operation a product), and pages read.
+pub async fn show_all(ctx: &Ctx, layout: Layout, n: usize, seed: u64) -> Res<(Run, usize)> {
     let picker = Picker::Uniform(ctx.data.products);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut latencies = Vec::with_capacity(n);
     let mut pages = 0;
     for _ in 0..n {
         let i = picker.pick(&mut rng);
-        let start = Instant::now();
-        let (seen, p) = ctx.show_all(layout, i).await?;
-        latencies.push(millis(start.elapsed()));
+        let ((seen, p), ms) = time(ctx.show_all(layout, i)).await?;
+        latencies.push(ms);
         pages += p;
         if seen < ctx.data.review_count(i) {
             return Err(format!("{}: showed {seen} reviews of product {i}", layout.name()).into());
         }
     }
-    Ok((sorted(latencies), pages))
+    Ok((Run::sequential(latencies), pages))
 }
 
 /// A read of every layout once, to fail early on a broken layout.
