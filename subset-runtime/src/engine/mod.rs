@@ -14,7 +14,7 @@
 //! | `combine.rs` | group commit: pushes to one hot parent share a transaction |
 //! | `page.rs` | merged pagination, `all`, `count` |
 //! | `remove_update.rs` | removing and replacing one child |
-//! | `resync.rs` | recomputing a subset from the child collection: backfill, reconcile, check |
+//! | `resync/` | recomputing a subset from the child collection: backfill, reconcile, check |
 //! | `sweep.rs` | every parent in `_id` batches: `reconcile_all`, `check_all`, and the sweep itself |
 //! | `views.rs` | the fields grouped by the children they show, once per store |
 //! | `schema.rs` | the child-collection indexes and the server-side cap |
