@@ -10,7 +10,7 @@
 //!
 //! ```
 //! # use subset_runtime as subset;
-//! use subset::{Direction, SpecBuilder};
+//! use subset::spec::{Direction, SpecBuilder};
 //!
 //! let spec = SpecBuilder::new("reviews", "reviews", "shop_id")
 //!     .keep(10)
@@ -19,7 +19,7 @@
 //!     .build()?;
 //! assert_eq!(spec.sort[0].field, "date");
 //! assert_eq!(spec.sort[1].direction, Direction::Asc);
-//! # Ok::<(), subset::SpecError>(())
+//! # Ok::<(), subset::spec::SpecError>(())
 //! ```
 
 use subset_spec::{

@@ -8,7 +8,6 @@ use super::exec::{self, Ctx, Steps};
 use super::{query, RawStore};
 use crate::action::Action;
 use crate::error::{Error, Result};
-use crate::model::SubsetSpec;
 
 impl RawStore {
     /// Inserts a parent document with the children found in its subset fields; see
@@ -34,10 +33,11 @@ impl RawStore {
                 collection: self.collection_name().to_owned(),
             })?;
         self.check_parent_id(&id)?;
-        // The children of every view of one child collection and key go in once, under the
-        // first view (the union of what the views hold, by `_id`).
+        // The children of every view of one child collection and key go in once, for their
+        // group (the union of what the views hold, by `_id`).
         let subsets = self.spec().subsets;
-        let mut children: Vec<Vec<Document>> = vec![Vec::new(); subsets.len()];
+        let groups = self.views().groups();
+        let mut children: Vec<Vec<Document>> = vec![Vec::new(); groups.len()];
         for (i, spec) in subsets.iter().enumerate() {
             let given = match parent.insert(spec.field, Bson::Array(Vec::new())) {
                 Some(Bson::Array(given)) => given,
@@ -56,7 +56,8 @@ impl RawStore {
             for sum in spec.sums {
                 parent.insert(sum.parent, 0_i64);
             }
-            let first = first_view(subsets, i);
+            let g = self.views().group_index(i);
+            let first = groups[g].first_field() == i;
             for child in given {
                 let without_id = || Error::ChildWithoutId {
                     collection: spec.child_collection.to_owned(),
@@ -67,19 +68,15 @@ impl RawStore {
                 let Some(child_id) = child.get("_id") else {
                     return Err(without_id());
                 };
-                if first != i
-                    && children[first]
-                        .iter()
-                        .any(|c| c.get("_id") == Some(child_id))
-                {
+                if !first && children[g].iter().any(|c| c.get("_id") == Some(child_id)) {
                     continue;
                 }
                 child.insert(spec.key, id.clone());
-                children[first].push(child);
+                children[g].push(child);
             }
         }
         for (i, spec) in subsets.iter().enumerate() {
-            for child in &children[first_view(subsets, i)] {
+            for child in &children[self.views().group_index(i)] {
                 super::sums::check_child(spec, child)?;
             }
         }
@@ -93,7 +90,8 @@ impl RawStore {
     }
 }
 
-/// The writes of [`RawStore::insert`]; `children[i]` are the children of the `i`th subset.
+/// The writes of [`RawStore::insert`]; `children[g]` are the children of the `g`th view group
+/// (see [`super::views::ViewTable::groups`]).
 struct InsertSteps<'a> {
     store: &'a RawStore,
     id: &'a Bson,
@@ -124,19 +122,19 @@ impl InsertSteps<'_> {
         let mut set = Document::new();
         let mut largest = None;
         let mut bytes = super::bson_len([self.parent]);
-        let subsets = self.store.spec().subsets;
-        for (i, spec) in subsets.iter().enumerate() {
+        let views = self.store.views();
+        for (i, spec) in self.store.spec().subsets.iter().enumerate() {
             let child = |e| Error::mongo(spec.child_collection, e);
             let coll = self
                 .store
                 .database()
                 .collection::<Document>(spec.child_collection);
-            let docs = &self.children[i];
-            if !docs.is_empty() {
+            let g = views.group_index(i);
+            // Every view of these children, the first one included; inserted with the first.
+            let docs = &self.children[g];
+            if views.groups()[g].first_field() == i && !docs.is_empty() {
                 ctx.run(coll.insert_many(docs)).await.map_err(child)?;
             }
-            // Every view of these children, the first one included.
-            let docs = &self.children[first_view(subsets, i)];
             if docs.is_empty() {
                 continue;
             }
@@ -182,7 +180,10 @@ impl InsertSteps<'_> {
         let _ = ctx
             .run(parents.delete_one(doc! { "_id": self.id.clone() }))
             .await;
-        for (spec, docs) in self.store.spec().subsets.iter().zip(self.children) {
+        for (group, docs) in self.store.views().groups().iter().zip(self.children) {
+            let Some(spec) = group.specs().first() else {
+                continue;
+            };
             let ids: Vec<Bson> = docs.iter().filter_map(|d| d.get("_id").cloned()).collect();
             if ids.is_empty() {
                 continue;
@@ -196,13 +197,4 @@ impl InsertSteps<'_> {
                 .await;
         }
     }
-}
-
-/// The index of the first subset field over the same children as `subsets[i]` (`i` itself
-/// unless an earlier field is another view of them).
-fn first_view(subsets: &[SubsetSpec], i: usize) -> usize {
-    subsets
-        .iter()
-        .position(|s| s.same_children(&subsets[i]))
-        .unwrap_or(i)
 }

@@ -14,9 +14,10 @@
 //! | `combine.rs` | group commit: pushes to one hot parent share a transaction |
 //! | `page.rs` | merged pagination, `all`, `count` |
 //! | `remove_update.rs` | removing and replacing one child |
-//! | `resync.rs` | recomputing a subset from the child collection: backfill, reconcile, check |
+//! | `resync/` | recomputing a subset from the child collection: backfill, reconcile, check |
 //! | `orphans.rs` | children of no parent, found from the child collection |
 //! | `sweep.rs` | every parent in `_id` batches: `reconcile_all`, `check_all`, and the sweep itself |
+//! | `views.rs` | the fields grouped by the children they show, once per store |
 //! | `schema.rs` | the child-collection indexes and the server-side cap |
 //! | `follow/` | the change-stream follower: other programs' writes to the child collections |
 //! | `query.rs` | the queries several operations share |
@@ -50,6 +51,7 @@ mod resync;
 mod schema;
 mod sums;
 mod sweep;
+mod views;
 
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
@@ -78,6 +80,7 @@ pub enum WriteMode {
 pub struct RawStore {
     db: Database,
     spec: ParentSpec,
+    views: Arc<views::ViewTable>,
     mode: Arc<OnceCell<WriteMode>>,
     combiner: combine::Combiner<push::Batch>,
 }
@@ -98,6 +101,7 @@ impl RawStore {
     pub fn new(db: &Database, spec: ParentSpec) -> Self {
         RawStore {
             db: db.clone(),
+            views: Arc::new(views::ViewTable::new(&spec)),
             spec,
             mode: Arc::new(OnceCell::new()),
             combiner: combine::Combiner::default(),
@@ -192,7 +196,20 @@ impl RawStore {
 
     /// The engine of one subset field of this collection.
     pub fn subset<'a>(&'a self, spec: &'a SubsetSpec) -> RawSubset<'a> {
-        RawSubset { store: self, spec }
+        let views = self
+            .views
+            .of(spec)
+            .unwrap_or_else(|| std::slice::from_ref(spec));
+        RawSubset {
+            store: self,
+            spec,
+            views,
+        }
+    }
+
+    /// The subset fields grouped by the children they show.
+    pub(crate) fn views(&self) -> &views::ViewTable {
+        &self.views
     }
 
     pub(crate) fn parents<T: Send + Sync>(&self) -> Collection<T> {
@@ -210,10 +227,23 @@ impl RawStore {
 }
 
 /// One subset field of a [`RawStore`]: the double write and merged pagination over documents.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct RawSubset<'a> {
     store: &'a RawStore,
     spec: &'a SubsetSpec,
+    /// Every view of the field's children, `spec` included (see [`RawSubset::views`]): its
+    /// group in the store's table, or `spec` alone.
+    views: &'a [SubsetSpec],
+}
+
+impl std::fmt::Debug for RawSubset<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Left out: the views follow from the store and the spec.
+        f.debug_struct("RawSubset")
+            .field("store", &self.store)
+            .field("spec", &self.spec)
+            .finish()
+    }
 }
 
 impl<'a> RawSubset<'a> {
@@ -230,19 +260,19 @@ impl<'a> RawSubset<'a> {
     /// Every view of this field's children: the store's subset fields over the same child
     /// collection and key, this one included, in declaration order (this one alone when the
     /// store does not list it). A write of a child updates all of them.
-    pub fn views(&self) -> Vec<RawSubset<'a>> {
-        let mut views: Vec<RawSubset<'a>> = self
-            .store
-            .spec
-            .subsets
-            .iter()
-            .filter(|s| s.same_children(self.spec))
-            .map(|s| self.store.subset(s))
-            .collect();
-        if !views.iter().any(|v| v.spec == self.spec) {
-            views = vec![*self];
-        }
+    ///
+    /// Found once, when the store was built; this walks that table.
+    pub fn views(&self) -> impl ExactSizeIterator<Item = RawSubset<'a>> + Clone + 'a {
+        let (store, views) = (self.store, self.views);
         views
+            .iter()
+            .map(move |spec| RawSubset { store, spec, views })
+    }
+
+    /// The descriptors of [`RawSubset::views`], in the same order: what every per-view vector
+    /// of a write is indexed by.
+    pub(crate) fn view_specs(&self) -> &'a [SubsetSpec] {
+        self.views
     }
 
     pub(crate) fn children<T: Send + Sync>(&self) -> Collection<T> {

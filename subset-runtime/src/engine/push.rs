@@ -48,10 +48,9 @@ impl<'a> RawSubset<'a> {
         if children.is_empty() {
             return Ok(());
         }
-        let views = self.views();
         let batch = children
             .into_iter()
-            .map(|c| self.prepare(parent, c, &views))
+            .map(|c| self.prepare(parent, c))
             .collect::<Result<Batch>>()?;
         // Within a transaction of ours, pushes to one parent go together (see `combine.rs`).
         if caller.is_none() && self.store().mode().await? == WriteMode::Transactional {
@@ -92,7 +91,7 @@ impl<'a> RawSubset<'a> {
     async fn push_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
         let combiner = &self.store().combiner;
         // Keyed by the first view: pushes through any view of these children go together.
-        let group = self.views()[0].spec().field;
+        let group = self.view_specs().first().unwrap_or(self.spec()).field;
         let (batch, others, leader) = match combiner.join(group, parent, batch).await {
             Role::Done(result) => return result,
             Role::Lead {
@@ -139,8 +138,8 @@ impl<'a> RawSubset<'a> {
         mine
     }
 
-    /// `child` ready to be written into `views` (this field's [`RawSubset::views`]).
-    fn prepare(&self, parent: &Bson, child: Document, views: &[RawSubset<'_>]) -> Result<Prepared> {
+    /// `child` ready to be written into this field's [`RawSubset::views`].
+    fn prepare(&self, parent: &Bson, child: Document) -> Result<Prepared> {
         let id = child
             .get("_id")
             .cloned()
@@ -148,10 +147,10 @@ impl<'a> RawSubset<'a> {
                 collection: self.spec().child_collection.to_owned(),
             })?;
         self.check_child_id(&id)?;
-        let embedded = views
+        let embedded = self
+            .view_specs()
             .iter()
-            .map(|view| {
-                let spec = view.spec();
+            .map(|spec| {
                 super::sums::check_child(spec, &child)?;
                 Ok(embedded_in(spec, &child))
             })
@@ -193,9 +192,9 @@ impl<'a> RawSubset<'a> {
             // A child stored around this crate may not pass the checks a push makes; it is
             // restored as it is.
             embedded: self
-                .views()
+                .view_specs()
                 .iter()
-                .map(|v| embedded_in(v.spec(), &stored))
+                .map(|spec| embedded_in(spec, &stored))
                 .collect(),
             stored,
         };

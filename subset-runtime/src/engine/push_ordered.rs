@@ -93,7 +93,7 @@ impl PushSteps<'_, '_> {
         let s = self.subset;
         let parents = s.store().parents::<Document>();
         let inc = s.added_inc(fresh);
-        let views = s.views();
+        let views = s.view_specs();
         let mut pending = ViewPush::new(fresh);
         for _ in 0..ORDERED_PUSH_ATTEMPTS {
             if s.capped_push(ctx, self.parent, true, &pending, &inc)
@@ -103,7 +103,7 @@ impl PushSteps<'_, '_> {
             }
             let projection: Document = views
                 .iter()
-                .map(|v| (format!("{}._id", v.spec().field), Bson::Int32(1)))
+                .map(|v| (format!("{}._id", v.field), Bson::Int32(1)))
                 .collect();
             let find = parents
                 .find_one(doc! { "_id": self.parent.clone() })
@@ -114,7 +114,7 @@ impl PushSteps<'_, '_> {
             };
             for (i, view) in views.iter().enumerate() {
                 let embedded: Vec<Bson> = found
-                    .get_array(view.spec().field)
+                    .get_array(view.field)
                     .map(|a| {
                         a.iter()
                             .filter_map(|c| c.as_document()?.get("_id").cloned())

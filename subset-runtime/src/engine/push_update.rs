@@ -81,10 +81,9 @@ impl RawSubset<'_> {
         push: &ViewPush<'_>,
         inc: &Document,
     ) -> Result<bool> {
-        let views = self.views();
         let mut filter = doc! { "_id": parent.clone() };
         let mut sorted = Document::new();
-        for (view, each) in views.iter().zip(&push.each) {
+        for (view, each) in self.views().zip(&push.each) {
             if each.is_empty() {
                 continue;
             }
@@ -103,9 +102,10 @@ impl RawSubset<'_> {
             return self.parent_exists(ctx, parent).await;
         }
         let parents = self.store().parents::<Document>();
-        let head = match (views.as_slice(), push.each.as_slice()) {
-            ([only], [each]) if only.spec().keep >= HEAD_PUSH_MIN_KEEP && !each.is_empty() => {
-                only.head_push(each)
+        // The only view is this field.
+        let head = match (self.view_specs(), push.each.as_slice()) {
+            ([only], [each]) if only.keep >= HEAD_PUSH_MIN_KEEP && !each.is_empty() => {
+                self.head_push(each)
             }
             _ => None,
         };
@@ -165,8 +165,8 @@ impl RawSubset<'_> {
     pub(super) fn added_inc(&self, children: &[&Prepared]) -> Document {
         let added: Vec<&Document> = children.iter().map(|p| &p.stored).collect();
         let mut inc = Document::new();
-        for view in self.views() {
-            inc.extend(super::sums::inc(view.spec(), &added, &[]));
+        for spec in self.view_specs() {
+            inc.extend(super::sums::inc(spec, &added, &[]));
         }
         inc
     }

@@ -68,8 +68,8 @@ impl RawSubset<'_> {
             })?;
         self.store().check_parent_id(parent)?;
         self.check_child_id(&id)?;
-        for view in self.views() {
-            super::sums::check_child(view.spec(), &child)?;
+        for spec in self.view_specs() {
+            super::sums::check_child(spec, &child)?;
         }
         let mut stored = child;
         stored.insert(self.spec().key, parent.clone());

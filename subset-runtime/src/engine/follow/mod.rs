@@ -142,7 +142,8 @@ type Observer = Arc<dyn Fn(&FollowUpdate<'_>) + Send + Sync>;
 /// own behind a [`Follower`] handle.
 ///
 /// ```no_run
-/// # use subset_runtime::{FollowOptions, RawStore};
+/// # use subset_runtime::follow::FollowOptions;
+/// # use subset_runtime::raw::RawStore;
 /// # async fn demo(
 /// #     store: RawStore,
 /// #     shutdown_signal: impl std::future::Future<Output = ()> + Send + 'static,

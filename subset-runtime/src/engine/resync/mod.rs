@@ -1,0 +1,190 @@
+//! Keeping the copy true: recomputing a subset from the child collection, the one primitive
+//! behind backfill, re-ranking, `reconcile` and `check`.
+//!
+//! This file reads and writes; what it reads is compared and turned into a write by code that
+//! needs no server:
+//!
+//! | file | holds |
+//! |---|---|
+//! | `state.rs` | the field as stored ([`state::Stored`]) and as it should be ([`state::Expected`]) |
+//! | `drift.rs` | [`Drift`]: how the two differ |
+//! | `fix.rs` | the conditional update that makes the stored field right |
+//! | `totals.rs` | the count and sums of a parent's children, in one `$group` |
+
+use crate::bson::{doc, Bson, Document, RawDocumentBuf};
+use mongodb::ClientSession;
+
+use super::exec::{self, Ctx, Steps};
+use super::{query, RawSubset};
+use crate::action::Action;
+use crate::error::Result;
+// Only the docs link to it.
+#[cfg(doc)]
+use crate::error::Error;
+
+mod drift;
+mod fix;
+mod state;
+mod totals;
+
+pub use drift::{Drift, SumDrift};
+use fix::Fix;
+use state::{Expected, Stored};
+
+/// How many times an ordered (non-transactional) resync re-reads and retries when a concurrent
+/// writer changed the subset between its reads and its conditional write.
+const ORDERED_ATTEMPTS: usize = 16;
+
+/// What one resync should do besides making the array right.
+#[derive(Debug, Clone)]
+pub(crate) enum CountFix {
+    /// Apply this `$inc` to the count and the sums (a removal: count `-1`, each sum minus the
+    /// child's value), exactly once; empty to leave them as they are.
+    Inc(Document),
+    /// Set the count and the sums to the child collection's (reconcile).
+    Recount,
+}
+
+impl RawSubset<'_> {
+    /// Recomputes the subset (the top `keep` of the child collection), the count and the running
+    /// sums, writes them if they differ, and reports what differed.
+    ///
+    /// Safe while writers run: the write is conditional on the subset and count being as read,
+    /// and is retried otherwise, so it never overwrites a child pushed after it read. In
+    /// [`crate::WriteMode::Ordered`] a push whose child is stored but whose parent update is
+    /// still in flight can leave the count one high; the next reconcile corrects it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ParentNotFound`], [`Error::MalformedParent`] when the stored subset field is not
+    /// an array, [`Error::MalformedChild`] when a stored child's summed field is not a number,
+    /// [`Error::Mongo`].
+    pub fn reconcile<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
+        Action::new(move |session| Box::pin(self.resync_in(parent, true, session)))
+    }
+
+    /// What [`RawSubset::reconcile`] would find, without writing anything.
+    ///
+    /// In a transaction on a replica set, so that its reads see one snapshot and a push landing
+    /// between them is not reported as drift.
+    ///
+    /// # Errors
+    ///
+    /// As [`RawSubset::reconcile`].
+    pub fn check<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
+        Action::new(move |session| Box::pin(self.resync_in(parent, false, session)))
+    }
+
+    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field, write))]
+    pub(crate) async fn resync_in(
+        &self,
+        parent: &Bson,
+        write: bool,
+        caller: Option<&mut ClientSession>,
+    ) -> Result<Drift> {
+        self.store().check_parent_id(parent)?;
+        let steps = ResyncSteps {
+            subset: self,
+            parent,
+            write,
+        };
+        exec::execute(self.store(), caller, &steps).await
+    }
+
+    /// Reads the subset and the count, then the child collection's top `keep` (and count), and,
+    /// when `write`, makes the parent agree with them in one conditional update.
+    ///
+    /// The parent is read first: a push whose parent update lands after that read changes the
+    /// array or the count, so the conditional update misses and we read again; a push whose
+    /// child we counted but whose update comes after ours finds its child embedded and skips
+    /// (see `RawSubset::push_filter`).
+    pub(crate) async fn resync(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: &Bson,
+        count_fix: &CountFix,
+        write: bool,
+    ) -> Result<Drift> {
+        let spec = self.spec();
+        let store = self.store();
+        let attempts = if ctx.atomic() { 1 } else { ORDERED_ATTEMPTS };
+        let mut drift = Drift::default();
+        let (parents, children) = (store.parents::<Document>(), self.children::<Document>());
+        let raw_parents = store.parents::<RawDocumentBuf>();
+        for _ in 0..attempts {
+            // The parent's subset and count, as stored.
+            let find = raw_parents
+                .find_one(doc! { "_id": parent.clone() })
+                .projection(query::subset_projection(spec));
+            let found = ctx
+                .run(find)
+                .await
+                .map_err(|e| store.mongo(e))?
+                .ok_or_else(|| self.parent_not_found(parent))?;
+            let stored = Stored::of(&found, store.collection_name(), spec)?;
+
+            // The truth: the child collection's first `keep`, and its count when it is needed.
+            let top = ctx
+                .collect(query::top_children(&children, spec, parent))
+                .await
+                .map_err(|e| self.mongo_child(e))?;
+            let kept = spec.count.is_some() || !spec.sums.is_empty();
+            let totals = match count_fix {
+                CountFix::Recount if kept => Some(self.totals(ctx, parent).await?),
+                _ => None,
+            };
+            let expected = Expected { top, totals };
+
+            drift = Drift::between(spec, parent, &stored, &expected);
+            if !write {
+                return Ok(drift);
+            }
+            let Some(Fix { filter, update }) =
+                Fix::of(spec, parent, &stored, &expected, &drift, count_fix)
+            else {
+                return Ok(drift);
+            };
+            let updated = match ctx.run(parents.update_one(filter, update)).await {
+                Ok(updated) => updated,
+                Err(e) => {
+                    let adding =
+                        super::bson_len(&expected.top) - super::bson_len(stored.embedded());
+                    return Err(self.parent_write_error(e, parent, adding).await);
+                }
+            };
+            if updated.matched_count == 1 {
+                drift.fixed = true;
+                return Ok(drift);
+            }
+            tracing::debug!(parent = %parent, "subset changed while resyncing; reading again");
+        }
+        // Still contended after every attempt (in a transaction, the snapshot changed under
+        // us): a removal must still count, in the same transaction if there is one; the array
+        // is left for the next reconcile.
+        if let CountFix::Inc(inc) = count_fix {
+            if !inc.is_empty() {
+                let inc = parents
+                    .update_one(doc! { "_id": parent.clone() }, doc! { "$inc": inc.clone() });
+                ctx.run(inc).await.map_err(|e| store.mongo(e))?;
+            }
+        }
+        Ok(drift)
+    }
+}
+
+/// [`RawSubset::reconcile`] and [`RawSubset::check`].
+struct ResyncSteps<'s, 'a> {
+    subset: &'s RawSubset<'a>,
+    parent: &'s Bson,
+    write: bool,
+}
+
+impl Steps for ResyncSteps<'_, '_> {
+    type Output = Drift;
+
+    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<Drift> {
+        self.subset
+            .resync(ctx, self.parent, &CountFix::Recount, self.write)
+            .await
+    }
+}
