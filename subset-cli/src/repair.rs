@@ -1,11 +1,12 @@
 //! `subset check` and `subset reconcile`: the engine's per-parent check and reconcile over the
 //! whole parent collection, with progress, `--skip-invalid`, and a look at the child index.
 
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use mongodb::Database;
 use serde_json::{json, Value};
 use subset_runtime::bson::{doc, Bson, Document};
-use subset_runtime::{raw::RawStore, repair::Drift, spec::ParentSpec, spec::SubsetSpec, Error};
+use subset_runtime::repair::{Drift, ParentFailure, SweepOptions, SweepReport};
+use subset_runtime::{raw::RawStore, spec::ParentSpec, spec::SubsetSpec, Error};
 
 use crate::args::SubsetArgs;
 use crate::error::{is_connection, reason, CliError, Invalid};
@@ -17,9 +18,6 @@ use crate::{progress, scan};
 
 /// Parents checked at once.
 const CONCURRENCY: usize = 4;
-
-/// How many drifted parents are kept in detail (the counts cover them all).
-const DETAILED: usize = 1_000;
 
 /// How many drifted parents the text form lists.
 const LISTED: usize = 20;
@@ -33,74 +31,11 @@ pub enum Mode {
     Reconcile,
 }
 
-/// What a pass found, parent by parent.
-#[derive(Debug, Default)]
-struct Tally {
-    checked: u64,
-    drifted: u64,
-    fixed: u64,
-    /// Drifted parents a reconcile could not rewrite because they kept changing.
-    unfixed: u64,
-    /// The first [`DETAILED`] drifted parents.
-    drifts: Vec<Drift>,
-    /// Parents passed over as invalid (`--skip-invalid`).
+/// What a pass found: the engine's report, and the parents passed over as invalid
+/// (`--skip-invalid`), which the report counts among its failures.
+struct Swept {
+    report: SweepReport,
     skipped: Vec<Invalid>,
-    /// Parents that could not be checked or fixed.
-    failed: u64,
-    /// The first [`DETAILED`] of them, with the error.
-    failures: Vec<Invalid>,
-}
-
-impl Tally {
-    /// Counts one parent's result. A parent that fails for reasons of its own (a subset too
-    /// large for one document, a write the server refused) is recorded and the pass goes on; an
-    /// invalid one stops it unless `--skip-invalid`, and so does a lost connection.
-    fn record(
-        &mut self,
-        id: Bson,
-        result: subset_runtime::Result<Drift>,
-        mode: Mode,
-        skip_invalid: bool,
-    ) -> Result<(), CliError> {
-        let drift = match result {
-            Ok(drift) => drift,
-            // Deleted between the `_id` scan and its check: nothing to compare.
-            Err(Error::ParentNotFound { .. }) => return Ok(()),
-            Err(Error::MalformedParent { field, problem, .. }) if skip_invalid => {
-                self.skipped.push(Invalid {
-                    id,
-                    problem: format!("`{field}` {problem}"),
-                });
-                return Ok(());
-            }
-            Err(e @ Error::MalformedParent { .. }) => return Err(e.into()),
-            Err(e) if e.mongo_error().is_some_and(is_connection) => return Err(e.into()),
-            Err(e) => {
-                self.failed += 1;
-                if self.failures.len() < DETAILED {
-                    self.failures.push(Invalid {
-                        id,
-                        problem: reason(&e),
-                    });
-                }
-                return Ok(());
-            }
-        };
-        self.checked += 1;
-        if drift.is_clean() {
-            return Ok(());
-        }
-        self.drifted += 1;
-        if drift.fixed {
-            self.fixed += 1;
-        } else if mode == Mode::Reconcile {
-            self.unfixed += 1;
-        }
-        if self.drifts.len() < DETAILED {
-            self.drifts.push(drift);
-        }
-        Ok(())
-    }
 }
 
 /// Runs `subset check` or `subset reconcile`.
@@ -131,57 +66,49 @@ pub async fn run(
         Mode::Reconcile => "reconciling",
     };
     let bar = progress::bar(total, label, json);
-    let mut tally = Tally::default();
-    let batches = store.parent_ids(args.batch);
-    futures::pin_mut!(batches);
-    while let Some(ids) = batches.try_next().await? {
-        // Reconcile takes the child collection as the truth: on a parent that was never
-        // migrated it would drop every embedded child. Those are refused, a batch at a time.
-        let refused = match mode {
-            Mode::Reconcile => unmigrated(db, spec, &args.parent, &ids).await?,
-            Mode::Check => Vec::new(),
-        };
-        let ids: Vec<Bson> = ids
-            .into_iter()
-            .filter(|id| !refused.iter().any(|(r, _)| r == id))
-            .collect();
-        for (id, why) in refused {
-            bar.inc(1);
-            let invalid = Invalid {
-                id,
-                problem: format!(
-                    "`{}` {why}: it was never migrated, and reconciling would drop the elements missing from `{}`; run `subset migrate` with the same flags",
-                    spec.field, spec.child_collection
-                ),
-            };
-            if !args.skip_invalid {
-                bar.abandon();
-                return Err(CliError::Invalid {
+    let options = SweepOptions::default()
+        .batch_size(args.batch)
+        .concurrency(CONCURRENCY);
+    let mut skipped = Vec::new();
+    let swept = store
+        .resync_all(
+            &options,
+            mode == Mode::Reconcile,
+            // Reconcile takes the child collection as the truth: on a parent that was never
+            // migrated it would drop every embedded child. Those are refused, a batch at a time;
+            // without --skip-invalid, the first stops the pass before its batch is written.
+            |ids| async move {
+                if mode == Mode::Check {
+                    return Ok(Vec::new());
+                }
+                let mut refused = unmigrated(db, spec, &args.parent, &ids).await?;
+                if !refused.is_empty() && !args.skip_invalid {
+                    return Err(refused.swap_remove(0).error);
+                }
+                Ok(refused)
+            },
+            |failure| stops(failure, args.skip_invalid, &mut skipped),
+            |p| bar.set_position(p.checked),
+        )
+        .await;
+    let swept = match swept {
+        Ok(report) => Swept { report, skipped },
+        Err(e) => {
+            bar.abandon();
+            // A reconcile that stops at an invalid parent says it left that parent alone, as
+            // migrate does.
+            return Err(match (mode, invalid(&e)) {
+                (Mode::Reconcile, Some(invalid)) => CliError::Invalid {
                     collection: args.parent.clone(),
                     field: spec.field.to_owned(),
                     action: "reconciled",
                     invalid: vec![invalid],
                     hint: "nothing was written to this parent",
-                });
-            }
-            tally.skipped.push(invalid);
+                },
+                _ => e.into(),
+            });
         }
-        let mut results = futures::stream::iter(ids.into_iter().map(|id| async move {
-            let result = match mode {
-                Mode::Check => subset.check(&id).await,
-                Mode::Reconcile => subset.reconcile(&id).await,
-            };
-            (id, result)
-        }))
-        .buffered(CONCURRENCY);
-        while let Some((id, result)) = results.next().await {
-            bar.inc(1);
-            if let Err(e) = tally.record(id, result, mode, args.skip_invalid) {
-                bar.abandon();
-                return Err(e);
-            }
-        }
-    }
+    };
     bar.finish_and_clear();
     let index_state = match (index, index_created) {
         (_, true) => "created",
@@ -197,11 +124,38 @@ pub async fn run(
         spec,
         &args.parent,
         mode,
-        &tally,
+        &swept,
         index_line,
         index,
         index_created,
     ))
+}
+
+/// A parent whose document cannot be worked on, as `--skip-invalid` passes it over.
+fn invalid(error: &Error) -> Option<Invalid> {
+    match error {
+        Error::MalformedParent {
+            id, field, problem, ..
+        } => Some(Invalid {
+            id: Bson::clone(id),
+            problem: format!("`{field}` {problem}"),
+        }),
+        _ => None,
+    }
+}
+
+/// Whether a failed parent stops the pass. A parent that fails for reasons of its own (a subset
+/// too large for one document, a write the server refused) is recorded and the pass goes on; an
+/// invalid one stops it unless `--skip-invalid`, and so does a lost connection.
+fn stops(failure: &ParentFailure, skip_invalid: bool, skipped: &mut Vec<Invalid>) -> bool {
+    match invalid(&failure.error) {
+        Some(invalid) if skip_invalid => {
+            skipped.push(invalid);
+            false
+        }
+        Some(_) => true,
+        None => failure.error.mongo_error().is_some_and(is_connection),
+    }
 }
 
 /// The report of a pass. Exit code 1 when anything is left to do: drift (`check`), drift that
@@ -210,69 +164,88 @@ fn report(
     spec: &SubsetSpec,
     parent: &str,
     mode: Mode,
-    t: &Tally,
+    swept: &Swept,
     index_line: String,
     index: bool,
     index_created: bool,
 ) -> Outcome {
-    let problems = t.unfixed > 0
-        || t.failed > 0
-        || !t.skipped.is_empty()
-        || (mode == Mode::Check && (t.drifted > 0 || !index));
+    let Swept { report, skipped } = swept;
+    let p = &report.progress;
+    // The report counts every parent it looked at, and the skipped ones among the failed.
+    let checked = p.checked - p.failed;
+    let failed = p.failed - skipped.len() as u64;
+    // Drifted parents a reconcile could not rewrite because they kept changing.
+    let unfixed = match mode {
+        Mode::Check => 0,
+        Mode::Reconcile => p.drifted - p.fixed,
+    };
+    let failures: Vec<Invalid> = report
+        .failures
+        .iter()
+        .filter(|f| invalid(&f.error).is_none())
+        .map(|f| Invalid {
+            id: f.parent.clone(),
+            problem: reason(&f.error),
+        })
+        .collect();
+    let problems = unfixed > 0
+        || failed > 0
+        || !skipped.is_empty()
+        || (mode == Mode::Check && (p.drifted > 0 || !index));
     let command = match mode {
         Mode::Check => "check",
         Mode::Reconcile => "reconcile",
     };
     let mut text = format!("{command} {}", headline(spec, parent));
     text.push_str(&format!(
-        "  parents checked: {}; drifted: {}",
-        t.checked, t.drifted
+        "  parents checked: {checked}; drifted: {}",
+        p.drifted
     ));
     if mode == Mode::Reconcile {
-        text.push_str(&format!("; fixed: {}", t.fixed));
-        if t.unfixed > 0 {
+        text.push_str(&format!("; fixed: {}", p.fixed));
+        if unfixed > 0 {
             text.push_str(&format!(
-                "; not fixed (changing under concurrent writes, run again): {}",
-                t.unfixed
+                "; not fixed (changing under concurrent writes, run again): {unfixed}"
             ));
         }
     }
-    if t.failed > 0 {
-        text.push_str(&format!("; failed: {}", t.failed));
+    if failed > 0 {
+        text.push_str(&format!("; failed: {failed}"));
     }
     text.push('\n');
     text.push_str(&format!("  {index_line}\n"));
-    for drift in t.drifts.iter().take(LISTED) {
+    for (_, drift) in report.drifts.iter().take(LISTED) {
         text.push_str(&format!("  {}: {}\n", drift.parent, describe(drift)));
     }
-    if t.drifts.len() > LISTED {
+    if report.drifts.len() > LISTED {
         text.push_str(&format!(
-            "  … and {} more drifted parents (--json lists up to {DETAILED})\n",
-            t.drifted - LISTED as u64
+            "  … and {} more drifted parents (--json lists up to {})\n",
+            p.drifted - LISTED as u64,
+            SweepReport::SAMPLES
         ));
     }
-    push_invalid(&mut text, &t.skipped, "skipped as invalid (--skip-invalid)");
-    let failed = match mode {
+    push_invalid(&mut text, skipped, "skipped as invalid (--skip-invalid)");
+    let what = match mode {
         Mode::Check => "could not be checked (the pass went on past them)",
         Mode::Reconcile => "could not be reconciled (the pass went on past them)",
     };
-    push_listed(&mut text, &t.failures, t.failed, LISTED, failed);
-    if t.drifted == 0 && t.skipped.is_empty() && t.failed == 0 {
+    push_listed(&mut text, &failures, failed, LISTED, what);
+    if p.drifted == 0 && skipped.is_empty() && failed == 0 {
         text.push_str("  no drift\n");
     }
     Outcome {
         json: json!({
             "command": command,
             "subset": spec_json(spec, parent),
-            "checked": t.checked,
-            "drifted": t.drifted,
-            "fixed": t.fixed,
-            "unfixed": t.unfixed,
+            "checked": checked,
+            "drifted": p.drifted,
+            "fixed": p.fixed,
+            "unfixed": unfixed,
             "index": { "present": index, "created": index_created },
-            "drifts": t.drifts.iter().map(drift_json).collect::<Vec<_>>(),
-            "skipped": invalid_json(&t.skipped),
-            "failed": t.failed,
-            "failures": t.failures.iter().map(|f| json!({ "_id": id_json(&f.id), "error": f.problem })).collect::<Vec<_>>(),
+            "drifts": report.drifts.iter().map(|(_, drift)| drift_json(drift)).collect::<Vec<_>>(),
+            "skipped": invalid_json(skipped),
+            "failed": failed,
+            "failures": failures.iter().map(|f| json!({ "_id": id_json(&f.id), "error": f.problem })).collect::<Vec<_>>(),
         }),
         text,
         problems,
@@ -286,18 +259,25 @@ async fn unmigrated(
     spec: &SubsetSpec,
     parent: &str,
     ids: &[Bson],
-) -> Result<Vec<(Bson, &'static str)>, CliError> {
+) -> subset_runtime::Result<Vec<ParentFailure>> {
+    let mongo = |collection: &str| {
+        let collection = collection.to_owned();
+        move |source| Error::Mongo {
+            collection,
+            source: Box::new(source),
+        }
+    };
     let find = |filter: Document| async move {
         let found: Vec<Document> = db
             .collection::<Document>(parent)
             .find(filter)
             .projection(doc! { "_id": 1 })
             .await
-            .map_err(|e| CliError::mongo(parent, e))?
+            .map_err(mongo(parent))?
             .try_collect()
             .await
-            .map_err(|e| CliError::mongo(parent, e))?;
-        Ok::<_, CliError>(found.into_iter().filter_map(|mut d| d.remove("_id")))
+            .map_err(mongo(parent))?;
+        Ok::<_, Error>(found.into_iter().filter_map(|mut d| d.remove("_id")))
     };
     let overfull = find(doc! {
         "_id": { "$in": ids },
@@ -309,14 +289,28 @@ async fn unmigrated(
         .collection::<Document>(spec.child_collection)
         .distinct(spec.key, doc! { spec.key: { "$in": ids } })
         .await
-        .map_err(|e| CliError::mongo(spec.child_collection, e))?;
+        .map_err(mongo(spec.child_collection))?;
     let orphaned = find(doc! {
         "_id": { "$in": ids, "$nin": with_children },
         format!("{}.0", spec.field): { "$exists": true },
     })
     .await?
     .map(|id| (id, "has embedded elements and none in the child collection"));
-    Ok(overfull.chain(orphaned).collect())
+    Ok(overfull
+        .chain(orphaned)
+        .map(|(id, why)| {
+            let error = Error::MalformedParent {
+                collection: parent.to_owned(),
+                id: Box::new(id.clone()),
+                field: spec.field.to_owned(),
+                problem: format!(
+                    "{why}: it was never migrated, and reconciling would drop the elements missing from `{}`; run `subset migrate` with the same flags",
+                    spec.child_collection
+                ),
+            };
+            ParentFailure::new(id, spec.field, error)
+        })
+        .collect())
 }
 
 /// One line about a drifted parent.

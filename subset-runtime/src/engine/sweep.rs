@@ -1,5 +1,5 @@
 //! Whole-collection passes: every parent in `_id` order and batches, a few at once, and the two
-//! passes built on it, `reconcile_all` and `check_all`.
+//! passes built on it, `reconcile_all` and `check_all` (`resync_all` with the caller's rules).
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -11,10 +11,8 @@ use super::{Drift, RawStore};
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
 
-/// How many drifted parents, and how many failed ones, a [`SweepReport`] keeps in detail.
-const SAMPLES: usize = 1_000;
-
-/// Options of [`RawStore::sweep`], [`RawStore::reconcile_all`] and [`RawStore::check_all`].
+/// Options of [`RawStore::sweep`], [`RawStore::reconcile_all`], [`RawStore::check_all`] and
+/// [`RawStore::resync_all`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SweepOptions {
@@ -75,6 +73,18 @@ pub struct ParentFailure {
     pub error: Error,
 }
 
+impl ParentFailure {
+    /// `parent` cannot be checked or fixed in `field`, for `error`: what the `refuse` of
+    /// [`RawStore::resync_all`] returns.
+    pub fn new(parent: Bson, field: impl Into<String>, error: Error) -> Self {
+        ParentFailure {
+            parent,
+            field: field.into(),
+            error,
+        }
+    }
+}
+
 /// The result of a sweep.
 #[derive(Debug, Default)]
 #[non_exhaustive]
@@ -86,6 +96,44 @@ pub struct SweepReport {
     /// The parents that failed, one entry per parent and field (the first 1,000); the sweep
     /// went on past each of them.
     pub failures: Vec<ParentFailure>,
+}
+
+impl SweepReport {
+    /// How many drifted parents, and how many failed ones, a report keeps in detail.
+    pub const SAMPLES: usize = 1_000;
+}
+
+/// The refusal of a sweep that refuses no parent.
+fn refuse_none(_: Vec<Bson>) -> futures::future::Ready<Result<Vec<ParentFailure>>> {
+    futures::future::ok(Vec::new())
+}
+
+/// Runs `visit` on every item of `batches`, `concurrency` at once, and yields the results in
+/// order. An `Err` item is `batches` failing, and ends the stream: nothing after it is visited.
+fn visit_each<'s, X, T, V, F>(
+    batches: impl Stream<Item = Result<Vec<X>>> + 's,
+    concurrency: usize,
+    mut visit: V,
+) -> impl Stream<Item = Result<T>> + 's
+where
+    X: 's,
+    V: FnMut(X) -> F + 's,
+    F: Future<Output = T> + 's,
+{
+    let mut failed = false;
+    batches
+        .take_while(move |batch| {
+            let before = failed;
+            failed |= batch.is_err();
+            futures::future::ready(!before)
+        })
+        .map_ok(|batch| futures::stream::iter(batch.into_iter().map(Ok)))
+        .try_flatten()
+        .map(move |item| {
+            let visiting = item.map(&mut visit);
+            async move { Ok(visiting?.await) }
+        })
+        .buffered(concurrency)
 }
 
 impl RawStore {
@@ -133,17 +181,14 @@ impl RawStore {
         F: Future<Output = Result<T>> + 's,
         T: 's,
     {
-        self.parent_ids(options.batch_size)
-            .map_ok(|ids| futures::stream::iter(ids.into_iter().map(Ok)))
-            .try_flatten()
-            .map(move |id| {
-                let visited = id.map(|id| (id.clone(), visit(id)));
-                async move {
-                    let (id, visiting) = visited?;
-                    Ok((id, visiting.await))
-                }
-            })
-            .buffered(options.concurrency)
+        visit_each(
+            self.parent_ids(options.batch_size),
+            options.concurrency,
+            move |id: Bson| {
+                let visiting = visit(id.clone());
+                async move { (id, visiting.await) }
+            },
+        )
     }
 
     /// Reconciles every parent's subsets, in `_id` order and batches, calling `progress` after
@@ -159,7 +204,7 @@ impl RawStore {
         options: &SweepOptions,
         progress: impl FnMut(&SweepProgress),
     ) -> Result<SweepReport> {
-        self.resync_all(self.spec().subsets, options, true, progress)
+        self.resync_all(options, true, refuse_none, |_| false, progress)
             .await
     }
 
@@ -171,7 +216,8 @@ impl RawStore {
         options: &SweepOptions,
         progress: impl FnMut(&SweepProgress),
     ) -> Result<SweepReport> {
-        self.resync_all(fields, options, true, progress).await
+        self.resync_fields(fields, options, true, refuse_none, |_| false, progress)
+            .await
     }
 
     /// The same pass as [`RawStore::reconcile_all`], read-only: what drifted, for monitoring.
@@ -184,52 +230,103 @@ impl RawStore {
         options: &SweepOptions,
         progress: impl FnMut(&SweepProgress),
     ) -> Result<SweepReport> {
-        self.resync_all(self.spec().subsets, options, false, progress)
+        self.resync_all(options, false, refuse_none, |_| false, progress)
+            .await
+    }
+
+    /// The pass of [`RawStore::reconcile_all`] (`write`) or [`RawStore::check_all`], with the
+    /// caller's own rules. Before a batch is visited, `refuse` returns the parents of it to pass
+    /// over, each with its failure: a rule that takes one query a batch rather than one a
+    /// parent; an error of `refuse` ends the pass before any parent of its batch is visited.
+    /// Every failure, refused or met, is shown to `stop`: the first it returns `true` for ends
+    /// the pass with its error (the parents after it already under way, `concurrency` at most,
+    /// are not waited for), and the others are recorded as in [`RawStore::reconcile_all`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RawStore::reconcile_all`]; an error of `refuse`; the error of the failure that
+    /// stopped the pass.
+    pub async fn resync_all<R, F>(
+        &self,
+        options: &SweepOptions,
+        write: bool,
+        refuse: R,
+        stop: impl FnMut(&ParentFailure) -> bool,
+        progress: impl FnMut(&SweepProgress),
+    ) -> Result<SweepReport>
+    where
+        R: FnMut(Vec<Bson>) -> F,
+        F: Future<Output = Result<Vec<ParentFailure>>>,
+    {
+        self.resync_fields(self.spec().subsets, options, write, refuse, stop, progress)
             .await
     }
 
     #[tracing::instrument(skip_all, fields(collection = %self.collection_name(), write))]
-    async fn resync_all(
+    async fn resync_fields<R, F>(
         &self,
         fields: &[SubsetSpec],
         options: &SweepOptions,
         write: bool,
+        mut refuse: R,
+        mut stop: impl FnMut(&ParentFailure) -> bool,
         mut progress: impl FnMut(&SweepProgress),
-    ) -> Result<SweepReport> {
+    ) -> Result<SweepReport>
+    where
+        R: FnMut(Vec<Bson>) -> F,
+        F: Future<Output = Result<Vec<ParentFailure>>>,
+    {
         let started = Instant::now();
         let mut report = SweepReport::default();
-        let parents = self.sweep(options, |id| async move {
-            let mut found = Vec::with_capacity(fields.len());
-            for spec in fields {
-                let result = self.subset(spec).resync_in(&id, write, None).await;
-                found.push((spec.field, result));
+        let batches = self.parent_ids(options.batch_size).and_then(|ids| {
+            let refusing = refuse(ids.clone());
+            async move {
+                let mut refused = refusing.await?;
+                Ok(ids
+                    .into_iter()
+                    .map(|id| {
+                        let mine = refused.extract_if(.., |f| f.parent == id).collect();
+                        (id, mine)
+                    })
+                    .collect::<Vec<(Bson, Vec<ParentFailure>)>>())
             }
-            Ok(found)
+        });
+        let parents = visit_each(batches, options.concurrency, |(id, refused)| async move {
+            let mut found = Vec::with_capacity(fields.len());
+            if refused.is_empty() {
+                for spec in fields {
+                    let result = self.subset(spec).resync_in(&id, write, None).await;
+                    found.push((spec.field.to_owned(), result));
+                }
+            } else {
+                found.extend(refused.into_iter().map(|f| (f.field, Err(f.error))));
+            }
+            (id, found)
         });
         futures::pin_mut!(parents);
         while let Some((id, found)) = parents.try_next().await? {
             let (mut drifted, mut fixed, mut failed) = (false, false, false);
-            for (field, result) in found.unwrap_or_default() {
+            for (field, result) in found {
                 match result {
                     // Deleted between the `_id` scan and its resync: nothing to compare.
                     Err(Error::ParentNotFound { .. }) => {}
                     Err(error) => {
                         failed = true;
                         tracing::warn!(parent = %id, field, %error, "sweep: parent failed");
-                        if report.failures.len() < SAMPLES {
-                            report.failures.push(ParentFailure {
-                                parent: id.clone(),
-                                field: field.to_owned(),
-                                error,
-                            });
+                        let failure = ParentFailure::new(id.clone(), field, error);
+                        if stop(&failure) {
+                            return Err(failure.error);
+                        }
+                        if report.failures.len() < SweepReport::SAMPLES {
+                            report.failures.push(failure);
                         }
                     }
                     Ok(drift) if drift.is_clean() => {}
                     Ok(drift) => {
                         drifted = true;
                         fixed |= drift.fixed;
-                        if report.drifts.len() < SAMPLES {
-                            report.drifts.push((field.to_owned(), drift));
+                        if report.drifts.len() < SweepReport::SAMPLES {
+                            report.drifts.push((field, drift));
                         }
                     }
                 }
