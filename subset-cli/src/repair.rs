@@ -5,14 +5,14 @@ use futures::TryStreamExt;
 use mongodb::Database;
 use serde_json::{json, Value};
 use subset_runtime::bson::{doc, Bson, Document};
-use subset_runtime::repair::{Drift, ParentFailure, SweepOptions, SweepReport};
+use subset_runtime::repair::{Drift, Orphans, ParentFailure, SweepOptions, SweepReport};
 use subset_runtime::{raw::RawStore, spec::ParentSpec, spec::SubsetSpec, Error};
 
 use crate::args::SubsetArgs;
 use crate::error::{is_connection, reason, CliError, Invalid};
 use crate::output::{
-    headline, id_json, invalid_json, keys_text, push_invalid, push_listed, spec_json, value_json,
-    Outcome,
+    headline, id_json, invalid_json, keys_text, orphans_json, orphans_text, push_invalid,
+    push_listed, spec_json, value_json, Outcome,
 };
 use crate::{progress, scan};
 
@@ -120,14 +120,15 @@ pub async fn run(
         keys_text(&subset.index_keys()),
         spec.child_collection
     );
+    // Children of no parent are in no subset, so no parent's check finds them.
+    let orphans = subset.orphans().await?;
     Ok(report(
         spec,
         &args.parent,
         mode,
         &swept,
-        index_line,
-        index,
-        index_created,
+        (index_line, index, index_created),
+        &orphans,
     ))
 }
 
@@ -165,9 +166,8 @@ fn report(
     parent: &str,
     mode: Mode,
     swept: &Swept,
-    index_line: String,
-    index: bool,
-    index_created: bool,
+    (index_line, index, index_created): (String, bool, bool),
+    orphans: &Orphans,
 ) -> Outcome {
     let Swept { report, skipped } = swept;
     let p = &report.progress;
@@ -230,6 +230,7 @@ fn report(
         Mode::Reconcile => "could not be reconciled (the pass went on past them)",
     };
     push_listed(&mut text, &failures, failed, LISTED, what);
+    text.push_str(&orphans_text(orphans, spec.child_collection));
     if p.drifted == 0 && skipped.is_empty() && failed == 0 {
         text.push_str("  no drift\n");
     }
@@ -246,6 +247,7 @@ fn report(
             "skipped": invalid_json(skipped),
             "failed": failed,
             "failures": failures.iter().map(|f| json!({ "_id": id_json(&f.id), "error": f.problem })).collect::<Vec<_>>(),
+            "orphans": orphans_json(orphans),
         }),
         text,
         problems,

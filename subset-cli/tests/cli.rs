@@ -1354,6 +1354,9 @@ async fn children_of_no_parent_are_reported_and_the_dry_run_counts_the_subsets_i
         grown * 10 >= estimated_growth * 9 && grown * 10 <= estimated_growth * 11,
         "the estimate is within 10% of the growth: estimated {estimated_growth} B, grown {grown} B"
     );
+    let out = subset(&uri, &db, &view("check", VERIFIED, &["--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_orphans(&json(&out)["orphans"]);
     let text = String::from_utf8(
         subset(&uri, &db, &view("migrate", VERIFIED, &["--dry-run"]))
             .await

@@ -186,7 +186,7 @@ impl<P: Parent> Store<P> {
     /// standalone server, [`Store::reconcile_all`] on a schedule does.
     ///
     /// ```no_run
-    /// # use subset_runtime::{FollowOptions, Parent, Store};
+    /// # use subset_runtime::{follow::FollowOptions, Parent, Store};
     /// # async fn demo<P: Parent>(store: Store<P>) -> subset_runtime::Result<()> {
     /// let follower = store.follow(FollowOptions::new("reviews-sync")).spawn();
     /// // … until shutdown …
