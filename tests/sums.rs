@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subset::bson;
 
-use subset::{follow::FollowOptions, follow::FollowUpdate, Child, Error, Parent, Store};
+use subset::{follow::FollowOptions, follow::FollowUpdate, Child, Parent, Store};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Rating {
@@ -197,7 +197,7 @@ async fn reconcile_repairs_a_tampered_sum_and_check_reports_it() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stored_child_without_a_number_is_a_typed_error_on_reconcile() {
+async fn a_stored_child_without_a_number_is_reported_and_adds_nothing() {
     let store = stores::<Rated>().await.remove(0);
     let parent = Rated::new();
     store.insert(&parent).await.unwrap();
@@ -210,16 +210,19 @@ async fn a_stored_child_without_a_number_is_a_typed_error_on_reconcile() {
         .insert_one(doc! { "_id": bad, "rated_id": parent.id, "stars": "five", "weight": 1.0, "date": DateTime::from_millis(2) })
         .await
         .unwrap();
-    match ratings.reconcile(&parent.id).await {
-        Err(Error::MalformedChild {
-            id, field, problem, ..
-        }) => {
-            assert_eq!(*id, Bson::ObjectId(bad));
-            assert_eq!(field, "stars");
-            assert!(problem.contains("is a string, not a number"), "{problem}");
+    let drift = ratings.reconcile(&parent.id).await.unwrap();
+    match drift.malformed.as_slice() {
+        [m] => {
+            assert_eq!(m.child, Bson::ObjectId(bad));
+            assert_eq!(m.field, "stars");
+            assert!(m.problem.starts_with("is a string where"), "{}", m.problem);
         }
-        other => panic!("expected MalformedChild, got {other:?}"),
+        other => panic!("expected one malformed child, got {other:?}"),
     }
+    // Left out of the subset (so `get` reads the parent) and of the sum; still counted.
+    let got = store.get(&parent.id).await.unwrap().unwrap();
+    assert_eq!(got.recent.len(), 1, "{got:?}");
+    assert_eq!((got.total, got.stars_total), (2, 2));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -154,6 +154,9 @@ fn status_text(collection: &str, t: &FollowStats) -> String {
     if t.keyless > 0 {
         orphans.push_str(&format!(", {} without a parent key", t.keyless));
     }
+    if t.malformed > 0 {
+        orphans.push_str(&format!(", {} malformed", t.malformed));
+    }
     format!(
         "following `{collection}`: {} events, {} reconciled ({} written, {} in sync){orphans}{lag}",
         t.events, t.resynced, t.written, t.skipped
@@ -195,6 +198,7 @@ fn totals_json(t: &FollowStats) -> Value {
         "skipped": t.skipped,
         "orphaned": t.orphaned,
         "keyless": t.keyless,
+        "malformed": t.malformed,
         "failed": t.failed,
         "catch_ups": t.catch_ups,
         "last_lag_ms": t.last_lag.map(millis),
@@ -217,6 +221,7 @@ fn update_json(update: &FollowUpdate<'_>) -> Value {
             "skipped": b.skipped,
             "orphaned": b.orphaned,
             "keyless": b.keyless,
+            "malformed": b.malformed,
             "failed": b.failed,
             "lag_ms": b.lag.map(millis),
             "took_ms": millis(b.took),
@@ -257,6 +262,12 @@ fn report(spec: &SubsetSpec, parent: &str, name: &str, t: &FollowStats) -> Outco
     }
     if t.keyless > 0 {
         text.push_str(&format!("; {} children without a parent key", t.keyless));
+    }
+    if t.malformed > 0 {
+        text.push_str(&format!(
+            "; {} malformed children left out of their subsets (see `subset check`)",
+            t.malformed
+        ));
     }
     if t.failed > 0 {
         text.push_str(&format!("; {} passed over (see `subset check`)", t.failed));

@@ -191,6 +191,7 @@ fn report(
     let problems = unfixed > 0
         || failed > 0
         || !skipped.is_empty()
+        || p.malformed > 0
         || (mode == Mode::Check && (p.drifted > 0 || !index));
     let command = match mode {
         Mode::Check => "check",
@@ -212,6 +213,12 @@ fn report(
     if failed > 0 {
         text.push_str(&format!("; failed: {failed}"));
     }
+    if p.malformed > 0 {
+        text.push_str(&format!(
+            "; malformed children (in no subset): {}",
+            p.malformed
+        ));
+    }
     text.push('\n');
     text.push_str(&format!("  {index_line}\n"));
     for (_, drift) in report.drifts.iter().take(LISTED) {
@@ -231,7 +238,7 @@ fn report(
     };
     push_listed(&mut text, &failures, failed, LISTED, what);
     text.push_str(&orphans_text(orphans, spec.child_collection));
-    if p.drifted == 0 && skipped.is_empty() && failed == 0 {
+    if p.drifted == 0 && p.malformed == 0 && skipped.is_empty() && failed == 0 {
         text.push_str("  no drift\n");
     }
     Outcome {
@@ -242,6 +249,7 @@ fn report(
             "drifted": p.drifted,
             "fixed": p.fixed,
             "unfixed": unfixed,
+            "malformed": p.malformed,
             "index": { "present": index, "created": index_created },
             "drifts": report.drifts.iter().map(|(_, drift)| drift_json(drift)).collect::<Vec<_>>(),
             "skipped": invalid_json(skipped),
@@ -342,6 +350,13 @@ fn describe(drift: &Drift) -> String {
     if drift.fixed {
         parts.push("fixed".to_owned());
     }
+    // Each malformed child on a line of its own: the data to fix, which no reconcile can.
+    for m in &drift.malformed {
+        parts.push(format!(
+            "\n    malformed child {}: `{}` {} (left out of the subset; fix it in the child collection)",
+            m.child, m.field, m.problem
+        ));
+    }
     parts.join(", ")
 }
 
@@ -360,5 +375,10 @@ fn drift_json(drift: &Drift) -> Value {
             "computed": value_json(&s.computed),
         })).collect::<Vec<_>>(),
         "fixed": drift.fixed,
+        "malformed": drift.malformed.iter().map(|m| json!({
+            "_id": id_json(&m.child),
+            "field": m.field,
+            "problem": m.problem,
+        })).collect::<Vec<_>>(),
     })
 }

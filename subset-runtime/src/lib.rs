@@ -57,7 +57,8 @@ pub mod follow {
 /// ([`Orphans`](repair::Orphans)).
 pub mod repair {
     pub use crate::engine::{
-        Drift, Orphans, ParentFailure, SumDrift, SweepOptions, SweepProgress, SweepReport,
+        Drift, MalformedChild, Orphans, ParentFailure, SumDrift, SweepOptions, SweepProgress,
+        SweepReport,
     };
 }
 

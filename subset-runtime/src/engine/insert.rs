@@ -139,7 +139,7 @@ impl InsertSteps<'_> {
                 continue;
             }
             let top = ctx
-                .collect(query::top_children(&coll, spec, self.id))
+                .collect(query::top_children(&coll, spec, self.id, &[]))
                 .await
                 .map_err(child)?;
             let adding = super::bson_len(&top);

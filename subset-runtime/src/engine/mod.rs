@@ -58,7 +58,7 @@ pub use follow::{
     DEFAULT_TOKEN_COLLECTION,
 };
 pub use orphans::Orphans;
-pub use resync::{Drift, SumDrift};
+pub use resync::{Drift, MalformedChild, SumDrift};
 pub use sweep::{ParentFailure, SweepOptions, SweepProgress, SweepReport};
 
 /// How a store makes its double writes (child collection + embedded copy) hang together.

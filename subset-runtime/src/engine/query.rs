@@ -8,14 +8,20 @@ use crate::model::SubsetSpec;
 use crate::order;
 
 /// The children that belong in `parent`'s subset: the child collection's first `keep` in the
-/// subset's order, in their embedded form ([`embedded`], made by the server).
+/// subset's order, in their embedded form ([`embedded`], made by the server), leaving out the
+/// `excluded` `_id`s (children no subset may embed).
 pub(crate) fn top_children<'c>(
     children: &'c Collection<Document>,
     spec: &SubsetSpec,
     parent: &Bson,
+    excluded: &[Bson],
 ) -> Find<'c, Document> {
+    let mut filter = spec.children_of(parent);
+    if !excluded.is_empty() {
+        filter.insert("_id", doc! { "$nin": excluded });
+    }
     children
-        .find(spec.children_of(parent))
+        .find(filter)
         .sort(order::sort_doc(spec))
         .limit(i64::from(spec.keep))
         .projection(embedded_projection(spec))

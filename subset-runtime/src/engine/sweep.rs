@@ -57,6 +57,10 @@ pub struct SweepProgress {
     pub fixed: u64,
     /// Parents that could not be checked or fixed (see [`SweepReport::failures`]).
     pub failed: u64,
+    /// Malformed children found (see [`Drift::malformed`]): stored children no subset may
+    /// embed, left out of their parents' subsets and reported, in [`SweepReport::drifts`], with
+    /// their parents (which count as drifted only if their subsets were wrong too).
+    pub malformed: u64,
     /// Time since the sweep started.
     pub elapsed: Duration,
 }
@@ -323,8 +327,9 @@ impl RawStore {
                     }
                     Ok(drift) if drift.is_clean() => {}
                     Ok(drift) => {
-                        drifted = true;
+                        drifted |= !drift.is_in_sync();
                         fixed |= drift.fixed;
+                        report.progress.malformed += drift.malformed.len() as u64;
                         if report.drifts.len() < SweepReport::SAMPLES {
                             report.drifts.push((field, drift));
                         }

@@ -31,6 +31,7 @@ struct Tally {
     written: u64,
     skipped: u64,
     orphaned: u64,
+    malformed: u64,
     failed: u64,
 }
 
@@ -64,6 +65,7 @@ impl CollectionFollower<'_> {
             skipped: tally.skipped,
             orphaned: tally.orphaned,
             keyless: keyless.len() as u64,
+            malformed: tally.malformed,
             failed: tally.failed,
             lag,
             took: started.elapsed(),
@@ -110,8 +112,11 @@ impl CollectionFollower<'_> {
                     pending.push((field, parent));
                     continue;
                 };
+                if let Ok(drift) = &result {
+                    tally.malformed += drift.malformed.len() as u64;
+                }
                 match result {
-                    Ok(drift) if drift.is_clean() => tally.skipped += 1,
+                    Ok(drift) if drift.is_in_sync() => tally.skipped += 1,
                     Ok(drift) if drift.fixed => tally.written += 1,
                     // Drift the conditional rewrite could not fix: the parent kept changing.
                     Ok(_) => pending.push((field, parent)),

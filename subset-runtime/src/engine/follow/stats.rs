@@ -30,6 +30,9 @@ pub struct FollowStats {
     /// Children written without any parent key (no key field of any subset over their
     /// collection): they belong to no parent, and each is logged with its `_id`.
     pub keyless: u64,
+    /// Malformed children the resyncs found (see [`crate::repair::Drift::malformed`]): left out
+    /// of their subsets, and counted at each resync of their parents until they are fixed.
+    pub malformed: u64,
     /// Parents that could not be resynced for reasons of their own (a malformed document, a
     /// subset over 16 MiB), logged and passed over; `reconcile_all` names them.
     pub failed: u64,
@@ -61,6 +64,8 @@ pub struct FollowBatch {
     pub orphaned: u64,
     /// Children written without a parent key (see [`FollowStats::keyless`]).
     pub keyless: u64,
+    /// Malformed children found (see [`FollowStats::malformed`]).
+    pub malformed: u64,
     /// Parents passed over (see [`FollowStats::failed`]).
     pub failed: u64,
     /// From the wall-clock time of the batch's oldest event to its parents being resynced.
@@ -135,6 +140,7 @@ pub(crate) struct Counters {
     skipped: AtomicU64,
     orphaned: AtomicU64,
     keyless: AtomicU64,
+    malformed: AtomicU64,
     failed: AtomicU64,
     catch_ups: AtomicU64,
     last_lag_us: AtomicU64,
@@ -151,6 +157,7 @@ impl Default for Counters {
             skipped: AtomicU64::new(0),
             orphaned: AtomicU64::new(0),
             keyless: AtomicU64::new(0),
+            malformed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             catch_ups: AtomicU64::new(0),
             last_lag_us: AtomicU64::new(NO_LAG),
@@ -171,6 +178,7 @@ impl Counters {
             skipped: get(&self.skipped),
             orphaned: get(&self.orphaned),
             keyless: get(&self.keyless),
+            malformed: get(&self.malformed),
             failed: get(&self.failed),
             catch_ups: get(&self.catch_ups),
             last_lag: (last != NO_LAG).then(|| Duration::from_micros(last)),
@@ -188,6 +196,7 @@ impl Counters {
         add(&self.skipped, batch.skipped);
         add(&self.orphaned, batch.orphaned);
         add(&self.keyless, batch.keyless);
+        add(&self.malformed, batch.malformed);
         add(&self.failed, batch.failed);
         if let Some(lag) = batch.lag {
             let us = u64::try_from(lag.as_micros()).unwrap_or(NO_LAG - 1);
@@ -213,5 +222,6 @@ impl Counters {
             p.checked.saturating_sub(p.drifted + p.failed),
         );
         add(&self.failed, p.failed);
+        add(&self.malformed, p.malformed);
     }
 }

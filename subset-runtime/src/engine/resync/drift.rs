@@ -3,6 +3,7 @@
 
 use crate::bson::{Bson, Document};
 
+use super::malformed::MalformedChild;
 use super::state::{Expected, Stored};
 use crate::engine::sums;
 use crate::model::SubsetSpec;
@@ -26,13 +27,26 @@ pub struct Drift {
     pub count: Option<(i64, u64)>,
     /// Every running sum whose stored value differs from the sum over the child collection.
     pub sums: Vec<SumDrift>,
+    /// Stored children that no subset may embed (a sort key missing or of a type its key
+    /// cannot hold, a filter flag that is not a `bool`, a summed field that is not a number),
+    /// found by a check or reconcile (up to 100 per parent): left out of the subset and of the
+    /// sums they break, still counted, and reported here until they are fixed in the child
+    /// collection. A reconcile cannot fix them; the program that wrote them must.
+    pub malformed: Vec<MalformedChild>,
     /// Whether the parent was rewritten to fix what was found.
     pub fixed: bool,
 }
 
 impl Drift {
-    /// Whether the subset and the count were exactly right.
+    /// Whether the subset, the count and the sums were exactly right, and no stored child is
+    /// malformed.
     pub fn is_clean(&self) -> bool {
+        self.is_in_sync() && self.malformed.is_empty()
+    }
+
+    /// Whether the subset, the count and the sums were exactly right: nothing a reconcile
+    /// would write. Malformed children ([`Drift::malformed`]) may still be reported.
+    pub fn is_in_sync(&self) -> bool {
         self.missing.is_empty()
             && self.stale.is_empty()
             && self.changed.is_empty()
@@ -133,6 +147,7 @@ fn compare(parent: &Bson, embedded: &[Document], top: &[Document]) -> Drift {
         misordered: in_embedded_order != in_top_order,
         count: None,
         sums: Vec::new(),
+        malformed: Vec::new(),
         fixed: false,
     }
 }

@@ -10,6 +10,7 @@
 //! | `drift.rs` | [`Drift`]: how the two differ |
 //! | `fix.rs` | the conditional update that makes the stored field right |
 //! | `totals.rs` | the count and sums of a parent's children, in one `$group` |
+//! | `malformed.rs` | the children no subset may embed, and why |
 
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::ClientSession;
@@ -24,11 +25,14 @@ use crate::error::Error;
 
 mod drift;
 mod fix;
+mod malformed;
 mod state;
 mod totals;
 
 pub use drift::{Drift, SumDrift};
 use fix::Fix;
+pub use malformed::MalformedChild;
+use malformed::Rules;
 use state::{Expected, Stored};
 
 /// How many times an ordered (non-transactional) resync re-reads and retries when a concurrent
@@ -109,7 +113,7 @@ impl RawSubset<'_> {
         let store = self.store();
         let attempts = if ctx.atomic() { 1 } else { ORDERED_ATTEMPTS };
         let mut drift = Drift::default();
-        let (parents, children) = (store.parents::<Document>(), self.children::<Document>());
+        let parents = store.parents::<Document>();
         let raw_parents = store.parents::<RawDocumentBuf>();
         for _ in 0..attempts {
             // The parent's subset and count, as stored.
@@ -123,19 +127,23 @@ impl RawSubset<'_> {
                 .ok_or_else(|| self.parent_not_found(parent))?;
             let stored = Stored::of(&found, store.collection_name(), spec)?;
 
-            // The truth: the child collection's first `keep`, and its count when it is needed.
-            let top = ctx
-                .collect(query::top_children(&children, spec, parent))
-                .await
-                .map_err(|e| self.mongo_child(e))?;
+            // The truth: the child collection's first `keep` that may be embedded, and its
+            // count when it is needed. A check or reconcile also reports the malformed ones.
+            let recount = matches!(count_fix, CountFix::Recount);
+            let malformed = match recount {
+                true => self.malformed(ctx, parent).await?,
+                false => Vec::new(),
+            };
+            let top = self.top(ctx, parent, &malformed).await?;
             let kept = spec.count.is_some() || !spec.sums.is_empty();
-            let totals = match count_fix {
-                CountFix::Recount if kept => Some(self.totals(ctx, parent).await?),
-                _ => None,
+            let totals = match recount && kept {
+                true => Some(self.totals(ctx, parent).await?),
+                false => None,
             };
             let expected = Expected { top, totals };
 
             drift = Drift::between(spec, parent, &stored, &expected);
+            drift.malformed = malformed;
             if !write {
                 return Ok(drift);
             }
@@ -169,6 +177,49 @@ impl RawSubset<'_> {
             }
         }
         Ok(drift)
+    }
+}
+
+impl RawSubset<'_> {
+    /// The children of `parent` that no subset may embed (see [`MalformedChild`]), up to
+    /// [`malformed::MALFORMED_LISTED`]: one query over the parent's children.
+    async fn malformed(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Vec<MalformedChild>> {
+        let rules = Rules::of(self.spec(), self.view_specs());
+        let children = self.children::<Document>();
+        let find = children
+            .find(rules.filter(parent))
+            .limit(malformed::MALFORMED_LISTED);
+        let found = ctx.collect(find).await.map_err(|e| self.mongo_child(e))?;
+        Ok(rules.reports(&found))
+    }
+
+    /// The child collection's first `keep` children of `parent` in their embedded form, none of
+    /// them malformed: `known` ones are left out by the query, and any other the query returns
+    /// (past the ones a check lists, or on a backfill, which lists none) is left out and the
+    /// query run again, so a malformed child is never embedded.
+    async fn top(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: &Bson,
+        known: &[MalformedChild],
+    ) -> Result<Vec<Document>> {
+        let spec = self.spec();
+        let rules = Rules::of(spec, self.view_specs());
+        let children = self.children::<Document>();
+        let mut excluded: Vec<Bson> = known.iter().map(|m| m.child.clone()).collect();
+        loop {
+            let find = query::top_children(&children, spec, parent, &excluded);
+            let top = ctx.collect(find).await.map_err(|e| self.mongo_child(e))?;
+            let before = excluded.len();
+            for child in &top {
+                if rules.problem(child, false).is_some() {
+                    excluded.push(child.get("_id").cloned().unwrap_or(Bson::Null));
+                }
+            }
+            if excluded.len() == before {
+                return Ok(top);
+            }
+        }
     }
 }
 

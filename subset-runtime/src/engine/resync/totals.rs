@@ -8,25 +8,20 @@ use crate::engine::{sums, RawSubset};
 use crate::error::Result;
 
 impl RawSubset<'_> {
-    /// The count and every sum of `parent`'s children, in one `$group`.
+    /// The count and every sum of `parent`'s children, in one `$group`. A summed field that is
+    /// not a number adds nothing (the resync reports its child as malformed).
     ///
     /// # Errors
     ///
-    /// [`Error::MalformedChild`] when a child's summed field is not an int32, int64 or double
-    /// (`$sum` would skip it silently), [`Error::Mongo`].
+    /// [`Error::Mongo`].
     pub(super) async fn totals(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Totals> {
         let spec = self.spec();
         let children = self.children::<Document>();
-        let numeric = ["int", "long", "double"];
         let mut group = doc! { "_id": Bson::Null, "n": { "$sum": 1 } };
         for (i, sum) in spec.sums.iter().enumerate() {
-            let path = format!("${}", sum.child);
-            group.insert(format!("s{i}"), doc! { "$sum": &path });
-            let is_number = doc! { "$in": [{ "$type": &path }, numeric.as_slice()] };
-            group.insert(
-                format!("b{i}"),
-                doc! { "$sum": { "$cond": [is_number, 0, 1] } },
-            );
+            // `$sum` adds numbers and passes over anything else: a malformed child's value adds
+            // nothing, and the resync reports the child.
+            group.insert(format!("s{i}"), doc! { "$sum": format!("${}", sum.child) });
         }
         let pipeline = [
             doc! { "$match": spec.children_of(parent) },
@@ -44,24 +39,6 @@ impl RawSubset<'_> {
             });
         };
         let number = |key: &str| grouped.get(key).and_then(sums::Num::of);
-        if (0..spec.sums.len())
-            .any(|i| number(&format!("b{i}")).is_some_and(|b| !b.same(sums::Num::Int(0))))
-        {
-            let not_numbers: Vec<Bson> = spec
-                .sums
-                .iter()
-                .map(|s| {
-                    Bson::Document(doc! { s.child: { "$not": { "$type": numeric.as_slice() } } })
-                })
-                .collect();
-            let mut bad = spec.children_of(parent);
-            bad.insert("$or", not_numbers);
-            let find = children.find_one(bad);
-            let bad = ctx.run(find).await.map_err(|e| self.mongo_child(e))?;
-            if let Some(bad) = bad {
-                sums::check_child(spec, &bad)?;
-            }
-        }
         let count = match number("n") {
             Some(sums::Num::Int(n)) => u64::try_from(n).unwrap_or(0),
             _ => 0,
