@@ -1,7 +1,8 @@
 //! Implementation detail of the `subset` crate: the `Parent` and `Child` derives.
 //!
-//! Use them through `subset`, which re-exports them next to the traits they implement. Nothing in
-//! this crate is a stable API of its own.
+//! Use them through [`subset`](https://docs.rs/subset), which re-exports them next to the traits
+//! they implement and documents their attributes. Nothing in this crate is a stable API of its
+//! own.
 //!
 //! Each derive runs the same pipeline: read the input into borrowed views with attributes parsed
 //! (`ast`, `attr`, `serde_attr`), apply the rules that span several keys or fields (`valid`),
@@ -36,16 +37,9 @@ use syn::{parse_macro_input, DeriveInput};
 /// }
 /// ```
 ///
-/// | where | key | meaning |
-/// |---|---|---|
-/// | struct | `collection = "products"` | the parent collection (required) |
-/// | `Vec<C>` field | `child = "reviews"` | the collection holding every child (required) |
-/// | `Vec<C>` field | `keep = 5` | how many children stay embedded, 1 to 1000 (required) |
-/// | `Vec<C>` field | `sort = "rating desc, created_at desc"` | the order that picks the embedded children: the child's Rust field names, each with `asc` or `desc` (required) |
-/// | `Vec<C>` field | `key = "product_id"` | BSON name of the child field holding the parent's `_id`; default: the parent's name in snake_case plus `_id` |
-/// | `Vec<C>` field | `count = "total_reviews"` | a parent integer field that counts all the children |
-/// | `Vec<C>` field | `sum = "rating_total = rating, helpful_total = helpful"` | parent numeric fields kept equal to the sum of a child field over all the children: parent Rust field `=` child Rust field, comma-separated; an integer sum (`i32`, `i64`, `u32`) of an integer child field, or an `f64` sum of any numeric one |
-/// | `Vec<C>` field | `filter = "verified"`, `filter = "!hidden"` | a filtered view: only the children whose `bool` field is true (with `!`, false) are embedded, counted, summed and paged; read from the full child, so a preview need not hold it |
+/// Its keys (`collection` on the struct; `child`, `keep`, `sort`, `key`, `count`, `sum` and
+/// `filter` on each `Vec<C>` field) are described in the
+/// [attribute table](https://docs.rs/subset/latest/subset/#attributes) of the `subset` crate.
 ///
 /// The parent needs a field stored as `_id` (named `_id` or renamed to it with serde); its type is
 /// `Parent::Id`. BSON names follow serde's `rename` and `rename_all`. The child type `C` must
@@ -109,9 +103,8 @@ pub fn derive_parent(input: TokenStream) -> TokenStream {
 /// }
 /// ```
 ///
-/// | where | key | meaning |
-/// |---|---|---|
-/// | struct | `preview_of = Review` | this type is a preview of `Review`, a type that derives `Child` and is not itself a preview: a parent's `Vec<ReviewPreview>` embeds these fields of each child, and the child collection holds whole `Review`s |
+/// `preview_of` is the one key of `#[subset(...)]` on a child, in the same
+/// [attribute table](https://docs.rs/subset/latest/subset/#attributes).
 ///
 /// A preview's `Child::Full` is `Review` and its `Child::EMBED` lists its fields (a plain
 /// child's `Full` is itself, and its `EMBED` is `None`). Fields are matched with the full type's

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 
 /// A cursor's GraphQL form is its token ([`Cursor::encode`]); a token [`Cursor::decode`]
 /// refuses is [`Error::InvalidCursor`], which `async-graphql` reports as the field's error.
+#[cfg_attr(docsrs, doc(cfg(feature = "async-graphql")))]
 impl CursorType for Cursor {
     type Error = Error;
 
@@ -27,6 +28,7 @@ impl CursorType for Cursor {
 /// One edge per child with its cursor, and `pageInfo` from [`Page::has_previous`],
 /// [`Page::has_next`] and the end cursors, so that a resolver returns
 /// `handle.page(&id, &request).await?.into()`.
+#[cfg_attr(docsrs, doc(cfg(feature = "async-graphql")))]
 impl<C, Name, EdgeName, NodesField> From<Page<C>>
     for Connection<Cursor, C, EmptyFields, EmptyFields, Name, EdgeName, NodesField>
 where

@@ -1,10 +1,12 @@
 //! Runtime of the [`subset`](https://docs.rs/subset) crate: the MongoDB glue behind
 //! `#[derive(Parent)]`.
 //!
-//! Use it through the `subset` facade crate; this crate's items are re-exported there. The derive
-//! emits descriptors ([`SubsetSpec`](spec::SubsetSpec)) and the small [`Parent`] and [`Child`] impls; everything that
-//! talks to the database is generic code here.
+//! Use it through the [`subset`](https://docs.rs/subset) facade crate, which re-exports this
+//! crate's items and holds the guide. The derive emits descriptors
+//! ([`SubsetSpec`](spec::SubsetSpec)) and the small [`Parent`] and [`Child`] impls; everything
+//! that talks to the database is generic code here.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod action;
