@@ -164,16 +164,7 @@ mod tests {
         doc! { "_id": id, "v": v }
     }
 
-    /// `latest`: the three latest reviews, counted, with their ratings summed.
-    fn latest() -> &'static SubsetSpec {
-        SpecBuilder::new("latest", "reviews", "product_id")
-            .keep(3)
-            .sort("date desc")
-            .count("n")
-            .sum("stars", "rating")
-            .build()
-            .expect("a valid descriptor")
-    }
+    use crate::engine::resync::fixtures::latest;
 
     fn review(id: i32, date: i64, rating: i32) -> Document {
         doc! { "_id": id, "date": date, "rating": rating, "body": "long text" }

@@ -25,6 +25,8 @@ use crate::error::Error;
 
 mod drift;
 mod fix;
+#[cfg(test)]
+mod fixtures;
 mod malformed;
 mod state;
 mod totals;
