@@ -57,6 +57,27 @@ impl<P: Parent> Store<P> {
         }
     }
 
+    /// The same store with `concern` for the transactions it starts (default `w: majority`,
+    /// whatever the client or database carries); see
+    /// [`RawStore::with_write_concern`](crate::raw::RawStore::with_write_concern).
+    pub fn with_write_concern(self, concern: mongodb::options::WriteConcern) -> Self {
+        Store {
+            raw: self.raw.with_write_concern(concern),
+            _parent: PhantomData,
+        }
+    }
+
+    /// The same store reading with `concern` outside transactions (`get`, pages, `count`,
+    /// `all`): `majority` never shows a child a failover later rolls back, `local` (the
+    /// default) is faster; see
+    /// [`RawStore::with_read_concern`](crate::raw::RawStore::with_read_concern).
+    pub fn with_read_concern(self, concern: mongodb::options::ReadConcern) -> Self {
+        Store {
+            raw: self.raw.with_read_concern(concern),
+            _parent: PhantomData,
+        }
+    }
+
     /// The database this store works in.
     pub fn database(&self) -> &Database {
         self.raw.database()

@@ -21,6 +21,7 @@ use mongodb::action::{
     InsertMany, InsertOne, ReplaceOne, Update,
 };
 use mongodb::error::{ErrorKind, TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
+use mongodb::options::ReadConcern;
 use mongodb::ClientSession;
 use serde::de::DeserializeOwned;
 
@@ -226,7 +227,14 @@ async fn transaction<S: Steps>(
     let mut attempt: u32 = 0;
     'transaction: loop {
         attempt += 1;
-        session.start_transaction().await.map_err(mongo)?;
+        // The transaction's concerns are ours, not the client's: a snapshot, so that every read
+        // of the steps sees one state, and the store's write concern (majority by default).
+        session
+            .start_transaction()
+            .read_concern(ReadConcern::snapshot())
+            .write_concern(store.transaction_write_concern().clone())
+            .await
+            .map_err(mongo)?;
         let output = match steps
             .run(&mut Ctx::new(Some(&mut *session), true, false))
             .await

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use futures::TryStreamExt;
-use mongodb::options::Acknowledgment;
+use mongodb::options::{Acknowledgment, CollectionOptions, ReadConcern, WriteConcern};
 use mongodb::{Collection, Database};
 use tokio::sync::OnceCell;
 
@@ -73,6 +73,47 @@ pub enum WriteMode {
     Ordered,
 }
 
+/// The concerns a store sets itself rather than inheriting them from the client.
+#[derive(Debug, Clone)]
+struct Concerns {
+    /// The write concern of the transactions the store starts.
+    transaction: WriteConcern,
+    /// The read concern of reads outside transactions; `None` inherits the database's.
+    read: Option<ReadConcern>,
+}
+
+impl Default for Concerns {
+    fn default() -> Self {
+        Concerns {
+            transaction: WriteConcern::majority(),
+            read: None,
+        }
+    }
+}
+
+/// Why an acknowledged push may not survive what the deployment is exposed to, given the
+/// concern its writes actually use: in transactions the store's own (`transaction`), whose
+/// `w` other than majority lets a failover roll a push back; in ordered writes the database's,
+/// which without `j: true` on a standalone server may not be journaled before a crash.
+fn durability_warning(
+    mode: WriteMode,
+    transaction: &WriteConcern,
+    db: Option<&WriteConcern>,
+) -> Option<&'static str> {
+    match mode {
+        WriteMode::Transactional => transaction
+            .w
+            .as_ref()
+            .is_some_and(|w| *w != Acknowledgment::Majority)
+            .then_some(
+                "the store's transactions use a write concern other than w: majority: an acknowledged push can be rolled back by a failover",
+            ),
+        WriteMode::Ordered => (db.and_then(|c| c.journal) != Some(true)).then_some(
+            "ordered writes without a j: true write concern on the database: an acknowledged push can be lost in a crash",
+        ),
+    }
+}
+
 /// A parent collection at the BSON level, with its subset fields and its write mode.
 ///
 /// Cheap to clone; clones share the detected [`WriteMode`].
@@ -80,6 +121,7 @@ pub enum WriteMode {
 pub struct RawStore {
     db: Database,
     spec: ParentSpec,
+    concerns: Concerns,
     views: Arc<views::ViewTable>,
     mode: Arc<OnceCell<WriteMode>>,
     combiner: combine::Combiner<push::Batch>,
@@ -101,6 +143,7 @@ impl RawStore {
     pub fn new(db: &Database, spec: ParentSpec) -> Self {
         RawStore {
             db: db.clone(),
+            concerns: Concerns::default(),
             views: Arc::new(views::ViewTable::new(&spec)),
             spec,
             mode: Arc::new(OnceCell::new()),
@@ -114,6 +157,29 @@ impl RawStore {
             mode: Arc::new(OnceCell::new_with(Some(mode))),
             ..self
         }
+    }
+
+    /// The same store with `concern` for the transactions it starts (default: `w: majority`,
+    /// whatever the client or database says). A caller's transaction keeps the caller's
+    /// concerns; ordered writes (a standalone server, or [`WriteMode::Ordered`]) use the
+    /// database's, as every other write on it does.
+    pub fn with_write_concern(mut self, concern: WriteConcern) -> Self {
+        self.concerns.transaction = concern;
+        self
+    }
+
+    /// The same store reading parents and children with `concern` outside transactions: `get`,
+    /// pages, `count`, `all`, and the reads of an ordered write. `majority` never shows a child
+    /// that a failover later rolls back; `local` (the server's default, used when none is
+    /// given) is faster. Reads inside a transaction use the transaction's snapshot.
+    pub fn with_read_concern(mut self, concern: ReadConcern) -> Self {
+        self.concerns.read = Some(concern);
+        self
+    }
+
+    /// The write concern of the transactions this store starts.
+    pub fn transaction_write_concern(&self) -> &WriteConcern {
+        &self.concerns.transaction
     }
 
     /// The database.
@@ -169,28 +235,10 @@ impl RawStore {
     /// a replica set, where the write can be rolled back) or a crash (no `j: true` on a
     /// standalone server, where the write may not be journaled yet).
     fn warn_if_not_durable(&self, mode: WriteMode) {
-        let concern = self.db.write_concern();
-        let collection = self.spec.collection;
-        match mode {
-            WriteMode::Transactional => {
-                if let Some(w) = concern.and_then(|c| c.w.as_ref()) {
-                    if *w != Acknowledgment::Majority {
-                        tracing::warn!(
-                            collection,
-                            ?w,
-                            "write concern is not w: majority: an acknowledged push can be rolled back by a failover"
-                        );
-                    }
-                }
-            }
-            WriteMode::Ordered => {
-                if concern.and_then(|c| c.journal) != Some(true) {
-                    tracing::warn!(
-                        collection,
-                        "standalone server without a j: true write concern: an acknowledged push can be lost in a crash"
-                    );
-                }
-            }
+        if let Some(warning) =
+            durability_warning(mode, &self.concerns.transaction, self.db.write_concern())
+        {
+            tracing::warn!(collection = self.spec.collection, "{warning}");
         }
     }
 
@@ -213,7 +261,20 @@ impl RawStore {
     }
 
     pub(crate) fn parents<T: Send + Sync>(&self) -> Collection<T> {
-        self.db.collection(self.spec.collection)
+        self.collection(self.spec.collection)
+    }
+
+    /// A collection of this store's database, read with the store's read concern if it has one.
+    pub(crate) fn collection<T: Send + Sync>(&self, name: &str) -> Collection<T> {
+        match &self.concerns.read {
+            None => self.db.collection(name),
+            Some(read) => self.db.collection_with_options(
+                name,
+                CollectionOptions::builder()
+                    .read_concern(read.clone())
+                    .build(),
+            ),
+        }
     }
 
     pub(crate) fn mongo(&self, e: mongodb::error::Error) -> Error {
@@ -276,7 +337,7 @@ impl<'a> RawSubset<'a> {
     }
 
     pub(crate) fn children<T: Send + Sync>(&self) -> Collection<T> {
-        self.store.db.collection(self.spec.child_collection)
+        self.store.collection(self.spec.child_collection)
     }
 
     pub(crate) fn mongo_child(&self, e: mongodb::error::Error) -> Error {
@@ -354,4 +415,25 @@ pub(crate) fn bson_len<'d>(docs: impl IntoIterator<Item = &'d Document>) -> i64 
     docs.into_iter()
         .map(|d| RawDocumentBuf::try_from(d).map_or(0, |r| r.as_bytes().len() as i64 + 8))
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn the_warning_looks_at_the_concern_each_mode_uses() {
+        let w1 = WriteConcern::builder().w(Acknowledgment::Nodes(1)).build();
+        let journaled = WriteConcern::builder().journal(true).build();
+        let tx = WriteMode::Transactional;
+        // A database with w: 1 does not weaken the store's own transactions…
+        let majority = WriteConcern::majority();
+        assert_eq!(durability_warning(tx, &majority, Some(&w1)), None);
+        // …and a store given w: 1 is warned about whatever the database says.
+        assert!(durability_warning(tx, &w1, None).is_some());
+        assert!(durability_warning(tx, &w1, Some(&majority)).is_some());
+        // Ordered writes use the database's concern.
+        assert!(durability_warning(WriteMode::Ordered, &majority, None).is_some());
+        let ordered = durability_warning(WriteMode::Ordered, &w1, Some(&journaled));
+        assert_eq!(ordered, None);
+    }
 }
