@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use bson::{doc, Document};
+use bson::Document;
 use common::{Product, Review};
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
