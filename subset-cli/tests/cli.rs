@@ -1350,6 +1350,7 @@ async fn children_of_no_parent_are_reported_and_the_dry_run_counts_the_subsets_i
     assert_orphans(&done["orphans"]);
     let after = done["after"]["bytes"].as_u64().unwrap();
     let (grown, estimated_growth) = (after - before, estimated - before);
+    println!("dry run: parents {before} B, estimated {estimated} B after; migrated: {after} B");
     assert!(
         grown * 10 >= estimated_growth * 9 && grown * 10 <= estimated_growth * 11,
         "the estimate is within 10% of the growth: estimated {estimated_growth} B, grown {grown} B"
