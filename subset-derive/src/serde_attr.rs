@@ -1,5 +1,6 @@
-//! Reads the parts of `#[serde(...)]` that decide a field's BSON name: `rename`, `rename_all`,
-//! `skip`, `skip_serializing`, `skip_deserializing` and `flatten`.
+//! Reads the parts of `#[serde(...)]` that decide a field's BSON name and whether, and in what
+//! form, it is stored: `rename`, `rename_all`, `skip`, `skip_serializing`, `skip_deserializing`,
+//! `skip_serializing_if`, `flatten`, `default`, `with`, `serialize_with` and `deserialize_with`.
 //!
 //! Malformed serde attributes are left for serde's own derive to report: reporting them here too
 //! would show every serde mistake twice. Every other serde key is parsed past.
@@ -14,6 +15,8 @@ use crate::case::RenameRule;
 pub(crate) struct Container {
     /// `rename_all = "..."` or `rename_all(serialize = "...")`.
     pub(crate) rename_all: Option<RenameRule>,
+    /// `default` or `default = "..."`: every missing field reads as its default.
+    pub(crate) default: bool,
 }
 
 /// Field-level serde settings.
@@ -27,6 +30,16 @@ pub(crate) struct Field {
     pub(crate) skip_deserializing: bool,
     /// `flatten`: the field has no name of its own.
     pub(crate) flatten: bool,
+    /// `skip_serializing_if = "..."`: the field is left out when the function says so.
+    pub(crate) skip_serializing_if: bool,
+    /// `default` or `default = "..."`: a missing field reads as its default.
+    pub(crate) default: bool,
+    /// `with = "..."`: the field is written and read by a module's functions.
+    pub(crate) with: bool,
+    /// `serialize_with = "..."`: the field is written by a function.
+    pub(crate) serialize_with: bool,
+    /// `deserialize_with = "..."`: the field is read by a function.
+    pub(crate) deserialize_with: bool,
 }
 
 impl Container {
@@ -37,6 +50,8 @@ impl Container {
                 if let Some(rule) = serialize_name(&meta).and_then(|n| RenameRule::from_name(&n)) {
                     container.rename_all = Some(rule);
                 }
+            } else if meta.path().is_ident("default") {
+                container.default = true;
             }
         }
         container
@@ -61,6 +76,16 @@ impl Field {
                 field.skip_deserializing = true;
             } else if path.is_ident("flatten") {
                 field.flatten = true;
+            } else if path.is_ident("skip_serializing_if") {
+                field.skip_serializing_if = true;
+            } else if path.is_ident("default") {
+                field.default = true;
+            } else if path.is_ident("with") {
+                field.with = true;
+            } else if path.is_ident("serialize_with") {
+                field.serialize_with = true;
+            } else if path.is_ident("deserialize_with") {
+                field.deserialize_with = true;
             }
         }
         field
@@ -73,6 +98,32 @@ impl Field {
             (true, false) => Some("skip_serializing"),
             (false, true) => Some("skip_deserializing"),
             (false, false) => self.flatten.then_some("flatten"),
+        }
+    }
+
+    /// The serde key that keeps a stored field from being stored always, or as its Rust type:
+    /// `skip_serializing_if`, `with` or `serialize_with`.
+    pub(crate) fn altered_by(&self) -> Option<&'static str> {
+        if self.skip_serializing_if {
+            Some("skip_serializing_if")
+        } else if self.with {
+            Some("with")
+        } else if self.serialize_with {
+            Some("serialize_with")
+        } else {
+            None
+        }
+    }
+
+    /// The serde key that makes the field read back in another form than its Rust type's:
+    /// `with` or `deserialize_with`.
+    pub(crate) fn read_by(&self) -> Option<&'static str> {
+        if self.with {
+            Some("with")
+        } else if self.deserialize_with {
+            Some("deserialize_with")
+        } else {
+            None
         }
     }
 
@@ -153,6 +204,28 @@ mod tests {
         )]);
         assert_eq!(f.rename.as_deref(), Some("r"));
         assert!(!f.skip_serializing);
+        assert!(f.default && f.with && f.skip_serializing_if);
+        assert_eq!(f.altered_by(), Some("skip_serializing_if"));
+        assert_eq!(f.read_by(), Some("with"));
+    }
+
+    #[test]
+    fn stored_form() {
+        let f = field(vec![parse_quote!(#[serde(serialize_with = "s")])]);
+        assert_eq!(
+            (f.altered_by(), f.read_by()),
+            (Some("serialize_with"), None)
+        );
+        let f = field(vec![
+            parse_quote!(#[serde(deserialize_with = "d", default = "z")]),
+        ]);
+        assert_eq!(
+            (f.altered_by(), f.read_by()),
+            (None, Some("deserialize_with"))
+        );
+        assert!(f.default);
+        let c = Container::from_attrs(&[parse_quote!(#[serde(default)])]);
+        assert!(c.default);
     }
 
     #[test]
