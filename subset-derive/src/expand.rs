@@ -103,14 +103,14 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
 /// How the descriptor of one subset field names the child fields its strings name.
 ///
 /// In a parent that is not generic, each field is found in constant evaluation, by its index in
-/// the child's `FIELDS` (`field_index`), and its type named as `FieldType<index, true>`: a name
-/// that is no field, or one serde does not always store as its type, fails there with a message
-/// of our own (the Rust field a BSON name belongs to, the closest name), and the type checks (a
-/// sort key's `SortableField`, a filter's `bool`, a sum's numbers) run on the type found, all in
-/// `SUBSETS`. In a generic parent, where a constant cannot name the parent's type parameters,
-/// the fields are accessed by name in the check function instead (see [`checks`]), so that
-/// rustc's "no field" error reports an unknown name, and `SUBSETS` refuses a field serde does
-/// not always store (`stored_bson_name`) once a build evaluates it for a concrete type.
+/// the child's `FIELDS` (`field_index`), and its type inferred from `FieldOf<_, index, true>`:
+/// a name that is no field, or one serde does not always store as its type, fails there with a
+/// message of our own (the Rust field a BSON name belongs to, the closest name), and the type
+/// checks (a sort key's `SortableField`, a filter's `bool`, a sum's `SumField`) run on the type
+/// found, all in `SUBSETS`. In a generic parent, where a constant cannot name the parent's type
+/// parameters, the fields are accessed by name in the check function instead (see [`checks`]),
+/// so that rustc's "no field" error reports an unknown name, and `SUBSETS` refuses a field serde
+/// does not always store (`stored_bson_name`) once a build evaluates it for a concrete type.
 #[derive(Clone, Copy)]
 struct Lookup<'s> {
     subset: &'s Subset<'s>,
@@ -143,14 +143,20 @@ impl Lookup<'_> {
         })
     }
 
-    /// The type of the field `name` of `C` (or of its full type), as `FieldType<index, true>`,
-    /// the index found in constant evaluation at `span` (see [`Lookup`]); `site` says what the
-    /// parent does with it, for messages. Spanned at `span`, where the compiler reports a bound
-    /// the type does not meet. For a type that is no `Child`, `FieldType<0, false>`, which
-    /// every type has (see `FieldType`).
-    fn field_type(&self, name: &str, full: bool, site: &TokenStream, span: Span) -> TokenStream {
+    /// The field `name` of `C` (or of its full type) as the generic arguments `Owner, _, I,
+    /// CHILD` of a `FieldOf` helper (`sort_values_at`, `filter_field_at`, `summed_at`), which
+    /// infers the field's type from the one `FieldOf<_, I, true>` impl of `Owner`. The index is
+    /// found in constant evaluation at `span` (see [`Lookup`]); `site` says what the parent does
+    /// with the field, for messages. For a type that is no `Child`, `CHILD` is false and every
+    /// type has `FieldOf<NotAChild, 0, false>`.
+    fn field_at(&self, name: &str, full: bool, site: &TokenStream, span: Span) -> TokenStream {
         let child_ty = self.subset.child_ty;
         let (fields, unstored, altered) = lists(full);
+        let is_child = if full {
+            quote!(FULL_IS_CHILD)
+        } else {
+            quote!(IS_CHILD)
+        };
         let described = |item: TokenStream| {
             quote_spanned! {span=>
                 {
@@ -160,18 +166,12 @@ impl Lookup<'_> {
                 }
             }
         };
-        let is_child_item = if full {
-            quote!(FULL_IS_CHILD)
-        } else {
-            quote!(IS_CHILD)
-        };
-        let is_child = described(is_child_item.clone());
         let index = quote_spanned! {span=>
             {
                 #[allow(unused_imports)]
                 use ::subset::__private::DescribedFallback as _;
                 ::subset::__private::field_index(
-                    ::subset::__private::Described::<#child_ty>::#is_child_item,
+                    ::subset::__private::Described::<#child_ty>::#is_child,
                     ::subset::__private::Described::<#child_ty>::#fields,
                     ::subset::__private::field_of(
                         ::subset::__private::Described::<#child_ty>::#fields,
@@ -191,9 +191,8 @@ impl Lookup<'_> {
         } else {
             quote!(#child_ty)
         };
-        quote_spanned! {span=>
-            <#owner as ::subset::__private::FieldType<#index, #is_child>>::Ty
-        }
+        let is_child = described(is_child);
+        quote_spanned! {span=> #owner, _, #index, #is_child }
     }
 }
 
@@ -283,8 +282,8 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
                 )
             }
         } else {
-            let ty = lookup.field_type(name, false, &site, sort_span);
-            quote_spanned! {sort_span=> ::subset::__private::sort_values_of::<#ty>() }
+            let args = lookup.field_at(name, false, &site, sort_span);
+            quote_spanned! {sort_span=> ::subset::__private::sort_values_at::<#args>() }
         };
         // The lookup is spanned at the child type: a child without `#[derive(Child)]`, or one
         // with a field stored under the parent key, is reported there. The check that serde
@@ -293,7 +292,7 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
         // Only `#[derive(Child)]` sees the child's serde attributes, so the check reads what it
         // recorded (`Child::__UNSTORED`, `Child::__ALTERED`) in constant evaluation and fails
         // with a panic message, not a type error. (In a parent that is not generic, the field's
-        // `FieldType` index already failed, with the same message, and this is never evaluated;
+        // `FieldOf` index already failed, with the same message, and this is never evaluated;
         // in a generic one, the error appears only when a build evaluates `SUBSETS` for a
         // concrete type, still at the sort string.)
         let found = lookup.field_in(name, false, &key_message);
@@ -332,32 +331,17 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
         let child = if generic {
             child
         } else {
-            // The sum's types, checked in constant evaluation so that the message names both
-            // fields (see `summed`); the child field's type is named once, by an alias.
+            // The parent field's type must hold the sum of the child field's.
             let span = Span::mixed_site().located_at(sum.lit.span());
-            let ty = lookup.field_type(name, true, &site, span);
-            let parent_ty = sum.parent.ty;
-            let parent_rust = &sum.parent.rust_name;
-            let parent_shown = show_type(parent_ty);
-            let alias = Ident::new("__SubsetSummed", span);
+            let args = lookup.field_at(name, true, &site, span);
+            let parent = Ident::new("__subset_parent", span);
+            let mut member = sum.parent.ident.clone();
+            member.set_span(span);
             quote_spanned! {span=>
-                {
-                    #[allow(unused_imports)]
-                    use ::subset::__private::{DescribedFallback as _, FitsFallback as _, KindFallback as _};
-                    type #alias = #ty;
-                    ::subset::__private::summed(#child, ::subset::__private::SumSite {
-                        parent: #parent_rust,
-                        parent_ty: #parent_shown,
-                        child: #name,
-                        owner: ::subset::__private::Described::<#child_ty>::FULL_NAME,
-                        is_child: ::subset::__private::Described::<#child_ty>::FULL_IS_CHILD,
-                        fits: ::subset::__private::Fits::<#parent_ty, #alias>::FITS,
-                        child_option: ::subset::__private::Kind::<#alias>::OPTION,
-                        child_number: ::subset::__private::Kind::<#alias>::NUMBER,
-                        child_float: ::subset::__private::Kind::<#alias>::FLOAT,
-                        parent_holder: ::subset::__private::Kind::<#parent_ty>::HOLDER,
-                    })
-                }
+                ::subset::__private::summed_at::<Self, _, #args>(
+                    |#parent: &Self| &(*#parent).#member,
+                    #child,
+                )
             }
         };
         quote! {
@@ -380,8 +364,8 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
                 field
             } else {
                 let span = Span::mixed_site().located_at(filter.lit.span());
-                let ty = lookup.field_type(name, true, &site, span);
-                quote_spanned! {span=> ::subset::__private::filter_field::<#ty>(#field) }
+                let args = lookup.field_at(name, true, &site, span);
+                quote_spanned! {span=> ::subset::__private::filter_field_at::<#args>(#field) }
             };
             quote! {
                 ::core::option::Option::Some(::subset::__private::FilterSpec { field: #field, equals: #equals })
@@ -532,7 +516,7 @@ fn const_doc(subset: &Subset<'_>) -> String {
 /// The compile-time checks of one subset field that are type checks on the parent's fields:
 /// its count is an integer field. In a generic parent, also its sums (numeric fields on both
 /// sides, an integer sum only of integers) and its filter (a `bool`), by field access; in
-/// another, those are checked in `SUBSETS`, by the types `FieldType` finds (see [`Lookup`]).
+/// another, those are checked in `SUBSETS`, on the types `FieldOf` finds (see [`Lookup`]).
 /// (The sort keys are checked where the descriptor records their types, in [`spec`].)
 ///
 /// In a generic parent the check function's `C: Child` bound keeps `<C as Child>::Full` from
@@ -625,9 +609,7 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
         let ty = field.ty;
         quote! {
             #[automatically_derived]
-            impl #plain_impl ::subset::__private::FieldType<#index, true> for #ident #plain_ty #plain_where {
-                type Ty = #ty;
-            }
+            impl #plain_impl ::subset::__private::FieldOf<#ty, #index, true> for #ident #plain_ty #plain_where {}
         }
     });
     let full_of = quote! {

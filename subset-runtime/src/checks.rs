@@ -314,12 +314,12 @@ pub const fn stored_bson_name(field: ChildField, site: Site) -> &'static str {
 }
 
 /// The index in `fields` of the child field a parent names at `site`, for
-/// [`FieldType`]: fails the build, with a message that says why, when there is no such stored
+/// [`FieldOf`]: fails the build, with a message that says why, when there is no such stored
 /// field (suggesting the Rust field whose BSON name was written, or the closest name) or when
 /// serde does not always store it as its type (as [`stored_bson_name`]).
 ///
 /// `is_child` is `false` when the type does not implement [`Child`] (reported once elsewhere):
-/// the index is then 0, and nothing more is reported (see [`FieldType`]).
+/// the index is then 0, and nothing more is reported (see [`FieldOf`]).
 #[doc(hidden)]
 pub const fn field_index(
     is_child: bool,
@@ -339,23 +339,21 @@ pub const fn field_index(
     }
 }
 
-/// The type of a child's `I`th field of [`Child::FIELDS`]: `#[derive(Child)]` implements it,
-/// with `CHILD` true, for each, so that a parent can name a child field's type by the index
-/// [`field_index`] finds, with a message of its own for a name that is no field (a field access
-/// would fail with the compiler's "no field" error instead).
+/// `T` is the type of a child's `I`th field of [`Child::FIELDS`]: `#[derive(Child)]` implements
+/// it, with `CHILD` true, for each, so that a parent names a child field's type by the index
+/// [`field_index`] finds (the helpers [`sort_values_at`], [`filter_field_at`] and
+/// [`summed_at`] infer `T` from the one impl), with a message of its own for a name that is no
+/// field (a field access would fail with the compiler's "no field" error instead). The type is
+/// a parameter, not an associated type: an impl is then as visible as the field's type, so a
+/// public child may have fields of private types.
 ///
 /// With `CHILD` false (`Described::<C>::IS_CHILD`: `C` is no [`Child`], or the stub impl of a
-/// derive that failed), every type has it, as [`NotAChild`], which passes every check: the
+/// derive that failed), every type has it, for [`NotAChild`], which passes every check: the
 /// one error about the child type is all that is reported.
 #[doc(hidden)]
-pub trait FieldType<const I: usize, const CHILD: bool> {
-    /// The field's type.
-    type Ty: ?Sized;
-}
+pub trait FieldOf<T: ?Sized, const I: usize, const CHILD: bool> {}
 
-impl<T: ?Sized, const I: usize> FieldType<I, false> for T {
-    type Ty = NotAChild;
-}
+impl<C: ?Sized, const I: usize> FieldOf<NotAChild, I, false> for C {}
 
 /// [`Child::Full`] where `CHILD` (`Described::<C>::IS_CHILD`) is true, [`NotAChild`] where it
 /// is false: the full type a parent reads a sum's and a filter's field from, named without
@@ -370,7 +368,7 @@ impl<T: ?Sized> FullOf<false> for T {
     type Full = NotAChild;
 }
 
-/// What [`FieldType`] and [`FullOf`] give for a type that is not a [`Child`]: it passes every
+/// What [`FieldOf`] and [`FullOf`] give for a type that is not a [`Child`]: it passes every
 /// check, so that the one error about the missing derive is all that is reported.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
@@ -603,176 +601,52 @@ impl<T: ?Sized> PreviewField<T> for T {}
 #[doc(hidden)]
 pub fn assert_preview_field<F: ?Sized, P: PreviewField<F> + ?Sized>(_: &F, _: &P) {}
 
-/// The [`SortValues`] of a sort key of type `T` (the [`FieldType`] of the field a sort string
-/// names); the bound is the check that the field can be a sort key.
+/// The [`SortValues`] of a sort key: the field of type `T` (inferred) at index `I` of `C`'s
+/// [`Child::FIELDS`]; the bound is the check that the field can be a sort key.
 #[doc(hidden)]
-pub const fn sort_values_of<T: SortableField + ?Sized>() -> SortValues {
+pub const fn sort_values_at<C, T, const I: usize, const CHILD: bool>() -> SortValues
+where
+    C: FieldOf<T, I, CHILD> + ?Sized,
+    T: SortableField + ?Sized,
+{
     T::VALUES
 }
 
-/// `bson`, the BSON name of a filtered view's field of type `T` (its [`FieldType`]); the bound
-/// is the check that the field is a `bool`.
+/// `bson`, the BSON name of a filtered view's field: the field of type `T` (inferred) at index
+/// `I` of the full child type `C`; the bound is the check that it is a `bool`.
 #[doc(hidden)]
-pub const fn filter_field<T: FilterField + ?Sized>(bson: &'static str) -> &'static str {
+pub const fn filter_field_at<C, T, const I: usize, const CHILD: bool>(
+    bson: &'static str,
+) -> &'static str
+where
+    C: FieldOf<T, I, CHILD> + ?Sized,
+    T: FilterField + ?Sized,
+{
+    bson
+}
+
+/// `bson`, the BSON name of a summed child field: the field of type `T` (inferred) at index `I`
+/// of the full child type `C`; the bound is the check that the parent field's type `P` (inferred
+/// from the accessor `|parent| &parent.field`) can hold its running sum.
+#[doc(hidden)]
+pub const fn summed_at<X, P, C, T, const I: usize, const CHILD: bool>(
+    _: fn(&X) -> &P,
+    bson: &'static str,
+) -> &'static str
+where
+    P: SumField<T> + ?Sized,
+    C: FieldOf<T, I, CHILD> + ?Sized,
+    T: ?Sized,
+{
     bson
 }
 
 /// A type in a probe's parameters, without owning one (and `Send`, `Sync` whatever it is).
 type Marker<T> = PhantomData<fn() -> PhantomData<T>>;
 
-/// `Kind::<T>::…`: what a type is, for the messages of [`summed`]. Each constant is true from an
-/// inherent impl whose bound `T` meets, and false from [`KindFallback`] otherwise (the same
-/// resolution as [`Described`]; for a type still generic where it is named, false).
-#[doc(hidden)]
-pub struct Kind<T: ?Sized>(PhantomData<fn() -> PhantomData<T>>);
-
-mod kinds {
-    /// The numbers a sum can add up.
-    pub trait Number {}
-    /// The floats among them.
-    pub trait Float {}
-    /// The parent types a sum can be kept in.
-    pub trait Holder {}
-
-    macro_rules! impl_kind {
-        ($trait:ident: $($t:ty),*) => { $(impl $trait for $t {})* };
-    }
-    impl_kind!(Number: i8, i16, i32, i64, u8, u16, u32, f32, f64);
-    impl_kind!(Float: f32, f64);
-    impl_kind!(Holder: i32, i64, u32, f64);
-}
-
-impl<T: kinds::Number + ?Sized> Kind<T> {
-    /// `T` is a number a sum can add up.
-    pub const NUMBER: bool = true;
-}
-
-impl<T: kinds::Float + ?Sized> Kind<T> {
-    /// `T` is a float.
-    pub const FLOAT: bool = true;
-}
-
-impl<T: kinds::Holder + ?Sized> Kind<T> {
-    /// `T` can hold a sum.
-    pub const HOLDER: bool = true;
-}
-
-impl<T> Kind<Option<T>> {
-    /// `T` is an `Option`.
-    pub const OPTION: bool = true;
-}
-
-/// The fallback of [`Kind`].
-#[doc(hidden)]
-pub trait KindFallback {
-    /// Not a number a sum can add up.
-    const NUMBER: bool = false;
-    /// Not a float.
-    const FLOAT: bool = false;
-    /// Cannot hold a sum.
-    const HOLDER: bool = false;
-    /// Not an `Option`.
-    const OPTION: bool = false;
-}
-
-impl<T: ?Sized> KindFallback for Kind<T> {}
-
-/// `Fits::<P, C>::FITS`: whether `P: SumField<C>`, resolved as [`Kind`].
-#[doc(hidden)]
-pub struct Fits<P: ?Sized, C: ?Sized>(Marker<P>, Marker<C>);
-
-impl<P: SumField<C> + ?Sized, C: ?Sized> Fits<P, C> {
-    /// `P` can hold the sum of `C`s.
-    pub const FITS: bool = true;
-}
-
-/// The fallback of [`Fits`].
-#[doc(hidden)]
-pub trait FitsFallback {
-    /// `P` cannot hold the sum of `C`s.
-    const FITS: bool = false;
-}
-
-impl<P: ?Sized, C: ?Sized> FitsFallback for Fits<P, C> {}
-
-/// One `parent = child` of a `sum`, and what the derive knows of it, for [`summed`].
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy)]
-pub struct SumSite {
-    /// The parent's Rust field.
-    pub parent: &'static str,
-    /// Its type, as written.
-    pub parent_ty: &'static str,
-    /// The child's Rust field.
-    pub child: &'static str,
-    /// The full child type ([`Child::__NAME`]).
-    pub owner: &'static str,
-    /// Whether the element type is a [`Child`] (if not, that is reported once elsewhere).
-    pub is_child: bool,
-    /// `Fits::<P, C>::FITS` for the parent field's type `P` and the child field's `C`.
-    pub fits: bool,
-    /// `Kind::<C>::OPTION`.
-    pub child_option: bool,
-    /// `Kind::<C>::NUMBER`.
-    pub child_number: bool,
-    /// `Kind::<C>::FLOAT`.
-    pub child_float: bool,
-    /// `Kind::<P>::HOLDER`.
-    pub parent_holder: bool,
-}
-
-/// `bson`, the BSON name of a summed child field; fails the build, with a message that names
-/// both fields, when the parent field cannot hold the sum of the child field (the derive's
-/// check of a `sum` in a parent that is not generic: see [`SumField`]).
-#[doc(hidden)]
-pub const fn summed(bson: &'static str, site: SumSite) -> &'static str {
-    if !site.is_child || site.fits {
-        return bson;
-    }
-    let m = Message::new();
-    let m = if site.child_option {
-        m.push("summed field `")
-            .push(site.child)
-            .push("` of `")
-            .push(site.owner)
-            .push("` is an `Option`: a running sum adds it up for every child, so every child must hold a number there; declare it required, as the number it holds, or sum another field")
-    } else if !site.child_number {
-        m.push("summed field `")
-            .push(site.child)
-            .push("` of `")
-            .push(site.owner)
-            .push("` is not a number: a running sum adds up a required integer (`i8` to `i64`, `u8` to `u32`) or float (`f32`, `f64`) child field")
-    } else if !site.parent_holder {
-        m.push("`")
-            .push(site.parent)
-            .push("` cannot hold a running sum: it is `")
-            .push(site.parent_ty)
-            .push("`; declare it `i64` (or `i32`, `u32`) to sum integers, `f64` to sum any number, and mark it `#[serde(default)]`")
-    } else if site.child_float {
-        m.push("`")
-            .push(site.parent)
-            .push("` cannot hold the running sum of `")
-            .push(site.child)
-            .push("`, a float field of `")
-            .push(site.owner)
-            .push("`: an integer sum adds up integers only; declare `")
-            .push(site.parent)
-            .push(": f64`")
-    } else {
-        m.push("`")
-            .push(site.parent)
-            .push("` (`")
-            .push(site.parent_ty)
-            .push("`) is too narrow for the running sum of `")
-            .push(site.child)
-            .push("`: an `i32` sum adds up `i8`, `i16`, `i32`, `u8` and `u16` fields, a `u32` sum `u8`, `u16` and `u32` ones; declare `")
-            .push(site.parent)
-            .push(": i64`")
-    };
-    m.fail()
-}
-
-/// `SameType::<A, B>::SAME`: whether `A` and `B` are one type, resolved as [`Kind`].
+/// `SameType::<A, B>::SAME`: whether `A` and `B` are one type. Path resolution prefers an
+/// inherent associated constant to a trait's, but skips an inherent impl that does not apply
+/// (here: whose two parameters are not one type), as `Described` does.
 #[doc(hidden)]
 pub struct SameType<A: ?Sized, B: ?Sized>(Marker<A>, Marker<B>);
 
@@ -934,15 +808,17 @@ impl_marker!(CountField: i32, i64, u32, u64);
 /// Types a parent field can have to hold the running sum of a child field of type `C`: an
 /// integer for integer children (the sum stays exact), `f64` for any numeric child.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot hold a running sum of `{C}`",
-    label = "a `sum` adds up a numeric child field into a numeric parent field",
-    note = "sum a required numeric child field (an integer up to `i64`/`u32`, or `f32`/`f64`; not an `Option`, since every child must hold a number) into an `i64` (or `i32`, `u32`) parent field for integers, an `f64` one for floats; mark the parent field `#[serde(default)]`"
+    message = "a running sum of the child field's `{C}` cannot be kept in the parent field's `{Self}`",
+    label = "a `sum` adds up a required numeric child field (not an `Option`: every child must hold a number there) into a numeric parent field",
+    note = "sum a required numeric child field (an integer up to `i64`/`u32`, or `f32`/`f64`) into an `i64` (or `i32`, `u32`) parent field for integers, an `f64` one for floats; mark the parent field `#[serde(default)]`"
 )]
 pub trait SumField<C: ?Sized> {}
 
 macro_rules! impl_sum {
     ($($parent:ty: $($child:ty),*;)*) => { $($(impl SumField<$child> for $parent {})*)* };
 }
+
+impl<P: ?Sized> SumField<NotAChild> for P {}
 
 impl_sum!(
     i32: i8, i16, i32, u8, u16;
@@ -1151,46 +1027,9 @@ mod tests {
     }
 
     #[test]
-    fn sums_name_both_fields() {
-        let site = SumSite {
-            parent: "rating_total",
-            parent_ty: "i64",
-            child: "rating",
-            owner: "Review",
-            is_child: true,
-            fits: false,
-            child_option: true,
-            child_number: false,
-            child_float: false,
-            parent_holder: true,
-        };
-        assert!(failure(move || {
-            summed("rating", site);
-        })
-        .starts_with("summed field `rating` of `Review` is an `Option`"));
-        let float = SumSite {
-            child_option: false,
-            child_number: true,
-            child_float: true,
-            ..site
-        };
-        assert!(failure(move || {
-            summed("rating", float);
-        })
-        .contains("declare `rating_total: f64`"));
-        let fits = SumSite { fits: true, ..site };
-        assert_eq!(summed("rating", fits), "rating");
-    }
-
-    #[test]
     fn probes() {
-        use crate::checks::{FitsFallback as _, KindFallback as _, SameTypeFallback as _};
+        use crate::checks::SameTypeFallback as _;
         const {
-            assert!(Kind::<Option<i64>>::OPTION && !Kind::<i64>::OPTION);
-            assert!(Kind::<u32>::NUMBER && !Kind::<String>::NUMBER);
-            assert!(Kind::<f32>::FLOAT && !Kind::<i32>::FLOAT);
-            assert!(Kind::<u32>::HOLDER && !Kind::<u64>::HOLDER);
-            assert!(Fits::<i64, u32>::FITS && !Fits::<i64, f64>::FITS);
             assert!(SameType::<String, String>::SAME && !SameType::<String, i64>::SAME);
         }
     }
