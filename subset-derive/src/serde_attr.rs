@@ -15,6 +15,8 @@ use crate::case::RenameRule;
 pub(crate) struct Container {
     /// `rename_all = "..."` or `rename_all(serialize = "...")`.
     pub(crate) rename_all: Option<RenameRule>,
+    /// `rename_all = "..."` or `rename_all(deserialize = "...")`: the names fields are read by.
+    pub(crate) read_rename_all: Option<RenameRule>,
     /// `default` or `default = "..."`: every missing field reads as its default.
     pub(crate) default: bool,
 }
@@ -24,6 +26,10 @@ pub(crate) struct Container {
 pub(crate) struct Field {
     /// `rename = "..."` or `rename(serialize = "...")`.
     pub(crate) rename: Option<String>,
+    /// `rename = "..."` or `rename(deserialize = "...")`: the name the field is read by.
+    pub(crate) read_rename: Option<String>,
+    /// `alias = "..."`, each: other names the field is read by.
+    pub(crate) aliases: Vec<String>,
     /// `skip` or `skip_serializing`: the field is never written.
     pub(crate) skip_serializing: bool,
     /// `skip` or `skip_deserializing`: the field is never read.
@@ -50,6 +56,10 @@ impl Container {
                 if let Some(rule) = serialize_name(&meta).and_then(|n| RenameRule::from_name(&n)) {
                     container.rename_all = Some(rule);
                 }
+                if let Some(rule) = deserialize_name(&meta).and_then(|n| RenameRule::from_name(&n))
+                {
+                    container.read_rename_all = Some(rule);
+                }
             } else if meta.path().is_ident("default") {
                 container.default = true;
             }
@@ -66,6 +76,13 @@ impl Field {
             if path.is_ident("rename") {
                 if let Some(name) = serialize_name(&meta) {
                     field.rename = Some(name);
+                }
+                if let Some(name) = deserialize_name(&meta) {
+                    field.read_rename = Some(name);
+                }
+            } else if path.is_ident("alias") {
+                if let Some(name) = serialize_name(&meta) {
+                    field.aliases.push(name);
                 }
             } else if path.is_ident("skip") {
                 field.skip_serializing = true;
@@ -127,6 +144,22 @@ impl Field {
         }
     }
 
+    /// Whether serde reads the field back under `stored`, the name it stores it under: its
+    /// deserialize-side name (after `rename` and `rename_all`) or one of its aliases.
+    pub(crate) fn reads_name(
+        &self,
+        stored: &str,
+        rust_name: &str,
+        read_rename_all: Option<RenameRule>,
+    ) -> bool {
+        let read = match (&self.read_rename, read_rename_all) {
+            (Some(name), _) => name.clone(),
+            (None, Some(rule)) => rule.apply_to_field(rust_name),
+            (None, None) => rust_name.to_owned(),
+        };
+        read == stored || self.aliases.iter().any(|alias| alias == stored)
+    }
+
     /// The field's name in the stored document, as serde serializes it.
     pub(crate) fn bson_name(&self, rust_name: &str, rename_all: Option<RenameRule>) -> String {
         match (&self.rename, rename_all) {
@@ -152,6 +185,15 @@ fn serde_metas(attrs: &[Attribute]) -> Vec<Meta> {
 
 /// The serialize-side name of `key = "name"` or `key(serialize = "name", deserialize = "...")`.
 fn serialize_name(meta: &Meta) -> Option<String> {
+    side_name(meta, "serialize")
+}
+
+/// The deserialize-side name of `key = "name"` or `key(serialize = "...", deserialize = "name")`.
+fn deserialize_name(meta: &Meta) -> Option<String> {
+    side_name(meta, "deserialize")
+}
+
+fn side_name(meta: &Meta, side: &str) -> Option<String> {
     match meta {
         Meta::NameValue(nv) => string_value(&nv.value),
         Meta::List(list) => list
@@ -159,7 +201,7 @@ fn serialize_name(meta: &Meta) -> Option<String> {
             .ok()?
             .into_iter()
             .find_map(|inner| match inner {
-                Meta::NameValue(nv) if nv.path.is_ident("serialize") => string_value(&nv.value),
+                Meta::NameValue(nv) if nv.path.is_ident(side) => string_value(&nv.value),
                 _ => None,
             }),
         Meta::Path(_) => None,
@@ -242,5 +284,23 @@ mod tests {
             #[serde(rename_all(serialize = "kebab-case", deserialize = "camelCase"))]
         )]);
         assert_eq!(c.rename_all, Some(RenameRule::Kebab));
+        assert_eq!(c.read_rename_all, Some(RenameRule::Camel));
+    }
+
+    #[test]
+    fn read_back_names() {
+        let f = field(vec![
+            parse_quote!(#[serde(rename(serialize = "stars", deserialize = "rating"))]),
+        ]);
+        assert!(!f.reads_name("stars", "rating", None));
+        let f = field(vec![
+            parse_quote!(#[serde(rename(serialize = "stars", deserialize = "rating"))]),
+            parse_quote!(#[serde(alias = "stars")]),
+        ]);
+        assert!(f.reads_name("stars", "rating", None));
+        let f = field(vec![parse_quote!(#[serde(rename = "_id")])]);
+        assert!(f.reads_name("_id", "id", Some(RenameRule::Camel)));
+        assert!(field(vec![]).reads_name("createdAt", "created_at", Some(RenameRule::Camel)));
+        assert!(!field(vec![]).reads_name("created-at", "created_at", Some(RenameRule::Camel)));
     }
 }

@@ -102,6 +102,7 @@ pub(crate) fn child<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Child<'a
         // A preview is never stored itself: what it reads is its full type's stored form.
         None => read_back(ctxt, cont, &[]),
     }
+    read_names(ctxt, cont);
     let fields = cont.fields.iter().filter(|f| f.is_serialized()).collect();
     let unstored = cont
         .fields
@@ -226,6 +227,33 @@ fn read_back(ctxt: &Ctxt, cont: &Container<'_>, written: &[&Field<'_>]) {
     }
 }
 
+/// Every stored field is read back under the name it is stored under: the engine reads back
+/// what it stored (and a preview reads what its full type stored, under the same names), so a
+/// `rename(serialize = …, deserialize = …)` or `rename_all` with two different names would
+/// miss the field in every document read back. An `alias` of the stored name will do.
+fn read_names(ctxt: &Ctxt, cont: &Container<'_>) {
+    for field in &cont.fields {
+        if !field.is_serialized()
+            || field.serde.skip_deserializing
+            || field.serde.reads_name(
+                &field.bson_name,
+                &field.rust_name,
+                cont.serde.read_rename_all,
+            )
+        {
+            continue;
+        }
+        let (name, stored) = (&field.rust_name, &field.bson_name);
+        ctxt.error_spanned_by(
+            field.ident,
+            format!(
+                "`{name}` is stored as `{stored}` but read under another name: every `{}` read back would miss it; read it under its stored name too, `#[serde(alias = \"{stored}\")]`",
+                cont.name
+            ),
+        );
+    }
+}
+
 pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<'a>> {
     let collection = cont.attrs.collection.value();
     if cont.attrs.collection.is_missing() {
@@ -285,6 +313,7 @@ pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<
         }))
         .collect();
     read_back(ctxt, cont, &written);
+    read_names(ctxt, cont);
 
     match (collection, id) {
         (Some(collection), Some(id)) if !ctxt.has_errors() => Some(Parent {
