@@ -74,7 +74,10 @@ use syn::{parse_macro_input, DeriveInput};
 /// `skip_serializing`, `flatten`, `skip_serializing_if`, `with` or `serialize_with` is refused
 /// with the reason, and so is an `_id` with `skip_serializing_if`, `skip_deserializing` or a
 /// `with` function, and a count or sum kept in the `_id`, in a subset field, in another
-/// subset's count or sum, or in a field with `with` or `deserialize_with`. Views of one child
+/// subset's count or sum, or in a field with a `with`, `serialize_with` or `deserialize_with`
+/// function. Every field must read back under the name it is stored under (an `alias` will do),
+/// and one that `skip_serializing_if` may leave out must read back without it, unless the engine
+/// writes it itself (subset fields, counts, sums). Views of one child
 /// collection and key must hold one child type (or previews of it), and must differ in `keep`,
 /// filter or order, orders compared once the `_id` tie-breaker is added. (In a generic parent, a
 /// sum's field is checked on `C` itself, so there a preview must hold the fields its sums add
@@ -106,7 +109,8 @@ pub fn derive_parent(input: TokenStream) -> TokenStream {
 /// `skip_serializing_if`, `with` or `serialize_with` as stored only sometimes, or in another form
 /// than their type's, so that a parent sorting, filtering or summing by one fails to build. The
 /// child needs a field stored as `_id`, always and as its type; a field with
-/// `skip_serializing_if` must read back without it (`#[serde(default)]`, or an `Option`).
+/// `skip_serializing_if` must read back without it (`#[serde(default)]`, or an `Option`), and
+/// every field under the name it is stored under.
 ///
 /// A *preview* embeds only some fields of a full child type (the extended-reference pattern):
 ///

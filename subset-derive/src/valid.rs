@@ -560,11 +560,15 @@ fn stored_parent_field<'a>(
         );
         return None;
     }
-    if let Some(reader) = target.serde.read_by() {
+    let function = target
+        .serde
+        .read_by()
+        .or(target.serde.serialize_with.then_some("serialize_with"));
+    if let Some(function) = function {
         ctxt.error_spanned_by(
             span,
             format!(
-                "`{key}` field `{wanted}` cannot be `#[serde({reader})]`: the engine writes the {what} itself, as a BSON number, which the field must read back as its type; remove `{reader}`"
+                "`{key}` field `{wanted}` cannot be `#[serde({function})]`: the engine writes the {what} itself, as a BSON number, and reads it back as the field's type; remove `{function}`"
             ),
         );
         return None;
