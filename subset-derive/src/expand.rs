@@ -396,14 +396,39 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
                 later_ty = show_type(child_ty),
                 earlier_ty = show_type(first.child_ty),
             );
-            let (ours, theirs) = (full_type(child_ty), full_type(first.child_ty));
             let span = Span::mixed_site().located_at(child_ty.span());
+            // In a parent that is not generic, the full types are named through `FullOf`, which
+            // needs no `Child` bound, so that an element type without `#[derive(Child)]` is
+            // reported once, elsewhere (and not compared). In a generic one, the impl's bounds
+            // make each a `Child`.
+            let same = if generic {
+                let (ours, theirs) = (full_type(child_ty), full_type(first.child_ty));
+                quote_spanned! {span=> ::subset::__private::SameType::<#ours, #theirs>::SAME }
+            } else {
+                let is_child = |ty: &Type| {
+                    quote_spanned! {span=>
+                        {
+                            #[allow(unused_imports)]
+                            use ::subset::__private::DescribedFallback as _;
+                            ::subset::__private::Described::<#ty>::IS_CHILD
+                        }
+                    }
+                };
+                let full = |ty: &Type| {
+                    let is_child = is_child(ty);
+                    quote_spanned! {span=> <#ty as ::subset::__private::FullOf<#is_child>>::Full }
+                };
+                let (ours, theirs) = (full(child_ty), full(first.child_ty));
+                let (ours_child, theirs_child) = (is_child(child_ty), is_child(first.child_ty));
+                // `|`, not `||`: no branch, so that the descriptors stay one promoted constant.
+                quote_spanned! {span=>
+                    ::subset::__private::SameType::<#ours, #theirs>::SAME
+                        | !#ours_child
+                        | !#theirs_child
+                }
+            };
             let check = quote_spanned! {span=>
-                ::subset::__private::one_child_type(
-                    ::subset::__private::SameType::<#ours, #theirs>::SAME,
-                    #message,
-                    #child_collection,
-                )
+                ::subset::__private::one_child_type(#same, #message, #child_collection)
             };
             quote!({
                 #[allow(unused_imports)]
