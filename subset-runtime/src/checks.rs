@@ -212,7 +212,7 @@ impl Site {
                 .push("`, which leaves it out of some children, and ");
             let m = match self.role {
                 Role::Sort => m.push(
-                    "a child without a sort value has no place in the order (its push fails)",
+                    "a child without a sort value has no place in the order (a page that reaches it fails)",
                 ),
                 Role::Filter { equals } => m
                     .push("a query for `")
