@@ -310,3 +310,86 @@ async fn the_follower_keeps_the_sums_of_children_written_around_the_library() {
         .unwrap()
         .is_clean());
 }
+
+/// A stars rating stored as the integer it wraps, summed once it says so.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+struct Stars(i32);
+
+impl subset::spec::SortableField for Stars {
+    const VALUES: subset::spec::SortValues = <i32 as subset::spec::SortableField>::VALUES;
+}
+
+impl subset::spec::SumField<Stars> for i64 {}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+struct Vote {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    stars: Stars,
+    date: DateTime,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// The fields the engine writes itself may be left out by serde: an insert stores the array,
+/// the count and the sum whatever the struct serializes, and pushes add to them.
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[subset(collection = "voted_products")]
+struct Voted {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[subset(
+        child = "votes",
+        keep = 2,
+        sort = "stars desc, date desc",
+        count = "total",
+        sum = "stars_total = stars"
+    )]
+    best: Vec<Vote>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    total: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    stars_total: i64,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn counts_and_sums_serde_leaves_out_are_written_by_the_engine() {
+    for store in stores::<Voted>().await {
+        let parent = Voted {
+            id: ObjectId::new(),
+            best: Vec::new(),
+            total: 0,
+            stars_total: 0,
+        };
+        store.insert(&parent).await.unwrap();
+        let raw = store
+            .database()
+            .collection::<Document>("voted_products")
+            .find_one(doc! { "_id": parent.id })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(raw.get("best"), Some(&Bson::Array(Vec::new())));
+        assert_eq!(raw.get("total"), Some(&Bson::Int64(0)));
+        assert_eq!(raw.get("stars_total"), Some(&Bson::Int64(0)));
+
+        let votes = store.subset(Voted::BEST);
+        for (millis, stars) in [(1, 3), (2, 5), (3, 4)] {
+            let vote = Vote {
+                id: ObjectId::new(),
+                stars: Stars(stars),
+                date: DateTime::from_millis(millis),
+            };
+            votes.push(&parent.id, &vote).await.unwrap();
+        }
+        let got = store.get(&parent.id).await.unwrap().unwrap();
+        assert_eq!((got.total, got.stars_total), (3, 12));
+        let best: Vec<Stars> = got.best.iter().map(|v| v.stars).collect();
+        assert_eq!(best, [Stars(5), Stars(4)]);
+        assert!(votes.check(&parent.id).await.unwrap().is_clean());
+    }
+}

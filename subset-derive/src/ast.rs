@@ -39,6 +39,8 @@ pub(crate) struct Container<'a> {
     pub(crate) generics: &'a Generics,
     /// `#[subset(...)]` on the struct: `collection` for a parent, `preview_of` for a child.
     pub(crate) attrs: attr::Container<'a>,
+    /// `#[serde(...)]` on the struct.
+    pub(crate) serde: serde_attr::Container,
     pub(crate) fields: Vec<Field<'a>>,
 }
 
@@ -59,6 +61,27 @@ impl Field<'_> {
     /// Whether the field appears under its own name in the serialized document.
     pub(crate) fn is_serialized(&self) -> bool {
         !self.serde.skip_serializing && !self.serde.flatten
+    }
+
+    /// Whether the field reads a document without it: it is an `Option` (serde reads a missing
+    /// one as `None`) or has a default (its own, or the struct's `#[serde(default)]`), and no
+    /// `deserialize_with` that would be asked for a value that is not there.
+    pub(crate) fn reads_missing(&self, container: &serde_attr::Container) -> bool {
+        self.serde.default
+            || container.default
+            || (is_option(self.ty) && self.serde.read_by().is_none())
+    }
+}
+
+/// Whether `ty` is written as an `Option` (`Option<T>`, `std::option::Option<T>`).
+pub(crate) fn is_option(ty: &Type) -> bool {
+    match ty {
+        Type::Group(group) => is_option(&group.elem),
+        Type::Paren(paren) => is_option(&paren.elem),
+        Type::Path(path) if path.qself.is_none() => path.path.segments.last().is_some_and(|last| {
+            last.ident == "Option" && matches!(last.arguments, PathArguments::AngleBracketed(_))
+        }),
+        _ => false,
     }
 }
 
@@ -124,6 +147,7 @@ impl<'a> Container<'a> {
             vis: &input.vis,
             generics: &input.generics,
             attrs,
+            serde: serde_cont,
             fields,
         })
     }

@@ -6,11 +6,10 @@
 //! involve several keys or fields live in `valid.rs`.
 
 use proc_macro2::{Ident, Span, TokenTree};
-use subset_spec::{NameError, NameRole, SortError, KEEP_RULE};
+use subset_spec::{edit_distance, NameError, NameRole, SortError, KEEP_RULE};
 use syn::meta::ParseNestedMeta;
 use syn::{Attribute, Expr, ExprLit, ExprUnary, Lit, LitStr, Path, Token, Type, UnOp};
 
-use crate::case::edit_distance;
 use crate::ctxt::Ctxt;
 
 /// The attribute's name: `#[subset(...)]`.

@@ -123,24 +123,6 @@ pub(crate) fn collection_suggestion(type_name: &str) -> String {
     name
 }
 
-/// Levenshtein distance, to suggest the key a typo most likely meant.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diag = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diag + usize::from(ca != cb))
-                .min(above + 1)
-                .min(row[j] + 1);
-            diag = above;
-        }
-    }
-    row[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,12 +191,5 @@ mod tests {
         assert_eq!(collection_suggestion("Category"), "categories");
         assert_eq!(collection_suggestion("Box"), "boxes");
         assert_eq!(collection_suggestion("DeliveryShop"), "delivery_shops");
-    }
-
-    #[test]
-    fn distances() {
-        assert_eq!(edit_distance("kepp", "keep"), 1);
-        assert_eq!(edit_distance("sort", "sort"), 0);
-        assert_eq!(edit_distance("", "key"), 3);
     }
 }

@@ -60,13 +60,15 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
     let id_ty = parent.id.ty;
     let id_member = parent.id.ident;
     let collection = parent.collection.value();
-    let specs = parent.subsets.iter().map(spec);
+    // A parent with generic parameters cannot name its children's field types in a constant
+    // (see `Lookup`).
+    let generic = !cont.generics.params.is_empty();
+    let subsets = subsets(parent, generic);
     let consts = parent
         .subsets
         .iter()
         .enumerate()
         .map(|(index, subset)| subset_const(cont, index, subset));
-    let generic = cont.generics.type_params().next().is_some();
     let checks = parent.subsets.iter().map(|subset| checks(subset, generic));
 
     quote! {
@@ -75,7 +77,7 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
             impl #impl_generics ::subset::__private::Parent for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
                 const COLLECTION: &'static ::core::primitive::str = #collection;
-                const SUBSETS: &'static [::subset::__private::SubsetSpec] = &[#(#specs),*];
+                const SUBSETS: &'static [::subset::__private::SubsetSpec] = #subsets;
                 fn id(&self) -> &<Self as ::subset::__private::Parent>::Id {
                     &self.#id_member
                 }
@@ -98,14 +100,144 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
     }
 }
 
-/// The `SubsetSpec` literal of one subset field.
-fn spec(subset: &Subset<'_>) -> TokenStream {
+/// How the descriptor of one subset field names the child fields its strings name.
+///
+/// In a parent that is not generic, each field is found in constant evaluation, by its index in
+/// the child's `FIELDS` (`field_index`), and its type inferred from `FieldOf<_, index, true>`:
+/// a name that is no field, or one serde does not always store as its type, fails there with a
+/// message of our own (the Rust field a BSON name belongs to, the closest name), and the type
+/// checks (a sort key's `SortableField`, a filter's `bool`, a sum's `SumField`) run on the type
+/// found, all in `SUBSETS`. In a generic parent, where a constant cannot name the parent's type
+/// parameters, the fields are accessed by name in the check function instead (see [`checks`]),
+/// so that rustc's "no field" error reports an unknown name, and `SUBSETS` refuses a field serde
+/// does not always store (`stored_bson_name`) once a build evaluates it for a concrete type.
+#[derive(Clone, Copy)]
+struct Lookup<'s> {
+    subset: &'s Subset<'s>,
+}
+
+impl Lookup<'_> {
+    /// The `ChildField` of `name` in the lists `lists` (`FIELDS`, `UNSTORED`, `ALTERED` or their
+    /// `FULL_` forms) of `Described::<C>`, also checking that no field is stored under the
+    /// parent key (`key_message`). Spanned at the child type, where a missing `Child` impl and a
+    /// field under the parent key are reported.
+    fn field_in(&self, name: &str, full: bool, key_message: &str) -> TokenStream {
+        let child_ty = self.subset.child_ty;
+        let parent_key = &self.subset.key;
+        let (fields, unstored, altered) = lists(full);
+        let lookup = quote_spanned! {child_ty.span()=>
+            ::subset::__private::field_in(
+                ::subset::__private::Described::<#child_ty>::#fields,
+                ::subset::__private::Described::<#child_ty>::#unstored,
+                ::subset::__private::Described::<#child_ty>::#altered,
+                #name,
+                #parent_key,
+                #key_message,
+            )
+        };
+        // Unspanned, so that the lint on unused imports, which a constant resolved to the
+        // inherent impl leaves it, treats it as the macro's own.
+        quote!({
+            use ::subset::__private::DescribedFallback as _;
+            #lookup
+        })
+    }
+
+    /// The field `name` of `C` (or of its full type) as the generic arguments `Owner, _, I,
+    /// CHILD` of a `FieldOf` helper (`sort_values_at`, `filter_field_at`, `summed_at`), which
+    /// infers the field's type from the one `FieldOf<_, I, true>` impl of `Owner`. The index is
+    /// found in constant evaluation at `span` (see [`Lookup`]); `site` says what the parent does
+    /// with the field, for messages. For a type that is no `Child`, `CHILD` is false and every
+    /// type has `FieldOf<NotAChild, 0, false>`.
+    fn field_at(&self, name: &str, full: bool, site: &TokenStream, span: Span) -> TokenStream {
+        let child_ty = self.subset.child_ty;
+        let (fields, unstored, altered) = lists(full);
+        let is_child = if full {
+            quote!(FULL_IS_CHILD)
+        } else {
+            quote!(IS_CHILD)
+        };
+        let described = |item: TokenStream| {
+            quote_spanned! {span=>
+                {
+                    #[allow(unused_imports)]
+                    use ::subset::__private::DescribedFallback as _;
+                    ::subset::__private::Described::<#child_ty>::#item
+                }
+            }
+        };
+        let index = quote_spanned! {span=>
+            {
+                #[allow(unused_imports)]
+                use ::subset::__private::DescribedFallback as _;
+                ::subset::__private::field_index(
+                    ::subset::__private::Described::<#child_ty>::#is_child,
+                    ::subset::__private::Described::<#child_ty>::#fields,
+                    ::subset::__private::field_of(
+                        ::subset::__private::Described::<#child_ty>::#fields,
+                        ::subset::__private::Described::<#child_ty>::#unstored,
+                        ::subset::__private::Described::<#child_ty>::#altered,
+                        #name,
+                    ),
+                    #site,
+                )
+            }
+        };
+        // The full type is named through `FullOf`, which needs no `Child` bound: a child type
+        // without `#[derive(Child)]` is reported once, elsewhere.
+        let owner = if full {
+            let child = described(quote!(IS_CHILD));
+            quote_spanned! {span=> <#child_ty as ::subset::__private::FullOf<#child>>::Full }
+        } else {
+            quote!(#child_ty)
+        };
+        let is_child = described(is_child);
+        quote_spanned! {span=> #owner, _, #index, #is_child }
+    }
+}
+
+/// The names of the `Described` lists of a child type, or of its full type.
+fn lists(full: bool) -> (Ident, Ident, Ident) {
+    let name = |n: &str| Ident::new(n, Span::call_site());
+    if full {
+        (
+            name("FULL_FIELDS"),
+            name("FULL_UNSTORED"),
+            name("FULL_ALTERED"),
+        )
+    } else {
+        (name("FIELDS"), name("UNSTORED"), name("ALTERED"))
+    }
+}
+
+/// The `Site` of a child field that a parent's string names.
+fn site(child_ty: &Type, name: &str, full: bool, role: TokenStream) -> TokenStream {
+    let owner = if full {
+        quote!(FULL_NAME)
+    } else {
+        quote!(NAME)
+    };
+    quote!({
+        use ::subset::__private::DescribedFallback as _;
+        ::subset::__private::Site {
+            field: #name,
+            owner: ::subset::__private::Described::<#child_ty>::#owner,
+            full_owner: ::subset::__private::Described::<#child_ty>::FULL_NAME,
+            role: #role,
+        }
+    })
+}
+
+/// The `SubsetSpec` literal of one subset field of `parent`, at `index`.
+fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
+    let subset = &parent.subsets[index];
     let field = &subset.field.bson_name;
     let rust_field = &subset.field.rust_name;
     let child_collection = subset.child.value();
     let key = &subset.key;
     let keep = Literal::u32_unsuffixed(subset.keep);
     let child_ty = subset.child_ty;
+    let lookup = Lookup { subset };
     // The parent key is added to every stored child, so the child must not have a field of that
     // name: its value would be overwritten, and its embedded copy would never match the stored one.
     let key_message = format!(
@@ -126,60 +258,46 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
     // at the string, and does not suggest replacing the whole string with a bare field name (a
     // fix that would not compile).
     let sort_span = Span::mixed_site().located_at(subset.sort.lit.span());
-    let child_name = show_type(child_ty);
     let sort = subset.sort.keys.iter().map(|key| {
         let name = &key.name;
         let direction = match key.direction {
             Direction::Asc => quote!(Asc),
             Direction::Desc => quote!(Desc),
         };
-        // The field's type is inferred from the accessor; its `SortableField` bound is also the
-        // check that the field exists and can be a sort key.
-        let child = Ident::new("__subset_child", sort_span);
-        let mut member = key.ident.clone();
-        member.set_span(sort_span);
-        let values = quote_spanned! {sort_span=>
-            ::subset::__private::sort_values::<#child_ty, _>(
-                |#child: &#child_ty| &(*#child).#member
-            )
+        let site = site(
+            child_ty,
+            name,
+            false,
+            quote!(::subset::__private::Role::Sort),
+        );
+        let values = if generic {
+            // The field's type is inferred from the accessor; its `SortableField` bound is also
+            // the check that the field exists and can be a sort key.
+            let child = Ident::new("__subset_child", sort_span);
+            let mut member = key.ident.clone();
+            member.set_span(sort_span);
+            quote_spanned! {sort_span=>
+                ::subset::__private::sort_values::<#child_ty, _>(
+                    |#child: &#child_ty| &(*#child).#member
+                )
+            }
+        } else {
+            let args = lookup.field_at(name, false, &site, sort_span);
+            quote_spanned! {sort_span=> ::subset::__private::sort_values_at::<#args>() }
         };
-        let unstored = |attr: &str| {
-            format!(
-                "`{name}` cannot be a sort key: it is `#[serde({attr})]` on `{child_name}`, so it is \
-                 never stored and MongoDB cannot sort by it; sort by a field that `{child_name}` \
-                 stores, or remove `{attr}` from the serde attributes of `{name}`"
-            )
-        };
-        let (skip, skip_serializing) = (unstored("skip"), unstored("skip_serializing"));
         // The lookup is spanned at the child type: a child without `#[derive(Child)]`, or one
         // with a field stored under the parent key, is reported there. The check that serde
         // stores the field is spanned at the sort string, which names it.
         //
         // Only `#[derive(Child)]` sees the child's serde attributes, so the check reads what it
-        // recorded (`Child::__UNSTORED`) in constant evaluation and fails with a panic message,
-        // not a type error. A type error would need the child's fields as a type reached from
-        // here through `<C as Child>::…`: that reports a child without the derive a second time
-        // and a misspelt sort key a second time, and inside a generic parent's check function
-        // the `C: Child` bound keeps such a type from resolving. The cost, shared with the
-        // key check: for a generic parent the error appears only when a build (not `cargo check`)
-        // evaluates `SUBSETS` for a concrete type, still at the sort string.
-        let lookup = quote_spanned! {child_ty.span()=>
-            ::subset::__private::field_in(
-                    ::subset::__private::Described::<#child_ty>::FIELDS,
-                    ::subset::__private::Described::<#child_ty>::UNSTORED,
-                    #name,
-                    #parent_key,
-                    #key_message,
-                )
-        };
-        // Unspanned, so that the lint on unused imports, which a constant resolved to the
-        // inherent impl leaves it, treats it as the macro's own.
-        let lookup = quote!({
-            use ::subset::__private::DescribedFallback as _;
-            #lookup
-        });
+        // recorded (`Child::__UNSTORED`, `Child::__ALTERED`) in constant evaluation and fails
+        // with a panic message, not a type error. (In a parent that is not generic, the field's
+        // `FieldOf` index already failed, with the same message, and this is never evaluated;
+        // in a generic one, the error appears only when a build evaluates `SUBSETS` for a
+        // concrete type, still at the sort string.)
+        let found = lookup.field_in(name, false, &key_message);
         let field = quote_spanned! {sort_span=>
-            ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
+            ::subset::__private::stored_bson_name(#found, #site)
         };
         quote_spanned! {child_ty.span()=>
             ::subset::__private::SortKey {
@@ -198,39 +316,34 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
     };
     // A sum adds up, and a filter reads, the stored children, so both look their field up on the
     // full type (`Self` for a child that is not a preview), whose name the parent does not know.
-    let full_field = |name: &str, lit: &LitStr, role: &str, instead: &str| {
-        let unstored = |attr: &str| {
-            format!(
-                "`{name}` cannot be {role}: it is `#[serde({attr})]` on the type of the \
-                 `{collection}` documents, so it is never stored; {instead} a field that they \
-                 store, or remove `{attr}` from the serde attributes of `{name}`",
-                collection = subset.child.value(),
-            )
-        };
-        let (skip, skip_serializing) = (unstored("skip"), unstored("skip_serializing"));
-        let lookup = quote_spanned! {child_ty.span()=>
-            ::subset::__private::field_in(
-                    ::subset::__private::Described::<#child_ty>::FULL_FIELDS,
-                    ::subset::__private::Described::<#child_ty>::FULL_UNSTORED,
-                    #name,
-                    #parent_key,
-                    #full_key_message,
-                )
-        };
-        // Unspanned, so that the lint on unused imports, which a constant resolved to the
-        // inherent impl leaves it, treats it as the macro's own.
-        let lookup = quote!({
-            use ::subset::__private::DescribedFallback as _;
-            #lookup
-        });
+    let full_field = |name: &str, lit: &LitStr, site: &TokenStream| {
+        let found = lookup.field_in(name, true, &full_key_message);
         let span = Span::mixed_site().located_at(lit.span());
         quote_spanned! {span=>
-            ::subset::__private::stored_bson_name(#lookup, #skip, #skip_serializing)
+            ::subset::__private::stored_bson_name(#found, #site)
         }
     };
     let sums = subset.sums.iter().map(|sum| {
         let parent = &sum.parent.bson_name;
-        let child = full_field(&sum.child.child, sum.lit, "summed", "sum");
+        let name = &sum.child.child;
+        let site = site(child_ty, name, true, quote!(::subset::__private::Role::Sum));
+        let child = full_field(name, sum.lit, &site);
+        let child = if generic {
+            child
+        } else {
+            // The parent field's type must hold the sum of the child field's.
+            let span = Span::mixed_site().located_at(sum.lit.span());
+            let args = lookup.field_at(name, true, &site, span);
+            let parent = Ident::new("__subset_parent", span);
+            let mut member = sum.parent.ident.clone();
+            member.set_span(span);
+            quote_spanned! {span=>
+                ::subset::__private::summed_at::<Self, _, #args>(
+                    |#parent: &Self| &(*#parent).#member,
+                    #child,
+                )
+            }
+        };
         quote! {
             ::subset::__private::SumSpec { parent: #parent, child: #child }
         }
@@ -238,8 +351,22 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
     let filter = match subset.filter {
         None => quote!(::core::option::Option::None),
         Some(filter) => {
-            let field = full_field(&filter.field, &filter.lit, "a filter", "filter by");
             let equals = filter.equals;
+            let name = &filter.field;
+            let site = site(
+                child_ty,
+                name,
+                true,
+                quote!(::subset::__private::Role::Filter { equals: #equals }),
+            );
+            let field = full_field(name, &filter.lit, &site);
+            let field = if generic {
+                field
+            } else {
+                let span = Span::mixed_site().located_at(filter.lit.span());
+                let args = lookup.field_at(name, true, &site, span);
+                quote_spanned! {span=> ::subset::__private::filter_field_at::<#args>(#field) }
+            };
             quote! {
                 ::core::option::Option::Some(::subset::__private::FilterSpec { field: #field, equals: #equals })
             }
@@ -257,6 +384,59 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
         use ::subset::__private::DescribedFallback as _;
         #embed
     });
+    // A view of the children of an earlier view stores the same full child type.
+    let child_collection = match parent.same_types.iter().find(|(_, later)| *later == index) {
+        None => quote!(#child_collection),
+        Some(&(earlier, _)) => {
+            let first = &parent.subsets[earlier];
+            let message = format!(
+                "`{later}` and `{earlier}` are views of the children in `{child_collection}` under key `{key}`, so they must hold one child type, but `{later_ty}` and `{earlier_ty}` store different ones (`<{later_ty} as Child>::Full` is not `<{earlier_ty} as Child>::Full`): give `{later}` the element type of `{earlier}`, or a preview of the type it stores (`#[subset(preview_of = …)]`), or its own children (another `child` collection, or `#[subset(key = \"{later}_{key}\")]`)",
+                later = subset.field.rust_name,
+                earlier = first.field.rust_name,
+                later_ty = show_type(child_ty),
+                earlier_ty = show_type(first.child_ty),
+            );
+            let span = Span::mixed_site().located_at(child_ty.span());
+            // In a parent that is not generic, the full types are named through `FullOf`, which
+            // needs no `Child` bound, so that an element type without `#[derive(Child)]` is
+            // reported once, elsewhere (and not compared). In a generic one, the impl's bounds
+            // make each a `Child`.
+            let same = if generic {
+                let (ours, theirs) = (full_type(child_ty), full_type(first.child_ty));
+                quote_spanned! {span=> ::subset::__private::SameType::<#ours, #theirs>::SAME }
+            } else {
+                let is_child = |ty: &Type| {
+                    quote_spanned! {span=>
+                        {
+                            #[allow(unused_imports)]
+                            use ::subset::__private::DescribedFallback as _;
+                            ::subset::__private::Described::<#ty>::IS_CHILD
+                        }
+                    }
+                };
+                let full = |ty: &Type| {
+                    let is_child = is_child(ty);
+                    quote_spanned! {span=> <#ty as ::subset::__private::FullOf<#is_child>>::Full }
+                };
+                let (ours, theirs) = (full(child_ty), full(first.child_ty));
+                let (ours_child, theirs_child) = (is_child(child_ty), is_child(first.child_ty));
+                // `|`, not `||`: no branch, so that the descriptors stay one promoted constant.
+                quote_spanned! {span=>
+                    ::subset::__private::SameType::<#ours, #theirs>::SAME
+                        | !#ours_child
+                        | !#theirs_child
+                }
+            };
+            let check = quote_spanned! {span=>
+                ::subset::__private::one_child_type(#same, #message, #child_collection)
+            };
+            quote!({
+                #[allow(unused_imports)]
+                use ::subset::__private::SameTypeFallback as _;
+                #check
+            })
+        }
+    };
     quote! {
         ::subset::__private::SubsetSpec {
             field: #field,
@@ -280,6 +460,37 @@ fn spec(subset: &Subset<'_>) -> TokenStream {
             filter: #filter,
         }
     }
+}
+
+/// `SUBSETS`: the descriptors, checked in constant evaluation for views of the same children
+/// with the same filter and `keep` whose orders are one once total (see `distinct_orders`).
+fn subsets(parent: &Parent<'_>, generic: bool) -> TokenStream {
+    let specs = (0..parent.subsets.len()).map(|index| spec(parent, index, generic));
+    let mut subsets = quote!(&[#(#specs),*]);
+    for &(earlier, later) in &parent.distinct_orders {
+        let (first, second) = (&parent.subsets[earlier], &parent.subsets[later]);
+        let message = format!(
+            "`{later}` is a view of the children in `{collection}` under key `{key}` with the same filter and keep as `{earlier}`, and its order, `{later_sort}`, is the order of `{earlier}`, `{earlier_sort}`, once both end with the `_id` tie-breaker (every order does, in the direction of its last key; no key after an `_id` counts), so it would always hold the same children: give it another `sort`, `keep` or `filter`, or its own children (another `child` collection, or `#[subset(key = \"{later}_{key}\")]`)",
+            later = second.field.rust_name,
+            earlier = first.field.rust_name,
+            collection = second.child.value(),
+            key = second.key,
+            later_sort = second.sort.lit.value(),
+            earlier_sort = first.sort.lit.value(),
+        );
+        let span = Span::mixed_site().located_at(second.sort.lit.span());
+        let (earlier, later) = (
+            Literal::usize_unsuffixed(earlier),
+            Literal::usize_unsuffixed(later),
+        );
+        // Dereferenced from behind a reference, so that the call is part of a constant the
+        // compiler evaluates as it checks the crate (a promoted constant, as the array is),
+        // not only where `SUBSETS` is used.
+        subsets = quote_spanned! {span=>
+            *&::subset::__private::distinct_orders(#subsets, #earlier, #later, #message)
+        };
+    }
+    subsets
 }
 
 /// The associated constant `Parent::FIELD_NAME` for one subset field.
@@ -327,13 +538,14 @@ fn const_doc(subset: &Subset<'_>) -> String {
     )
 }
 
-/// The compile-time checks of one subset field's count (an integer field) and sums (numeric
-/// fields on both sides, an integer sum only of integers). (The sort keys are
-/// checked where the descriptor records their types, in [`spec`].)
+/// The compile-time checks of one subset field that are type checks on the parent's fields:
+/// its count is an integer field. In a generic parent, also its sums (numeric fields on both
+/// sides, an integer sum only of integers) and its filter (a `bool`), by field access; in
+/// another, those are checked in `SUBSETS`, on the types `FieldOf` finds (see [`Lookup`]).
+/// (The sort keys are checked where the descriptor records their types, in [`spec`].)
 ///
-/// A sum adds up the full child's field (`<C as Child>::Full`), which a preview `C` need not
-/// hold. In a generic parent the check function's `C: Child` bound keeps that projection from
-/// resolving to a struct, so there the field is looked up on `C` itself.
+/// In a generic parent the check function's `C: Child` bound keeps `<C as Child>::Full` from
+/// resolving to a struct, so there a sum's and a filter's field is looked up on `C` itself.
 fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
     let count_check = subset.count.map(|(field, lit)| {
         let span = lit.span();
@@ -344,12 +556,11 @@ fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
             ::subset::__private::assert_count(&#parent.#member);
         }
     });
+    if !generic {
+        return quote!(#count_check);
+    }
     let child_ty = subset.child_ty;
-    let full = if generic {
-        quote!(#child_ty)
-    } else {
-        full_type(child_ty)
-    };
+    let full = quote!(#child_ty);
     let sum_checks = subset.sums.iter().map(|sum| {
         let span = Span::mixed_site().located_at(sum.lit.span());
         // The parameter of the check function is named at the call site.
@@ -395,10 +606,42 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
         let rust = &field.rust_name;
         quote!((#rust, #attr))
     });
+    // A preview stores nothing itself: what it embeds is its full type's stored fields, with the
+    // full type's `skip_serializing_if` and `with`.
+    let altered = match child.full {
+        Some(full) => quote!({
+            use ::subset::__private::DescribedFallback as _;
+            ::subset::__private::Described::<#full>::ALTERED
+        }),
+        None => {
+            let altered = child.altered.iter().map(|(field, attr)| {
+                let rust = &field.rust_name;
+                quote!((#rust, #attr))
+            });
+            quote!(&[#(#altered),*])
+        }
+    };
+    let name = &child.cont.name;
     let preview = child.full.map(|full| preview(child, full));
     let (full, embed, check) = match &preview {
         Some((full, embed, check)) => (full.clone(), Some(embed), Some(check)),
         None => (quote!(Self), None, None),
+    };
+    // Each stored field's type by its index in `FIELDS`, for the parent's checks.
+    let (plain_impl, plain_ty, plain_where) = child.cont.generics.split_for_impl();
+    let field_types = child.fields.iter().enumerate().map(|(index, field)| {
+        let index = Literal::usize_unsuffixed(index);
+        let ty = field.ty;
+        quote! {
+            #[automatically_derived]
+            impl #plain_impl ::subset::__private::FieldOf<#ty, #index, true> for #ident #plain_ty #plain_where {}
+        }
+    });
+    let full_of = quote! {
+        #[automatically_derived]
+        impl #plain_impl ::subset::__private::FullOf<true> for #ident #plain_ty #plain_where {
+            type Full = #full;
+        }
     };
     quote! {
         const _: () = {
@@ -415,7 +658,13 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
                 };
                 const __UNSTORED: &'static [(&'static ::core::primitive::str, &'static ::core::primitive::str)] =
                     &[#(#unstored),*];
+                const __ALTERED: &'static [(&'static ::core::primitive::str, &'static ::core::primitive::str)] =
+                    #altered;
+                const __NAME: &'static ::core::primitive::str = #name;
             }
+
+            #(#field_types)*
+            #full_of
 
             #check
         };
@@ -461,19 +710,45 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
              the field and `#[serde(rename_all)]` on the struct)"
         );
         let unstored = format!(
-            "preview field `{rust}` is never stored by `{full_name}` (it is `#[serde(skip)]` or \
-             `skip_serializing` there): a preview embeds stored fields only, remove `{rust}` from \
-             the preview or let `{full_name}` store it"
+            "preview field `{rust}` is never stored by `{full_name}` under its name (it is \
+             `#[serde(skip)]`, `skip_serializing` or `flatten` there): a preview embeds stored \
+             fields only, remove `{rust}` from the preview or let `{full_name}` store it"
         );
+        // What the preview field must read where the full type leaves it out or reforms it.
+        let sometimes = if field.reads_missing(&cont.serde) {
+            quote!(::core::option::Option::None)
+        } else {
+            let message = format!(
+                "preview field `{rust}` cannot read a `{full_name}` stored without it: \
+                 `{full_name}` leaves `{rust}` out of some children (`skip_serializing_if`), so \
+                 their embedded previews lack it; add `#[serde(default)]` to the preview field \
+                 `{rust}`"
+            );
+            quote!(::core::option::Option::Some(#message))
+        };
+        let reformed = if field.serde.read_by().is_some() {
+            quote!(::core::option::Option::None)
+        } else {
+            let message = format!(
+                "preview field `{rust}` cannot read what `{full_name}` stores: `{full_name}` \
+                 stores `{rust}` through a function (`with` or `serialize_with`), and an embedded \
+                 preview holds that stored form; give the preview field the same \
+                 `#[serde(with = \"…\")]`, or a `deserialize_with` that reads it"
+            );
+            quote!(::core::option::Option::Some(#message))
+        };
         let span = Span::mixed_site().located_at(field.ident.span());
         let name = quote_spanned! {span=>
             ::subset::__private::preview_bson_name(
                 ::subset::__private::Described::<#full>::FIELDS,
                 ::subset::__private::Described::<#full>::UNSTORED,
+                ::subset::__private::Described::<#full>::ALTERED,
                 #rust,
                 #bson,
                 #renamed,
                 #unstored,
+                #sometimes,
+                #reformed,
             )
         };
         quote!(::subset::__private::FieldName { rust: #rust_value, bson: #name })

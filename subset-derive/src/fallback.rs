@@ -105,6 +105,7 @@ pub(crate) fn child(input: &DeriveInput, error: syn::Error) -> TokenStream {
                 type Id = ();
                 type Full = #full;
                 const FIELDS: &'static [::subset::__private::FieldName] = &[];
+                const __STUB: ::core::primitive::bool = true;
             }
         };
     }

@@ -59,11 +59,24 @@ use syn::{parse_macro_input, DeriveInput};
 ///
 /// At compile time the derive checks every attribute value (with the same rules and messages as
 /// the runtime's `SpecBuilder`), that each sort key is a field of the child (of the preview, for
-/// a preview) with a scalar type that serde stores, that the count field is an integer, that
-/// each sum's fields are numbers (an integer sum only of an integer child field), and that
-/// neither the child nor a preview's full type stores a field under the parent key; errors point
-/// at the attribute or string at fault. (In a generic parent, a sum's field is checked on `C`
-/// itself, so there a preview must hold the fields its sums add up.)
+/// a preview) with a scalar type, that the count field is an integer, that each sum's fields are
+/// numbers (an integer sum only of an integer child field, never an `Option`), and that neither
+/// the child nor a preview's full type stores a field under the parent key; errors point at the
+/// attribute or string at fault, and a name that is no field is answered with the Rust field
+/// whose serde name it is, or the closest name. Every field the engine reads or writes must be
+/// stored always and as its type: a sort key, filter or summed field that is `skip`,
+/// `skip_serializing`, `flatten`, `skip_serializing_if`, `with` or `serialize_with` is refused
+/// with the reason, and so is an `_id` with `skip_serializing_if`, `skip_deserializing` or a
+/// `with` function, and a count or sum kept in the `_id`, in a subset field, in another
+/// subset's count or sum, or in a field with a `with`, `serialize_with` or `deserialize_with`
+/// function. Every field must read back under the name it is stored under (an `alias` will do),
+/// and one that `skip_serializing_if` may leave out must read back without it, unless the engine
+/// writes it itself (subset fields, counts, sums). Views of one child
+/// collection and key must hold one child type (or previews of it), and must differ in `keep`,
+/// filter or order, orders compared once the `_id` tie-breaker is added. (In a generic parent, a
+/// sum's field is checked on `C` itself, so there a preview must hold the fields its sums add
+/// up, and an unknown child field is rustc's "no field" error.) `docs/guide/serde.md` lists how
+/// each serde attribute is followed or refused.
 #[proc_macro_derive(Parent, attributes(subset))]
 pub fn derive_parent(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
@@ -83,11 +96,15 @@ pub fn derive_parent(input: TokenStream) -> TokenStream {
 /// }
 /// ```
 ///
-/// It records each serialized field's Rust name and BSON name (after serde's `rename`,
-/// `rename(serialize = …)` and `rename_all`), so that a parent's `sort` can name child fields the
-/// Rust way. Fields with `#[serde(skip)]`, `skip_serializing` or `flatten` are left out; the first
-/// two are recorded as never stored, so that a parent sorting by one fails to build. The child
-/// needs a field stored as `_id`.
+/// It records each serialized field's Rust name, BSON name (after serde's `rename`,
+/// `rename(serialize = …)` and `rename_all`) and type, so that a parent's `sort`, `filter` and
+/// `sum` can name child fields the Rust way. Fields with `#[serde(skip)]`, `skip_serializing` or
+/// `flatten` are left out and recorded as never stored under their name, and fields with
+/// `skip_serializing_if`, `with` or `serialize_with` as stored only sometimes, or in another form
+/// than their type's, so that a parent sorting, filtering or summing by one fails to build. The
+/// child needs a field stored as `_id`, always and as its type; a field with
+/// `skip_serializing_if` must read back without it (`#[serde(default)]`, or an `Option`), and
+/// every field under the name it is stored under.
 ///
 /// A *preview* embeds only some fields of a full child type (the extended-reference pattern):
 ///
@@ -110,9 +127,11 @@ pub fn derive_parent(input: TokenStream) -> TokenStream {
 /// child's `Full` is itself, and its `EMBED` is `None`). Fields are matched with the full type's
 /// by Rust name, and the derive checks at compile time, each at the preview field at fault, that
 /// `Review` has the field, with the same type and the same BSON name (so the same `rename` and
-/// `rename_all`), and stores it; that the preview has `_id`; that `Review` derives `Child` and is
-/// no preview; and that no preview field is `#[serde(flatten)]`. The full type's fields must be
-/// visible where the preview is declared.
+/// `rename_all`), and stores it under that name; that a field `Review` leaves out of some
+/// documents (`skip_serializing_if`) reads back without it, and one `Review` stores through a
+/// function (`with`, `serialize_with`) has a `with` or `deserialize_with` of its own; that the
+/// preview has `_id`; that `Review` derives `Child` and is no preview; and that no preview field
+/// is `#[serde(flatten)]`. The full type's fields must be visible where the preview is declared.
 #[proc_macro_derive(Child, attributes(subset))]
 pub fn derive_child(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

@@ -20,6 +20,13 @@ pub(crate) struct Parent<'a> {
     pub(crate) collection: &'a LitStr,
     pub(crate) id: &'a Field<'a>,
     pub(crate) subsets: Vec<Subset<'a>>,
+    /// Views of the same children, by index (earlier, later), whose element types differ as
+    /// written: their full child types must be one, which only the compiler can tell.
+    pub(crate) same_types: Vec<(usize, usize)>,
+    /// Views of the same children with the same `keep` and filter, by index (earlier, later):
+    /// their orders must differ once made total, which needs the child's `_id` field, known only
+    /// in constant evaluation.
+    pub(crate) distinct_orders: Vec<(usize, usize)>,
 }
 
 /// One checked subset field.
@@ -56,9 +63,13 @@ pub(crate) struct Child<'a> {
     pub(crate) id_ty: &'a syn::Type,
     /// Every field serialized under its own name.
     pub(crate) fields: Vec<&'a Field<'a>>,
-    /// Every field serde never serializes, with the serde key that says so (`skip` or
-    /// `skip_serializing`): not a sort key a parent may use.
+    /// Every field serde never serializes under its own name, with the serde key that says so
+    /// (`skip`, `skip_serializing` or `flatten`): not a field a parent may sort, filter or sum by.
     pub(crate) unstored: Vec<(&'a Field<'a>, &'static str)>,
+    /// Every serialized field that serde leaves out of some documents or stores in another form
+    /// than its type's, with the serde key that says so (`skip_serializing_if`, `with` or
+    /// `serialize_with`): not one either.
+    pub(crate) altered: Vec<(&'a Field<'a>, &'static str)>,
     /// For a preview, the full type of `#[subset(preview_of = …)]`.
     pub(crate) full: Option<&'a Type>,
 }
@@ -83,21 +94,33 @@ pub(crate) fn child<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Child<'a
         };
         ctxt.error_spanned_by(cont.ident, message);
     }
-    if let Some(full) = full {
-        preview(ctxt, cont, full);
+    if let Some(id) = id {
+        stored_id(ctxt, id, if full.is_some() { "preview" } else { "child" });
     }
+    match full {
+        Some(full) => preview(ctxt, cont, full),
+        // A preview is never stored itself: what it reads is its full type's stored form.
+        None => read_back(ctxt, cont, &[]),
+    }
+    read_names(ctxt, cont);
     let fields = cont.fields.iter().filter(|f| f.is_serialized()).collect();
     let unstored = cont
         .fields
         .iter()
-        .filter_map(
-            |f| match (f.serde.skip_serializing, f.serde.skip_deserializing) {
+        .filter_map(|f| {
+            match (f.serde.skip_serializing, f.serde.skip_deserializing) {
                 (true, true) => Some((f, "skip")),
                 (true, false) => Some((f, "skip_serializing")),
                 // Stored, so sortable: see `Child::__UNSTORED`.
-                (false, _) => None,
-            },
-        )
+                (false, _) => f.serde.flatten.then_some((f, "flatten")),
+            }
+        })
+        .collect();
+    let altered = cont
+        .fields
+        .iter()
+        .filter(|f| f.is_serialized())
+        .filter_map(|f| f.serde.altered_by().map(|key| (f, key)))
         .collect();
     let id_ty = id?.ty;
     (!ctxt.has_errors()).then_some(Child {
@@ -105,6 +128,7 @@ pub(crate) fn child<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Child<'a
         id_ty,
         fields,
         unstored,
+        altered,
         full,
     })
 }
@@ -143,6 +167,93 @@ fn preview(ctxt: &Ctxt, cont: &Container<'_>, full: &Type) {
     }
 }
 
+/// The `_id` is stored always and as its type, and reads back as it is stored: the engine finds
+/// documents by it, serializing `Parent::Id` or `Child::Id` itself (a `push(&id, …)`, a
+/// `remove(&id, …)`), and never lets the server generate one.
+fn stored_id(ctxt: &Ctxt, id: &Field<'_>, what: &str) {
+    let name = &id.rust_name;
+    let blocker = if id.serde.skip_serializing_if {
+        Some((
+            "skip_serializing_if",
+            "the engine finds every document by its `_id` and makes none up, so a document stored without one is lost to it (its insert or push fails)",
+            "make it a required field".to_owned(),
+        ))
+    } else if id.serde.skip_deserializing {
+        Some((
+            "skip_deserializing",
+            "every document read back would hold the default `_id`, not its own, and a write by that `_id` would miss it",
+            "remove `skip_deserializing`".to_owned(),
+        ))
+    } else {
+        id.serde.altered_by().or(id.serde.read_by()).map(|key| {
+            (
+                key,
+                "the engine serializes the `_id` type itself wherever it names a document (a push or a remove by `_id`), without the field's functions, so it would look for another value than the one stored",
+                format!("declare the field as the type it is stored as, without `{key}`"),
+            )
+        })
+    };
+    if let Some((key, why, fix)) = blocker {
+        ctxt.error_spanned_by(
+            id.ident,
+            format!("the {what}'s `_id` field `{name}` cannot be `#[serde({key})]`: {why}; {fix}"),
+        );
+    }
+}
+
+/// Every field that serde may leave out (`skip_serializing_if`) reads back without it: the
+/// engine reads back what it stored, so a field that is sometimes missing and has no default
+/// would fail the read of every document stored without it. `written` lists the fields the
+/// engine writes itself (a parent's subset fields, counts and sums), which are never missing.
+fn read_back(ctxt: &Ctxt, cont: &Container<'_>, written: &[&Field<'_>]) {
+    for field in &cont.fields {
+        // The `_id` is refused `skip_serializing_if` whatever it reads (see `stored_id`).
+        if !field.serde.skip_serializing_if
+            || !field.is_serialized()
+            || field.bson_name == "_id"
+            || field.reads_missing(&cont.serde)
+            || written.iter().any(|w| std::ptr::eq(*w, field))
+        {
+            continue;
+        }
+        let name = &field.rust_name;
+        ctxt.error_spanned_by(
+            field.ident,
+            format!(
+                "`{name}` is `#[serde(skip_serializing_if)]` but cannot be read back without it: a `{}` stored without `{name}` would fail to read; add `#[serde(default)]` to `{name}`",
+                cont.name
+            ),
+        );
+    }
+}
+
+/// Every stored field is read back under the name it is stored under: the engine reads back
+/// what it stored (and a preview reads what its full type stored, under the same names), so a
+/// `rename(serialize = …, deserialize = …)` or `rename_all` with two different names would
+/// miss the field in every document read back. An `alias` of the stored name will do.
+fn read_names(ctxt: &Ctxt, cont: &Container<'_>) {
+    for field in &cont.fields {
+        if !field.is_serialized()
+            || field.serde.skip_deserializing
+            || field.serde.reads_name(
+                &field.bson_name,
+                &field.rust_name,
+                cont.serde.read_rename_all,
+            )
+        {
+            continue;
+        }
+        let (name, stored) = (&field.rust_name, &field.bson_name);
+        ctxt.error_spanned_by(
+            field.ident,
+            format!(
+                "`{name}` is stored as `{stored}` but read under another name: every `{}` read back would miss it; read it under its stored name too, `#[serde(alias = \"{stored}\")]`",
+                cont.name
+            ),
+        );
+    }
+}
+
 pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<'a>> {
     let collection = cont.attrs.collection.value();
     if cont.attrs.collection.is_missing() {
@@ -158,14 +269,15 @@ pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<
     }
 
     let id = cont.id_field();
-    if id.is_none() {
-        ctxt.error_spanned_by(
+    match id {
+        Some(id) => stored_id(ctxt, id, "parent"),
+        None => ctxt.error_spanned_by(
             cont.ident,
             format!(
                 "parent `{}` needs an `_id` field: add {ID_EXAMPLE}",
                 cont.name
             ),
-        );
+        ),
     }
 
     let mut subsets = Vec::new();
@@ -187,7 +299,21 @@ pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<
             ),
         );
     }
-    distinct_subsets(ctxt, &subsets);
+    let (same_types, distinct_orders) = distinct_subsets(ctxt, &subsets);
+    // The fields the engine writes itself: the subset arrays, the counts and the sums.
+    let written: Vec<&Field<'_>> = cont
+        .fields
+        .iter()
+        .filter(|f| f.subset.is_some())
+        .chain(subsets.iter().flat_map(|s| {
+            s.count
+                .map(|(count, _)| count)
+                .into_iter()
+                .chain(s.sums.iter().map(|sum| sum.parent))
+        }))
+        .collect();
+    read_back(ctxt, cont, &written);
+    read_names(ctxt, cont);
 
     match (collection, id) {
         (Some(collection), Some(id)) if !ctxt.has_errors() => Some(Parent {
@@ -195,6 +321,8 @@ pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<
             collection,
             id,
             subsets,
+            same_types,
+            distinct_orders,
         }),
         _ => None,
     }
@@ -287,12 +415,11 @@ fn subset<'a>(
                 .count
                 .value()
                 .is_some_and(|c| c.value() == *wanted);
-            if target.subset.is_some() || is_count {
-                let role = if is_count { "the count field" } else { "a subset field" };
+            if is_count {
                 ctxt.error_spanned_by(
                     &sums.lit,
                     format!(
-                        "`{wanted}` is {role}: give the sum its own numeric field, e.g. `#[subset(sum = \"rating_total = rating\")]`"
+                        "`{wanted}` is the count field: give the sum its own numeric field, e.g. `#[subset(sum = \"rating_total = rating\")]`"
                     ),
                 );
                 ok = false;
@@ -353,7 +480,9 @@ fn subset<'a>(
 }
 
 /// The parent field that `key` (`count` or `sum`) names and stores a value in: reports, on
-/// `span`, a name that is no field (listing the fields) or a field serde would not store.
+/// `span`, a name that is no field (suggesting the field it most likely meant), a field serde
+/// would not store or read back as the engine writes it, and a field that holds something else
+/// the engine writes (the `_id`, a subset field's array).
 fn stored_parent_field<'a>(
     ctxt: &Ctxt,
     cont: &'a Container<'a>,
@@ -361,18 +490,36 @@ fn stored_parent_field<'a>(
     wanted: &str,
     span: impl quote::ToTokens,
 ) -> Option<&'a Field<'a>> {
+    let (what, example) = match key {
+        "count" => ("count", "`#[subset(count = \"total_reviews\")]`"),
+        _ => ("sum", "`#[subset(sum = \"rating_total = rating\")]`"),
+    };
     let Some(target) = cont.fields.iter().find(|f| f.rust_name == wanted) else {
-        let candidates = cont
-            .fields
+        let candidates: Vec<&Field<'_>> =
+            cont.fields.iter().filter(|f| f.subset.is_none()).collect();
+        let hint = if let Some(field) = candidates.iter().find(|f| f.bson_name == wanted) {
+            format!(
+                "`{key}` takes Rust field names, and `{wanted}` is the serde name of `{}`; write `{}`",
+                field.rust_name, field.rust_name
+            )
+        } else if let Some(field) = candidates
             .iter()
-            .filter(|f| f.subset.is_none())
-            .map(|f| format!("`{}`", f.rust_name))
-            .collect::<Vec<_>>()
-            .join(", ");
+            .filter(|f| subset_spec::is_close(wanted, &f.rust_name))
+            .min_by_key(|f| subset_spec::edit_distance(wanted, &f.rust_name))
+        {
+            format!("did you mean `{}`?", field.rust_name)
+        } else {
+            let list = candidates
+                .iter()
+                .map(|f| format!("`{}`", f.rust_name))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("fields are {list}")
+        };
         ctxt.error_spanned_by(
             span,
             format!(
-                "`{key}` names `{wanted}`, which is not a field of `{}`: fields are {candidates}",
+                "`{key}` names `{wanted}`, which is not a field of `{}`: {hint}",
                 cont.name
             ),
         );
@@ -387,18 +534,70 @@ fn stored_parent_field<'a>(
         );
         return None;
     }
+    // What else the engine writes into the parent document: an insert sets every count and sum
+    // to 0, and each push adds to them, over whatever the field held.
+    let overwritten = if target.bson_name == "_id" {
+        Some("the parent's `_id`".to_owned())
+    } else if target.subset.is_some() {
+        Some("a subset field, whose array holds the embedded children".to_owned())
+    } else {
+        cont.fields
+            .iter()
+            .find(|f| f.subset.is_some() && f.bson_name == target.bson_name)
+            .map(|f| {
+                format!(
+                    "stored as `{}`, the array of subset field `{}`",
+                    target.bson_name, f.rust_name
+                )
+            })
+    };
+    if let Some(overwritten) = overwritten {
+        ctxt.error_spanned_by(
+            span,
+            format!(
+                "the {what} cannot be kept in `{wanted}`, {overwritten}: the engine writes the {what} there, over what the field holds (an insert stores 0); give the {what} a numeric field of its own, e.g. {example}"
+            ),
+        );
+        return None;
+    }
+    let function = target
+        .serde
+        .read_by()
+        .or(target.serde.serialize_with.then_some("serialize_with"));
+    if let Some(function) = function {
+        ctxt.error_spanned_by(
+            span,
+            format!(
+                "`{key}` field `{wanted}` cannot be `#[serde({function})]`: the engine writes the {what} itself, as a BSON number, and reads it back as the field's type; remove `{function}`"
+            ),
+        );
+        return None;
+    }
     Some(target)
 }
 
+/// Subset fields by index, (earlier, later).
+type Pairs = Vec<(usize, usize)>;
+
 /// Views of the same children (collection and key) must differ in order, filter or `keep`, and
 /// no parent field may be kept by two subsets (as a count or a sum).
-fn distinct_subsets(ctxt: &Ctxt, subsets: &[Subset<'_>]) {
+///
+/// Returns what only the compiler can check, as pairs of indexes (earlier, later): views of the
+/// same children whose element types are written differently (they must store one full child
+/// type), and views of the same children with the same filter and `keep` (their orders must
+/// differ once the `_id` tie-breaker is added).
+fn distinct_subsets(ctxt: &Ctxt, subsets: &[Subset<'_>]) -> (Pairs, Pairs) {
+    let mut same_types = Vec::new();
+    let mut distinct_orders = Vec::new();
+    // Two targets are one when serde stores them under one name.
+    let same_target = |a: &Field<'_>, b: &Field<'_>| a.bson_name == b.bson_name;
     for (i, later) in subsets.iter().enumerate() {
         let earlier = &subsets[..i];
         let collection = later.child.value();
+        let same_children = |s: &Subset<'_>| s.child.value() == collection && s.key == later.key;
         if let Some(first) = earlier
             .iter()
-            .find(|s| s.child.value() == collection && s.key == later.key && same_view(s, later))
+            .find(|s| same_children(s) && same_view(s, later))
         {
             ctxt.error_spanned_by(
                 later.child,
@@ -412,17 +611,37 @@ fn distinct_subsets(ctxt: &Ctxt, subsets: &[Subset<'_>]) {
                 ),
             );
         }
+        if let Some(first) = earlier.iter().position(&same_children) {
+            if show_type(subsets[first].child_ty) != show_type(later.child_ty) {
+                same_types.push((first, i));
+            }
+        }
+        distinct_orders.extend(
+            earlier
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| same_children(s) && same_filter_and_keep(s, later))
+                .map(|(e, _)| (e, i)),
+        );
         for sum in &later.sums {
             let taken = earlier.iter().find(|s| {
-                s.count.is_some_and(|(c, _)| std::ptr::eq(c, sum.parent))
-                    || s.sums.iter().any(|t| std::ptr::eq(t.parent, sum.parent))
+                s.count.is_some_and(|(c, _)| same_target(c, sum.parent))
+                    || s.sums.iter().any(|t| same_target(t.parent, sum.parent))
             });
             if let Some(first) = taken {
+                let other = first
+                    .count
+                    .map(|(c, _)| c)
+                    .into_iter()
+                    .chain(first.sums.iter().map(|t| t.parent))
+                    .find(|t| same_target(t, sum.parent));
                 ctxt.error_spanned_by(
                     sum.lit,
                     format!(
-                        "`{}` is already kept by `{}`: give `{}` its own sum field",
-                        sum.parent.rust_name, first.field.rust_name, later.field.rust_name
+                        "{} is already kept by `{}`: give `{}` its own sum field",
+                        shown_target(sum.parent, other),
+                        first.field.rust_name,
+                        later.field.rust_name
                     ),
                 );
             }
@@ -430,18 +649,29 @@ fn distinct_subsets(ctxt: &Ctxt, subsets: &[Subset<'_>]) {
         if let Some((count, lit)) = later.count {
             let counted = earlier
                 .iter()
-                .find(|s| s.count.is_some_and(|(c, _)| std::ptr::eq(c, count)));
+                .find(|s| s.count.is_some_and(|(c, _)| same_target(c, count)));
             let summed = earlier
                 .iter()
-                .find(|s| s.sums.iter().any(|t| std::ptr::eq(t.parent, count)));
+                .find(|s| s.sums.iter().any(|t| same_target(t.parent, count)));
             let message = match (counted, summed) {
                 (Some(first), _) => Some(format!(
-                    "`{}` already counts the children of `{}`: give `{}` its own count field",
-                    count.rust_name, first.field.rust_name, later.field.rust_name
+                    "{} already counts the children of `{}`: give `{}` its own count field",
+                    shown_target(count, first.count.map(|(c, _)| c)),
+                    first.field.rust_name,
+                    later.field.rust_name
                 )),
                 (None, Some(first)) => Some(format!(
-                    "`{}` already holds a running sum of `{}`: give `{}` its own count field",
-                    count.rust_name, first.field.rust_name, later.field.rust_name
+                    "{} already holds a running sum of `{}`: give `{}` its own count field",
+                    shown_target(
+                        count,
+                        first
+                            .sums
+                            .iter()
+                            .map(|t| t.parent)
+                            .find(|t| same_target(t, count))
+                    ),
+                    first.field.rust_name,
+                    later.field.rust_name
                 )),
                 (None, None) => None,
             };
@@ -450,10 +680,32 @@ fn distinct_subsets(ctxt: &Ctxt, subsets: &[Subset<'_>]) {
             }
         }
     }
+    (same_types, distinct_orders)
 }
 
-/// Whether two subset fields over the same children would always hold the same ones: the same
-/// sort keys and directions, the same filter and the same `keep`.
+/// A count or sum field as a message names it, the subject of "already counts" or "is already
+/// kept by": "`total`", or, when an earlier subset keeps another Rust field stored under the
+/// same name, "`old_total` is stored as `total`, like `total`, which".
+fn shown_target(field: &Field<'_>, other: Option<&Field<'_>>) -> String {
+    match other {
+        Some(other) if other.rust_name != field.rust_name => format!(
+            "`{}` is stored as `{}`, like `{}`, which",
+            field.rust_name, field.bson_name, other.rust_name
+        ),
+        _ => format!("`{}`", field.rust_name),
+    }
+}
+
+/// Whether two subset fields over the same children have the same filter and `keep`.
+fn same_filter_and_keep(a: &Subset<'_>, b: &Subset<'_>) -> bool {
+    let filter = |s: &Subset<'_>| s.filter.map(|f| (f.field.clone(), f.equals));
+    a.keep == b.keep && filter(a) == filter(b)
+}
+
+/// Whether two subset fields over the same children would always hold the same ones as
+/// written: the same sort keys and directions, the same filter and the same `keep`. (An order
+/// that differs only by the `_id` tie-breaker written out is the same too: that needs the
+/// child's `_id` field, and is checked in constant evaluation, see [`Parent::distinct_orders`].)
 fn same_view(a: &Subset<'_>, b: &Subset<'_>) -> bool {
     let order = |s: &Subset<'_>| -> Vec<(String, bool)> {
         s.sort
@@ -462,6 +714,5 @@ fn same_view(a: &Subset<'_>, b: &Subset<'_>) -> bool {
             .map(|k| (k.name.clone(), matches!(k.direction, attr::Direction::Asc)))
             .collect()
     };
-    let filter = |s: &Subset<'_>| s.filter.map(|f| (f.field.clone(), f.equals));
-    a.keep == b.keep && order(a) == order(b) && filter(a) == filter(b)
+    same_filter_and_keep(a, b) && order(a) == order(b)
 }

@@ -5,66 +5,438 @@
 
 use std::marker::PhantomData;
 
-use crate::model::{Child, FieldName};
+use crate::model::{Child, Direction, FieldName, SubsetSpec};
 use crate::values::SortValues;
 
-/// A child field found by Rust name: see [`child_field`].
+/// A child field found by Rust name: see [`field_in`].
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct ChildField {
+    /// The field's BSON name, or the Rust name asked for when no stored field has it.
     bson: &'static str,
-    /// The serde key that keeps the field from being stored, if any.
-    unstored: Option<&'static str>,
+    /// Its index in the child's [`Child::FIELDS`], if it is there.
+    index: Option<usize>,
+    /// The serde key that keeps the field from being stored, always or as its type, if any.
+    blocker: Option<&'static str>,
 }
 
 /// Looks up a child's Rust field; used by the derive in constant context, with
 /// [`stored_bson_name`] around it.
-///
-/// An unknown name comes back unchanged: the derive separately checks that the field exists, with
-/// a compiler error that points at the sort string. It also fails the build with `message` when
-/// a child field is stored under the parent `key` (checked here rather than in a check of its
-/// own so that a child type without `#[derive(Child)]` is reported once).
 #[doc(hidden)]
 pub const fn child_field<C: Child>(
     rust: &'static str,
     key: &str,
     message: &'static str,
 ) -> ChildField {
-    field_in(C::FIELDS, C::__UNSTORED, rust, key, message)
+    field_in(C::FIELDS, C::__UNSTORED, C::__ALTERED, rust, key, message)
 }
 
-/// [`child_field`] on a child's [`Child::FIELDS`] and [`Child::__UNSTORED`] as read through
-/// [`Described`], so that a child type without `#[derive(Child)]` is reported once elsewhere.
+/// [`child_field`] on a child's [`Child::FIELDS`], [`Child::__UNSTORED`] and
+/// [`Child::__ALTERED`] as read through [`Described`], so that a child type without
+/// `#[derive(Child)]` is reported once elsewhere.
+///
+/// An unknown name comes back unchanged, without an index: [`field_index`] reports it (or, in a
+/// generic parent, the compiler's "no field" error). It also fails the build with `message` when
+/// a child field is stored under the parent `key` (checked here rather than in a check of its
+/// own so that a child type without `#[derive(Child)]` is reported once).
 #[doc(hidden)]
 pub const fn field_in(
     fields: &'static [FieldName],
     unstored: &'static [(&'static str, &'static str)],
+    altered: &'static [(&'static str, &'static str)],
     rust: &'static str,
     key: &str,
     message: &'static str,
 ) -> ChildField {
-    let mut found = ChildField {
-        bson: rust,
-        unstored: None,
-    };
     let mut i = 0;
     while i < fields.len() {
         if str_eq(fields[i].bson, key) {
             panic!("{}", message);
         }
+        i += 1;
+    }
+    field_of(fields, unstored, altered, rust)
+}
+
+/// [`field_in`] without the check of the parent key, for [`field_index`]: that check is made
+/// once, in the descriptor.
+#[doc(hidden)]
+pub const fn field_of(
+    fields: &'static [FieldName],
+    unstored: &'static [(&'static str, &'static str)],
+    altered: &'static [(&'static str, &'static str)],
+    rust: &'static str,
+) -> ChildField {
+    let mut found = ChildField {
+        bson: rust,
+        index: None,
+        blocker: None,
+    };
+    let mut i = 0;
+    while i < fields.len() {
         if str_eq(fields[i].rust, rust) {
             found.bson = fields[i].bson;
+            found.index = Some(i);
         }
         i += 1;
     }
-    let mut i = 0;
-    while i < unstored.len() {
-        if str_eq(unstored[i].0, rust) {
-            found.unstored = Some(unstored[i].1);
-        }
-        i += 1;
-    }
+    // A field serde never stores under its name is not in `fields`; one it stores only
+    // sometimes, or in another form, is.
+    found.blocker = match (serde_key(unstored, rust), found.index) {
+        (Some(key), _) => Some(key),
+        (None, Some(_)) => serde_key(altered, rust),
+        (None, None) => None,
+    };
     found
+}
+
+/// The serde key `list` records for the Rust field `rust`.
+const fn serde_key(
+    list: &'static [(&'static str, &'static str)],
+    rust: &str,
+) -> Option<&'static str> {
+    let mut i = 0;
+    while i < list.len() {
+        if str_eq(list[i].0, rust) {
+            return Some(list[i].1);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// What a parent does with a child field it names, for messages: see [`Site`].
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub enum Role {
+    /// A key of `sort`, on the element type of the subset field.
+    Sort,
+    /// The `bool` field of `filter`, on the full child type; `equals` is the value a child must
+    /// hold there.
+    Filter {
+        /// `true` for `filter = "verified"`, `false` for `filter = "!hidden"`.
+        equals: bool,
+    },
+    /// A child field of `sum`, on the full child type.
+    Sum,
+}
+
+/// A child field as a parent names it: which field, on which type, in which role. What the
+/// messages of [`stored_bson_name`] and [`field_index`] are made of.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Site {
+    /// The Rust field name, as written.
+    pub field: &'static str,
+    /// The type looked up ([`Child::__NAME`]).
+    pub owner: &'static str,
+    /// Its full type, whose serde attributes decide how the field is stored (the same type
+    /// unless the field is a preview's).
+    pub full_owner: &'static str,
+    /// What the parent does with the field.
+    pub role: Role,
+}
+
+impl Site {
+    /// The key whose string names the field.
+    const fn key(&self) -> &'static str {
+        match self.role {
+            Role::Sort => "sort",
+            Role::Filter { .. } => "filter",
+            Role::Sum => "sum",
+        }
+    }
+
+    /// The field in its role: "`x` cannot be a sort key".
+    const fn cannot(&self, message: Message) -> Message {
+        let what = match self.role {
+            Role::Sort => "` cannot be a sort key: it is `#[serde(",
+            Role::Filter { .. } => "` cannot be a filter: it is `#[serde(",
+            Role::Sum => "` cannot be summed: it is `#[serde(",
+        };
+        message.push("`").push(self.field).push(what)
+    }
+
+    /// The message for a field that `blocker` keeps from being stored always, or as its type.
+    const fn blocked(&self, bson: &str, blocker: &str) -> Message {
+        let (field, owner) = (self.field, self.owner);
+        let never = str_eq(blocker, "skip") || str_eq(blocker, "skip_serializing");
+        if never || str_eq(blocker, "flatten") {
+            let m = self
+                .cannot(Message::new())
+                .push(blocker)
+                .push(")]` on `")
+                .push(owner);
+            let m = if never {
+                let m = m.push("`, so it is never stored");
+                match self.role {
+                    Role::Sort => m
+                        .push(" and MongoDB cannot sort by it; sort by a field that `")
+                        .push(owner)
+                        .push("` stores"),
+                    Role::Filter { .. } => m
+                        .push("; filter by a field that `")
+                        .push(owner)
+                        .push("` stores"),
+                    Role::Sum => m.push("; sum a field that `").push(owner).push("` stores"),
+                }
+            } else {
+                m.push("`, so its own fields are stored in its place and nothing under `")
+                    .push(field)
+                    .push("`; name a field declared on `")
+                    .push(owner)
+                    .push("` itself")
+            };
+            return m
+                .push(", or remove `")
+                .push(blocker)
+                .push("` from the serde attributes of `")
+                .push(field)
+                .push("`");
+        }
+        // How the field is stored is the full type's to say (a preview's `__ALTERED` is its
+        // full type's).
+        let owner = self.full_owner;
+        if str_eq(blocker, "skip_serializing_if") {
+            let m = match self.role {
+                Role::Sort => Message::new().push("a sort key must always be stored: `"),
+                Role::Filter { .. } => {
+                    Message::new().push("a filter field must always be stored: `")
+                }
+                Role::Sum => Message::new().push("a summed field must always be stored: `"),
+            };
+            let m = m
+                .push(field)
+                .push("` is `#[serde(skip_serializing_if)]` on `")
+                .push(owner)
+                .push("`, which leaves it out of some children, and ");
+            let m = match self.role {
+                Role::Sort => m.push(
+                    "a child without a sort value has no place in the order (a page that reaches it fails)",
+                ),
+                Role::Filter { equals } => m
+                    .push("a query for `")
+                    .push(bson)
+                    .push(if equals { ": true" } else { ": false" })
+                    .push("` never matches a missing field, so the view would miss those children"),
+                Role::Sum => m.push("a child without it cannot be added up (its push fails)"),
+            };
+            return m
+                .push("; remove `skip_serializing_if` from the serde attributes of `")
+                .push(field)
+                .push("`");
+        }
+        // `with` or `serialize_with`.
+        let m = self
+            .cannot(Message::new())
+            .push(blocker)
+            .push(")]` on `")
+            .push(owner)
+            .push("`, so it is stored in a form its Rust type does not tell, ");
+        let m = match self.role {
+            Role::Sort => m.push("and cursor positions are checked against that type"),
+            Role::Filter { .. } => m.push("and the view's query matches a stored boolean"),
+            Role::Sum => m.push("and a sum adds up stored numbers"),
+        };
+        m.push("; name a field stored as its Rust type, or remove `")
+            .push(blocker)
+            .push("` from the serde attributes of `")
+            .push(field)
+            .push("`")
+    }
+
+    /// The message for a name that is no stored field of `fields`.
+    const fn unknown(&self, fields: &'static [FieldName]) -> Message {
+        let m = Message::new()
+            .push("no field `")
+            .push(self.field)
+            .push("` on `")
+            .push(self.owner)
+            .push("` (`")
+            .push(self.key())
+            .push("` names its Rust fields): ");
+        // The BSON name of a field: the Rust name is what the grammar takes.
+        let mut i = 0;
+        while i < fields.len() {
+            if str_eq(fields[i].bson, self.field) {
+                return m
+                    .push("`")
+                    .push(self.field)
+                    .push("` is the serde name of `")
+                    .push(fields[i].rust)
+                    .push("`, write `")
+                    .push(fields[i].rust)
+                    .push("`");
+            }
+            i += 1;
+        }
+        let mut best: Option<(usize, usize)> = None;
+        let mut i = 0;
+        while i < fields.len() {
+            if subset_spec::is_close(self.field, fields[i].rust) {
+                let distance = subset_spec::edit_distance(self.field, fields[i].rust);
+                let better = match best {
+                    Some((_, d)) => distance < d,
+                    None => true,
+                };
+                if better {
+                    best = Some((i, distance));
+                }
+            }
+            i += 1;
+        }
+        if let Some((i, _)) = best {
+            return m.push("did you mean `").push(fields[i].rust).push("`?");
+        }
+        let mut m = m.push("its stored fields are ");
+        let mut i = 0;
+        while i < fields.len() {
+            if i > 0 {
+                m = m.push(", ");
+            }
+            m = m.push("`").push(fields[i].rust).push("`");
+            i += 1;
+        }
+        m
+    }
+}
+
+/// The BSON name of a child field a parent names at `site`; fails the build when serde does not
+/// always store it as its type (the field is `skip`, `skip_serializing`, `flatten`,
+/// `skip_serializing_if`, `with` or `serialize_with` on the child). Separate from [`field_in`]
+/// so that the derive can place this call, and so the error, at the string that names it.
+#[doc(hidden)]
+pub const fn stored_bson_name(field: ChildField, site: Site) -> &'static str {
+    if let Some(blocker) = field.blocker {
+        site.blocked(field.bson, blocker).fail();
+    }
+    field.bson
+}
+
+/// The index in `fields` of the child field a parent names at `site`, for
+/// [`FieldOf`]: fails the build, with a message that says why, when there is no such stored
+/// field (suggesting the Rust field whose BSON name was written, or the closest name) or when
+/// serde does not always store it as its type (as [`stored_bson_name`]).
+///
+/// `is_child` is `false` when the type does not implement [`Child`] (reported once elsewhere):
+/// the index is then 0, and nothing more is reported (see [`FieldOf`]).
+#[doc(hidden)]
+pub const fn field_index(
+    is_child: bool,
+    fields: &'static [FieldName],
+    field: ChildField,
+    site: Site,
+) -> usize {
+    if !is_child {
+        return 0;
+    }
+    if let Some(blocker) = field.blocker {
+        site.blocked(field.bson, blocker).fail();
+    }
+    match field.index {
+        Some(index) => index,
+        None => site.unknown(fields).fail(),
+    }
+}
+
+/// `T` is the type of a child's `I`th field of [`Child::FIELDS`]: `#[derive(Child)]` implements
+/// it, with `CHILD` true, for each, so that a parent names a child field's type by the index
+/// [`field_index`] finds (the helpers [`sort_values_at`], [`filter_field_at`] and
+/// [`summed_at`] infer `T` from the one impl), with a message of its own for a name that is no
+/// field (a field access would fail with the compiler's "no field" error instead). The type is
+/// a parameter, not an associated type: an impl is then as visible as the field's type, so a
+/// public child may have fields of private types.
+///
+/// With `CHILD` false (`Described::<C>::IS_CHILD`: `C` is no [`Child`], or the stub impl of a
+/// derive that failed), every type has it, for [`NotAChild`], which passes every check: the
+/// one error about the child type is all that is reported.
+#[doc(hidden)]
+pub trait FieldOf<T: ?Sized, const I: usize, const CHILD: bool> {}
+
+impl<C: ?Sized, const I: usize> FieldOf<NotAChild, I, false> for C {}
+
+/// [`Child::Full`] where `CHILD` (`Described::<C>::IS_CHILD`) is true, [`NotAChild`] where it
+/// is false: the full type a parent reads a sum's and a filter's field from, named without
+/// requiring `C: Child`, which is reported once elsewhere. `#[derive(Child)]` implements it.
+#[doc(hidden)]
+pub trait FullOf<const CHILD: bool> {
+    /// The full child type.
+    type Full: ?Sized;
+}
+
+impl<T: ?Sized> FullOf<false> for T {
+    type Full = NotAChild;
+}
+
+/// What [`FieldOf`] and [`FullOf`] give for a type that is not a [`Child`]: it passes every
+/// check, so that the one error about the missing derive is all that is reported.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct NotAChild;
+
+/// A message built in constant evaluation, where `format!` is not available: a fixed buffer,
+/// cut with `…` if it overflows.
+#[doc(hidden)]
+pub struct Message {
+    buf: [u8; MESSAGE_CAP],
+    len: usize,
+    full: bool,
+}
+
+const MESSAGE_CAP: usize = 1536;
+
+impl Message {
+    /// An empty message.
+    pub const fn new() -> Self {
+        Message {
+            buf: [0; MESSAGE_CAP],
+            len: 0,
+            full: false,
+        }
+    }
+
+    /// The message with `text` appended (whole, or `…` and nothing more once it is full).
+    pub const fn push(mut self, text: &str) -> Self {
+        let bytes = text.as_bytes();
+        if self.full {
+            return self;
+        }
+        let ellipsis = "…".as_bytes();
+        let (bytes, full) = if self.len + bytes.len() + ellipsis.len() > MESSAGE_CAP {
+            (ellipsis, true)
+        } else {
+            (bytes, false)
+        };
+        let mut i = 0;
+        while i < bytes.len() {
+            self.buf[self.len + i] = bytes[i];
+            i += 1;
+        }
+        self.len += bytes.len();
+        self.full = full;
+        self
+    }
+
+    /// The text so far.
+    pub const fn text(&self) -> &str {
+        let (text, _) = self.buf.split_at(self.len);
+        match core::str::from_utf8(text) {
+            Ok(text) => text,
+            // Whole strings are appended, so the text is valid UTF-8.
+            Err(_) => "",
+        }
+    }
+
+    /// Fails the build (in constant evaluation) with the message.
+    pub const fn fail(&self) -> ! {
+        panic!("{}", self.text())
+    }
+}
+
+impl Default for Message {
+    fn default() -> Self {
+        Message::new()
+    }
 }
 
 /// `Described::<C>::…`: what the derives read of a child type `C` and of its full type, or
@@ -75,6 +447,19 @@ pub const fn field_in(
 pub struct Described<C: ?Sized>(PhantomData<fn() -> PhantomData<C>>);
 
 impl<C: Child> Described<C> {
+    /// Whether `C` implements [`Child`] by a derive that succeeded (not the stub impl it emits
+    /// next to its errors, which lists no fields).
+    pub const IS_CHILD: bool = !C::__STUB;
+    /// Whether `C` and its full type are children as [`Described::IS_CHILD`] tells.
+    pub const FULL_IS_CHILD: bool = !C::__STUB && !<C::Full as Child>::__STUB;
+    /// [`Child::__NAME`].
+    pub const NAME: &'static str = C::__NAME;
+    /// [`Child::__ALTERED`].
+    pub const ALTERED: &'static [(&'static str, &'static str)] = C::__ALTERED;
+    /// [`Child::__NAME`] of [`Child::Full`].
+    pub const FULL_NAME: &'static str = <C::Full as Child>::__NAME;
+    /// [`Child::__ALTERED`] of [`Child::Full`].
+    pub const FULL_ALTERED: &'static [(&'static str, &'static str)] = <C::Full as Child>::__ALTERED;
     /// [`Child::FIELDS`].
     pub const FIELDS: &'static [FieldName] = C::FIELDS;
     /// [`Child::__UNSTORED`].
@@ -91,6 +476,18 @@ impl<C: Child> Described<C> {
 /// The fallback of [`Described`]: a type with no fields, embedded whole.
 #[doc(hidden)]
 pub trait DescribedFallback {
+    /// Not a child.
+    const IS_CHILD: bool = false;
+    /// Not a child.
+    const FULL_IS_CHILD: bool = false;
+    /// No name.
+    const NAME: &'static str = "";
+    /// No fields.
+    const ALTERED: &'static [(&'static str, &'static str)] = &[];
+    /// No name.
+    const FULL_NAME: &'static str = "";
+    /// No fields.
+    const FULL_ALTERED: &'static [(&'static str, &'static str)] = &[];
     /// No fields.
     const FIELDS: &'static [FieldName] = &[];
     /// No fields.
@@ -144,17 +541,26 @@ pub const fn full_type(
 }
 
 /// The BSON name of a preview field, `bson`, checked against the full type's field of the same
-/// Rust name (`full`, `full_unstored`: its [`Described`] lists): fails the build with `renamed`
-/// when the full type stores it under another name, or `unstored` when it never stores it. A
-/// name the full type lacks is left to the derive's type check, which reports it.
+/// Rust name (`full`, `full_unstored`, `full_altered`: its [`Described`] lists): fails the build
+/// with `renamed` when the full type stores it under another name, `unstored` when it never
+/// stores it under its name (`skip`, `skip_serializing`, `flatten`), `sometimes` when it leaves
+/// it out of some children (`skip_serializing_if`) and the preview field cannot read a missing
+/// value (`None` when it can: it is an `Option` or `#[serde(default)]`), or `reformed` when it
+/// stores it through a function (`with`, `serialize_with`) and the preview field reads it as
+/// its plain type (`None` when it has a `with` or `deserialize_with` of its own). A name the
+/// full type lacks is left to the derive's type check, which reports it.
 #[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
 pub const fn preview_bson_name(
     full: &'static [FieldName],
     full_unstored: &'static [(&'static str, &'static str)],
+    full_altered: &'static [(&'static str, &'static str)],
     rust: &'static str,
     bson: &'static str,
     renamed: &'static str,
     unstored: &'static str,
+    sometimes: Option<&'static str>,
+    reformed: Option<&'static str>,
 ) -> &'static str {
     let mut i = 0;
     while i < full.len() {
@@ -163,14 +569,18 @@ pub const fn preview_bson_name(
         }
         i += 1;
     }
-    let mut i = 0;
-    while i < full_unstored.len() {
-        if str_eq(full_unstored[i].0, rust) {
-            panic!("{}", unstored);
-        }
-        i += 1;
+    if serde_key(full_unstored, rust).is_some() {
+        panic!("{}", unstored);
     }
-    bson
+    match (serde_key(full_altered, rust), sometimes, reformed) {
+        (Some(key), Some(message), _) if str_eq(key, "skip_serializing_if") => {
+            panic!("{}", message)
+        }
+        (Some(key), _, Some(message)) if !str_eq(key, "skip_serializing_if") => {
+            panic!("{}", message)
+        }
+        _ => bson,
+    }
 }
 
 /// A preview field's type is its full type's field's: the check `#[derive(Child)]` emits for
@@ -191,20 +601,135 @@ impl<T: ?Sized> PreviewField<T> for T {}
 #[doc(hidden)]
 pub fn assert_preview_field<F: ?Sized, P: PreviewField<F> + ?Sized>(_: &F, _: &P) {}
 
-/// The BSON name of a sort key's field; fails the build with `skip` or `skip_serializing` (the
-/// derive's messages, naming the field) when serde never stores it. Separate from
-/// [`child_field`] so that the derive can place this call, and so the error, at the sort string.
+/// The [`SortValues`] of a sort key: the field of type `T` (inferred) at index `I` of `C`'s
+/// [`Child::FIELDS`]; the bound is the check that the field can be a sort key.
 #[doc(hidden)]
-pub const fn stored_bson_name(
-    field: ChildField,
-    skip: &'static str,
-    skip_serializing: &'static str,
+pub const fn sort_values_at<C, T, const I: usize, const CHILD: bool>() -> SortValues
+where
+    C: FieldOf<T, I, CHILD> + ?Sized,
+    T: SortableField + ?Sized,
+{
+    T::VALUES
+}
+
+/// `bson`, the BSON name of a filtered view's field: the field of type `T` (inferred) at index
+/// `I` of the full child type `C`; the bound is the check that it is a `bool`.
+#[doc(hidden)]
+pub const fn filter_field_at<C, T, const I: usize, const CHILD: bool>(
+    bson: &'static str,
+) -> &'static str
+where
+    C: FieldOf<T, I, CHILD> + ?Sized,
+    T: FilterField + ?Sized,
+{
+    bson
+}
+
+/// `bson`, the BSON name of a summed child field: the field of type `T` (inferred) at index `I`
+/// of the full child type `C`; the bound is the check that the parent field's type `P` (inferred
+/// from the accessor `|parent| &parent.field`) can hold its running sum.
+#[doc(hidden)]
+pub const fn summed_at<X, P, C, T, const I: usize, const CHILD: bool>(
+    _: fn(&X) -> &P,
+    bson: &'static str,
+) -> &'static str
+where
+    P: SumField<T> + ?Sized,
+    C: FieldOf<T, I, CHILD> + ?Sized,
+    T: ?Sized,
+{
+    bson
+}
+
+/// A type in a probe's parameters, without owning one (and `Send`, `Sync` whatever it is).
+type Marker<T> = PhantomData<fn() -> PhantomData<T>>;
+
+/// `SameType::<A, B>::SAME`: whether `A` and `B` are one type. Path resolution prefers an
+/// inherent associated constant to a trait's, but skips an inherent impl that does not apply
+/// (here: whose two parameters are not one type), as `Described` does.
+#[doc(hidden)]
+pub struct SameType<A: ?Sized, B: ?Sized>(Marker<A>, Marker<B>);
+
+impl<T: ?Sized> SameType<T, T> {
+    /// One type.
+    pub const SAME: bool = true;
+}
+
+/// The fallback of [`SameType`].
+#[doc(hidden)]
+pub trait SameTypeFallback {
+    /// Two types.
+    const SAME: bool = false;
+}
+
+impl<A: ?Sized, B: ?Sized> SameTypeFallback for SameType<A, B> {}
+
+/// `collection`, the child collection of a view; fails the build with `message` unless `same`:
+/// whether its element type's [`Child::Full`] is that of an earlier view of the same children
+/// (the same collection and key), which a read through either would decode.
+#[doc(hidden)]
+pub const fn one_child_type(
+    same: bool,
+    message: &'static str,
+    collection: &'static str,
 ) -> &'static str {
-    match field.unstored {
-        None => field.bson,
-        Some(key) if str_eq(key, "skip") => panic!("{}", skip),
-        Some(_) => panic!("{}", skip_serializing),
+    if !same {
+        panic!("{}", message);
     }
+    collection
+}
+
+/// `specs`; fails the build with `message` when `specs[earlier]` and `specs[later]` sort their
+/// children in one order once both are made total as [`SubsetSpec::order`] makes them (the
+/// `_id` tie-breaker appended in the direction of the last key, and nothing after an `_id`
+/// counting, since no two children share one). The derive calls it for views of the same
+/// children with the same `keep` and filter, which would then always hold the same children.
+#[doc(hidden)]
+pub const fn distinct_orders(
+    specs: &'static [SubsetSpec],
+    earlier: usize,
+    later: usize,
+    message: &'static str,
+) -> &'static [SubsetSpec] {
+    let (a, b) = (specs[earlier].sort, specs[later].sort);
+    let (len_a, len_b) = (total_len(a), total_len(b));
+    if len_a != len_b {
+        return specs;
+    }
+    let mut i = 0;
+    while i < len_a {
+        let ((field_a, dir_a), (field_b, dir_b)) = (total_key(a, i), total_key(b, i));
+        if !str_eq(field_a, field_b) || dir_a.as_i32() != dir_b.as_i32() {
+            return specs;
+        }
+        i += 1;
+    }
+    panic!("{}", message)
+}
+
+/// The length of the total order of `sort`: up to its first `_id`, or one more for the `_id`
+/// appended.
+const fn total_len(sort: &[crate::model::SortKey]) -> usize {
+    let mut i = 0;
+    while i < sort.len() {
+        if str_eq(sort[i].field, "_id") {
+            return i + 1;
+        }
+        i += 1;
+    }
+    sort.len() + 1
+}
+
+/// The `i`th key of the total order of `sort` (`i < total_len(sort)`).
+const fn total_key(sort: &[crate::model::SortKey], i: usize) -> (&'static str, Direction) {
+    if i < sort.len() {
+        return (sort[i].field, sort[i].direction);
+    }
+    let last = match sort.last() {
+        Some(key) => key.direction,
+        None => Direction::Asc,
+    };
+    ("_id", last)
 }
 
 const fn str_eq(a: &str, b: &str) -> bool {
@@ -271,6 +796,7 @@ impl_sortable!(
     crate::bson::DateTime => SortValues::DateTime, crate::bson::oid::ObjectId => SortValues::ObjectId,
     crate::bson::Decimal128 => SortValues::Decimal128, crate::bson::Timestamp => SortValues::Timestamp,
     crate::bson::Uuid => SortValues::Uuid,
+    NotAChild => SortValues::Scalar,
 );
 
 macro_rules! impl_marker {
@@ -282,8 +808,8 @@ impl_marker!(CountField: i32, i64, u32, u64);
 /// Types a parent field can have to hold the running sum of a child field of type `C`: an
 /// integer for integer children (the sum stays exact), `f64` for any numeric child.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot hold this running sum",
-    label = "a `sum` adds up a numeric child field into a numeric parent field",
+    message = "a running sum of the child field's `{C}` cannot be kept in the parent field's `{Self}`",
+    label = "a `sum` adds up a required numeric child field (not an `Option`: every child must hold a number there) into a numeric parent field",
     note = "sum a required numeric child field (an integer up to `i64`/`u32`, or `f32`/`f64`) into an `i64` (or `i32`, `u32`) parent field for integers, an `f64` one for floats; mark the parent field `#[serde(default)]`"
 )]
 pub trait SumField<C: ?Sized> {}
@@ -291,6 +817,8 @@ pub trait SumField<C: ?Sized> {}
 macro_rules! impl_sum {
     ($($parent:ty: $($child:ty),*;)*) => { $($(impl SumField<$child> for $parent {})*)* };
 }
+
+impl<P: ?Sized> SumField<NotAChild> for P {}
 
 impl_sum!(
     i32: i8, i16, i32, u8, u16;
@@ -322,6 +850,8 @@ pub trait FilterField {}
 
 impl FilterField for bool {}
 
+impl FilterField for NotAChild {}
+
 /// Compile-time check emitted by the derive for a view's `filter`.
 #[doc(hidden)]
 pub fn assert_filter<T: FilterField + ?Sized>(_: &T) {}
@@ -329,3 +859,178 @@ pub fn assert_filter<T: FilterField + ?Sized>(_: &T) {}
 /// Compile-time check emitted by the derive for the `count` field.
 #[doc(hidden)]
 pub fn assert_count<T: CountField + ?Sized>(_: &T) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{SortKey, TEST_SPEC};
+
+    /// The message a check fails with when called at run time (the test harness captures
+    /// what the panic prints).
+    fn failure(check: impl FnOnce() + std::panic::UnwindSafe) -> String {
+        let payload = std::panic::catch_unwind(check).expect_err("the check passed");
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default()
+    }
+
+    const FIELDS: &[FieldName] = &[
+        FieldName {
+            rust: "id",
+            bson: "_id",
+        },
+        FieldName {
+            rust: "is_verified",
+            bson: "isVerified",
+        },
+        FieldName {
+            rust: "votes",
+            bson: "votes",
+        },
+    ];
+    const UNSTORED: &[(&str, &str)] = &[("cached", "skip")];
+    const ALTERED: &[(&str, &str)] = &[("votes", "skip_serializing_if")];
+
+    fn site(field: &'static str, role: Role) -> Site {
+        Site {
+            field,
+            owner: "Review",
+            full_owner: "Review",
+            role,
+        }
+    }
+
+    fn index(field: &'static str, role: Role) -> usize {
+        let found = field_of(FIELDS, UNSTORED, ALTERED, field);
+        field_index(true, FIELDS, found, site(field, role))
+    }
+
+    #[test]
+    fn fields_are_found_by_rust_name() {
+        assert_eq!(index("is_verified", Role::Sort), 1);
+        let found = field_of(FIELDS, UNSTORED, ALTERED, "is_verified");
+        assert_eq!(
+            stored_bson_name(found, site("is_verified", Role::Sort)),
+            "isVerified"
+        );
+        // Not a child: nothing is reported here.
+        let found = field_of(&[], &[], &[], "nothing");
+        assert_eq!(
+            field_index(false, &[], found, site("nothing", Role::Sum)),
+            0
+        );
+    }
+
+    #[test]
+    fn unknown_names_get_a_suggestion() {
+        assert_eq!(
+            failure(|| {
+                index("isVerified", Role::Filter { equals: true });
+            }),
+            "no field `isVerified` on `Review` (`filter` names its Rust fields): `isVerified` is the serde name of `is_verified`, write `is_verified`"
+        );
+        assert_eq!(
+            failure(|| {
+                index("vote", Role::Sum);
+            }),
+            "no field `vote` on `Review` (`sum` names its Rust fields): did you mean `votes`?"
+        );
+        assert_eq!(
+            failure(|| {
+                index("date", Role::Sort);
+            }),
+            "no field `date` on `Review` (`sort` names its Rust fields): its stored fields are `id`, `is_verified`, `votes`"
+        );
+    }
+
+    #[test]
+    fn fields_stored_sometimes_or_never_are_refused() {
+        let message = failure(|| {
+            index("votes", Role::Filter { equals: false });
+        });
+        assert!(
+            message.starts_with("a filter field must always be stored: `votes` is `#[serde(skip_serializing_if)]` on `Review`")
+                && message.contains("a query for `votes: false` never matches a missing field"),
+            "{message}"
+        );
+        let message = failure(|| {
+            index("cached", Role::Sum);
+        });
+        assert!(
+            message.starts_with("`cached` cannot be summed: it is `#[serde(skip)]` on `Review`, so it is never stored"),
+            "{message}"
+        );
+        // The same message from the descriptor's own lookup (a generic parent's only check).
+        let found = field_of(FIELDS, UNSTORED, ALTERED, "cached");
+        assert_eq!(
+            failure(move || {
+                stored_bson_name(found, site("cached", Role::Sum));
+            }),
+            message
+        );
+    }
+
+    #[test]
+    fn messages_are_cut_when_full() {
+        let long = "x".repeat(MESSAGE_CAP);
+        let message = Message::new().push("start ").push(&long).push("more");
+        assert_eq!(message.text(), "start …");
+        assert_eq!(Message::new().push("a").push("b").text(), "ab");
+    }
+
+    fn with_sort(sort: &'static [SortKey]) -> SubsetSpec {
+        SubsetSpec { sort, ..TEST_SPEC }
+    }
+
+    fn key(field: &'static str, direction: Direction) -> SortKey {
+        SortKey {
+            field,
+            direction,
+            values: SortValues::Scalar,
+        }
+    }
+
+    /// Whether `distinct_orders` takes the two orders for one.
+    fn one_order(a: &'static [SortKey], b: &'static [SortKey]) -> bool {
+        let specs: &'static [SubsetSpec] = Box::leak(Box::new([with_sort(a), with_sort(b)]));
+        std::panic::catch_unwind(|| distinct_orders(specs, 0, 1, "same")).is_err()
+    }
+
+    #[test]
+    fn orders_are_compared_once_total() {
+        use Direction::{Asc, Desc};
+        let leak =
+            |keys: Vec<SortKey>| -> &'static [SortKey] { Box::leak(keys.into_boxed_slice()) };
+        let date = leak(vec![key("date", Desc)]);
+        // The tie-breaker written out, in the direction of the last key: the same order.
+        assert!(one_order(
+            date,
+            leak(vec![key("date", Desc), key("_id", Desc)])
+        ));
+        // In the other direction: another order.
+        assert!(!one_order(
+            date,
+            leak(vec![key("date", Desc), key("_id", Asc)])
+        ));
+        // Nothing after an `_id` counts.
+        assert!(one_order(
+            leak(vec![key("_id", Asc)]),
+            leak(vec![key("_id", Asc), key("date", Desc)])
+        ));
+        assert!(!one_order(date, leak(vec![key("date", Asc)])));
+        assert!(!one_order(
+            date,
+            leak(vec![key("date", Desc), key("rating", Desc)])
+        ));
+    }
+
+    #[test]
+    fn probes() {
+        use crate::checks::SameTypeFallback as _;
+        const {
+            assert!(SameType::<String, String>::SAME && !SameType::<String, i64>::SAME);
+        }
+    }
+}

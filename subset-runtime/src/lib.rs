@@ -84,9 +84,11 @@ pub mod spec {
 pub mod __private {
     pub use crate::bson;
     pub use crate::checks::{
-        assert_count, assert_filter, assert_preview_field, assert_sum, child_field, embed,
-        field_in, full_type, nothing, preview_bson_name, stored_bson_name, ChildField, Described,
-        DescribedFallback,
+        assert_count, assert_filter, assert_preview_field, assert_sum, child_field,
+        distinct_orders, embed, field_in, field_index, field_of, filter_field_at, full_type,
+        nothing, one_child_type, preview_bson_name, sort_values_at, stored_bson_name, summed_at,
+        ChildField, Described, DescribedFallback, FieldOf, FullOf, Message, NotAChild, Role,
+        SameType, SameTypeFallback, Site,
     };
     pub use crate::decode::type_name as bson_type_name;
     pub use crate::engine::driver_error::{InsertFailure, DUPLICATE_KEY};

@@ -62,8 +62,9 @@ pub trait Child: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     /// `#[derive(Child)]` sets it from [`Child::Id`] when that is a [`crate::spec::SortableField`]; the
     /// default admits anything an `_id` can sort by.
     const ID_VALUES: SortValues = SortValues::Id;
-    /// Used by the derives: the fields serde never writes, as (Rust name, serde key: `skip` or
-    /// `skip_serializing`), so that a parent naming one in `sort` fails to build.
+    /// Used by the derives: the fields serde never writes under their own name, as (Rust name,
+    /// serde key: `skip`, `skip_serializing` or `flatten`), so that a parent naming one in
+    /// `sort`, `filter` or `sum` fails to build.
     ///
     /// `#[serde(skip_deserializing)]` fields are not listed: they are stored, so MongoDB sorts by
     /// them, and the engine takes every sort value it needs (cursors, the last embedded child,
@@ -71,6 +72,22 @@ pub trait Child: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     /// reads back as its default changes what the caller sees, not the order or the pages.
     #[doc(hidden)]
     const __UNSTORED: &'static [(&'static str, &'static str)] = &[];
+
+    /// Used by the derives: the fields of [`Child::FIELDS`] that serde stores only sometimes, or
+    /// in another form than their Rust type's, as (Rust name, serde key: `skip_serializing_if`,
+    /// `with` or `serialize_with`), so that a parent sorting, filtering or summing by one fails
+    /// to build: the engine queries and reads these fields in the stored documents.
+    #[doc(hidden)]
+    const __ALTERED: &'static [(&'static str, &'static str)] = &[];
+
+    /// Used by the derives: the type's name, for messages.
+    #[doc(hidden)]
+    const __NAME: &'static str = "the child type";
+
+    /// Used by the derives: `true` in the stub impl `#[derive(Child)]` emits next to its errors,
+    /// whose lists are empty, so that a parent's checks do not report its fields as missing.
+    #[doc(hidden)]
+    const __STUB: bool = false;
 }
 
 /// A field's Rust name and the name it has in BSON after serde's renames.

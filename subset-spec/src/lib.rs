@@ -12,18 +12,21 @@
 //!   engine cannot use;
 //! - [`parse_sums`]: `"parent_field = child_field[, …]"`, the running sums;
 //! - [`parse_filter`]: `"field"` or `"!field"`, a filtered view's `bool` child field;
-//! - [`check_keep`], [`MIN_KEEP`], [`MAX_KEEP`]: how many children may stay embedded.
+//! - [`check_keep`], [`MIN_KEEP`], [`MAX_KEEP`]: how many children may stay embedded;
+//! - [`edit_distance`], [`is_close`]: the name a typo most likely meant, for suggestions.
 
 #![warn(missing_docs)]
 
 mod filter;
 mod keep;
 mod name;
+mod similar;
 mod sort;
 mod sum;
 
 pub use filter::{parse_filter, FilterError, ParsedFilter};
 pub use keep::{check_keep, KeepError, KEEP_RULE, MAX_KEEP, MIN_KEEP};
 pub use name::{check_collection, check_field, check_key, NameError, NameProblem, NameRole};
+pub use similar::{edit_distance, is_close, MAX_MEASURED};
 pub use sort::{parse_sort, Direction, ParsedSort, SortError, SortKey};
 pub use sum::{parse_sums, SumError, SumPair};

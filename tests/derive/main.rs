@@ -7,6 +7,7 @@ mod other_derives;
 mod previews;
 mod rename_all_cases;
 mod renames;
+mod serde_attrs;
 mod single_subset;
 mod sort_skip_deserializing;
 mod sums;

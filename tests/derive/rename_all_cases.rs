@@ -28,6 +28,8 @@ child!(ScreamingKebab, "SCREAMING-KEBAB-CASE");
 struct SerializeSide {
     #[serde(rename = "_id")]
     id: ObjectId,
+    // Read back under its stored name too, as the derive requires.
+    #[serde(alias = "createdAt")]
     created_at: i64,
 }
 

@@ -8,7 +8,8 @@ struct Review {
     #[serde(rename = "_id")]
     id: ObjectId,
     created_at: bson::DateTime,
-    #[serde(rename(serialize = "stars", deserialize = "rating"))]
+    // Stored as `stars`; read back under that name too (as the derive requires), or `rating`.
+    #[serde(rename(serialize = "stars", deserialize = "rating"), alias = "stars")]
     rating: i32,
     r#type: String,
     // Never stored, so never read: it is here for its missing serde name.

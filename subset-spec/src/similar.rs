@@ -1,0 +1,82 @@
+//! Which name a misspelt one most likely meant: the suggestions of the derive's messages, at
+//! expansion (unknown `#[subset]` keys, parent fields) and in constant evaluation (child fields).
+
+/// The longest name [`edit_distance`] measures; longer names are never close to anything.
+pub const MAX_MEASURED: usize = 64;
+
+/// Levenshtein distance between `a` and `b`, by byte (Rust field names and `#[subset]` keys are
+/// ASCII in practice), or `usize::MAX` when `b` is longer than [`MAX_MEASURED`] bytes. A `const
+/// fn`, so that checks running in constant evaluation can suggest names too.
+pub const fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if b.len() > MAX_MEASURED {
+        return usize::MAX;
+    }
+    let mut row = [0_usize; MAX_MEASURED + 1];
+    let mut j = 0;
+    while j <= b.len() {
+        row[j] = j;
+        j += 1;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        let mut j = 0;
+        while j < b.len() {
+            let above = row[j + 1];
+            let replace = diag + if a[i] == b[j] { 0 } else { 1 };
+            let mut best = if above + 1 < replace {
+                above + 1
+            } else {
+                replace
+            };
+            if row[j] + 1 < best {
+                best = row[j] + 1;
+            }
+            row[j + 1] = best;
+            diag = above;
+            j += 1;
+        }
+        i += 1;
+    }
+    row[b.len()]
+}
+
+/// Whether `candidate` is close enough to `typo` to suggest: at most one edit per three bytes of
+/// `typo` (one for a name of up to five bytes), as rustc suggests field names.
+pub const fn is_close(typo: &str, candidate: &str) -> bool {
+    let len = if typo.len() < 3 { 3 } else { typo.len() };
+    edit_distance(typo, candidate) <= len / 3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distances() {
+        assert_eq!(edit_distance("kepp", "keep"), 1);
+        assert_eq!(edit_distance("sort", "sort"), 0);
+        assert_eq!(edit_distance("", "key"), 3);
+        assert_eq!(edit_distance("key", ""), 3);
+        assert_eq!(edit_distance("verifed", "verified"), 1);
+        assert_eq!(edit_distance("isVerified", "is_verified"), 2);
+        assert_eq!(
+            edit_distance("a", &"b".repeat(MAX_MEASURED + 1)),
+            usize::MAX
+        );
+        const D: usize = edit_distance("dat", "date");
+        assert_eq!(D, 1);
+    }
+
+    #[test]
+    fn closeness() {
+        assert!(is_close("dat", "date"));
+        assert!(is_close("verifed", "verified"));
+        assert!(is_close("isVerified", "is_verified"));
+        assert!(!is_close("id", "body"));
+        assert!(!is_close("x", "id"));
+        assert!(!is_close("rating", "date"));
+    }
+}

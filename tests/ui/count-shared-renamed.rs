@@ -1,0 +1,28 @@
+use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
+use subset::{Child, Parent};
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: bson::DateTime,
+}
+
+#[derive(Serialize, Deserialize, Parent)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "reviews", keep = 5, sort = "date desc", count = "total")]
+    recent_reviews: Vec<Review>,
+    #[subset(child = "old_reviews", keep = 5, sort = "date desc", count = "old_total")]
+    old_reviews: Vec<Review>,
+    #[serde(default)]
+    total: i64,
+    // Another Rust field, but stored under the same name as `total`.
+    #[serde(default, rename = "total")]
+    old_total: i64,
+}
+
+fn main() {}

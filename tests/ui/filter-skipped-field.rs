@@ -1,0 +1,23 @@
+use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
+use subset::{Child, Parent};
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: bson::DateTime,
+    #[serde(skip)]
+    verified: bool,
+}
+
+#[derive(Serialize, Deserialize, Parent)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "reviews", keep = 5, sort = "date desc", filter = "verified")]
+    reviews: Vec<Review>,
+}
+
+fn main() {}

@@ -1,0 +1,25 @@
+use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
+use subset::{Child, Parent};
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: bson::DateTime,
+    #[serde(rename = "stars")]
+    rating: i32,
+}
+
+#[derive(Serialize, Deserialize, Parent)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "reviews", keep = 5, sort = "date desc", sum = "rating_total = stars")]
+    reviews: Vec<Review>,
+    #[serde(default)]
+    rating_total: i64,
+}
+
+fn main() {}

@@ -1,0 +1,22 @@
+use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
+use subset::{Child, Parent};
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: bson::DateTime,
+    rating: i32,
+}
+
+#[derive(Serialize, Deserialize, Parent)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "reviews", keep = 5, sort = "date desc", sum = "reviews = rating")]
+    reviews: Vec<Review>,
+}
+
+fn main() {}
