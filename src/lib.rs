@@ -40,5 +40,6 @@ pub mod guide {
     pub mod bson {}
     #[doc = include_str!("../docs/guide/cli.md")]
     pub mod cli {}
-    // serde: which serde attributes are honoured where (docs/guide/serde.md).
+    #[doc = include_str!("../docs/guide/serde.md")]
+    pub mod serde {}
 }
