@@ -167,5 +167,18 @@ async fn a_stores_read_concern_goes_on_every_read_outside_a_transaction() {
         for (name, command) in reads {
             assert_eq!(level(command), expected, "{name}: {command}");
         }
+        // Writes in the store's transactions read their snapshot, not the store's read concern.
+        log.lock().unwrap().clear();
+        reviews
+            .push(&product.id, &Review::at(1))
+            .await
+            .expect("a push from a store with a read concern");
+        let commands = log.lock().unwrap().clone();
+        let first = commands
+            .iter()
+            .find(|(_, c)| c.get_bool("startTransaction") == Ok(true))
+            .map(|(_, c)| c.clone())
+            .expect("a transaction");
+        assert_eq!(level(&first), Some("snapshot"), "{first}");
     }
 }
