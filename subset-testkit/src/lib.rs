@@ -50,7 +50,9 @@
 //! [`Topology::Standalone`] is a standalone server. It runs with a 0.25 GB WiredTiger cache
 //! (the default takes half the machine's memory) and `transactionLifetimeLimitSeconds=20` (the
 //! server's default is 60): a transaction left open by a process a test kills is aborted within
-//! 30 s rather than 90 s. Unix only: processes are stopped with `kill` and watched by `sh`.
+//! 30 s rather than 90 s. Test commands are enabled (`enableTestCommands=1`), so a test can
+//! make the server fail chosen commands with the `failCommand` fail point; scoped to the test's
+//! own client with `appName`, it leaves the other tests sharing the server alone. Unix only: processes are stopped with `kill` and watched by `sh`.
 //!
 //! # Where the server comes from
 //!

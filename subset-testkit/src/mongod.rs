@@ -345,6 +345,9 @@ impl Node {
             // aborts it: after this limit, by a sweep every half limit, so at worst 1.5 times it.
             // The default (60 s) can keep a crash test waiting 90 s.
             .args(["--setParameter", "transactionLifetimeLimitSeconds=20"])
+            // Fail points (`configureFailPoint`), so that tests can make the server fail one
+            // command of their own client (`failCommand` with `appName`) at a chosen step.
+            .args(["--setParameter", "enableTestCommands=1"])
             .stdin(Stdio::null())
             .stdout(stdio)
             .stderr(stderr);

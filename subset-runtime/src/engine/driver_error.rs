@@ -51,6 +51,15 @@ impl InsertFailure {
     }
 }
 
+/// Whether `error` is a write concern error alone: the write was applied, but not as durably
+/// as asked.
+pub(crate) fn is_write_concern(error: &mongodb::error::Error) -> bool {
+    matches!(
+        error.kind.as_ref(),
+        ErrorKind::Write(WriteFailure::WriteConcernError(_))
+    )
+}
+
 /// Server codes for a document over the BSON size limit: an update's result
 /// (`17419`), or a document as written (`10334`, `BSONObjectTooLarge`).
 const TOO_LARGE: [i32; 2] = [17419, 10334];

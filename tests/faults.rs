@@ -1,0 +1,271 @@
+//! Deterministic error paths on one node: the server's `failCommand` fail point (test commands
+//! are on in the test kit's servers) fails one command of this test's own client (`appName`) at
+//! a chosen step of a write: the child's insert, the parent's update, the commit. For each, what
+//! the call returns, what is stored, and that a retry of the same call ends with exactly one copy
+//! of the child, counted once.
+
+mod common;
+
+use bson::oid::ObjectId;
+use bson::{doc, Bson, Document};
+use common::{embedded_ids, Product, Review};
+use mongodb::options::ClientOptions;
+use subset::bson;
+use subset::testkit::{MongoServer, Topology};
+use subset::{Error, Store, WriteMode};
+
+/// A fault: the commands it fails, and how (`failCommand`'s `data` besides the command list).
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// The connection closes before the reply: the outcome is unknown to the client.
+    ClosedConnection,
+    /// A write conflict, labelled transient: the whole transaction may be retried.
+    Transient,
+    /// An error no retry cures (code 2, BadValue).
+    Fatal,
+    /// The write is applied but not acknowledged as durably as asked.
+    WriteConcern,
+}
+
+impl Fault {
+    fn data(self) -> Document {
+        match self {
+            Fault::ClosedConnection => doc! { "closeConnection": true },
+            Fault::Transient => doc! {
+                "errorCode": 112,
+                "errorLabels": ["TransientTransactionError"],
+            },
+            Fault::Fatal => doc! { "errorCode": 2 },
+            Fault::WriteConcern => doc! {
+                "writeConcernError": { "code": 64, "codeName": "WriteConcernFailed", "errmsg": "injected" },
+            },
+        }
+    }
+}
+
+/// A store on a fresh database of the shared replica set, on a client of its own named `app`,
+/// and the admin handle that sets fail points.
+async fn faulty(app: &str, mode: WriteMode) -> (Store<Product>, mongodb::Database) {
+    let server = MongoServer::shared(Topology::ReplicaSet)
+        .await
+        .expect("start the test mongod");
+    let name = server.database().await.unwrap().name().to_owned();
+    let mut options = ClientOptions::parse(server.uri()).await.unwrap();
+    options.app_name = Some(app.to_owned());
+    let client = mongodb::Client::with_options(options).unwrap();
+    let admin = client.database("admin");
+    (Store::new(&client.database(&name)).with_mode(mode), admin)
+}
+
+/// Fails the next `command` of `app`'s client with `fault`, once.
+async fn arm(admin: &mongodb::Database, app: &str, command: &str, fault: Fault) {
+    let mut data = fault.data();
+    data.insert("failCommands", vec![command]);
+    data.insert("appName", app);
+    admin
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 1 },
+            "data": data,
+        })
+        .await
+        .expect("failCommand (test commands on)");
+}
+
+async fn disarm(admin: &mongodb::Database) {
+    admin
+        .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
+        .await
+        .unwrap();
+}
+
+/// (copies of the child in the collection, its copies embedded, the stored count).
+async fn stored(store: &Store<Product>, product: &ObjectId, child: &ObjectId) -> (u64, usize, i64) {
+    let db = store.database();
+    let copies = db
+        .collection::<Document>("reviews")
+        .count_documents(doc! { "_id": child })
+        .await
+        .unwrap();
+    let embedded = embedded_ids(store, "recent_reviews", &Bson::ObjectId(*product))
+        .await
+        .iter()
+        .filter(|id| **id == Bson::ObjectId(*child))
+        .count();
+    let count = db
+        .collection::<Document>("products")
+        .find_one(doc! { "_id": product })
+        .await
+        .unwrap()
+        .and_then(|p| p.get("total_reviews").cloned())
+        .map_or(-1, |c| match c {
+            Bson::Int32(n) => i64::from(n),
+            Bson::Int64(n) => n,
+            _ => -2,
+        });
+    (copies, embedded, count)
+}
+
+/// One push under one fault at one step: what it returned, then the state after a retry of the
+/// same call, which must be one copy, embedded once, counted once.
+async fn push_under(mode: WriteMode, command: &str, fault: Fault) -> String {
+    let app = format!("faults-{}", ObjectId::new().to_hex());
+    let (store, admin) = faulty(&app, mode).await;
+    let product = Product::named("faults");
+    store.insert(&product).await.unwrap();
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let review = Review::at(1);
+    arm(&admin, &app, command, fault).await;
+    let first = reviews.push(&product.id, &review).await;
+    disarm(&admin).await;
+    let outcome = outcome(&first);
+    let after_first = stored(&store, &product.id, &review.id).await;
+    // The retry a caller makes when it got an error, or does anyway (an idempotent push).
+    reviews.push(&product.id, &review).await.unwrap();
+    let after_retry = stored(&store, &product.id, &review.id).await;
+    assert_eq!(
+        after_retry,
+        (1, 1, 1),
+        "{mode:?} {command} {fault:?}: first call {outcome}, then {after_first:?}; after a retry: one copy, embedded once, counted once"
+    );
+    if first.is_ok() {
+        assert_eq!(
+            after_first,
+            (1, 1, 1),
+            "{mode:?} {command} {fault:?}: acknowledged is whole"
+        );
+    }
+    if matches!(mode, WriteMode::Transactional) && first.is_err() {
+        assert_eq!(
+            after_first,
+            (0, 0, 0),
+            "{mode:?} {command} {fault:?}: a failed transaction leaves nothing"
+        );
+    }
+    format!("{mode:?} {command} {fault:?}: {outcome}; then {after_first:?}")
+}
+
+/// One remove under one fault at one step, of one of two children: what it returned, then the
+/// state after a retry (which may find the child gone: `ChildNotFound`), which must be the other
+/// child alone, embedded and counted.
+async fn remove_under(mode: WriteMode, command: &str, fault: Fault) -> String {
+    let app = format!("faults-{}", ObjectId::new().to_hex());
+    let (store, admin) = faulty(&app, mode).await;
+    let product = Product::named("faults");
+    store.insert(&product).await.unwrap();
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let (gone, kept) = (Review::at(1), Review::at(2));
+    reviews
+        .push_many(&product.id, &[gone.clone(), kept.clone()])
+        .await
+        .unwrap();
+    arm(&admin, &app, command, fault).await;
+    let first = reviews.remove(&product.id, &gone.id).await;
+    disarm(&admin).await;
+    let outcome = outcome(&first);
+    let after_first = stored(&store, &product.id, &gone.id).await;
+    match reviews.remove(&product.id, &gone.id).await {
+        Ok(()) | Err(Error::ChildNotFound { .. }) => {}
+        Err(other) => panic!("{mode:?} {command} {fault:?}: the retry failed: {other:?}"),
+    }
+    assert_eq!(
+        stored(&store, &product.id, &gone.id).await,
+        (0, 0, 1),
+        "{mode:?} {command} {fault:?}: first call {outcome}, then {after_first:?}; after a retry: gone everywhere, the other one counted"
+    );
+    assert_eq!(stored(&store, &product.id, &kept.id).await, (1, 1, 1));
+    format!("remove: {mode:?} {command} {fault:?}: {outcome}; then {after_first:?}")
+}
+
+fn outcome(result: &subset::Result<()>) -> String {
+    match result {
+        Ok(()) => "ok".to_owned(),
+        Err(Error::Mongo { source, .. }) => format!("Mongo({:?})", source.kind)
+            .chars()
+            .take(60)
+            .collect(),
+        Err(other) => format!("{other:?}").chars().take(60).collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_remove_under_each_fault_at_each_step_ends_with_the_child_gone_once() {
+    let mut outcomes = Vec::new();
+    for (mode, commands) in [
+        (
+            WriteMode::Transactional,
+            &["findAndModify", "update", "commitTransaction"][..],
+        ),
+        (WriteMode::Ordered, &["findAndModify", "update"][..]),
+    ] {
+        for command in commands {
+            for fault in [
+                Fault::ClosedConnection,
+                Fault::Transient,
+                Fault::Fatal,
+                Fault::WriteConcern,
+            ] {
+                outcomes.push(remove_under(mode, command, fault).await);
+            }
+        }
+    }
+    for outcome in &outcomes {
+        println!("{outcome}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_under_each_fault_at_each_step_ends_in_one_copy_counted_once() {
+    let mut outcomes = Vec::new();
+    for (mode, commands) in [
+        (
+            WriteMode::Transactional,
+            &["insert", "update", "commitTransaction"][..],
+        ),
+        (WriteMode::Ordered, &["insert", "update"][..]),
+    ] {
+        for command in commands {
+            for fault in [
+                Fault::ClosedConnection,
+                Fault::Transient,
+                Fault::Fatal,
+                Fault::WriteConcern,
+            ] {
+                outcomes.push(push_under(mode, command, fault).await);
+            }
+        }
+    }
+    for outcome in &outcomes {
+        println!("{outcome}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retried_ordered_remove_finishes_one_cut_off_after_the_child_collection() {
+    let app = format!("faults-{}", ObjectId::new().to_hex());
+    let (store, _) = faulty(&app, WriteMode::Ordered).await;
+    let product = Product::named("cut off");
+    store.insert(&product).await.unwrap();
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let (gone, kept) = (Review::at(1), Review::at(2));
+    reviews
+        .push_many(&product.id, &[gone.clone(), kept.clone()])
+        .await
+        .unwrap();
+    // The first attempt deleted the child and was cut off before the parent.
+    store
+        .database()
+        .collection::<Document>("reviews")
+        .delete_one(doc! { "_id": gone.id })
+        .await
+        .unwrap();
+    assert_eq!(stored(&store, &product.id, &gone.id).await, (0, 1, 2));
+    reviews.remove(&product.id, &gone.id).await.unwrap();
+    assert_eq!(stored(&store, &product.id, &gone.id).await, (0, 0, 1));
+    // Once finished, the same call finds nothing to remove.
+    let again = reviews.remove(&product.id, &gone.id).await;
+    assert!(
+        matches!(again, Err(Error::ChildNotFound { .. })),
+        "{again:?}"
+    );
+}
