@@ -214,6 +214,67 @@ async fn a_remove_under_each_fault_at_each_step_ends_with_the_child_gone_once() 
     }
 }
 
+/// One update (a replacement that moves the child to the head) under one fault at one step:
+/// after a retry, the child is stored once, as replaced, and embedded first.
+async fn update_under(mode: WriteMode, command: &str, fault: Fault) -> String {
+    let app = format!("faults-{}", ObjectId::new().to_hex());
+    let (store, admin) = faulty(&app, mode).await;
+    let product = Product::named("faults");
+    store.insert(&product).await.unwrap();
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let (moved, other) = (Review::at(1), Review::at(2));
+    reviews
+        .push_many(&product.id, &[moved.clone(), other.clone()])
+        .await
+        .unwrap();
+    let mut replaced = moved.clone();
+    replaced.date = bson::DateTime::from_millis(3);
+    replaced.author = "edited".into();
+    arm(&admin, &app, command, fault).await;
+    let first = reviews.update(&product.id, &replaced).await;
+    disarm(&admin).await;
+    let outcome = outcome(&first);
+    let after_first = stored(&store, &product.id, &moved.id).await;
+    reviews.update(&product.id, &replaced).await.unwrap();
+    assert_eq!(
+        stored(&store, &product.id, &moved.id).await,
+        (1, 1, 2),
+        "{mode:?} {command} {fault:?}: first call {outcome}, then {after_first:?}"
+    );
+    let got = store.get(&product.id).await.unwrap().unwrap();
+    assert_eq!(
+        got.recent_reviews[0], replaced,
+        "{mode:?} {command} {fault:?}: re-ranked"
+    );
+    format!("update: {mode:?} {command} {fault:?}: {outcome}; then {after_first:?}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_update_under_each_fault_at_each_step_ends_replaced_once() {
+    let mut outcomes = Vec::new();
+    for (mode, commands) in [
+        (
+            WriteMode::Transactional,
+            &["findAndModify", "update", "commitTransaction"][..],
+        ),
+        (WriteMode::Ordered, &["findAndModify", "update"][..]),
+    ] {
+        for command in commands {
+            for fault in [
+                Fault::ClosedConnection,
+                Fault::Transient,
+                Fault::Fatal,
+                Fault::WriteConcern,
+            ] {
+                outcomes.push(update_under(mode, command, fault).await);
+            }
+        }
+    }
+    for outcome in &outcomes {
+        println!("{outcome}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_push_under_each_fault_at_each_step_ends_in_one_copy_counted_once() {
     let mut outcomes = Vec::new();
