@@ -57,6 +57,11 @@ async fn faulty(app: &str, mode: WriteMode) -> (Store<Product>, mongodb::Databas
     (Store::new(&client.database(&name)).with_mode(mode), admin)
 }
 
+/// `failCommand` is one fail point per server: the cases of this binary, whose tests run on
+/// parallel threads, take turns with it (other binaries have servers of their own, and an
+/// external server's other clients are left alone by `appName`).
+static FAIL_POINT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Fails the next `command` of `app`'s client with `fault`, once.
 async fn arm(admin: &mongodb::Database, app: &str, command: &str, fault: Fault) {
     let mut data = fault.data();
@@ -109,6 +114,7 @@ async fn stored(store: &Store<Product>, product: &ObjectId, child: &ObjectId) ->
 /// One push under one fault at one step: what it returned, then the state after a retry of the
 /// same call, which must be one copy, embedded once, counted once.
 async fn push_under(mode: WriteMode, command: &str, fault: Fault) -> String {
+    let _turn = FAIL_POINT.lock().await;
     let app = format!("faults-{}", ObjectId::new().to_hex());
     let (store, admin) = faulty(&app, mode).await;
     let product = Product::named("faults");
@@ -118,6 +124,7 @@ async fn push_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     arm(&admin, &app, command, fault).await;
     let first = reviews.push(&product.id, &review).await;
     disarm(&admin).await;
+    assert_fired(&first, fault, mode, command);
     let outcome = outcome(&first);
     let after_first = stored(&store, &product.id, &review.id).await;
     // The retry a caller makes when it got an error, or does anyway (an idempotent push).
@@ -149,6 +156,7 @@ async fn push_under(mode: WriteMode, command: &str, fault: Fault) -> String {
 /// state after a retry (which may find the child gone: `ChildNotFound`), which must be the other
 /// child alone, embedded and counted.
 async fn remove_under(mode: WriteMode, command: &str, fault: Fault) -> String {
+    let _turn = FAIL_POINT.lock().await;
     let app = format!("faults-{}", ObjectId::new().to_hex());
     let (store, admin) = faulty(&app, mode).await;
     let product = Product::named("faults");
@@ -162,6 +170,7 @@ async fn remove_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     arm(&admin, &app, command, fault).await;
     let first = reviews.remove(&product.id, &gone.id).await;
     disarm(&admin).await;
+    assert_fired(&first, fault, mode, command);
     let outcome = outcome(&first);
     let after_first = stored(&store, &product.id, &gone.id).await;
     match reviews.remove(&product.id, &gone.id).await {
@@ -175,6 +184,16 @@ async fn remove_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     );
     assert_eq!(stored(&store, &product.id, &kept.id).await, (1, 1, 1));
     format!("remove: {mode:?} {command} {fault:?}: {outcome}; then {after_first:?}")
+}
+
+/// An error no retry cures reaches the caller: that the fail point fired at this step.
+fn assert_fired(first: &subset::Result<()>, fault: Fault, mode: WriteMode, command: &str) {
+    if matches!(fault, Fault::Fatal) {
+        assert!(
+            first.is_err(),
+            "{mode:?} {command}: the fatal fault did not fire"
+        );
+    }
 }
 
 fn outcome(result: &subset::Result<()>) -> String {
@@ -217,6 +236,7 @@ async fn a_remove_under_each_fault_at_each_step_ends_with_the_child_gone_once() 
 /// One update (a replacement that moves the child to the head) under one fault at one step:
 /// after a retry, the child is stored once, as replaced, and embedded first.
 async fn update_under(mode: WriteMode, command: &str, fault: Fault) -> String {
+    let _turn = FAIL_POINT.lock().await;
     let app = format!("faults-{}", ObjectId::new().to_hex());
     let (store, admin) = faulty(&app, mode).await;
     let product = Product::named("faults");
@@ -233,6 +253,7 @@ async fn update_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     arm(&admin, &app, command, fault).await;
     let first = reviews.update(&product.id, &replaced).await;
     disarm(&admin).await;
+    assert_fired(&first, fault, mode, command);
     let outcome = outcome(&first);
     let after_first = stored(&store, &product.id, &moved.id).await;
     reviews.update(&product.id, &replaced).await.unwrap();
