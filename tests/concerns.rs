@@ -52,6 +52,14 @@ fn taken(log: &Log, name: &str) -> Vec<Document> {
     found
 }
 
+/// The recorded command that started a transaction (its first command).
+fn started_transaction(log: &Log) -> Option<Document> {
+    let log = log.lock().unwrap();
+    log.iter()
+        .find(|(_, c)| c.get_bool("startTransaction") == Ok(true))
+        .map(|(_, c)| c.clone())
+}
+
 fn level(command: &Document) -> Option<&str> {
     command
         .get_document("readConcern")
@@ -80,13 +88,8 @@ async fn the_librarys_transactions_set_their_own_concerns() {
         .push(&product.id, &Review::at(1))
         .await
         .unwrap();
-    let commands = log.lock().unwrap().clone();
     // The transaction's first command starts it with a snapshot read concern.
-    let first = commands
-        .iter()
-        .find(|(_, c)| c.get_bool("startTransaction") == Ok(true))
-        .map(|(_, c)| c.clone())
-        .expect("a transaction");
+    let first = started_transaction(&log).expect("a transaction");
     assert_eq!(level(&first), Some("snapshot"), "{first}");
     let commit = taken(&log, "commitTransaction");
     assert_eq!(commit.len(), 1);
@@ -129,12 +132,7 @@ async fn a_callers_transaction_keeps_the_callers_concerns() {
         .await
         .unwrap();
     session.commit_transaction().await.unwrap();
-    let commands = log.lock().unwrap().clone();
-    let first = commands
-        .iter()
-        .find(|(_, c)| c.get_bool("startTransaction") == Ok(true))
-        .map(|(_, c)| c.clone())
-        .expect("the caller's transaction");
+    let first = started_transaction(&log).expect("the caller's transaction");
     assert_eq!(level(&first), Some("local"), "{first}");
 }
 
@@ -173,12 +171,7 @@ async fn a_stores_read_concern_goes_on_every_read_outside_a_transaction() {
             .push(&product.id, &Review::at(1))
             .await
             .expect("a push from a store with a read concern");
-        let commands = log.lock().unwrap().clone();
-        let first = commands
-            .iter()
-            .find(|(_, c)| c.get_bool("startTransaction") == Ok(true))
-            .map(|(_, c)| c.clone())
-            .expect("a transaction");
+        let first = started_transaction(&log).expect("a transaction");
         assert_eq!(level(&first), Some("snapshot"), "{first}");
     }
 }

@@ -186,6 +186,28 @@ async fn remove_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     format!("remove: {mode:?} {command} {fault:?}: {outcome}; then {after_first:?}")
 }
 
+/// Every case of a write whose child collection step is `child_write`: each fault at that step,
+/// at the parent's update and, in a transaction, at the commit; in both write modes.
+fn cases(child_write: &'static str) -> Vec<(WriteMode, &'static str, Fault)> {
+    let steps = [
+        (WriteMode::Transactional, child_write),
+        (WriteMode::Transactional, "update"),
+        (WriteMode::Transactional, "commitTransaction"),
+        (WriteMode::Ordered, child_write),
+        (WriteMode::Ordered, "update"),
+    ];
+    let faults = [
+        Fault::ClosedConnection,
+        Fault::Transient,
+        Fault::Fatal,
+        Fault::WriteConcern,
+    ];
+    steps
+        .into_iter()
+        .flat_map(|(mode, command)| faults.map(|fault| (mode, command, fault)))
+        .collect()
+}
+
 /// An error no retry cures reaches the caller: that the fail point fired at this step.
 fn assert_fired(first: &subset::Result<()>, fault: Fault, mode: WriteMode, command: &str) {
     if matches!(fault, Fault::Fatal) {
@@ -209,27 +231,8 @@ fn outcome(result: &subset::Result<()>) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_remove_under_each_fault_at_each_step_ends_with_the_child_gone_once() {
-    let mut outcomes = Vec::new();
-    for (mode, commands) in [
-        (
-            WriteMode::Transactional,
-            &["findAndModify", "update", "commitTransaction"][..],
-        ),
-        (WriteMode::Ordered, &["findAndModify", "update"][..]),
-    ] {
-        for command in commands {
-            for fault in [
-                Fault::ClosedConnection,
-                Fault::Transient,
-                Fault::Fatal,
-                Fault::WriteConcern,
-            ] {
-                outcomes.push(remove_under(mode, command, fault).await);
-            }
-        }
-    }
-    for outcome in &outcomes {
-        println!("{outcome}");
+    for (mode, command, fault) in cases("findAndModify") {
+        println!("{}", remove_under(mode, command, fault).await);
     }
 }
 
@@ -272,53 +275,15 @@ async fn update_under(mode: WriteMode, command: &str, fault: Fault) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_update_under_each_fault_at_each_step_ends_replaced_once() {
-    let mut outcomes = Vec::new();
-    for (mode, commands) in [
-        (
-            WriteMode::Transactional,
-            &["findAndModify", "update", "commitTransaction"][..],
-        ),
-        (WriteMode::Ordered, &["findAndModify", "update"][..]),
-    ] {
-        for command in commands {
-            for fault in [
-                Fault::ClosedConnection,
-                Fault::Transient,
-                Fault::Fatal,
-                Fault::WriteConcern,
-            ] {
-                outcomes.push(update_under(mode, command, fault).await);
-            }
-        }
-    }
-    for outcome in &outcomes {
-        println!("{outcome}");
+    for (mode, command, fault) in cases("findAndModify") {
+        println!("{}", update_under(mode, command, fault).await);
     }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_push_under_each_fault_at_each_step_ends_in_one_copy_counted_once() {
-    let mut outcomes = Vec::new();
-    for (mode, commands) in [
-        (
-            WriteMode::Transactional,
-            &["insert", "update", "commitTransaction"][..],
-        ),
-        (WriteMode::Ordered, &["insert", "update"][..]),
-    ] {
-        for command in commands {
-            for fault in [
-                Fault::ClosedConnection,
-                Fault::Transient,
-                Fault::Fatal,
-                Fault::WriteConcern,
-            ] {
-                outcomes.push(push_under(mode, command, fault).await);
-            }
-        }
-    }
-    for outcome in &outcomes {
-        println!("{outcome}");
+    for (mode, command, fault) in cases("insert") {
+        println!("{}", push_under(mode, command, fault).await);
     }
 }
 
