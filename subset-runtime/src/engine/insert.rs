@@ -5,7 +5,7 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
-use super::{query, RawStore};
+use super::{driver_error, query, RawStore};
 use crate::action::Action;
 use crate::error::{Error, Result};
 
@@ -105,14 +105,20 @@ impl Steps for InsertSteps<'_> {
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         // A duplicate parent fails here, before anything else is written.
         let parents = self.store.parents::<Document>();
-        ctx.run(parents.insert_one(self.parent))
-            .await
-            .map_err(|e| self.store.mongo(e))?;
+        let concern = match ctx.run(parents.insert_one(self.parent)).await {
+            Ok(_) => None,
+            // Applied, but not as durably as asked: the children and subsets go on, and the
+            // error is reported after, as an ordered push reports it; stopping here would leave
+            // a parent whose children were never written, and its retry a duplicate.
+            Err(e) if !ctx.atomic() && driver_error::is_write_concern(&e) => Some(e),
+            Err(e) => return Err(self.store.mongo(e)),
+        };
         let written = self.write_children(ctx).await;
         if written.is_err() && !ctx.atomic() {
             self.undo(ctx).await;
         }
-        written
+        written?;
+        concern.map_or(Ok(()), |e| Err(self.store.mongo(e)))
     }
 }
 
