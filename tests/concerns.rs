@@ -56,7 +56,7 @@ fn taken(log: &Log, name: &str) -> Vec<Document> {
 fn started_transaction(log: &Log) -> Option<Document> {
     let log = log.lock().unwrap();
     log.iter()
-        .find(|(_, c)| c.get_bool("startTransaction") == Ok(true))
+        .find(|(_, c)| matches!(c.get_bool("startTransaction"), Ok(true)))
         .map(|(_, c)| c.clone())
 }
 

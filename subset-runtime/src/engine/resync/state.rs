@@ -106,7 +106,7 @@ mod tests {
     use crate::spec::SpecBuilder;
 
     fn raw(d: Document) -> RawDocumentBuf {
-        RawDocumentBuf::from_document(&d).expect("a document")
+        RawDocumentBuf::try_from(&d).expect("a document")
     }
 
     #[test]
