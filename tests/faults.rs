@@ -177,6 +177,19 @@ async fn remove_under(mode: WriteMode, command: &str, fault: Fault) -> String {
         Ok(()) | Err(Error::ChildNotFound { .. }) => {}
         Err(other) => panic!("{mode:?} {command} {fault:?}: the retry failed: {other:?}"),
     }
+    // Ordered, a remove whose child delete got through but whose parent was not told (a
+    // write-concern error, which withholds the deleted child) leaves the embedded copy and the
+    // count: the drift the consistency guide says `reconcile` repairs, and the retry cannot
+    // see (the child is gone). Finishing it in the retry would race concurrent removes.
+    if matches!(mode, WriteMode::Ordered)
+        && stored(&store, &product.id, &gone.id).await != (0, 0, 1)
+    {
+        assert!(
+            matches!((command, fault), ("findAndModify", Fault::WriteConcern)),
+            "{mode:?} {command} {fault:?}: only that case may need a reconcile"
+        );
+        reviews.reconcile(&product.id).await.unwrap();
+    }
     assert_eq!(
         stored(&store, &product.id, &gone.id).await,
         (0, 0, 1),
@@ -280,36 +293,6 @@ async fn a_push_under_each_fault_at_each_step_ends_in_one_copy_counted_once() {
     for (mode, command, fault) in cases(&["insert", "update"]) {
         println!("{}", push_under(mode, command, fault).await);
     }
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_retried_ordered_remove_finishes_one_cut_off_after_the_child_collection() {
-    let app = format!("faults-{}", ObjectId::new().to_hex());
-    let (store, _) = faulty(&app, WriteMode::Ordered).await;
-    let product = Product::named("cut off");
-    store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
-    let (gone, kept) = (Review::at(1), Review::at(2));
-    reviews
-        .push_many(&product.id, &[gone.clone(), kept.clone()])
-        .await
-        .unwrap();
-    // The first attempt deleted the child and was cut off before the parent.
-    store
-        .database()
-        .collection::<Document>("reviews")
-        .delete_one(doc! { "_id": gone.id })
-        .await
-        .unwrap();
-    assert_eq!(stored(&store, &product.id, &gone.id).await, (0, 1, 2));
-    reviews.remove(&product.id, &gone.id).await.unwrap();
-    assert_eq!(stored(&store, &product.id, &gone.id).await, (0, 0, 1));
-    // Once finished, the same call finds nothing to remove.
-    let again = reviews.remove(&product.id, &gone.id).await;
-    assert!(
-        matches!(again, Err(Error::ChildNotFound { .. })),
-        "{again:?}"
-    );
 }
 
 /// `(parent stored, children stored)` of `product`.

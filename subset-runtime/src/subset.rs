@@ -220,9 +220,8 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// every view of these children.
     ///
     /// One transaction on a replica set. On a standalone server the child is deleted first, so
-    /// a crash can leave its embedded copy behind, which [`Subset::reconcile`] removes, or a
-    /// retry of the same remove (it finishes the removal from the parent); it can never lose
-    /// another child.
+    /// a crash can leave its embedded copy behind, which [`Subset::reconcile`] removes; it can
+    /// never lose another child.
     ///
     /// # Errors
     ///

@@ -83,34 +83,6 @@ impl RawSubset<'_> {
     }
 }
 
-impl ChildSteps<'_, '_> {
-    /// Every view recomputed from the child collection, its count and sums recounted.
-    async fn recount(&self, ctx: &mut Ctx<'_>) -> Result<()> {
-        for view in self.subset.views() {
-            view.resync(ctx, self.parent, &CountFix::Recount, true)
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// Whether some view of the parent still embeds the child.
-    async fn still_embedded(&self, ctx: &mut Ctx<'_>) -> Result<bool> {
-        let store = self.subset.store();
-        let embeds: Vec<crate::bson::Bson> = self
-            .subset
-            .view_specs()
-            .iter()
-            .map(|v| doc! { format!("{}._id", v.field): self.child.clone() }.into())
-            .collect();
-        let parents = store.parents::<Document>();
-        let find = parents
-            .find_one(doc! { "_id": self.parent.clone(), "$or": embeds })
-            .projection(doc! { "_id": 1 });
-        let found = ctx.run(find).await.map_err(|e| store.mongo(e))?;
-        Ok(found.is_some())
-    }
-}
-
 /// [`RawSubset::remove`] (no replacement) or [`RawSubset::update`].
 struct ChildSteps<'s, 'a> {
     subset: &'s RawSubset<'a>,
@@ -132,24 +104,7 @@ impl Steps for ChildSteps<'_, '_> {
             None => ctx.run(children.find_one_and_delete(filter)).await,
             Some(stored) => ctx.run(children.find_one_and_replace(filter, stored)).await,
         };
-        let before = match before {
-            Ok(before) => before,
-            // Applied, but not as durably as asked: the child as it was is not returned, so the
-            // views are recounted from the collection rather than moved by its values; then the
-            // error is reported, as an ordered push reports it.
-            Err(e) if !ctx.atomic() && driver_error::is_write_concern(&e) => {
-                self.recount(ctx).await?;
-                return Err(s.mongo_child(e));
-            }
-            Err(e) => return Err(s.mongo_child(e)),
-        };
-        let Some(before) = before else {
-            // Outside a transaction, an earlier attempt of this very call may have changed the
-            // child collection and been cut off before the parent: finish it, so that a retry
-            // ends where one call would have.
-            if !ctx.atomic() && self.replacement.is_none() && self.still_embedded(ctx).await? {
-                return self.recount(ctx).await;
-            }
+        let Some(before) = before.map_err(|e| s.mongo_child(e))? else {
             return Err(Error::ChildNotFound {
                 collection: spec.child_collection.to_owned(),
                 parent: Box::new(self.parent.clone()),
