@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::future::IntoFuture;
+
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 use common::{embedded_ids, Product, Review};
@@ -43,45 +45,71 @@ impl Fault {
     }
 }
 
-/// A store on a fresh database of the shared replica set, on a client of its own named `app`,
-/// and the admin handle that sets fail points.
-async fn faulty(app: &str, mode: WriteMode) -> (Store<Product>, mongodb::Database) {
-    let server = MongoServer::shared(Topology::ReplicaSet)
-        .await
-        .expect("start the test mongod");
-    let name = server.database().await.unwrap().name().to_owned();
-    let mut options = ClientOptions::parse(server.uri()).await.unwrap();
-    options.app_name = Some(app.to_owned());
-    let client = mongodb::Client::with_options(options).unwrap();
-    let admin = client.database("admin");
-    (Store::new(&client.database(&name)).with_mode(mode), admin)
-}
-
 /// `failCommand` is one fail point per server: the cases of this binary, whose tests run on
 /// parallel threads, take turns with it (other binaries have servers of their own, and an
 /// external server's other clients are left alone by `appName`).
 static FAIL_POINT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Fails the next `command` of `app`'s client with `fault`, once.
-async fn arm(admin: &mongodb::Database, app: &str, command: &str, fault: Fault) {
-    let mut data = fault.data();
-    data.insert("failCommands", vec![command]);
-    data.insert("appName", app);
-    admin
-        .run_command(doc! {
-            "configureFailPoint": "failCommand",
-            "mode": { "times": 1 },
-            "data": data,
-        })
-        .await
-        .expect("failCommand (test commands on)");
+/// The server's `failCommand` fail point, held for one case: armed for one command of this
+/// case's own client (its `appName`).
+struct FailPoint {
+    admin: mongodb::Database,
+    app: String,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
-async fn disarm(admin: &mongodb::Database) {
-    admin
-        .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
+impl FailPoint {
+    /// Runs `call` with `command` failing once under `fault`, and checks that a fatal fault
+    /// reached the caller (that the fail point fired).
+    async fn once<T>(
+        &self,
+        (mode, command, fault): (WriteMode, &str, Fault),
+        call: impl IntoFuture<Output = subset::Result<T>>,
+    ) -> subset::Result<T> {
+        let mut data = fault.data();
+        data.insert("failCommands", vec![command]);
+        data.insert("appName", self.app.as_str());
+        self.configure(doc! { "mode": { "times": 1 }, "data": data })
+            .await;
+        let result = call.await;
+        self.configure(doc! { "mode": "off" }).await;
+        if matches!(fault, Fault::Fatal) {
+            assert!(
+                result.is_err(),
+                "{mode:?} {command}: the fatal fault did not fire"
+            );
+        }
+        result
+    }
+
+    async fn configure(&self, setting: Document) {
+        let mut command = doc! { "configureFailPoint": "failCommand" };
+        command.extend(setting);
+        self.admin
+            .run_command(command)
+            .await
+            .expect("failCommand (test commands on)");
+    }
+}
+
+/// A store in `mode` on a fresh database of the shared replica set, on a client of its own
+/// (named for `appName`), and the fail point for it, held until the case ends.
+async fn faulty(mode: WriteMode) -> (Store<Product>, FailPoint) {
+    let turn = FAIL_POINT.lock().await;
+    let app = format!("faults-{}", ObjectId::new().to_hex());
+    let server = MongoServer::shared(Topology::ReplicaSet)
         .await
-        .unwrap();
+        .expect("start the test mongod");
+    let name = server.database().await.unwrap().name().to_owned();
+    let mut options = ClientOptions::parse(server.uri()).await.unwrap();
+    options.app_name = Some(app.clone());
+    let client = mongodb::Client::with_options(options).unwrap();
+    let point = FailPoint {
+        admin: client.database("admin"),
+        app,
+        _turn: turn,
+    };
+    (Store::new(&client.database(&name)).with_mode(mode), point)
 }
 
 /// (copies of the child in the collection, its copies embedded, the stored count).
@@ -114,17 +142,14 @@ async fn stored(store: &Store<Product>, product: &ObjectId, child: &ObjectId) ->
 /// One push under one fault at one step: what it returned, then the state after a retry of the
 /// same call, which must be one copy, embedded once, counted once.
 async fn push_under(mode: WriteMode, command: &str, fault: Fault) -> String {
-    let _turn = FAIL_POINT.lock().await;
-    let app = format!("faults-{}", ObjectId::new().to_hex());
-    let (store, admin) = faulty(&app, mode).await;
+    let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
     let reviews = store.subset(Product::RECENT_REVIEWS);
     let review = Review::at(1);
-    arm(&admin, &app, command, fault).await;
-    let first = reviews.push(&product.id, &review).await;
-    disarm(&admin).await;
-    assert_fired(&first, fault, mode, command);
+    let first = point
+        .once((mode, command, fault), reviews.push(&product.id, &review))
+        .await;
     let outcome = outcome(&first);
     let after_first = stored(&store, &product.id, &review.id).await;
     // The retry a caller makes when it got an error, or does anyway (an idempotent push).
@@ -156,9 +181,7 @@ async fn push_under(mode: WriteMode, command: &str, fault: Fault) -> String {
 /// state after a retry (which may find the child gone: `ChildNotFound`), which must be the other
 /// child alone, embedded and counted.
 async fn remove_under(mode: WriteMode, command: &str, fault: Fault) -> String {
-    let _turn = FAIL_POINT.lock().await;
-    let app = format!("faults-{}", ObjectId::new().to_hex());
-    let (store, admin) = faulty(&app, mode).await;
+    let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
     let reviews = store.subset(Product::RECENT_REVIEWS);
@@ -167,10 +190,12 @@ async fn remove_under(mode: WriteMode, command: &str, fault: Fault) -> String {
         .push_many(&product.id, &[gone.clone(), kept.clone()])
         .await
         .unwrap();
-    arm(&admin, &app, command, fault).await;
-    let first = reviews.remove(&product.id, &gone.id).await;
-    disarm(&admin).await;
-    assert_fired(&first, fault, mode, command);
+    let first = point
+        .once(
+            (mode, command, fault),
+            reviews.remove(&product.id, &gone.id),
+        )
+        .await;
     let outcome = outcome(&first);
     let after_first = stored(&store, &product.id, &gone.id).await;
     match reviews.remove(&product.id, &gone.id).await {
@@ -216,16 +241,6 @@ fn cases(steps: &[&'static str]) -> Vec<(WriteMode, &'static str, Fault)> {
         .collect()
 }
 
-/// An error no retry cures reaches the caller: that the fail point fired at this step.
-fn assert_fired(first: &subset::Result<()>, fault: Fault, mode: WriteMode, command: &str) {
-    if matches!(fault, Fault::Fatal) {
-        assert!(
-            first.is_err(),
-            "{mode:?} {command}: the fatal fault did not fire"
-        );
-    }
-}
-
 fn outcome(result: &subset::Result<()>) -> String {
     match result {
         Ok(()) => "ok".to_owned(),
@@ -247,9 +262,7 @@ async fn a_remove_under_each_fault_at_each_step_ends_with_the_child_gone_once() 
 /// One update (a replacement that moves the child to the head) under one fault at one step:
 /// after a retry, the child is stored once, as replaced, and embedded first.
 async fn update_under(mode: WriteMode, command: &str, fault: Fault) -> String {
-    let _turn = FAIL_POINT.lock().await;
-    let app = format!("faults-{}", ObjectId::new().to_hex());
-    let (store, admin) = faulty(&app, mode).await;
+    let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
     let reviews = store.subset(Product::RECENT_REVIEWS);
@@ -261,10 +274,12 @@ async fn update_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     let mut replaced = moved.clone();
     replaced.date = bson::DateTime::from_millis(3);
     replaced.author = "edited".into();
-    arm(&admin, &app, command, fault).await;
-    let first = reviews.update(&product.id, &replaced).await;
-    disarm(&admin).await;
-    assert_fired(&first, fault, mode, command);
+    let first = point
+        .once(
+            (mode, command, fault),
+            reviews.update(&product.id, &replaced),
+        )
+        .await;
     let outcome = outcome(&first);
     let after_first = stored(&store, &product.id, &moved.id).await;
     reviews.update(&product.id, &replaced).await.unwrap();
@@ -313,17 +328,17 @@ async fn parent_and_children(store: &Store<Product>, product: &ObjectId) -> (boo
 
 /// A batch push under one fault at one step: after a retry, each child once, all counted.
 async fn push_many_under(mode: WriteMode, command: &str, fault: Fault) -> String {
-    let _turn = FAIL_POINT.lock().await;
-    let app = format!("faults-{}", ObjectId::new().to_hex());
-    let (store, admin) = faulty(&app, mode).await;
+    let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
     let reviews = store.subset(Product::RECENT_REVIEWS);
     let batch: Vec<Review> = (1..=3).map(Review::at).collect();
-    arm(&admin, &app, command, fault).await;
-    let first = reviews.push_many(&product.id, &batch).await;
-    disarm(&admin).await;
-    assert_fired(&first, fault, mode, command);
+    let first = point
+        .once(
+            (mode, command, fault),
+            reviews.push_many(&product.id, &batch),
+        )
+        .await;
     let outcome = outcome(&first);
     reviews.push_many(&product.id, &batch).await.unwrap();
     for review in &batch {
@@ -346,16 +361,14 @@ async fn a_batch_push_under_each_fault_at_each_step_ends_with_each_child_once() 
 /// A delete of a parent with children under one fault at one step: after a retry, nothing of
 /// either is left.
 async fn delete_under(mode: WriteMode, command: &str, fault: Fault) -> String {
-    let _turn = FAIL_POINT.lock().await;
-    let app = format!("faults-{}", ObjectId::new().to_hex());
-    let (store, admin) = faulty(&app, mode).await;
+    let (store, point) = faulty(mode).await;
     let mut product = Product::named("faults");
     product.recent_reviews = (1..=3).map(Review::at).collect();
     store.insert(&product).await.unwrap();
-    arm(&admin, &app, command, fault).await;
-    let first = store.delete(&product.id).await.map(|_| ());
-    disarm(&admin).await;
-    assert_fired(&first, fault, mode, command);
+    let first = point
+        .once((mode, command, fault), store.delete(&product.id))
+        .await
+        .map(|_| ());
     let outcome = outcome(&first);
     let after_first = parent_and_children(&store, &product.id).await;
     store.delete(&product.id).await.unwrap();
@@ -377,9 +390,7 @@ async fn a_delete_under_each_fault_at_each_step_ends_with_nothing_left() {
 /// A reconcile of a parent whose subset lost a child (written around the library) under one
 /// fault at one step: after a retry, the subset and count are true.
 async fn reconcile_under(mode: WriteMode, command: &str, fault: Fault) -> String {
-    let _turn = FAIL_POINT.lock().await;
-    let app = format!("faults-{}", ObjectId::new().to_hex());
-    let (store, admin) = faulty(&app, mode).await;
+    let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
     let reviews = store.subset(Product::RECENT_REVIEWS);
@@ -392,10 +403,10 @@ async fn reconcile_under(mode: WriteMode, command: &str, fault: Fault) -> String
         .insert_one(raw)
         .await
         .unwrap();
-    arm(&admin, &app, command, fault).await;
-    let first = reviews.reconcile(&product.id).await.map(|_| ());
-    disarm(&admin).await;
-    assert_fired(&first, fault, mode, command);
+    let first = point
+        .once((mode, command, fault), reviews.reconcile(&product.id))
+        .await
+        .map(|_| ());
     let outcome = outcome(&first);
     reviews.reconcile(&product.id).await.unwrap();
     assert_eq!(
@@ -420,15 +431,12 @@ async fn a_reconcile_under_each_fault_at_each_step_ends_true() {
 /// call, the parent once with every child. (The retry of an insert that got through is a
 /// duplicate-key `Mongo` error: an insert is not idempotent, but nothing is lost or doubled.)
 async fn insert_under(mode: WriteMode, command: &str, fault: Fault) -> String {
-    let _turn = FAIL_POINT.lock().await;
-    let app = format!("faults-{}", ObjectId::new().to_hex());
-    let (store, admin) = faulty(&app, mode).await;
+    let (store, point) = faulty(mode).await;
     let mut product = Product::named("faults");
     product.recent_reviews = (1..=3).map(Review::at).collect();
-    arm(&admin, &app, command, fault).await;
-    let first = store.insert(&product).await;
-    disarm(&admin).await;
-    assert_fired(&first, fault, mode, command);
+    let first = point
+        .once((mode, command, fault), store.insert(&product))
+        .await;
     let outcome = outcome(&first);
     let after_first = parent_and_children(&store, &product.id).await;
     let retry = store.insert(&product).await;
