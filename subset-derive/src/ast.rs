@@ -47,6 +47,7 @@ pub(crate) struct Container<'a> {
 /// One named field.
 pub(crate) struct Field<'a> {
     pub(crate) ident: &'a Ident,
+    pub(crate) vis: &'a Visibility,
     pub(crate) ty: &'a Type,
     /// The field's Rust name without `r#`.
     pub(crate) rust_name: String,
@@ -133,6 +134,7 @@ impl<'a> Container<'a> {
                 };
                 Some(Field {
                     ident,
+                    vis: &field.vis,
                     ty: &field.ty,
                     rust_name,
                     bson_name,

@@ -2,7 +2,7 @@
 //! except the user's own types and fields: `::subset::…`, `::core::…`, locals `__subset_*`.
 
 use proc_macro2::{Ident, Literal, Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{parse_quote, DeriveInput, Generics, LitStr, Type};
 
@@ -622,6 +622,7 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
         }
     };
     let name = &child.cont.name;
+    let field_consts = field_consts(child);
     let preview = child.full.map(|full| preview(child, full));
     let (full, embed, check) = match &preview {
         Some((full, embed, check)) => (full.clone(), Some(embed), Some(check)),
@@ -668,6 +669,56 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
 
             #check
         };
+
+        #field_consts
+    }
+}
+
+/// The constants `Child::FIELD` a patch names fields by (`Review::HELPFUL`), one per stored field
+/// of a full child type, each as visible as its field; none for a preview, whose fields a patch
+/// names on its full type.
+fn field_consts(child: &Child<'_>) -> TokenStream {
+    if child.full.is_some() {
+        return TokenStream::new();
+    }
+    let ident = child.cont.ident;
+    let (impl_generics, ty_generics, where_clause) = child.cont.generics.split_for_impl();
+    let consts = child.fields.iter().map(|field| {
+        let vis = field.vis;
+        let ty = field.ty;
+        let bson = &field.bson_name;
+        let name = format_ident!(
+            "{}",
+            crate::case::field_to_screaming_snake_case(&field.rust_name),
+            span = field.ident.span()
+        );
+        let reformed = child
+            .altered
+            .iter()
+            .any(|(f, key)| std::ptr::eq(*f, *field) && *key != "skip_serializing_if");
+        let access = if bson == "_id" {
+            quote!(::subset::__private::patch::Identity)
+        } else if reformed {
+            quote!(::subset::__private::patch::Reformed)
+        } else {
+            quote!(::subset::__private::patch::Mutable)
+        };
+        let doc = format!(
+            "The field `{}` (stored as `{bson}`), for `Subset::patch`.",
+            field.rust_name
+        );
+        quote! {
+            #[doc = #doc]
+            #vis const #name: ::subset::__private::patch::Field<Self, #ty, #access> =
+                ::subset::__private::patch::Field::__new(#bson);
+        }
+    });
+    quote! {
+        #[automatically_derived]
+        #[allow(dead_code)]
+        impl #impl_generics #ident #ty_generics #where_clause {
+            #(#consts)*
+        }
     }
 }
 

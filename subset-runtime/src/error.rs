@@ -139,6 +139,19 @@ pub enum Error {
         reason: String,
     },
 
+    /// A patch ([`crate::raw::ChildPatch`]) that cannot be applied: it names the `_id`, the
+    /// parent key or one field twice, takes away a field the subset orders, filters or sums
+    /// by, or increments by something that is not a number. Nothing is written.
+    #[error("invalid patch of a child in `{collection}`: field `{field}` {reason}")]
+    InvalidPatch {
+        /// The child collection.
+        collection: String,
+        /// The field (BSON name, as written in the patch).
+        field: String,
+        /// What is wrong with it, and what to do instead.
+        reason: String,
+    },
+
     /// A page request that cannot be served.
     #[error("invalid page size {size}: it must be from 1 to {max}")]
     InvalidPageSize {

@@ -22,6 +22,7 @@ mod error;
 mod graphql;
 mod model;
 mod order;
+pub mod patch;
 mod store;
 mod subset;
 mod values;
@@ -41,7 +42,7 @@ pub use subset::Subset;
 /// The BSON-level engine under [`Store`] and [`Subset`]: the same operations on documents, for
 /// models known only at run time (the command-line tool's) and code that holds no Rust types.
 pub mod raw {
-    pub use crate::engine::{RawStore, RawSubset};
+    pub use crate::engine::{ChildPatch, RawStore, RawSubset};
 }
 
 /// Keeping subsets true when other programs write the child collection: [`Store::follow`]
@@ -96,6 +97,7 @@ pub mod __private {
     pub use crate::model::{
         Child, Direction, FieldName, FilterSpec, Parent, SortKey, SubsetField, SubsetSpec, SumSpec,
     };
+    pub use crate::patch;
     pub use crate::values::SortValues;
     pub use crate::values::{sort_values, ChildIds, IdFallback, Probe};
     pub use mongodb;

@@ -257,6 +257,40 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
         })
     }
 
+    /// Changes some fields of a stored child (matched by `_id` under `parent`), named by the
+    /// constants `#[derive(Child)]` generates: `reviews.patch(&id, &review_id).inc(Review::HELPFUL,
+    /// 1).await?`. See [`crate::patch`].
+    ///
+    /// The child collection is changed with one `findOneAndUpdate`, which applies the change
+    /// atomically: concurrent `inc`s all count. Every view of these children follows, in the
+    /// same transaction on a replica set:
+    ///
+    /// - a changed sort key re-ranks the child in each view ordered by it (it may enter or leave
+    ///   the subset, with backfill); views in another order are not recomputed;
+    /// - a changed filter flag moves it into or out of that view, with its count and sums;
+    /// - a changed summed field moves each sum by exactly the difference;
+    /// - any other change is made to the embedded copies with the same operators (`$inc` on
+    ///   `field.$[c].path`), in one parent update; a preview's copies only where the preview
+    ///   holds the field, and the parent is not written at all when no view embeds, orders,
+    ///   filters or sums a field the patch changes.
+    ///
+    /// On a standalone server the child is changed first; a crash before the parent update
+    /// leaves drift that [`Subset::reconcile`] repairs. There, two concurrent `set`s of one
+    /// embedded field can leave the copy at the value the child held first (increments are
+    /// exact either way).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::InvalidPatch`] when the patch changes one field twice, or unsets or
+    /// nulls a field a view orders, filters or sums by (nothing is written);
+    /// [`crate::Error::ChildNotFound`], [`crate::Error::ParentNotFound`],
+    /// [`crate::Error::Serialize`], [`crate::Error::Mongo`].
+    pub fn patch<'r>(&'r self, parent: &'r P::Id, child: &'r C::Id) -> crate::patch::Patch<'r, C> {
+        let ids = Self::parent_id(parent)
+            .and_then(|parent| Ok((parent, encode::id(child, "a child _id")?)));
+        crate::patch::Patch::new(self.raw, ids)
+    }
+
     /// Recomputes the subset, the count and the running sums from the child collection, fixes
     /// them if they differ, and reports what differed. Safe while writers run.
     ///

@@ -18,7 +18,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use mongodb::action::{
     Aggregate, CountDocuments, Delete, Find, FindOne, FindOneAndDelete, FindOneAndReplace,
-    InsertMany, InsertOne, ReplaceOne, Update,
+    FindOneAndUpdate, InsertMany, InsertOne, ReplaceOne, Update,
 };
 use mongodb::error::{ErrorKind, TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
 use mongodb::options::ReadConcern;
@@ -172,7 +172,12 @@ macro_rules! typed_steps {
     )*};
 }
 
-typed_steps!(FindOne, FindOneAndDelete, FindOneAndReplace);
+typed_steps!(
+    FindOne,
+    FindOneAndDelete,
+    FindOneAndReplace,
+    FindOneAndUpdate
+);
 
 /// Runs `steps` for `store`, in `caller`'s session if given (see the module docs).
 pub(crate) async fn execute<S: Steps>(

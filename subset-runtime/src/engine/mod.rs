@@ -14,6 +14,7 @@
 //! | `combine.rs` | group commit: pushes to one hot parent share a transaction |
 //! | `page.rs` | merged pagination, `all`, `count` |
 //! | `remove_update.rs` | removing and replacing one child |
+//! | `patch.rs` | changing some fields of one child, in every copy |
 //! | `resync/` | recomputing a subset from the child collection: backfill, reconcile, check |
 //! | `orphans.rs` | children of no parent, found from the child collection |
 //! | `sweep.rs` | every parent in `_id` batches: `reconcile_all`, `check_all`, and the sweep itself |
@@ -42,6 +43,7 @@ mod follow;
 mod insert;
 mod orphans;
 mod page;
+mod patch;
 mod push;
 mod push_ordered;
 mod push_update;
@@ -58,6 +60,7 @@ pub use follow::{
     DEFAULT_TOKEN_COLLECTION,
 };
 pub use orphans::Orphans;
+pub use patch::ChildPatch;
 pub use resync::{Drift, MalformedChild, SumDrift};
 pub use sweep::{ParentFailure, SweepOptions, SweepProgress, SweepReport};
 

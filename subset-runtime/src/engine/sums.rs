@@ -23,7 +23,7 @@ impl Num {
         }
     }
 
-    fn add(self, other: Num) -> Num {
+    pub(crate) fn add(self, other: Num) -> Num {
         match (self, other) {
             // An integer sum past `i64` has no exact form; a float keeps it readable.
             (Num::Int(a), Num::Int(b)) => a

@@ -1,0 +1,544 @@
+//! Partial updates of one child: `$set`, `$unset` and `$inc` of some of its fields, applied to
+//! the child collection and to every embedded copy in one write each.
+//!
+//! The child is changed first, with `findOneAndUpdate`, which returns it as it was: the change
+//! and the state it applied to are one atomic fact, so each patch knows exactly what it moved
+//! (a `+1` vote moves a sum by 1 whatever other votes land meanwhile). Then each view of the
+//! child is brought along by the cheapest write that keeps it true:
+//!
+//! - a view the child neither was nor is in: nothing;
+//! - a view whose order or filter the patch touches: recomputed from the child collection
+//!   (the child may enter or leave it, with backfill), its count and sums moved by the
+//!   difference;
+//! - any other view: the same operators on the embedded copy (`latest.$[c0].helpful`, matched
+//!   by `_id` with an array filter), and its sums moved by the difference, all views in one
+//!   parent update; none at all when the patch touches no field a view embeds or sums.
+//!
+//! The operators are the same ones the child got, so the server applies them to the copy as it
+//! did to the child: concurrent `$inc`s commute and leave the copy exact in either write mode.
+
+use crate::bson::{doc, Bson, Document};
+use mongodb::options::ReturnDocument;
+use mongodb::ClientSession;
+
+use super::exec::{self, Ctx, Steps};
+use super::resync::CountFix;
+use super::sums::Num;
+use super::{driver_error, RawSubset};
+use crate::action::Action;
+use crate::error::{Error, Result};
+use crate::model::SubsetSpec;
+
+/// A change to some fields of one stored child, by BSON name: what [`RawSubset::patch`]
+/// applies to the child and to its embedded copies. The typed API builds one from field
+/// constants (`Review::HELPFUL`) through [`crate::patch::Patch`].
+///
+/// ```
+/// # use subset_runtime as subset;
+/// use subset::raw::ChildPatch;
+/// let vote = ChildPatch::new().inc("helpful", 1).set("edited", true);
+/// assert_eq!(vote.fields().collect::<Vec<_>>(), ["helpful", "edited"]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChildPatch {
+    ops: Vec<(String, Op)>,
+}
+
+/// One field's change.
+#[derive(Debug, Clone, PartialEq)]
+enum Op {
+    Set(Bson),
+    Unset,
+    Inc(Bson),
+}
+
+impl ChildPatch {
+    /// A patch that changes nothing yet.
+    pub fn new() -> Self {
+        ChildPatch::default()
+    }
+
+    /// Sets `field` (a BSON name, or a dotted path into an embedded document) to `value`.
+    pub fn set(mut self, field: impl Into<String>, value: impl Into<Bson>) -> Self {
+        self.ops.push((field.into(), Op::Set(value.into())));
+        self
+    }
+
+    /// Removes `field` from the child.
+    pub fn unset(mut self, field: impl Into<String>) -> Self {
+        self.ops.push((field.into(), Op::Unset));
+        self
+    }
+
+    /// Adds `by` (an int32, int64 or double; negative to decrement) to `field`, which a child
+    /// without it gets as `by`.
+    pub fn inc(mut self, field: impl Into<String>, by: impl Into<Bson>) -> Self {
+        self.ops.push((field.into(), Op::Inc(by.into())));
+        self
+    }
+
+    /// Whether the patch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// The fields the patch changes, in the order given.
+    pub fn fields(&self) -> impl Iterator<Item = &str> + '_ {
+        self.ops.iter().map(|(field, _)| field.as_str())
+    }
+
+    /// Whether the patch changes `field` or a field inside it, or sets or removes a document
+    /// that holds it.
+    pub(crate) fn touches(&self, field: &str) -> bool {
+        self.fields().any(|path| overlap(path, field))
+    }
+
+    /// Refuses what cannot be applied to a child of `views` (see [`Error::InvalidPatch`]).
+    pub(crate) fn check(&self, views: &[SubsetSpec]) -> Result<()> {
+        let Some(spec) = views.first() else {
+            return Ok(());
+        };
+        let invalid = |field: &str, reason: String| Error::InvalidPatch {
+            collection: spec.child_collection.to_owned(),
+            field: field.to_owned(),
+            reason,
+        };
+        for (i, (field, op)) in self.ops.iter().enumerate() {
+            if field.is_empty() || field.split('.').any(|s| s.is_empty() || s.starts_with('$')) {
+                return Err(invalid(
+                    field,
+                    "is not a field path: name a field, or fields inside it with dots, none empty or `$`-prefixed".into(),
+                ));
+            }
+            if overlap(field, "_id") {
+                return Err(invalid(
+                    field,
+                    "is the child's `_id`, its identity: remove the child and push it with the new `_id`".into(),
+                ));
+            }
+            if overlap(field, spec.key) {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "is the parent key `{}`: move the child to another parent instead",
+                        spec.key
+                    ),
+                ));
+            }
+            if let Some((other, _)) = self.ops[..i].iter().find(|(o, _)| overlap(o, field)) {
+                return Err(invalid(
+                    field,
+                    format!("is changed twice (with `{other}`): change each field once in a patch"),
+                ));
+            }
+            if let Some(role) = views.iter().find_map(|v| role_of(v, field)) {
+                match (op, role) {
+                    (Op::Unset, _) => {
+                        return Err(invalid(
+                            field,
+                            format!("is {role}: every child must hold it, so it cannot be unset"),
+                        ))
+                    }
+                    (Op::Set(Bson::Null), _) => {
+                        return Err(invalid(field, format!("is {role}: it cannot be null")))
+                    }
+                    (Op::Set(v), Role::Summed(_)) if Num::of(v).is_none() => {
+                        return Err(invalid(
+                            field,
+                            format!(
+                                "is {role}: it must be set to a number, not {}",
+                                type_name(v)
+                            ),
+                        ))
+                    }
+                    (Op::Set(v), Role::Filter(_)) if !matches!(v, Bson::Boolean(_)) => {
+                        return Err(invalid(
+                            field,
+                            format!("is {role}: it must be set to a bool, not {}", type_name(v)),
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+            if let Op::Inc(by) = op {
+                if Num::of(by).is_none() {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "is incremented by {}: `inc` takes an int32, int64 or double",
+                            type_name(by)
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The update that applies the patch to a document, each field's path after `prefix` (empty
+    /// for the child itself, `latest.$[c0].` for an embedded copy), added to `update`; only the
+    /// fields `holds` (a preview's copies hold only some).
+    pub(crate) fn add_to(&self, update: &mut Document, prefix: &str, holds: impl Fn(&str) -> bool) {
+        for (field, op) in self.ops.iter().filter(|(field, _)| holds(field)) {
+            let (operator, value) = match op {
+                Op::Set(v) => ("$set", v.clone()),
+                Op::Unset => ("$unset", Bson::String(String::new())),
+                Op::Inc(by) => ("$inc", by.clone()),
+            };
+            let Bson::Document(fields) = update
+                .entry(operator.to_owned())
+                .or_insert_with(|| Bson::Document(Document::new()))
+            else {
+                continue;
+            };
+            fields.insert(format!("{prefix}{field}"), value);
+        }
+    }
+
+    /// The child as the patch leaves `before`: what views are decided and sums moved by. An
+    /// `$inc` adds as the running sums do (integers exactly); the stored copy is the server's.
+    pub(crate) fn apply(&self, before: &Document) -> Document {
+        let mut after = before.clone();
+        for (field, op) in &self.ops {
+            let mut path = field.split('.').peekable();
+            let mut at = &mut after;
+            while let Some(segment) = path.next() {
+                if path.peek().is_none() {
+                    match op {
+                        Op::Set(v) => {
+                            at.insert(segment, v.clone());
+                        }
+                        Op::Unset => {
+                            at.remove(segment);
+                        }
+                        Op::Inc(by) => {
+                            let old = at.get(segment).and_then(Num::of).unwrap_or(Num::Int(0));
+                            let by = Num::of(by).unwrap_or(Num::Int(0));
+                            at.insert(segment, old.add(by).into_bson());
+                        }
+                    }
+                    break;
+                }
+                let inner = at
+                    .entry(segment.to_owned())
+                    .or_insert_with(|| Bson::Document(Document::new()));
+                if !matches!(inner, Bson::Document(_)) {
+                    *inner = Bson::Document(Document::new());
+                }
+                let Bson::Document(inner) = inner else {
+                    break;
+                };
+                at = inner;
+            }
+        }
+        after
+    }
+}
+
+/// What a field is to a view, for messages.
+#[derive(Clone, Copy)]
+enum Role {
+    Sort(&'static str),
+    Filter(&'static str),
+    Summed(&'static str),
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::Sort(view) => write!(f, "a sort key of `{view}`"),
+            Role::Filter(view) => write!(f, "the filter of `{view}`"),
+            Role::Summed(view) => write!(f, "summed by `{view}`"),
+        }
+    }
+}
+
+fn role_of(view: &SubsetSpec, field: &str) -> Option<Role> {
+    if view.sort.iter().any(|k| overlap(k.field, field)) {
+        return Some(Role::Sort(view.field));
+    }
+    if view.filter.is_some_and(|f| overlap(f.field, field)) {
+        return Some(Role::Filter(view.field));
+    }
+    if view.sums.iter().any(|s| overlap(s.child, field)) {
+        return Some(Role::Summed(view.field));
+    }
+    None
+}
+
+fn type_name(value: &Bson) -> &'static str {
+    crate::decode::type_name(value.element_type())
+}
+
+/// Whether two field paths name the same field, or one is inside the other.
+fn overlap(a: &str, b: &str) -> bool {
+    let inside = |long: &str, short: &str| {
+        long.strip_prefix(short)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    };
+    inside(a, b) || inside(b, a)
+}
+
+/// Whether a patch changes what `view` orders or filters by, so that the child may move in it.
+fn moves_in(patch: &ChildPatch, view: &SubsetSpec) -> bool {
+    view.sort.iter().any(|k| patch.touches(k.field))
+        || view.filter.is_some_and(|f| patch.touches(f.field))
+}
+
+/// Whether `view`'s embedded copies hold the field at `path`.
+fn holds(view: &SubsetSpec, path: &str) -> bool {
+    match view.embed {
+        None => true,
+        Some(fields) => fields.iter().any(|f| overlap(f.bson, path)),
+    }
+}
+
+/// Whether a patch changes a field `view`'s embedded copies hold.
+fn shows_in(patch: &ChildPatch, view: &SubsetSpec) -> bool {
+    patch.fields().any(|path| holds(view, path))
+}
+
+impl RawSubset<'_> {
+    /// Changes some fields of a stored child (matched by `_id` under `parent`) in the child
+    /// collection and in every embedded copy of it, in every view: see [`ChildPatch`] and
+    /// [`crate::Subset::patch`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPatch`] (nothing is written), [`Error::ChildNotFound`],
+    /// [`Error::ParentNotFound`], [`Error::Mongo`].
+    pub fn patch<'r>(
+        &'r self,
+        parent: &'r Bson,
+        child: &'r Bson,
+        patch: &'r ChildPatch,
+    ) -> Action<'r, ()> {
+        Action::new(move |session| Box::pin(self.patch_in(parent, child, patch, session)))
+    }
+
+    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
+    pub(crate) async fn patch_in(
+        &self,
+        parent: &Bson,
+        child: &Bson,
+        patch: &ChildPatch,
+        caller: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        self.store().check_parent_id(parent)?;
+        self.check_child_id(child)?;
+        patch.check(self.view_specs())?;
+        if patch.is_empty() {
+            return Ok(());
+        }
+        let steps = PatchSteps {
+            subset: self,
+            parent,
+            child,
+            patch,
+        };
+        exec::execute(self.store(), caller, &steps).await
+    }
+}
+
+/// [`RawSubset::patch`].
+struct PatchSteps<'s, 'a> {
+    subset: &'s RawSubset<'a>,
+    parent: &'s Bson,
+    child: &'s Bson,
+    patch: &'s ChildPatch,
+}
+
+impl Steps for PatchSteps<'_, '_> {
+    type Output = ();
+
+    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        let s = self.subset;
+        let spec = s.spec();
+        let children = s.children::<Document>();
+        let mut update = Document::new();
+        self.patch.add_to(&mut update, "", |_| true);
+        let filter = doc! { "_id": self.child.clone(), spec.key: self.parent.clone() };
+        let change = children
+            .find_one_and_update(filter.clone(), update)
+            .return_document(ReturnDocument::Before);
+        let Some(before) = ctx.run(change).await.map_err(|e| s.mongo_child(e))? else {
+            return Err(Error::ChildNotFound {
+                collection: spec.child_collection.to_owned(),
+                parent: Box::new(self.parent.clone()),
+                id: Box::new(self.child.clone()),
+            });
+        };
+        let after = self.patch.apply(&before);
+        match self.follow(ctx, &before, &after).await {
+            // Refused by the server (the copy would not fit, say) outside a transaction: the
+            // child goes back as it was, so the write leaves nothing, as a transaction would.
+            Err(e) if !ctx.atomic() && driver_error::was_refused(&e) => {
+                let put_back = children.replace_one(filter, &before);
+                ctx.run(put_back).await.map_err(|e| s.mongo_child(e))?;
+                Err(e)
+            }
+            other => other,
+        }
+    }
+}
+
+impl PatchSteps<'_, '_> {
+    /// Brings every view along with the child, now `after` and before the patch `before`.
+    async fn follow(&self, ctx: &mut Ctx<'_>, before: &Document, after: &Document) -> Result<()> {
+        let s = self.subset;
+        let mut update = Document::new();
+        let mut inc = Document::new();
+        let mut filters = Vec::new();
+        let mut moved = Vec::new();
+        for (i, view) in s.views().enumerate() {
+            let spec = view.spec();
+            let (was, is) = (spec.admits(before), spec.admits(after));
+            if !was && !is {
+                continue;
+            }
+            let moves = super::sums::inc(spec, &[after], &[before]);
+            if was != is || moves_in(self.patch, spec) {
+                moved.push((view, moves));
+                continue;
+            }
+            inc.extend(moves);
+            if shows_in(self.patch, spec) {
+                let copy = format!("c{i}");
+                let prefix = format!("{}.$[{copy}].", spec.field);
+                self.patch
+                    .add_to(&mut update, &prefix, |path| holds(spec, path));
+                filters.push(doc! { format!("{copy}._id"): self.child.clone() });
+            }
+        }
+        if !inc.is_empty() {
+            let Bson::Document(fields) = update
+                .entry("$inc".to_owned())
+                .or_insert_with(|| Bson::Document(Document::new()))
+            else {
+                unreachable!("`$inc` is a document")
+            };
+            fields.extend(inc);
+        }
+        if !update.is_empty() {
+            let parents = s.store().parents::<Document>();
+            let write = parents
+                .update_one(doc! { "_id": self.parent.clone() }, update)
+                .array_filters(filters);
+            let written = match ctx.run(write).await {
+                Ok(written) => written,
+                Err(e) => {
+                    let adding = super::bson_len([after]) - super::bson_len([before]);
+                    return Err(s.parent_write_error(e, self.parent, adding.max(0)).await);
+                }
+            };
+            if written.matched_count == 0 {
+                return Err(s.parent_not_found(self.parent));
+            }
+        }
+        for (view, moves) in moved {
+            view.resync(ctx, self.parent, &CountFix::Inc(moves), true)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{FilterSpec, SumSpec, TEST_SPEC};
+
+    const SPEC: SubsetSpec = SubsetSpec {
+        count: Some("n"),
+        sums: &[SumSpec {
+            parent: "stars",
+            child: "stars",
+        }],
+        filter: Some(FilterSpec {
+            field: "verified",
+            equals: true,
+        }),
+        ..TEST_SPEC
+    };
+
+    fn problem(patch: ChildPatch) -> String {
+        match patch.check(&[SPEC]) {
+            Err(Error::InvalidPatch { field, reason, .. }) => format!("{field}: {reason}"),
+            other => panic!("expected InvalidPatch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_patch_cannot_touch_identity_key_or_one_field_twice() {
+        assert!(problem(ChildPatch::new().set("_id", 2)).starts_with("_id: is the child's `_id`"));
+        assert!(problem(ChildPatch::new().set("product_id", 2)).contains("move the child"));
+        let twice = ChildPatch::new().inc("helpful", 1).set("helpful.x", 2);
+        assert!(problem(twice).contains("changed twice (with `helpful`)"));
+        assert!(problem(ChildPatch::new().set("a..b", 1)).contains("not a field path"));
+        assert!(problem(ChildPatch::new().set("$where", 1)).contains("not a field path"));
+    }
+
+    #[test]
+    fn what_views_need_cannot_go_away_or_change_kind() {
+        assert!(problem(ChildPatch::new().unset("rating")).contains("a sort key of `recent`"));
+        assert!(problem(ChildPatch::new().set("date", Bson::Null)).contains("cannot be null"));
+        assert!(problem(ChildPatch::new().set("stars", "five")).contains("a number, not a string"));
+        assert!(problem(ChildPatch::new().set("verified", 1)).contains("a bool, not an int32"));
+        assert!(problem(ChildPatch::new().inc("helpful", "1")).contains("`inc` takes"));
+        let fine = ChildPatch::new()
+            .inc("stars", 1)
+            .set("verified", false)
+            .unset("note");
+        assert!(fine.check(&[SPEC]).is_ok());
+    }
+
+    #[test]
+    fn apply_is_what_the_server_does() {
+        let before = doc! { "_id": 1, "helpful": 41, "text": "x", "note": "n" };
+        let patch = ChildPatch::new()
+            .inc("helpful", 1)
+            .inc("new", 2.5)
+            .set("text", "y")
+            .unset("note")
+            .set("meta.seen", true);
+        assert_eq!(
+            patch.apply(&before),
+            doc! {
+                "_id": 1, "helpful": 42_i64, "text": "y", "new": 2.5,
+                "meta": { "seen": true },
+            }
+        );
+        let mut update = Document::new();
+        patch.add_to(&mut update, "latest.$[c0].", |_| true);
+        assert_eq!(
+            update,
+            doc! {
+                "$inc": { "latest.$[c0].helpful": 1, "latest.$[c0].new": 2.5 },
+                "$set": { "latest.$[c0].text": "y", "latest.$[c0].meta.seen": true },
+                "$unset": { "latest.$[c0].note": "" },
+            }
+        );
+    }
+
+    #[test]
+    fn views_move_or_show_by_what_the_patch_touches() {
+        let votes = ChildPatch::new().inc("helpful", 1);
+        assert!(!moves_in(&votes, &SPEC));
+        assert!(moves_in(&ChildPatch::new().set("rating", 3), &SPEC));
+        assert!(moves_in(&ChildPatch::new().set("verified", false), &SPEC));
+        assert!(shows_in(&votes, &SPEC));
+        let preview = SubsetSpec {
+            embed: Some(&[crate::model::FieldName {
+                rust: "text",
+                bson: "body",
+            }]),
+            ..SPEC
+        };
+        assert!(!shows_in(&votes, &preview));
+        assert!(shows_in(&ChildPatch::new().set("body", "x"), &preview));
+        let mut update = Document::new();
+        let edit = ChildPatch::new().set("body", "x").inc("helpful", 1);
+        edit.add_to(&mut update, "p.$[c1].", |path| holds(&preview, path));
+        assert_eq!(update, doc! { "$set": { "p.$[c1].body": "x" } });
+    }
+}

@@ -1,0 +1,239 @@
+//! Typed partial updates: [`Subset::patch`](crate::Subset::patch) sets, unsets and increments
+//! fields of one child, named by the constants `#[derive(Child)]` generates (`Review::HELPFUL`),
+//! in the child collection and in every embedded copy.
+//!
+//! ```no_run
+//! # use subset_runtime as subset;
+//! # use subset::{Child, Parent, Subset};
+//! # use subset::patch::Field;
+//! # async fn demo<P: Parent<Id = i32>, R: Child<Id = i32>>(
+//! #     reviews: Subset<'_, P, R>, helpful: Field<R, i32>, hidden: Field<R, bool>,
+//! # ) -> subset::Result<()> {
+//! // One "helpful" vote: `$inc` on the review and on each embedded copy, in one transaction.
+//! reviews.patch(&7, &42).inc(helpful, 1).await?;
+//! // A moderator hides it: it leaves the views filtered by `!hidden`, which backfill.
+//! reviews.patch(&7, &42).set(hidden, true).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::future::IntoFuture;
+use std::marker::PhantomData;
+
+use futures::future::BoxFuture;
+use mongodb::ClientSession;
+use serde::Serialize;
+
+use crate::bson::Bson;
+use crate::engine::{ChildPatch, RawSubset};
+use crate::error::{Error, Result};
+use crate::model::Child;
+
+/// One stored field of child type `C`, whose Rust type is `T`: the constants `#[derive(Child)]`
+/// generates, one per stored field, named after it in upper case (`Review::HELPFUL` for
+/// `helpful`), with the field's visibility.
+///
+/// `A` says whether a patch may change it: [`Mutable`] for most fields; [`Identity`] for the
+/// `_id`; [`Reformed`] for a field serde stores through `with` or `serialize_with`, whose
+/// stored form a patch could not produce.
+pub struct Field<C, T, A = Mutable> {
+    bson: &'static str,
+    _types: PhantomData<fn() -> (C, T, A)>,
+}
+
+impl<C, T, A> Field<C, T, A> {
+    /// Used by the derive: the field stored under `bson`.
+    #[doc(hidden)]
+    pub const fn __new(bson: &'static str) -> Self {
+        Field {
+            bson,
+            _types: PhantomData,
+        }
+    }
+
+    /// The field's name in the stored document (after serde's renames).
+    pub const fn name(&self) -> &'static str {
+        self.bson
+    }
+}
+
+impl<C, T, A> Clone for Field<C, T, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C, T, A> Copy for Field<C, T, A> {}
+
+impl<C, T, A> fmt::Debug for Field<C, T, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Field").field(&self.bson).finish()
+    }
+}
+
+/// A field a patch may change.
+#[derive(Debug, Clone, Copy)]
+pub enum Mutable {}
+
+/// The child's `_id`: its identity, which no patch changes.
+#[derive(Debug, Clone, Copy)]
+pub enum Identity {}
+
+/// A field serde stores through `with` or `serialize_with`: a patch would store the plain
+/// value, not the form serde writes, so it is changed by replacing the child.
+#[derive(Debug, Clone, Copy)]
+pub enum Reformed {}
+
+/// The fields a patch may change: [`Mutable`] ones.
+#[diagnostic::on_unimplemented(
+    message = "this field cannot be changed by a patch: it is {Self}",
+    label = "not a field a patch may change",
+    note = "a child's `_id` (`Identity`) is its identity: remove the child and push it with the new `_id`",
+    note = "a field serde stores through `with` or `serialize_with` (`Reformed`) would be stored in its plain form: replace the whole child with `update`"
+)]
+pub trait Changeable {}
+
+impl Changeable for Mutable {}
+
+/// The field types `inc` and `dec` take: numbers, stored as int32, int64 or double.
+#[diagnostic::on_unimplemented(
+    message = "`inc` and `dec` take a numeric field, not `{Self}`",
+    label = "not a number the server can increment",
+    note = "increment an integer (up to `i64` or `u32`) or a float field; `set` a field of any other type, an `Option` included"
+)]
+pub trait Increment: Serialize {}
+
+macro_rules! increment {
+    ($($t:ty),*) => { $(impl Increment for $t {})* };
+}
+
+increment!(i8, i16, i32, i64, u8, u16, u32, f32, f64);
+
+/// The field types `unset` takes: `Option`s, which read a missing field back as `None`.
+#[diagnostic::on_unimplemented(
+    message = "only an `Option` field can be unset, not one of `{Self}`",
+    label = "every child must hold this field",
+    note = "`set` the field to another value instead, or make it an `Option`"
+)]
+pub trait Unset {}
+
+impl<T> Unset for Option<T> {}
+
+/// A change to some fields of one child, run when awaited: [`Subset::patch`](crate::Subset::patch).
+///
+/// Built with [`Patch::set`], [`Patch::unset`], [`Patch::inc`] and [`Patch::dec`], each taking a
+/// field constant of the child type; [`Patch::session`] runs it in the caller's session, as
+/// [`crate::Action::session`] does.
+#[must_use = "a patch does nothing until it is awaited"]
+pub struct Patch<'a, C> {
+    raw: RawSubset<'a>,
+    ids: Result<(Bson, Bson)>,
+    patch: ChildPatch,
+    /// The first value that did not serialize, reported when awaited.
+    error: Option<Error>,
+    session: Option<&'a mut ClientSession>,
+    _child: PhantomData<fn() -> C>,
+}
+
+impl<'a, C: Child> Patch<'a, C> {
+    pub(crate) fn new(raw: RawSubset<'a>, ids: Result<(Bson, Bson)>) -> Self {
+        Patch {
+            raw,
+            ids,
+            patch: ChildPatch::new(),
+            error: None,
+            session: None,
+            _child: PhantomData,
+        }
+    }
+
+    fn value(&mut self, value: &impl Serialize) -> Option<Bson> {
+        match crate::bson_compat::to_bson(value) {
+            Ok(value) => Some(value),
+            Err(source) => {
+                self.error.get_or_insert(Error::Serialize {
+                    what: "a patched field's value",
+                    source: Box::new(source),
+                });
+                None
+            }
+        }
+    }
+
+    /// Sets `field` to `value`. A sort key re-ranks the child in the views ordered by it, a
+    /// filter flag moves it into or out of the views filtered by it, a summed field moves each
+    /// sum by the difference.
+    pub fn set<T: Serialize, A: Changeable>(mut self, field: Field<C, T, A>, value: T) -> Self {
+        if let Some(value) = self.value(&value) {
+            self.patch = self.patch.set(field.bson, value);
+        }
+        self
+    }
+
+    /// Removes `field` from the child (it reads back as `None`). A sort key, filter or summed
+    /// field cannot be unset: that is [`Error::InvalidPatch`].
+    pub fn unset<T: Unset, A: Changeable>(mut self, field: Field<C, T, A>) -> Self {
+        self.patch = self.patch.unset(field.bson);
+        self
+    }
+
+    /// Adds `by` to `field` on the server, so that concurrent increments all count.
+    pub fn inc<T: Increment, A: Changeable>(mut self, field: Field<C, T, A>, by: T) -> Self {
+        if let Some(by) = self.value(&by) {
+            self.patch = self.patch.inc(field.bson, by);
+        }
+        self
+    }
+
+    /// Takes `by` off `field` on the server (an `inc` by `-by`; unsigned fields too).
+    pub fn dec<T: Increment, A: Changeable>(mut self, field: Field<C, T, A>, by: T) -> Self {
+        if let Some(by) = self.value(&by) {
+            let negated = match by {
+                Bson::Int32(n) => n
+                    .checked_neg()
+                    .map_or(Bson::Int64(-i64::from(n)), Bson::Int32),
+                Bson::Int64(n) => n
+                    .checked_neg()
+                    .map_or(Bson::Double(-(n as f64)), Bson::Int64),
+                Bson::Double(f) => Bson::Double(-f),
+                // The other kinds are refused by the engine's check, naming the field.
+                other => other,
+            };
+            self.patch = self.patch.inc(field.bson, negated);
+        }
+        self
+    }
+
+    /// Runs the patch in `session` (see [`crate::Action`]).
+    pub fn session(mut self, session: &'a mut ClientSession) -> Self {
+        self.session = Some(session);
+        self
+    }
+}
+
+impl<'a, C: Child> IntoFuture for Patch<'a, C> {
+    type Output = Result<()>;
+    type IntoFuture = BoxFuture<'a, Result<()>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            if let Some(error) = self.error {
+                return Err(error);
+            }
+            let (parent, child) = self.ids?;
+            self.raw
+                .patch_in(&parent, &child, &self.patch, self.session)
+                .await
+        })
+    }
+}
+
+impl<C> fmt::Debug for Patch<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Patch")
+            .field("patch", &self.patch)
+            .field("session", &self.session.is_some())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,534 @@
+//! Partial updates of one child (`Subset::patch`): votes, edits and moderation flags, kept true in
+//! every view of the child (whole copies, previews, an order by the voted field, filtered views,
+//! counts and sums), alone and under concurrent writers, in both write modes.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::future::{try_join_all, BoxFuture};
+use futures::FutureExt;
+use mongodb::event::command::CommandEvent;
+use mongodb::event::EventHandler;
+use mongodb::options::ClientOptions;
+use serde::{Deserialize, Serialize};
+use subset::bson::{doc, Bson, DateTime, Document};
+use subset::{Child, Error, Parent, Store, WriteMode};
+use subset_testkit::{MongoServer, Topology};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+pub struct Review {
+    #[serde(rename = "_id")]
+    pub id: i32,
+    pub author: String,
+    pub text: String,
+    pub rating: i32,
+    pub date: DateTime,
+    pub helpful: i64,
+    pub verified: bool,
+    pub hidden: bool,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+#[subset(preview_of = Review)]
+pub struct ReviewPreview {
+    #[serde(rename = "_id")]
+    pub id: i32,
+    pub author: String,
+    pub date: DateTime,
+    pub helpful: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[subset(collection = "patch_products")]
+pub struct Product {
+    #[serde(rename = "_id")]
+    pub id: i32,
+    /// The latest, whole, with the count and the sums of every review.
+    #[subset(
+        child = "patch_reviews",
+        key = "product_id",
+        keep = 3,
+        sort = "date desc",
+        count = "total",
+        sum = "stars = rating, votes = helpful"
+    )]
+    pub latest: Vec<Review>,
+    /// The most helpful, as previews: ordered by the voted field.
+    #[subset(
+        child = "patch_reviews",
+        key = "product_id",
+        keep = 2,
+        sort = "helpful desc, date desc"
+    )]
+    pub most_helpful: Vec<ReviewPreview>,
+    /// The latest verified ones, with their own count and sum.
+    #[subset(
+        child = "patch_reviews",
+        key = "product_id",
+        keep = 2,
+        sort = "date desc",
+        filter = "verified",
+        count = "verified_total",
+        sum = "verified_stars = rating"
+    )]
+    pub verified: Vec<ReviewPreview>,
+    /// The latest that a moderator has not hidden.
+    #[subset(
+        child = "patch_reviews",
+        key = "product_id",
+        keep = 3,
+        sort = "date desc",
+        filter = "!hidden"
+    )]
+    pub visible: Vec<ReviewPreview>,
+    #[serde(default)]
+    pub total: i64,
+    #[serde(default)]
+    pub stars: i64,
+    #[serde(default)]
+    pub votes: i64,
+    #[serde(default)]
+    pub verified_total: i64,
+    #[serde(default)]
+    pub verified_stars: i64,
+}
+
+fn review(id: i32) -> Review {
+    Review {
+        id,
+        author: format!("author {id}"),
+        text: format!("text {id}"),
+        rating: id % 5 + 1,
+        date: DateTime::from_millis(1_000 * i64::from(id)),
+        helpful: 0,
+        verified: id % 2 == 0,
+        hidden: false,
+        note: Some("first".into()),
+    }
+}
+
+fn product(id: i32) -> Product {
+    Product {
+        id,
+        latest: Vec::new(),
+        most_helpful: Vec::new(),
+        verified: Vec::new(),
+        visible: Vec::new(),
+        total: 0,
+        stars: 0,
+        votes: 0,
+        verified_total: 0,
+        verified_stars: 0,
+    }
+}
+
+/// Every view of `product` agrees with the child collection (array, order, content of each
+/// copy, count and sums), as a check recomputes it.
+async fn assert_true(store: &Store<Product>, product: i32, when: &str) {
+    let mode = store.mode().await.unwrap();
+    for field in [
+        Product::LATEST.spec(),
+        Product::MOST_HELPFUL.spec(),
+        Product::VERIFIED.spec(),
+        Product::VISIBLE.spec(),
+    ] {
+        let drift = store
+            .raw()
+            .subset(field)
+            .check(&Bson::Int32(product))
+            .await
+            .unwrap();
+        assert!(
+            drift.is_clean(),
+            "{mode:?}, {when}: `{}` of product {product} drifted: {drift:?}",
+            field.field
+        );
+    }
+}
+
+/// A product with reviews 1..=n pushed.
+async fn seeded(store: &Store<Product>, id: i32, n: i32) {
+    store.insert(&product(id)).await.unwrap();
+    let reviews: Vec<Review> = (1..=n).map(review).collect();
+    store
+        .subset(Product::LATEST)
+        .push_many(&id, &reviews)
+        .await
+        .unwrap();
+}
+
+async fn stored(store: &Store<Product>, id: i32) -> Document {
+    store
+        .database()
+        .collection::<Document>("patch_reviews")
+        .find_one(doc! { "_id": id })
+        .await
+        .unwrap()
+        .expect("the review is stored")
+}
+
+async fn parent(store: &Store<Product>, id: i32) -> Product {
+    store
+        .get(&id)
+        .await
+        .unwrap()
+        .expect("the product is stored")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vote_an_edit_and_a_flag_reach_every_copy() {
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 1, 6).await;
+        let reviews = store.subset(Product::LATEST);
+        assert_true(&store, 1, "seeded").await;
+
+        // A vote on an old review: it enters the "most helpful" view, and the sum moves by one.
+        reviews.patch(&1, &2).inc(Review::HELPFUL, 3).await.unwrap();
+        let p = parent(&store, 1).await;
+        assert_eq!(
+            p.most_helpful[0].id, 2,
+            "{mode:?}: the voted review ranks first"
+        );
+        assert_eq!(p.most_helpful[0].helpful, 3);
+        assert_eq!(p.votes, 3);
+        assert_eq!(stored(&store, 2).await.get_i64("helpful").unwrap(), 3);
+        assert_true(&store, 1, "after a vote").await;
+
+        // A vote on an embedded review changes its whole copy in `latest` too.
+        reviews.patch(&1, &6).inc(Review::HELPFUL, 1).await.unwrap();
+        let p = parent(&store, 1).await;
+        assert_eq!(p.latest[0].helpful, 1);
+        assert_eq!(p.votes, 4);
+        assert_true(&store, 1, "after a vote on an embedded review").await;
+
+        // An edit of a field only whole copies hold, and of a preview field.
+        reviews
+            .patch(&1, &6)
+            .set(Review::TEXT, "edited".to_owned())
+            .set(Review::AUTHOR, "renamed".to_owned())
+            .unset(Review::NOTE)
+            .await
+            .unwrap();
+        let p = parent(&store, 1).await;
+        assert_eq!(p.latest[0].text, "edited");
+        assert_eq!(p.latest[0].note, None);
+        assert_eq!(p.visible[0].author, "renamed");
+        assert!(!stored(&store, 6).await.contains_key("note"));
+        assert_true(&store, 1, "after an edit").await;
+
+        // A moderator hides the newest: it leaves `visible`, which backfills.
+        reviews
+            .patch(&1, &6)
+            .set(Review::HIDDEN, true)
+            .await
+            .unwrap();
+        let p = parent(&store, 1).await;
+        let visible: Vec<i32> = p.visible.iter().map(|r| r.id).collect();
+        assert_eq!(visible, [5, 4, 3], "{mode:?}");
+        // Verifying one moves it into `verified`, its count and its sum.
+        let (count, sum) = (p.verified_total, p.verified_stars);
+        reviews
+            .patch(&1, &5)
+            .set(Review::VERIFIED, true)
+            .await
+            .unwrap();
+        let p = parent(&store, 1).await;
+        assert_eq!(p.verified[0].id, 6);
+        assert_eq!(p.verified[1].id, 5);
+        assert_eq!(p.verified_total, count + 1);
+        assert_eq!(p.verified_stars, sum + i64::from(review(5).rating));
+        // A changed summed field moves the sums by the difference.
+        let stars = p.stars;
+        reviews.patch(&1, &5).set(Review::RATING, 5).await.unwrap();
+        let p = parent(&store, 1).await;
+        let diff = 5 - i64::from(review(5).rating);
+        assert_eq!(p.stars, stars + diff);
+        assert_eq!(p.verified_stars, sum + 5);
+        // A changed sort key re-ranks: the oldest becomes the newest.
+        reviews
+            .patch(&1, &1)
+            .set(Review::DATE, DateTime::from_millis(99_000))
+            .await
+            .unwrap();
+        let p = parent(&store, 1).await;
+        assert_eq!(p.latest[0].id, 1);
+        assert_true(&store, 1, "after moderation, a new rating and a new date").await;
+        store.delete(&1).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_patch_that_cannot_apply_writes_nothing() {
+    for store in common::stores::<Product>().await {
+        seeded(&store, 2, 3).await;
+        let reviews = store.subset(Product::VERIFIED);
+        let before = stored(&store, 2).await;
+        // Only the patch is wrong: a field twice.
+        let twice = reviews
+            .patch(&2, &2)
+            .inc(Review::HELPFUL, 1)
+            .set(Review::HELPFUL, 5)
+            .await;
+        assert!(
+            matches!(&twice, Err(Error::InvalidPatch { field, .. }) if field == "helpful"),
+            "{twice:?}"
+        );
+        assert_eq!(stored(&store, 2).await, before);
+        // No such child under this parent.
+        let missing = reviews.patch(&2, &99).inc(Review::HELPFUL, 1).await;
+        assert!(
+            matches!(missing, Err(Error::ChildNotFound { .. })),
+            "{missing:?}"
+        );
+        let elsewhere = reviews.patch(&3, &2).inc(Review::HELPFUL, 1).await;
+        assert!(
+            matches!(elsewhere, Err(Error::ChildNotFound { .. })),
+            "{elsewhere:?}"
+        );
+        // An empty patch is a no-op.
+        reviews.patch(&2, &2).await.unwrap();
+        assert_eq!(stored(&store, 2).await, before);
+        assert_true(&store, 2, "after refused patches").await;
+        store.delete(&2).await.unwrap();
+    }
+}
+
+/// Commands sent to the parent and child collections.
+type Log = Arc<Mutex<Vec<(String, String)>>>;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_patch_no_view_shows_does_not_write_the_parent() {
+    /// Only previews, none of which holds `text`, and no order, filter or sum by it.
+    #[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+    #[subset(collection = "patch_previews_only")]
+    struct Shelf {
+        #[serde(rename = "_id")]
+        id: i32,
+        #[subset(
+            child = "patch_shelf_reviews",
+            key = "shelf_id",
+            keep = 2,
+            sort = "helpful desc"
+        )]
+        best: Vec<ReviewPreview>,
+        #[subset(
+            child = "patch_shelf_reviews",
+            key = "shelf_id",
+            keep = 2,
+            sort = "date desc",
+            filter = "!hidden"
+        )]
+        visible: Vec<ReviewPreview>,
+    }
+
+    let server = MongoServer::shared(Topology::ReplicaSet).await.unwrap();
+    let name = server.database().await.unwrap().name().to_owned();
+    let log: Log = Arc::new(Mutex::new(Vec::new()));
+    let mut options = ClientOptions::parse(server.uri()).await.unwrap();
+    let sink = log.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            let target = started
+                .command
+                .get_str(&started.command_name)
+                .unwrap_or_default()
+                .to_owned();
+            sink.lock()
+                .unwrap()
+                .push((started.command_name.clone(), target));
+        }
+    }));
+    let db = mongodb::Client::with_options(options)
+        .unwrap()
+        .database(&name);
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let store = Store::<Shelf>::new(&db).with_mode(mode);
+        let shelf = Shelf {
+            id: 1,
+            best: Vec::new(),
+            visible: Vec::new(),
+        };
+        store.insert(&shelf).await.unwrap();
+        let reviews = store.subset(Shelf::BEST);
+        reviews
+            .push_many(&1, &(1..=3).map(review).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let parent_writes = |log: &Log| {
+            log.lock()
+                .unwrap()
+                .iter()
+                .filter(|(name, target)| name == "update" && target == "patch_previews_only")
+                .count()
+        };
+        log.lock().unwrap().clear();
+        reviews
+            .patch(&1, &3)
+            .set(Review::TEXT, "no copy holds this".to_owned())
+            .await
+            .unwrap();
+        assert_eq!(
+            parent_writes(&log),
+            0,
+            "{mode:?}: {:?}",
+            log.lock().unwrap()
+        );
+        // A preview field is written to the copies, in one parent update.
+        log.lock().unwrap().clear();
+        reviews
+            .patch(&1, &3)
+            .set(Review::AUTHOR, "shown".to_owned())
+            .await
+            .unwrap();
+        assert_eq!(
+            parent_writes(&log),
+            1,
+            "{mode:?}: {:?}",
+            log.lock().unwrap()
+        );
+        for view in [Shelf::BEST.spec(), Shelf::VISIBLE.spec()] {
+            let drift = store
+                .raw()
+                .subset(view)
+                .check(&Bson::Int32(1))
+                .await
+                .unwrap();
+            assert!(drift.is_clean(), "{mode:?}: {drift:?}");
+        }
+        store.delete(&1).await.unwrap();
+    }
+}
+
+/// Writers × votes each, spread over `hot` reviews of one product; how many reviews it has.
+const WRITERS: i32 = 16;
+const VOTES: i32 = 100;
+const REVIEWS: i32 = 8;
+const HOT: i32 = 3;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_votes_all_count_and_leave_the_views_exact() {
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 3, REVIEWS).await;
+        let started = Instant::now();
+        let writers = (0..WRITERS).map(|w| {
+            let store = store.clone();
+            async move {
+                let reviews = store.subset(Product::MOST_HELPFUL);
+                for v in 0..VOTES {
+                    // Most votes go to the hot reviews (two of them old, so they climb into
+                    // the view), some to the others; a few are taken back.
+                    let id = match (w + v) % 4 {
+                        3 => (w + v) % REVIEWS + 1,
+                        n => n % HOT + 1,
+                    };
+                    let vote = reviews.patch(&3, &id);
+                    if v % 10 == 9 {
+                        vote.dec(Review::HELPFUL, 1).await?;
+                    } else {
+                        vote.inc(Review::HELPFUL, 1).await?;
+                    }
+                }
+                Ok::<_, Error>(())
+            }
+        });
+        try_join_all(writers).await.unwrap();
+        let elapsed = started.elapsed();
+        let votes = WRITERS * VOTES;
+        println!(
+            "{mode:?}: {votes} votes from {WRITERS} writers in {elapsed:.2?} ({:.0}/s)",
+            f64::from(votes) / elapsed.as_secs_f64()
+        );
+        // Every vote counted: each review's total is what its voters gave it.
+        let mut expected = vec![0_i64; REVIEWS as usize + 1];
+        for w in 0..WRITERS {
+            for v in 0..VOTES {
+                let id = match (w + v) % 4 {
+                    3 => (w + v) % REVIEWS + 1,
+                    n => n % HOT + 1,
+                };
+                expected[id as usize] += if v % 10 == 9 { -1 } else { 1 };
+            }
+        }
+        for id in 1..=REVIEWS {
+            let helpful = stored(&store, id).await.get_i64("helpful").unwrap();
+            assert_eq!(helpful, expected[id as usize], "{mode:?}: review {id}");
+        }
+        let p = parent(&store, 3).await;
+        assert_eq!(p.votes, expected.iter().sum::<i64>(), "{mode:?}: the sum");
+        let mut ranked: Vec<i32> = (1..=REVIEWS).collect();
+        ranked.sort_by_key(|&id| std::cmp::Reverse((expected[id as usize], id)));
+        let best: Vec<i32> = p.most_helpful.iter().map(|r| r.id).collect();
+        assert_eq!(best, ranked[..2], "{mode:?}: the most helpful");
+        assert_true(&store, 3, "after concurrent votes").await;
+        store.delete(&3).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn flags_flip_under_concurrent_pushes_and_removes() {
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 4, 10).await;
+        let pushers = (0..2).map(|w| {
+            let store = store.clone();
+            async move {
+                let reviews = store.subset(Product::LATEST);
+                for n in 0..20 {
+                    reviews.push(&4, &review(100 + w * 100 + n)).await?;
+                }
+                Ok::<_, Error>(())
+            }
+        });
+        let removers = (0..2).map(|w| {
+            let store = store.clone();
+            async move {
+                let reviews = store.subset(Product::VISIBLE);
+                for id in (1..=10).filter(|id| id % 4 == w) {
+                    reviews.remove(&4, &id).await?;
+                }
+                Ok::<_, Error>(())
+            }
+        });
+        let moderators = (0..2).map(|w| {
+            let store = store.clone();
+            async move {
+                let reviews = store.subset(Product::VERIFIED);
+                for n in 0..20 {
+                    // Flags on reviews no remover takes (ids 3 and 7 are 4k+3) and on the new.
+                    let id = if n % 2 == 0 {
+                        [3, 7][(n / 2 % 2) as usize]
+                    } else {
+                        100 + w * 100 + n / 2
+                    };
+                    let flip = reviews.patch(&4, &id);
+                    let flip = if w == 0 {
+                        flip.set(Review::HIDDEN, n % 4 < 2)
+                    } else {
+                        flip.set(Review::VERIFIED, n % 4 < 2)
+                    };
+                    match flip.await {
+                        // A new review not pushed yet.
+                        Ok(()) | Err(Error::ChildNotFound { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok::<_, Error>(())
+            }
+        });
+        let mut all: Vec<BoxFuture<'_, Result<(), Error>>> = Vec::new();
+        all.extend(pushers.map(FutureExt::boxed));
+        all.extend(removers.map(FutureExt::boxed));
+        all.extend(moderators.map(FutureExt::boxed));
+        try_join_all(all).await.unwrap();
+        assert_true(&store, 4, "after flips, pushes and removes").await;
+        let p = parent(&store, 4).await;
+        let total = store.subset(Product::LATEST).count(&4).await.unwrap();
+        assert_eq!(p.total as u64, total, "{mode:?}");
+        store.delete(&4).await.unwrap();
+    }
+}
