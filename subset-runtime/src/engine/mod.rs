@@ -128,6 +128,7 @@ pub struct RawStore {
     views: Arc<views::ViewTable>,
     mode: Arc<OnceCell<WriteMode>>,
     combiner: combine::Combiner<push::Batch>,
+    patches: combine::Combiner<patch::Batch>,
 }
 
 impl std::fmt::Debug for RawStore {
@@ -151,6 +152,7 @@ impl RawStore {
             spec,
             mode: Arc::new(OnceCell::new()),
             combiner: combine::Combiner::default(),
+            patches: combine::Combiner::default(),
         }
     }
 

@@ -21,10 +21,11 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::options::ReturnDocument;
 use mongodb::ClientSession;
 
+use super::combine::{self, Waiter};
 use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
 use super::sums::Num;
-use super::{driver_error, RawSubset};
+use super::{driver_error, RawSubset, WriteMode};
 use crate::action::Action;
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
@@ -131,7 +132,7 @@ impl ChildPatch {
                     format!("is changed twice (with `{other}`): change each field once in a patch"),
                 ));
             }
-            if let Some(role) = views.iter().find_map(|v| role_of(v, field)) {
+            if let Some(role) = views.iter().find_map(|v| use_of(v, field)) {
                 match (op, role) {
                     (Op::Unset, _) => {
                         return Err(invalid(
@@ -142,7 +143,7 @@ impl ChildPatch {
                     (Op::Set(Bson::Null), _) => {
                         return Err(invalid(field, format!("is {role}: it cannot be null")))
                     }
-                    (Op::Set(v), Role::Summed(_)) if Num::of(v).is_none() => {
+                    (Op::Set(v), Use::Summed(_)) if Num::of(v).is_none() => {
                         return Err(invalid(
                             field,
                             format!(
@@ -151,7 +152,7 @@ impl ChildPatch {
                             ),
                         ))
                     }
-                    (Op::Set(v), Role::Filter(_)) if !matches!(v, Bson::Boolean(_)) => {
+                    (Op::Set(v), Use::Filter(_)) if !matches!(v, Bson::Boolean(_)) => {
                         return Err(invalid(
                             field,
                             format!("is {role}: it must be set to a bool, not {}", type_name(v)),
@@ -175,23 +176,17 @@ impl ChildPatch {
         Ok(())
     }
 
-    /// The update that applies the patch to a document, each field's path after `prefix` (empty
-    /// for the child itself, `latest.$[c0].` for an embedded copy), added to `update`; only the
-    /// fields `holds` (a preview's copies hold only some).
-    pub(crate) fn add_to(&self, update: &mut Document, prefix: &str, holds: impl Fn(&str) -> bool) {
+    /// Adds to `update` what applies the patch to a document, each field's path after `prefix`
+    /// (empty for the child itself, `latest.$[c0].` for an embedded copy); only the fields
+    /// `holds` (a preview's copies hold only some).
+    fn add_to(&self, update: &mut Update, prefix: &str, holds: impl Fn(&str) -> bool) {
         for (field, op) in self.ops.iter().filter(|(field, _)| holds(field)) {
-            let (operator, value) = match op {
-                Op::Set(v) => ("$set", v.clone()),
-                Op::Unset => ("$unset", Bson::String(String::new())),
-                Op::Inc(by) => ("$inc", by.clone()),
+            let path = format!("{prefix}{field}");
+            match op {
+                Op::Set(v) => update.set.insert(path, v.clone()),
+                Op::Unset => update.unset.insert(path, ""),
+                Op::Inc(by) => update.inc.insert(path, by.clone()),
             };
-            let Bson::Document(fields) = update
-                .entry(operator.to_owned())
-                .or_insert_with(|| Bson::Document(Document::new()))
-            else {
-                continue;
-            };
-            fields.insert(format!("{prefix}{field}"), value);
         }
     }
 
@@ -235,33 +230,60 @@ impl ChildPatch {
     }
 }
 
+/// An update being built: the fields of each operator.
+#[derive(Debug, Default)]
+struct Update {
+    set: Document,
+    unset: Document,
+    inc: Document,
+}
+
+impl Update {
+    fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.unset.is_empty() && self.inc.is_empty()
+    }
+
+    /// The update document, without the operators that change nothing.
+    fn into_document(self) -> Document {
+        [
+            ("$set", self.set),
+            ("$unset", self.unset),
+            ("$inc", self.inc),
+        ]
+        .into_iter()
+        .filter(|(_, fields)| !fields.is_empty())
+        .map(|(operator, fields)| (operator.to_owned(), Bson::Document(fields)))
+        .collect()
+    }
+}
+
 /// What a field is to a view, for messages.
 #[derive(Clone, Copy)]
-enum Role {
+enum Use {
     Sort(&'static str),
     Filter(&'static str),
     Summed(&'static str),
 }
 
-impl std::fmt::Display for Role {
+impl std::fmt::Display for Use {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Role::Sort(view) => write!(f, "a sort key of `{view}`"),
-            Role::Filter(view) => write!(f, "the filter of `{view}`"),
-            Role::Summed(view) => write!(f, "summed by `{view}`"),
+            Use::Sort(view) => write!(f, "a sort key of `{view}`"),
+            Use::Filter(view) => write!(f, "the filter of `{view}`"),
+            Use::Summed(view) => write!(f, "summed by `{view}`"),
         }
     }
 }
 
-fn role_of(view: &SubsetSpec, field: &str) -> Option<Role> {
+fn use_of(view: &SubsetSpec, field: &str) -> Option<Use> {
     if view.sort.iter().any(|k| overlap(k.field, field)) {
-        return Some(Role::Sort(view.field));
+        return Some(Use::Sort(view.field));
     }
     if view.filter.is_some_and(|f| overlap(f.field, field)) {
-        return Some(Role::Filter(view.field));
+        return Some(Use::Filter(view.field));
     }
     if view.sums.iter().any(|s| overlap(s.child, field)) {
-        return Some(Role::Summed(view.field));
+        return Some(Use::Summed(view.field));
     }
     None
 }
@@ -298,6 +320,9 @@ fn shows_in(patch: &ChildPatch, view: &SubsetSpec) -> bool {
     patch.fields().any(|path| holds(view, path))
 }
 
+/// The patches of one caller, as the group commit queues them: (child `_id`, patch).
+pub(super) type Batch = Vec<(Bson, ChildPatch)>;
+
 impl RawSubset<'_> {
     /// Changes some fields of a stored child (matched by `_id` under `parent`) in the child
     /// collection and in every embedded copy of it, in every view: see [`ChildPatch`] and
@@ -330,46 +355,111 @@ impl RawSubset<'_> {
         if patch.is_empty() {
             return Ok(());
         }
+        let batch = vec![(child.clone(), patch.clone())];
+        // Within a transaction of ours, patches of one parent's children go together: votes on
+        // one hot child would otherwise conflict and retry (see `combine.rs`).
+        if caller.is_none() && self.store().mode().await? == WriteMode::Transactional {
+            return self.patch_combined(parent, batch).await;
+        }
+        self.patch_alone(parent, &batch, caller).await
+    }
+
+    async fn patch_alone(
+        &self,
+        parent: &Bson,
+        patches: &[(Bson, ChildPatch)],
+        caller: Option<&mut ClientSession>,
+    ) -> Result<()> {
         let steps = PatchSteps {
             subset: self,
             parent,
-            child,
-            patch,
+            patches,
         };
         exec::execute(self.store(), caller, &steps).await
     }
+
+    /// `batch` in a transaction of ours, together with the patches queued on the same parent;
+    /// when that transaction fails, each batch on its own, so that each caller gets its own
+    /// result.
+    async fn patch_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
+        let group = self.view_specs().first().unwrap_or(self.spec()).field;
+        let (batch, others, leader) = match self.store().patches.join(group, parent, batch).await {
+            combine::Role::Done(result) => return result,
+            combine::Role::Lead {
+                batch,
+                others,
+                leader,
+            } => (batch, others, leader),
+        };
+        let theirs: Vec<(Waiter<Batch>, Batch)> = others
+            .into_iter()
+            .filter_map(|mut waiter| {
+                let batch = waiter.take_batch()?;
+                Some((waiter, batch))
+            })
+            .collect();
+        if !theirs.is_empty() {
+            let all: Batch = batch
+                .iter()
+                .chain(theirs.iter().flat_map(|(_, b)| b))
+                .cloned()
+                .collect();
+            if self.patch_alone(parent, &all, None).await.is_ok() {
+                for (waiter, _) in theirs {
+                    waiter.answer(Ok(()));
+                }
+                drop(leader);
+                return Ok(());
+            }
+        }
+        let mine = self.patch_alone(parent, &batch, None).await;
+        for (waiter, batch) in theirs {
+            let result = self.patch_alone(parent, &batch, None).await;
+            waiter.answer(result);
+        }
+        drop(leader);
+        mine
+    }
 }
 
-/// [`RawSubset::patch`].
+/// [`RawSubset::patch`]: one or more patches of one parent's children, in order.
 struct PatchSteps<'s, 'a> {
     subset: &'s RawSubset<'a>,
     parent: &'s Bson,
-    child: &'s Bson,
-    patch: &'s ChildPatch,
+    patches: &'s [(Bson, ChildPatch)],
 }
 
 impl Steps for PatchSteps<'_, '_> {
     type Output = ();
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        for (child, patch) in self.patches {
+            self.one(ctx, child, patch).await?;
+        }
+        Ok(())
+    }
+}
+
+impl PatchSteps<'_, '_> {
+    async fn one(&self, ctx: &mut Ctx<'_>, child: &Bson, patch: &ChildPatch) -> Result<()> {
         let s = self.subset;
         let spec = s.spec();
         let children = s.children::<Document>();
-        let mut update = Document::new();
-        self.patch.add_to(&mut update, "", |_| true);
-        let filter = doc! { "_id": self.child.clone(), spec.key: self.parent.clone() };
+        let mut update = Update::default();
+        patch.add_to(&mut update, "", |_| true);
+        let filter = doc! { "_id": child.clone(), spec.key: self.parent.clone() };
         let change = children
-            .find_one_and_update(filter.clone(), update)
+            .find_one_and_update(filter.clone(), update.into_document())
             .return_document(ReturnDocument::Before);
         let Some(before) = ctx.run(change).await.map_err(|e| s.mongo_child(e))? else {
             return Err(Error::ChildNotFound {
                 collection: spec.child_collection.to_owned(),
                 parent: Box::new(self.parent.clone()),
-                id: Box::new(self.child.clone()),
+                id: Box::new(child.clone()),
             });
         };
-        let after = self.patch.apply(&before);
-        match self.follow(ctx, &before, &after).await {
+        let after = patch.apply(&before);
+        match self.follow(ctx, child, patch, &before, &after).await {
             // Refused by the server (the copy would not fit, say) outside a transaction: the
             // child goes back as it was, so the write leaves nothing, as a transaction would.
             Err(e) if !ctx.atomic() && driver_error::was_refused(&e) => {
@@ -380,14 +470,18 @@ impl Steps for PatchSteps<'_, '_> {
             other => other,
         }
     }
-}
 
-impl PatchSteps<'_, '_> {
-    /// Brings every view along with the child, now `after` and before the patch `before`.
-    async fn follow(&self, ctx: &mut Ctx<'_>, before: &Document, after: &Document) -> Result<()> {
+    /// Brings every view along with `child`, which `patch` changed from `before` to `after`.
+    async fn follow(
+        &self,
+        ctx: &mut Ctx<'_>,
+        child: &Bson,
+        patch: &ChildPatch,
+        before: &Document,
+        after: &Document,
+    ) -> Result<()> {
         let s = self.subset;
-        let mut update = Document::new();
-        let mut inc = Document::new();
+        let mut update = Update::default();
         let mut filters = Vec::new();
         let mut moved = Vec::new();
         for (i, view) in s.views().enumerate() {
@@ -397,32 +491,22 @@ impl PatchSteps<'_, '_> {
                 continue;
             }
             let moves = super::sums::inc(spec, &[after], &[before]);
-            if was != is || moves_in(self.patch, spec) {
+            if was != is || moves_in(patch, spec) {
                 moved.push((view, moves));
                 continue;
             }
-            inc.extend(moves);
-            if shows_in(self.patch, spec) {
+            update.inc.extend(moves);
+            if shows_in(patch, spec) {
                 let copy = format!("c{i}");
                 let prefix = format!("{}.$[{copy}].", spec.field);
-                self.patch
-                    .add_to(&mut update, &prefix, |path| holds(spec, path));
-                filters.push(doc! { format!("{copy}._id"): self.child.clone() });
+                patch.add_to(&mut update, &prefix, |path| holds(spec, path));
+                filters.push(doc! { format!("{copy}._id"): child.clone() });
             }
-        }
-        if !inc.is_empty() {
-            let Bson::Document(fields) = update
-                .entry("$inc".to_owned())
-                .or_insert_with(|| Bson::Document(Document::new()))
-            else {
-                unreachable!("`$inc` is a document")
-            };
-            fields.extend(inc);
         }
         if !update.is_empty() {
             let parents = s.store().parents::<Document>();
             let write = parents
-                .update_one(doc! { "_id": self.parent.clone() }, update)
+                .update_one(doc! { "_id": self.parent.clone() }, update.into_document())
                 .array_filters(filters);
             let written = match ctx.run(write).await {
                 Ok(written) => written,
@@ -508,10 +592,10 @@ mod tests {
                 "meta": { "seen": true },
             }
         );
-        let mut update = Document::new();
+        let mut update = Update::default();
         patch.add_to(&mut update, "latest.$[c0].", |_| true);
         assert_eq!(
-            update,
+            update.into_document(),
             doc! {
                 "$inc": { "latest.$[c0].helpful": 1, "latest.$[c0].new": 2.5 },
                 "$set": { "latest.$[c0].text": "y", "latest.$[c0].meta.seen": true },
@@ -536,9 +620,12 @@ mod tests {
         };
         assert!(!shows_in(&votes, &preview));
         assert!(shows_in(&ChildPatch::new().set("body", "x"), &preview));
-        let mut update = Document::new();
+        let mut update = Update::default();
         let edit = ChildPatch::new().set("body", "x").inc("helpful", 1);
         edit.add_to(&mut update, "p.$[c1].", |path| holds(&preview, path));
-        assert_eq!(update, doc! { "$set": { "p.$[c1].body": "x" } });
+        assert_eq!(
+            update.into_document(),
+            doc! { "$set": { "p.$[c1].body": "x" } }
+        );
     }
 }
