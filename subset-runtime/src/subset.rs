@@ -291,6 +291,36 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
         crate::patch::Patch::new(self.raw, ids)
     }
 
+    /// Moves a child stored under `from` to the parent `to` (a review filed under the wrong
+    /// product): its parent key changes in the child collection, every view of `from` loses it
+    /// (backfilled, its count and sums moved down) and every view of `to` takes it in
+    /// (re-ranked, counted, summed).
+    ///
+    /// One transaction on a replica set. On a standalone server the child moves first, then
+    /// `from` is fixed, then `to`: a crash in between leaves the child counted under the old
+    /// parent and not yet under the new one, which [`Subset::reconcile`] of each repairs; the
+    /// child itself is never lost. A move to the parent it is under changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::ParentNotFound`] when `to` does not exist (nothing changes),
+    /// [`crate::Error::ChildNotFound`] when the child is not stored under `from`,
+    /// [`crate::Error::SubsetTooLarge`], [`crate::Error::Mongo`].
+    pub fn move_child<'r>(
+        &'r self,
+        from: &'r P::Id,
+        child: &'r C::Id,
+        to: &'r P::Id,
+    ) -> Action<'r, ()> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let child = encode::id(child, "a child _id")?;
+                let (from, to) = (Self::parent_id(from)?, Self::parent_id(to)?);
+                self.raw.move_in(&from, &child, &to, session).await
+            })
+        })
+    }
+
     /// Recomputes the subset, the count and the running sums from the child collection, fixes
     /// them if they differ, and reports what differed. Safe while writers run.
     ///

@@ -15,6 +15,7 @@
 //! | `page.rs` | merged pagination, `all`, `count` |
 //! | `remove_update.rs` | removing and replacing one child |
 //! | `patch.rs` | changing some fields of one child, in every copy |
+//! | `move_child.rs` | a child from one parent to another |
 //! | `resync/` | recomputing a subset from the child collection: backfill, reconcile, check |
 //! | `orphans.rs` | children of no parent, found from the child collection |
 //! | `sweep.rs` | every parent in `_id` batches: `reconcile_all`, `check_all`, and the sweep itself |
@@ -41,6 +42,7 @@ pub mod driver_error;
 mod exec;
 mod follow;
 mod insert;
+mod move_child;
 mod orphans;
 mod page;
 mod patch;

@@ -1,6 +1,7 @@
-//! Partial updates of one child (`Subset::patch`): votes, edits and moderation flags, kept true in
-//! every view of the child (whole copies, previews, an order by the voted field, filtered views,
-//! counts and sums), alone and under concurrent writers, in both write modes.
+//! Children that change after they are written: partial updates (`Subset::patch`: votes, edits,
+//! moderation flags) and moves to another parent, kept true in every view of the child (whole
+//! copies, previews, an order by the voted field, filtered views, counts and sums), alone and
+//! under concurrent writers, in both write modes.
 
 mod common;
 
@@ -530,5 +531,81 @@ async fn flags_flip_under_concurrent_pushes_and_removes() {
         let total = store.subset(Product::LATEST).count(&4).await.unwrap();
         assert_eq!(p.total as u64, total, "{mode:?}");
         store.delete(&4).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn moves_keep_both_parents_true_under_concurrent_pushes() {
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 5, 8).await;
+        store.insert(&product(6)).await.unwrap();
+        let reviews = store.subset(Product::LATEST);
+        // The newest review, embedded everywhere, moves: the old parent backfills.
+        reviews.move_child(&5, &8, &6).await.unwrap();
+        let (old, new) = (parent(&store, 5).await, parent(&store, 6).await);
+        assert_eq!(
+            old.latest.iter().map(|r| r.id).collect::<Vec<_>>(),
+            [7, 6, 5]
+        );
+        assert_eq!(new.latest.iter().map(|r| r.id).collect::<Vec<_>>(), [8]);
+        assert_eq!((old.total, new.total), (7, 1), "{mode:?}");
+        assert_eq!(new.stars, i64::from(review(8).rating));
+        assert_eq!(new.verified_total, 1, "{mode:?}: review 8 is verified");
+        assert_true(&store, 5, "after a move").await;
+        assert_true(&store, 6, "after a move").await;
+        // To a parent that does not exist: nothing changes. From the wrong parent: not found.
+        let nowhere = reviews.move_child(&5, &7, &99).await;
+        assert!(
+            matches!(nowhere, Err(Error::ParentNotFound { .. })),
+            "{nowhere:?}"
+        );
+        assert_eq!(stored(&store, 7).await.get_i32("product_id").unwrap(), 5);
+        let wrong = reviews.move_child(&5, &8, &6).await;
+        assert!(
+            matches!(wrong, Err(Error::ChildNotFound { .. })),
+            "{wrong:?}"
+        );
+
+        // Moves both ways while both parents get pushes.
+        let pushers = [5, 6].map(|p| {
+            let store = store.clone();
+            async move {
+                let reviews = store.subset(Product::VISIBLE);
+                for n in 0..15 {
+                    reviews.push(&p, &review(1_000 * p + n)).await?;
+                }
+                Ok::<_, Error>(())
+            }
+        });
+        let movers = [(5, 6), (6, 5)].map(|(from, to)| {
+            let store = store.clone();
+            async move {
+                let reviews = store.subset(Product::MOST_HELPFUL);
+                for n in 0..8 {
+                    // Reviews pushed to `from` above, moved once they are there.
+                    let id = 1_000 * from + n;
+                    loop {
+                        match reviews.move_child(&from, &id, &to).await {
+                            Ok(()) => break,
+                            Err(Error::ChildNotFound { .. }) => tokio::task::yield_now().await,
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                Ok(())
+            }
+        });
+        let mut all: Vec<BoxFuture<'_, Result<(), Error>>> = Vec::new();
+        all.extend(pushers.into_iter().map(FutureExt::boxed));
+        all.extend(movers.into_iter().map(FutureExt::boxed));
+        try_join_all(all).await.unwrap();
+        for id in [5, 6] {
+            assert_true(&store, id, "after moves under pushes").await;
+        }
+        let (old, new) = (parent(&store, 5).await, parent(&store, 6).await);
+        assert_eq!((old.total, new.total), (7 + 15, 1 + 15), "{mode:?}");
+        store.delete(&5).await.unwrap();
+        store.delete(&6).await.unwrap();
     }
 }

@@ -1,0 +1,110 @@
+//! Moving a child to another parent: its parent key changes in the child collection, the old
+//! parent's views lose it (backfilled, counted down, its values off the sums) and the new
+//! parent's views take it in (re-ranked, counted, summed).
+
+use crate::bson::{doc, Bson, Document};
+use mongodb::options::ReturnDocument;
+use mongodb::ClientSession;
+
+use super::exec::{self, Ctx, Steps};
+use super::resync::CountFix;
+use super::RawSubset;
+use crate::action::Action;
+use crate::error::{Error, Result};
+
+impl RawSubset<'_> {
+    /// Moves a child stored under `from` to `to`; see [`crate::Subset::move_child`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Subset::move_child`].
+    pub fn move_child<'r>(
+        &'r self,
+        from: &'r Bson,
+        child: &'r Bson,
+        to: &'r Bson,
+    ) -> Action<'r, ()> {
+        Action::new(move |session| Box::pin(self.move_in(from, child, to, session)))
+    }
+
+    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
+    pub(crate) async fn move_in(
+        &self,
+        from: &Bson,
+        child: &Bson,
+        to: &Bson,
+        caller: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        self.store().check_parent_id(from)?;
+        self.store().check_parent_id(to)?;
+        self.check_child_id(child)?;
+        let steps = MoveSteps {
+            subset: self,
+            from,
+            child,
+            to,
+        };
+        exec::execute(self.store(), caller, &steps).await
+    }
+}
+
+/// [`RawSubset::move_child`].
+struct MoveSteps<'s, 'a> {
+    subset: &'s RawSubset<'a>,
+    from: &'s Bson,
+    child: &'s Bson,
+    to: &'s Bson,
+}
+
+impl Steps for MoveSteps<'_, '_> {
+    type Output = ();
+
+    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        let s = self.subset;
+        let spec = s.spec();
+        // The new parent first, so that a move to nowhere changes nothing.
+        let parents = s.store().parents::<Document>();
+        let target = parents
+            .find_one(doc! { "_id": self.to.clone() })
+            .projection(doc! { "_id": 1 });
+        if ctx
+            .run(target)
+            .await
+            .map_err(|e| s.store().mongo(e))?
+            .is_none()
+        {
+            return Err(s.parent_not_found(self.to));
+        }
+        let filter = doc! { "_id": self.child.clone(), spec.key: self.from.clone() };
+        let children = s.children::<Document>();
+        let before = if self.from == self.to {
+            ctx.run(children.find_one(filter)).await
+        } else {
+            let change = children
+                .find_one_and_update(filter, doc! { "$set": { spec.key: self.to.clone() } })
+                .return_document(ReturnDocument::Before);
+            ctx.run(change).await
+        };
+        let Some(before) = before.map_err(|e| s.mongo_child(e))? else {
+            return Err(Error::ChildNotFound {
+                collection: spec.child_collection.to_owned(),
+                parent: Box::new(self.from.clone()),
+                id: Box::new(self.child.clone()),
+            });
+        };
+        if self.from == self.to {
+            return Ok(());
+        }
+        // The old parent first: without a transaction, a crash between the two leaves the child
+        // counted under both, which a reconcile of either repairs, never under neither.
+        for view in s.views() {
+            let gone = CountFix::Inc(super::sums::inc(view.spec(), &[], &[&before]));
+            view.resync(ctx, self.from, &gone, true).await?;
+        }
+        for view in s.views() {
+            let came = CountFix::Inc(super::sums::inc(view.spec(), &[&before], &[]));
+            view.resync(ctx, self.to, &came, true).await?;
+        }
+        Ok(())
+    }
+}
