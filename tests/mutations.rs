@@ -9,12 +9,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures::future::{try_join_all, BoxFuture};
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use serde::{Deserialize, Serialize};
 use subset::bson::{doc, Bson, DateTime, Document};
+use subset::repair::SweepOptions;
 use subset::{Child, Error, Parent, Store, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 
@@ -607,5 +608,158 @@ async fn moves_keep_both_parents_true_under_concurrent_pushes() {
         assert_eq!((old.total, new.total), (7 + 15, 1 + 15), "{mode:?}");
         store.delete(&5).await.unwrap();
         store.delete(&6).await.unwrap();
+    }
+}
+
+/// How many products the jobs by filter run over, and the spammer's reviews among theirs.
+const PRODUCTS: i32 = 1_000;
+
+/// Products 1..=PRODUCTS, each with four reviews; the spammer wrote one of every product's
+/// and a second one of every tenth.
+async fn spammed(store: &Store<Product>) {
+    let inserts = (1..=PRODUCTS).map(|p| {
+        let mut product = product(p);
+        product.latest = (0..4)
+            .map(|n| {
+                let mut r = review(p * 10 + n);
+                if n == 0 || (n == 1 && p % 10 == 0) {
+                    r.author = "spammer".into();
+                }
+                r
+            })
+            .collect();
+        let store = store.clone();
+        async move { store.insert(&product).await }
+    });
+    futures::stream::iter(inserts)
+        .buffer_unordered(8)
+        .try_collect::<Vec<()>>()
+        .await
+        .unwrap();
+}
+
+/// Every view of every product agrees with the child collection.
+async fn assert_all_true(store: &Store<Product>, when: &str) {
+    let mode = store.mode().await.unwrap();
+    let report = store
+        .check_all(&SweepOptions::default(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(report.progress.checked, PRODUCTS as u64, "{mode:?}, {when}");
+    assert!(
+        report.drifts.is_empty() && report.failures.is_empty(),
+        "{mode:?}, {when}: {} drifted, e.g. {:?}; failures {:?}",
+        report.drifts.len(),
+        report.drifts.first(),
+        report.failures.first()
+    );
+}
+
+/// Starts `job` and kills it (drops it mid-flight) after a while, `times` times, each time a
+/// little later; returns how many of the kills found it still running.
+async fn kill_repeatedly<F, Fut>(times: u64, job: F) -> u64
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut cut = 0;
+    for n in 0..times {
+        let running = tokio::spawn(job());
+        tokio::time::sleep(std::time::Duration::from_millis(150 + 100 * n)).await;
+        if !running.is_finished() {
+            cut += 1;
+        }
+        running.abort();
+        let _ = running.await;
+    }
+    cut
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removal_by_filter_killed_and_rerun_ends_as_one_run() {
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        let t = Instant::now();
+        spammed(&store).await;
+        println!("{mode:?}: seeded in {:.2?}", t.elapsed());
+        let spam = doc! { "author": "spammer" };
+        let reviews = store.subset(Product::VISIBLE);
+        let before = reviews.raw().count_where(&spam).await.unwrap();
+        let spam_count = u64::from(PRODUCTS as u32) + u64::from(PRODUCTS as u32) / 10;
+        assert_eq!(
+            (before.parents, before.children),
+            (PRODUCTS as u64, spam_count)
+        );
+
+        let options = SweepOptions::default().batch_size(50);
+        let cut = kill_repeatedly(3, || {
+            let store = store.clone();
+            let (spam, options) = (spam.clone(), options.clone());
+            async move {
+                let reviews = store.subset(Product::VISIBLE);
+                let _ = reviews.remove_where(&spam, &options, |_| {}).await;
+            }
+        })
+        .await;
+        let left = reviews.raw().count_where(&spam).await.unwrap();
+        println!(
+            "{mode:?}: {cut} of 3 runs killed mid-way, {} parents left",
+            left.parents
+        );
+        assert!(
+            cut > 0,
+            "{mode:?}: no run was cut off: nothing shows resumption"
+        );
+
+        let mut batches = 0;
+        let t = Instant::now();
+        let report = reviews
+            .remove_where(&spam, &options, |_| batches += 1)
+            .await
+            .unwrap();
+        println!(
+            "{mode:?}: {} parents in {:.2?}",
+            report.progress.parents,
+            t.elapsed()
+        );
+        assert!(
+            report.failures.is_empty(),
+            "{mode:?}: {:?}",
+            report.failures
+        );
+        assert_eq!(report.progress.children, left.children, "{mode:?}");
+        assert!(batches > 0 || left.parents == 0);
+        let gone = reviews.raw().count_where(&spam).await.unwrap();
+        assert_eq!(gone.children, 0, "{mode:?}");
+        let p = parent(&store, 10).await;
+        assert_eq!(p.total, 2, "{mode:?}: product 10 lost two reviews");
+        assert!(p.latest.iter().all(|r| r.author != "spammer"));
+        let jobs = store
+            .database()
+            .collection::<Document>(subset::bulk::JOB_COLLECTION)
+            .count_documents(doc! {})
+            .await
+            .unwrap();
+        assert_eq!(
+            jobs, 0,
+            "{mode:?}: the journal is gone once the job is done"
+        );
+
+        // Anonymising by filter: the author changes in the children and in every copy.
+        let ann = doc! { "author": "author 13" };
+        let report = reviews
+            .patch_where(ann.clone(), &options, |_| {})
+            .set(Review::AUTHOR, "anonymous".to_owned())
+            .await
+            .unwrap();
+        assert_eq!((report.progress.parents, report.progress.children), (1, 1));
+        let p = parent(&store, 1).await;
+        assert!(
+            p.visible.iter().any(|r| r.author == "anonymous"),
+            "{mode:?}"
+        );
+        let t = Instant::now();
+        assert_all_true(&store, "after the removal and anonymising").await;
+        println!("{mode:?}: checked in {:.2?}", t.elapsed());
     }
 }

@@ -45,6 +45,13 @@ pub mod raw {
     pub use crate::engine::{ChildPatch, RawStore, RawSubset};
 }
 
+/// Removing or patching every child that matches a filter, across parents
+/// ([`Subset::remove_where`], [`Subset::patch_where`]): what such a job reports, and where it
+/// keeps the journal that makes it resumable without transactions.
+pub mod bulk {
+    pub use crate::engine::{BulkProgress, BulkReport, JOB_COLLECTION};
+}
+
 /// Keeping subsets true when other programs write the child collection: [`Store::follow`]
 /// tails its change stream and repairs each parent a change touches.
 pub mod follow {

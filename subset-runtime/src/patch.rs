@@ -25,8 +25,8 @@ use futures::future::BoxFuture;
 use mongodb::ClientSession;
 use serde::Serialize;
 
-use crate::bson::Bson;
-use crate::engine::{ChildPatch, RawSubset};
+use crate::bson::{Bson, Document};
+use crate::engine::{BulkProgress, BulkReport, ChildPatch, RawSubset, SweepOptions};
 use crate::error::{Error, Result};
 use crate::model::Child;
 
@@ -39,8 +39,11 @@ use crate::model::Child;
 /// stored form a patch could not produce.
 pub struct Field<C, T, A = Mutable> {
     bson: &'static str,
-    _types: PhantomData<fn() -> (C, T, A)>,
+    _types: PhantomData<Types<C, T, A>>,
 }
+
+/// What a [`Field`] is typed by, held by none of it (so that it is `Send`, `Sync` and `Copy`).
+type Types<C, T, A> = fn() -> (C, T, A);
 
 impl<C, T, A> Field<C, T, A> {
     /// Used by the derive: the field stored under `bson`.
@@ -120,30 +123,44 @@ pub trait Unset {}
 
 impl<T> Unset for Option<T> {}
 
-/// A change to some fields of one child, run when awaited: [`Subset::patch`](crate::Subset::patch).
+/// A change to some fields of one child, or of every child matching a filter, run when
+/// awaited: [`Subset::patch`](crate::Subset::patch) (target [`One`]) and
+/// [`Subset::patch_where`](crate::Subset::patch_where) (target [`Matching`]).
 ///
-/// Built with [`Patch::set`], [`Patch::unset`], [`Patch::inc`] and [`Patch::dec`], each taking a
-/// field constant of the child type; [`Patch::session`] runs it in the caller's session, as
-/// [`crate::Action::session`] does.
+/// Built with [`Patch::set`], [`Patch::unset`], and for one child [`Patch::inc`] and
+/// [`Patch::dec`], each taking a field constant of the child type; [`Patch::session`] runs a
+/// patch of one child in the caller's session, as [`crate::Action::session`] does.
 #[must_use = "a patch does nothing until it is awaited"]
-pub struct Patch<'a, C> {
+pub struct Patch<'a, C, T = One<'a>> {
     raw: RawSubset<'a>,
-    ids: Result<(Bson, Bson)>,
     patch: ChildPatch,
     /// The first value that did not serialize, reported when awaited.
     error: Option<Error>,
-    session: Option<&'a mut ClientSession>,
+    target: T,
     _child: PhantomData<fn() -> C>,
 }
 
-impl<'a, C: Child> Patch<'a, C> {
-    pub(crate) fn new(raw: RawSubset<'a>, ids: Result<(Bson, Bson)>) -> Self {
+/// The target of [`Subset::patch`](crate::Subset::patch): one child of one parent.
+pub struct One<'a> {
+    ids: Result<(Bson, Bson)>,
+    session: Option<&'a mut ClientSession>,
+}
+
+/// The target of [`Subset::patch_where`](crate::Subset::patch_where): every child that matches
+/// a filter, across parents.
+pub struct Matching<'a> {
+    filter: Document,
+    options: SweepOptions,
+    progress: Box<dyn FnMut(&BulkProgress) + Send + 'a>,
+}
+
+impl<'a, C: Child, T> Patch<'a, C, T> {
+    pub(crate) fn new(raw: RawSubset<'a>, target: T) -> Self {
         Patch {
             raw,
-            ids,
             patch: ChildPatch::new(),
             error: None,
-            session: None,
+            target,
             _child: PhantomData,
         }
     }
@@ -164,7 +181,7 @@ impl<'a, C: Child> Patch<'a, C> {
     /// Sets `field` to `value`. A sort key re-ranks the child in the views ordered by it, a
     /// filter flag moves it into or out of the views filtered by it, a summed field moves each
     /// sum by the difference.
-    pub fn set<T: Serialize, A: Changeable>(mut self, field: Field<C, T, A>, value: T) -> Self {
+    pub fn set<V: Serialize, A: Changeable>(mut self, field: Field<C, V, A>, value: V) -> Self {
         if let Some(value) = self.value(&value) {
             self.patch = self.patch.set(field.bson, value);
         }
@@ -173,13 +190,19 @@ impl<'a, C: Child> Patch<'a, C> {
 
     /// Removes `field` from the child (it reads back as `None`). A sort key, filter or summed
     /// field cannot be unset: that is [`Error::InvalidPatch`].
-    pub fn unset<T: Unset, A: Changeable>(mut self, field: Field<C, T, A>) -> Self {
+    pub fn unset<V: Unset, A: Changeable>(mut self, field: Field<C, V, A>) -> Self {
         self.patch = self.patch.unset(field.bson);
         self
     }
+}
+
+impl<'a, C: Child> Patch<'a, C, One<'a>> {
+    pub(crate) fn one(raw: RawSubset<'a>, ids: Result<(Bson, Bson)>) -> Self {
+        Patch::new(raw, One { ids, session: None })
+    }
 
     /// Adds `by` to `field` on the server, so that concurrent increments all count.
-    pub fn inc<T: Increment, A: Changeable>(mut self, field: Field<C, T, A>, by: T) -> Self {
+    pub fn inc<V: Increment, A: Changeable>(mut self, field: Field<C, V, A>, by: V) -> Self {
         if let Some(by) = self.value(&by) {
             self.patch = self.patch.inc(field.bson, by);
         }
@@ -187,7 +210,7 @@ impl<'a, C: Child> Patch<'a, C> {
     }
 
     /// Takes `by` off `field` on the server (an `inc` by `-by`; unsigned fields too).
-    pub fn dec<T: Increment, A: Changeable>(mut self, field: Field<C, T, A>, by: T) -> Self {
+    pub fn dec<V: Increment, A: Changeable>(mut self, field: Field<C, V, A>, by: V) -> Self {
         if let Some(by) = self.value(&by) {
             let negated = match by {
                 Bson::Int32(n) => n
@@ -207,12 +230,28 @@ impl<'a, C: Child> Patch<'a, C> {
 
     /// Runs the patch in `session` (see [`crate::Action`]).
     pub fn session(mut self, session: &'a mut ClientSession) -> Self {
-        self.session = Some(session);
+        self.target.session = Some(session);
         self
     }
 }
 
-impl<'a, C: Child> IntoFuture for Patch<'a, C> {
+impl<'a, C: Child> Patch<'a, C, Matching<'a>> {
+    pub(crate) fn matching(
+        raw: RawSubset<'a>,
+        filter: Document,
+        options: &SweepOptions,
+        progress: impl FnMut(&BulkProgress) + Send + 'a,
+    ) -> Self {
+        let target = Matching {
+            filter,
+            options: options.clone(),
+            progress: Box::new(progress),
+        };
+        Patch::new(raw, target)
+    }
+}
+
+impl<'a, C: Child> IntoFuture for Patch<'a, C, One<'a>> {
     type Output = Result<()>;
     type IntoFuture = BoxFuture<'a, Result<()>>;
 
@@ -221,19 +260,57 @@ impl<'a, C: Child> IntoFuture for Patch<'a, C> {
             if let Some(error) = self.error {
                 return Err(error);
             }
-            let (parent, child) = self.ids?;
+            let (parent, child) = self.target.ids?;
             self.raw
-                .patch_in(&parent, &child, &self.patch, self.session)
+                .patch_in(&parent, &child, &self.patch, self.target.session)
                 .await
         })
     }
 }
 
-impl<C> fmt::Debug for Patch<'_, C> {
+impl<'a, C: Child> IntoFuture for Patch<'a, C, Matching<'a>> {
+    type Output = Result<BulkReport>;
+    type IntoFuture = BoxFuture<'a, Result<BulkReport>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            if let Some(error) = self.error {
+                return Err(error);
+            }
+            let Matching {
+                filter,
+                options,
+                progress,
+            } = self.target;
+            self.raw
+                .patch_where(&filter, &self.patch, &options, progress)
+                .await
+        })
+    }
+}
+
+impl<C, T> fmt::Debug for Patch<'_, C, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Patch")
             .field("patch", &self.patch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for One<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("One")
+            .field("ids", &self.ids.as_ref().ok())
             .field("session", &self.session.is_some())
+            .finish()
+    }
+}
+
+impl fmt::Debug for Matching<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Matching")
+            .field("filter", &self.filter)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }

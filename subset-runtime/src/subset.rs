@@ -7,7 +7,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::action::Action;
 use crate::cursor::{Cursor, Page, PageRequest};
-use crate::engine::{Drift, RawSubset};
+use crate::engine::{BulkProgress, BulkReport, Drift, RawSubset, SweepOptions};
 use crate::error::Result;
 use crate::model::{Child, Parent, SubsetSpec};
 use crate::{decode, encode};
@@ -288,7 +288,54 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     pub fn patch<'r>(&'r self, parent: &'r P::Id, child: &'r C::Id) -> crate::patch::Patch<'r, C> {
         let ids = Self::parent_id(parent)
             .and_then(|parent| Ok((parent, encode::id(child, "a child _id")?)));
-        crate::patch::Patch::new(self.raw, ids)
+        crate::patch::Patch::one(self.raw, ids)
+    }
+
+    /// Sets or unsets fields of every child that matches `filter` (a query on child fields, by
+    /// BSON name), across all parents, in the child collection and in every view: anonymising
+    /// every review of a user is `reviews.patch_where(doc! { "author": "ann" }, &options, |_|
+    /// {}).set(Review::AUTHOR, "anonymous".to_owned()).await?`. No `inc`: a rerun of a job cut
+    /// off part way could not tell which children it already added to.
+    ///
+    /// Each parent's children and views change together; the job is resumable and reports what
+    /// it did, as [`Subset::remove_where`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Subset::remove_where`]; [`crate::Error::InvalidPatch`], [`crate::Error::Serialize`].
+    pub fn patch_where<'r>(
+        &'r self,
+        filter: crate::bson::Document,
+        options: &SweepOptions,
+        progress: impl FnMut(&BulkProgress) + Send + 'r,
+    ) -> crate::patch::Patch<'r, C, crate::patch::Matching<'r>> {
+        crate::patch::Patch::matching(self.raw, filter, options, progress)
+    }
+
+    /// Removes every child that matches `filter` (a query on child fields, by BSON name: a
+    /// user's right to be forgotten is `doc! { "author": "ann" }`), across all parents, from
+    /// the child collection and from every view, each parent's views backfilled and its counts
+    /// and sums recounted; `progress` is called after each batch of parents
+    /// ([`SweepOptions::batch_size`]).
+    ///
+    /// Each parent is done in one transaction on a replica set. The job is resumable: killed at
+    /// any point and run again with the same filter, it ends as one uninterrupted run would
+    /// (without transactions, a journal in [`crate::bulk::JOB_COLLECTION`] lists the parents
+    /// it may have left half done, and the rerun finishes them first). It is not atomic as a
+    /// whole: pages read meanwhile may see some parents done and others not yet.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Mongo`] when the child collection cannot be read (a filter the server
+    /// refuses, say); a parent that fails is listed in [`BulkReport::failures`] with its error
+    /// and the job goes on.
+    pub async fn remove_where(
+        &self,
+        filter: &crate::bson::Document,
+        options: &SweepOptions,
+        progress: impl FnMut(&BulkProgress),
+    ) -> Result<BulkReport> {
+        self.raw.remove_where(filter, options, progress).await
     }
 
     /// Moves a child stored under `from` to the parent `to` (a review filed under the wrong

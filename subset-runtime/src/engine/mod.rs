@@ -16,6 +16,7 @@
 //! | `remove_update.rs` | removing and replacing one child |
 //! | `patch.rs` | changing some fields of one child, in every copy |
 //! | `move_child.rs` | a child from one parent to another |
+//! | `bulk.rs` | removing or patching the children that match a filter, across parents |
 //! | `resync/` | recomputing a subset from the child collection: backfill, reconcile, check |
 //! | `orphans.rs` | children of no parent, found from the child collection |
 //! | `sweep.rs` | every parent in `_id` batches: `reconcile_all`, `check_all`, and the sweep itself |
@@ -36,6 +37,7 @@ use tokio::sync::OnceCell;
 use crate::error::{Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
 
+mod bulk;
 mod combine;
 mod delete;
 pub mod driver_error;
@@ -57,6 +59,7 @@ mod sums;
 mod sweep;
 mod views;
 
+pub use bulk::{BulkProgress, BulkReport, JOB_COLLECTION};
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
     DEFAULT_TOKEN_COLLECTION,

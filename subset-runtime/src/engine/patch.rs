@@ -88,6 +88,21 @@ impl ChildPatch {
         self.ops.iter().map(|(field, _)| field.as_str())
     }
 
+    /// The update document that applies the patch to the child.
+    pub(crate) fn update(&self) -> Document {
+        let mut update = Update::default();
+        self.add_to(&mut update, "", |_| true);
+        update.into_document()
+    }
+
+    /// The fields the patch increments.
+    pub(crate) fn increments(&self) -> impl Iterator<Item = &str> + '_ {
+        self.ops
+            .iter()
+            .filter(|(_, op)| matches!(op, Op::Inc(_)))
+            .map(|(field, _)| field.as_str())
+    }
+
     /// Whether the patch changes `field` or a field inside it, or sets or removes a document
     /// that holds it.
     pub(crate) fn touches(&self, field: &str) -> bool {
@@ -445,11 +460,9 @@ impl PatchSteps<'_, '_> {
         let s = self.subset;
         let spec = s.spec();
         let children = s.children::<Document>();
-        let mut update = Update::default();
-        patch.add_to(&mut update, "", |_| true);
         let filter = doc! { "_id": child.clone(), spec.key: self.parent.clone() };
         let change = children
-            .find_one_and_update(filter.clone(), update.into_document())
+            .find_one_and_update(filter.clone(), patch.update())
             .return_document(ReturnDocument::Before);
         let Some(before) = ctx.run(change).await.map_err(|e| s.mongo_child(e))? else {
             return Err(Error::ChildNotFound {

@@ -17,9 +17,9 @@ use crate::model::SubsetSpec;
 #[non_exhaustive]
 pub struct SweepOptions {
     /// How many parent `_id`s are read per query; at least 1 (`limit(0)` would mean no limit).
-    batch_size: u32,
+    pub(super) batch_size: u32,
     /// How many parents are visited at once; at least 1.
-    concurrency: usize,
+    pub(super) concurrency: usize,
 }
 
 impl Default for SweepOptions {
