@@ -17,6 +17,7 @@ mod push_cost;
 mod report;
 mod stats;
 mod trips;
+mod votes;
 mod working_set;
 
 use std::path::PathBuf;
@@ -54,6 +55,9 @@ enum Experiment {
     /// Parents embedding previews of 1 KB reviews against parents embedding them whole: size,
     /// product-page reads/s and push latency.
     Previews,
+    /// 16 tasks voting "helpful" on one review, 100 reviews of one product and 100 products:
+    /// the library's `patch().inc` against a hand-written `$inc` and read-modify-replace.
+    Votes,
 }
 
 /// A write mode, as the hidden worker mode takes it.
@@ -90,7 +94,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "working-set,overhead,round-trips,batching,hot-parent,push-cost,previews"
+        default_value = "working-set,overhead,round-trips,batching,hot-parent,push-cost,previews,votes"
     )]
     experiments: Vec<Experiment>,
     /// Concurrent client tasks for the product-page reads.
@@ -324,6 +328,21 @@ async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
             previews::run(
                 &db,
                 args.pushes,
+                args.rounds,
+                Duration::from_secs_f64(args.warmup),
+                Duration::from_secs_f64(args.duration),
+                args.seed,
+            )
+            .await?,
+        );
+    }
+
+    if has(Experiment::Votes) {
+        eprintln!("helpful votes…");
+        let db = client.database(&format!("{}_votes", args.database));
+        report.votes = Some(
+            votes::run(
+                &db,
                 args.rounds,
                 Duration::from_secs_f64(args.warmup),
                 Duration::from_secs_f64(args.duration),

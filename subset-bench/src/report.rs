@@ -19,6 +19,7 @@ use crate::previews;
 use crate::push_cost;
 use crate::stats::Spread;
 use crate::trips;
+use crate::votes;
 use crate::working_set::Layout;
 use crate::Res;
 
@@ -107,6 +108,7 @@ pub struct Report {
     pub hot: Option<hot_parent::Result>,
     pub push_cost: Option<push_cost::Result>,
     pub previews: Option<previews::Result>,
+    pub votes: Option<votes::Result>,
 }
 
 fn machine() -> String {
@@ -199,6 +201,7 @@ impl Report {
             hot: None,
             push_cost: None,
             previews: None,
+            votes: None,
         })
     }
 
@@ -418,6 +421,139 @@ impl Report {
             p.push_ratio.min,
             p.push_ratio.max
         );
+    }
+
+    fn votes_section(&self, w: &mut String, v: &votes::Result) {
+        let _ = writeln!(w, "## 8. Helpful votes\n");
+        let _ = writeln!(
+            w,
+            "{} tasks each add 1 to the `helpful` count of reviews, back to back, for {} s per \
+             configuration after {} s of warm-up, {} rounds (the configurations of one target run \
+             back to back; which goes first rotates); every run starts from freshly written \
+             products. Products embed their {} latest reviews whole (`sort = \"date desc\"`: a \
+             vote cannot change the rank) or their {} most helpful (`sort = \"helpful desc, date \
+             desc\"`: a vote may re-rank, and the library recomputes the view). Targets: the \
+             newest review of one product, embedded; one of the {} reviews of one product, at \
+             random ({} of them embedded); the newest review of one of {} products ({} reviews \
+             each), at random.\n",
+            votes::TASKS,
+            v.seconds,
+            v.warmup,
+            v.rounds,
+            votes::KEEP,
+            votes::KEEP,
+            votes::CHILDREN,
+            votes::KEEP,
+            votes::CHILDREN,
+            votes::REVIEWS_EACH
+        );
+        let _ = writeln!(
+            w,
+            "votes/s is the median (min–max) of the rounds, p50 and p99 the median of each round's \
+             percentile, / `$inc` the median (min–max) of the per-round ratio to the hand-written \
+             `$inc` on the same targets. Votes: those that returned without error, warm-up \
+             included, all rounds; lost: those minus what the stored `helpful` counts grew by. \
+             Stale copies: per round, embedded reviews that differ from the review collection at \
+             the end, or are missing from their view (`Subset::check`), \"+ order\" when a view \
+             was also out of order.\n"
+        );
+        let _ = writeln!(
+            w,
+            "| votes to | written by | view | votes/s | p50 ms | p99 ms | / `$inc` | votes | lost | stale copies |"
+        );
+        let _ = writeln!(w, "|---|---|---|--:|--:|--:|--:|--:|--:|---|");
+        for r in &v.rows {
+            let ratio = r.over_inc.map_or_else(
+                || "1".to_owned(),
+                |s| format!("{:.2} ({:.2}–{:.2})", s.median, s.min, s.max),
+            );
+            let stale: Vec<String> = r
+                .stale
+                .iter()
+                .map(|(n, misordered)| {
+                    if *misordered {
+                        format!("{n} + order")
+                    } else {
+                        n.to_string()
+                    }
+                })
+                .collect();
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {:.0} ({:.0}–{:.0}) | {:.2} | {:.2} | {} | {} | {} | {} |",
+                r.targets.name(),
+                r.variant.way_name(),
+                r.variant.view_name(),
+                r.rate.median,
+                r.rate.min,
+                r.rate.max,
+                r.p50.median,
+                r.p99.median,
+                ratio,
+                r.votes,
+                r.lost,
+                stale.join(", ")
+            );
+        }
+        if let Some(why) = &v.no_transactions {
+            let _ = writeln!(w, "\nThe rows in transactions did not run: {why}.");
+        }
+        let _ = writeln!(
+            w,
+            "\nTarget, latest-5 view: the library loses no vote and reaches ≥ 0.5 of the \
+             hand-written `$inc`'s votes/s.\n"
+        );
+        let _ = writeln!(w, "| votes to | write mode | lost | / `$inc` | met? |");
+        let _ = writeln!(w, "|---|---|--:|--:|---|");
+        for r in v.rows.iter().filter(|r| {
+            r.variant.view == votes::View::Latest && matches!(r.variant.way, votes::Way::Library(_))
+        }) {
+            let Some(ratio) = r.over_inc else { continue };
+            let mode = match r.variant.way {
+                votes::Way::Library(WriteMode::Transactional) => "transactions",
+                _ => "ordered writes",
+            };
+            let met = r.lost == 0 && ratio.median >= 0.5;
+            let _ = writeln!(
+                w,
+                "| {} | {mode} | {} | {:.3} ({:.3}–{:.3}) | {} |",
+                r.targets.name(),
+                r.lost,
+                ratio.median,
+                ratio.min,
+                ratio.max,
+                if met { "yes" } else { "**no**" }
+            );
+        }
+        let _ = writeln!(
+            w,
+            "\nWhat the server counted during each run (warm-up included; `serverStatus`), per \
+             vote: operations received (`opcounters`: finds, updates and commands, \
+             `findAndModify` and `commitTransaction` among them) and transactions committed, \
+             median (min–max) of the rounds; and the transactions it aborted, all rounds.\n"
+        );
+        let _ = writeln!(
+            w,
+            "| votes to | written by | view | server operations per vote | commits per vote | aborted |"
+        );
+        let _ = writeln!(w, "|---|---|---|--:|--:|--:|");
+        for r in &v.rows {
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {:.2} ({:.2}–{:.2}) | {:.2} ({:.2}–{:.2}) | {} |",
+                r.targets.name(),
+                r.variant.way_name(),
+                r.variant.view_name(),
+                r.ops_per_vote.median,
+                r.ops_per_vote.min,
+                r.ops_per_vote.max,
+                r.commits_per_vote.median,
+                r.commits_per_vote.min,
+                r.commits_per_vote.max,
+                r.aborts
+            );
+        }
+        let _ = writeln!(w);
     }
 
     fn reads_of(&self, layout: Layout, popularity: &str, tasks: usize) -> Option<&ReadRow> {
@@ -732,6 +868,9 @@ impl Report {
         }
         if let Some(p) = &self.previews {
             self.previews_section(w, p);
+        }
+        if let Some(v) = &self.votes {
+            self.votes_section(w, v);
         }
 
         let _ = writeln!(w, "{ANALYSIS}");
