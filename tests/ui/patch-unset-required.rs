@@ -1,0 +1,29 @@
+use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
+use subset::{Child, Parent, Store};
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    author: String,
+    rating: i32,
+    note: Option<String>,
+    date: bson::DateTime,
+}
+
+#[derive(Serialize, Deserialize, Parent)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "reviews", keep = 5, sort = "date desc")]
+    reviews: Vec<Review>,
+}
+
+async fn edit(store: Store<Product>, product: ObjectId, review: ObjectId) {
+    let reviews = store.subset(Product::REVIEWS);
+    let _ = reviews.patch(&product, &review).unset(Review::RATING).await;
+}
+
+fn main() {}

@@ -1,0 +1,30 @@
+use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
+use subset::{Child, Parent, Store};
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    author: String,
+    rating: i32,
+    note: Option<String>,
+    date: bson::DateTime,
+}
+
+#[derive(Serialize, Deserialize, Parent)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "reviews", keep = 5, sort = "date desc")]
+    reviews: Vec<Review>,
+}
+
+async fn edit(store: Store<Product>, product: ObjectId, review: ObjectId) {
+    let reviews = store.subset(Product::REVIEWS);
+    let options = subset::repair::SweepOptions::default();
+    let _ = reviews.patch_where(bson::doc! {}, &options, |_| {}).inc(Review::RATING, 1).await;
+}
+
+fn main() {}
