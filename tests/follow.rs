@@ -121,7 +121,18 @@ async fn external_writer(
                     .unwrap();
                 w.updated += r.modified_count;
             }
-            65..=72 => {
+            65..=67 => {
+                // Votes around the library: an `$inc` on every child of one parent.
+                let r = children
+                    .update_many(
+                        doc! { "product_id": parent },
+                        doc! { "$inc": { "rating": 1 } },
+                    )
+                    .await
+                    .unwrap();
+                w.updated += r.modified_count;
+            }
+            68..=72 => {
                 // Edits an embedded child's content, not its rank.
                 if let Some(id) = embedded(&products, parent).await.first().cloned() {
                     let r = children
@@ -1212,7 +1223,8 @@ async fn views_previews_and_filters_follow_external_writes() {
         .on_update(seen.observer())
         .spawn();
     seen.wait_started(1).await;
-    // Another program: inserts, flags flipped both ways, points changed, deletes.
+    // Another program: inserts, flags flipped both ways, points changed and incremented, a
+    // child moved, deletes.
     let entries = db.collection::<Document>("entries");
     let mut rng = StdRng::seed_from_u64(11);
     for id in 0..80_i64 {
@@ -1237,6 +1249,16 @@ async fn views_previews_and_filters_follow_external_writes() {
             doc! { "points": { "$lt": 20 } },
             doc! { "$set": { "live": true, "points": 90 } },
         )
+        .await
+        .unwrap();
+    // Votes around the library: `$inc` on the sort key and summed field, one child at a
+    // time, and a parent key changed (a child moved).
+    for id in 10..30_i64 {
+        let inc = doc! { "$inc": { "points": rng.random_range(1..40_i32) } };
+        entries.update_one(doc! { "_id": id }, inc).await.unwrap();
+    }
+    entries
+        .update_one(doc! { "_id": 30 }, doc! { "$set": { "table_id": 3 } })
         .await
         .unwrap();
     entries
