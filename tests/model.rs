@@ -1,5 +1,5 @@
-//! Model-based property test: random sequences of push, push_many, remove, update, retried
-//! pushes, concurrent pushes to one parent and reconcile over a few parents, against an in-memory
+//! Model-based property test: random sequences of push, push_many, remove, update, partial
+//! updates (`patch`), moves to another parent, retried pushes, concurrent pushes to one parent and reconcile over a few parents, against an in-memory
 //! model of "the top `keep` by (sort keys, `_id`)". After every step each parent's embedded array
 //! and count and running sum (read raw) equal the model, and full pagination, the `all` stream and `count` equal
 //! the model's full list.
@@ -266,6 +266,22 @@ enum Op {
         score: Option<i32>,
         flip: bool,
     },
+    /// A partial update: the score incremented or decremented (a sort key and a summed
+    /// field), sometimes a new day, the flag flipped, the text edited (a field only whole
+    /// copies hold).
+    Patch {
+        parent: usize,
+        pick: usize,
+        by: i32,
+        day: Option<i64>,
+        flip: bool,
+        edit: bool,
+    },
+    /// A child moved to the next parent.
+    Move {
+        parent: usize,
+        pick: usize,
+    },
     /// A child pushed again, as a client retry does: nothing may change.
     Repush {
         parent: usize,
@@ -294,6 +310,9 @@ fn op<B: Board>() -> impl Strategy<Value = Op> {
         3 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Remove { parent, pick }),
         3 => (parent.clone(), any::<usize>(), prop::option::of(day.clone()), prop::option::of(score.clone()), any::<bool>())
             .prop_map(|(parent, pick, day, score, flip)| Op::Update { parent, pick, day, score, flip }),
+        3 => (parent.clone(), any::<usize>(), -2_i32..=2, prop::option::of(day.clone()), any::<bool>(), any::<bool>())
+            .prop_map(|(parent, pick, by, day, flip, edit)| Op::Patch { parent, pick, by, day, flip, edit }),
+        2 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Move { parent, pick }),
         1 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Repush { parent, pick }),
         1 => parent.clone().prop_map(|parent| Op::Reconcile { parent }),
         2 => (parent, prop::collection::vec((day, score), 2..6))
@@ -397,6 +416,13 @@ impl Tally {
     }
 }
 
+/// The note's text, `note N vK`, with the next version.
+fn next_version(note: &Note) -> String {
+    let version = note.text.rsplit('v').next().unwrap();
+    let version = version.parse::<u32>().unwrap();
+    format!("note {} v{}", note.id, version + 1)
+}
+
 fn board_id(parent: usize) -> i32 {
     parent as i32 + 1
 }
@@ -450,14 +476,7 @@ async fn run_case<B: Board>(store: &Store<B>, steps: &[(Op, u32)]) -> Tally {
                 flip,
             } => match model.pick(*parent, *pick) {
                 Some(mut note) => {
-                    let version = note
-                        .text
-                        .rsplit('v')
-                        .next()
-                        .unwrap()
-                        .parse::<u32>()
-                        .unwrap();
-                    note.text = format!("note {} v{}", note.id, version + 1);
+                    note.text = next_version(&note);
                     if let Some(day) = day {
                         note.day = DateTime::from_millis(*day);
                     }
@@ -483,6 +502,70 @@ async fn run_case<B: Board>(store: &Store<B>, steps: &[(Op, u32)]) -> Tally {
                     );
                 }
             },
+            Op::Patch {
+                parent,
+                pick,
+                by,
+                day,
+                flip,
+                edit,
+            } => match model.pick(*parent, *pick) {
+                Some(mut note) => {
+                    let id = board_id(*parent);
+                    let mut patch = notes.patch(&id, &note.id);
+                    if *by != 0 {
+                        patch = patch.inc(Note::SCORE, *by);
+                        note.score += by;
+                    }
+                    if let Some(day) = day {
+                        note.day = DateTime::from_millis(*day);
+                        patch = patch.set(Note::DAY, note.day);
+                    }
+                    if *flip {
+                        note.flag = !note.flag;
+                        patch = patch.set(Note::FLAG, note.flag);
+                    }
+                    if *edit {
+                        note.text = next_version(&note);
+                        patch = patch.set(Note::TEXT, note.text.clone());
+                    }
+                    patch.await.unwrap();
+                    let list = model.children.get_mut(parent).unwrap();
+                    list.retain(|n| n.id != note.id);
+                    model.insert(*parent, &[note]);
+                }
+                None => {
+                    let (id, foreign) = (board_id(*parent), model.foreign(*parent));
+                    let patch = notes.patch(&id, &foreign).inc(Note::SCORE, 1);
+                    let err = patch.await.unwrap_err();
+                    assert!(
+                        matches!(err, Error::ChildNotFound { .. }),
+                        "{context}: {err}"
+                    );
+                }
+            },
+            Op::Move { parent, pick } => {
+                let to = (parent + 1) % B::PARENTS;
+                match model.pick(*parent, *pick) {
+                    Some(note) => {
+                        let (from_id, to_id) = (board_id(*parent), board_id(to));
+                        notes.move_child(&from_id, &note.id, &to_id).await.unwrap();
+                        let list = model.children.get_mut(parent).unwrap();
+                        list.retain(|n| n.id != note.id);
+                        model.insert(to, &[note]);
+                    }
+                    None => {
+                        let (id, from_id, to_id) =
+                            (model.foreign(*parent), board_id(*parent), board_id(to));
+                        let moved = notes.move_child(&from_id, &id, &to_id);
+                        let err = moved.await.unwrap_err();
+                        assert!(
+                            matches!(err, Error::ChildNotFound { .. }),
+                            "{context}: {err}"
+                        );
+                    }
+                }
+            }
             Op::Repush { parent, pick } => {
                 if let Some(note) = model.pick(*parent, *pick) {
                     notes.push(&board_id(*parent), &note).await.unwrap();
