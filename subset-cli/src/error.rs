@@ -2,6 +2,7 @@
 
 use mongodb::error::{ErrorKind, WriteFailure};
 use subset_runtime::bson::Bson;
+use subset_runtime::repair::ParentFailure;
 use subset_runtime::spec::SpecError;
 
 /// How many invalid parents an error message lists (`--json` lists them all).
@@ -14,6 +15,16 @@ pub struct Invalid {
     pub id: Bson,
     /// What is wrong, naming the field path.
     pub problem: String,
+}
+
+impl Invalid {
+    /// A parent a pass went on past, with the engine's error in one line.
+    pub fn failed(failure: &ParentFailure) -> Self {
+        Invalid {
+            id: failure.parent.clone(),
+            problem: reason(&failure.error),
+        }
+    }
 }
 
 /// A failed command.

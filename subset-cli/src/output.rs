@@ -68,6 +68,14 @@ pub fn invalid_json(invalid: &[Invalid]) -> Value {
         .collect()
 }
 
+/// Parents a pass went on past as JSON objects `{ "_id", "error" }`.
+pub fn failures_json(failures: &[Invalid]) -> Value {
+    failures
+        .iter()
+        .map(|f| json!({ "_id": id_json(&f.id), "error": f.problem }))
+        .collect()
+}
+
 /// Bytes for people, in powers of 1000 (what `ls -h --si` and MongoDB's tools print).
 pub fn bytes(n: f64) -> String {
     const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];

@@ -9,10 +9,10 @@ use subset_runtime::repair::{Drift, Orphans, ParentFailure, SweepOptions, SweepR
 use subset_runtime::{raw::RawStore, spec::ParentSpec, spec::SubsetSpec, Error};
 
 use crate::args::SubsetArgs;
-use crate::error::{is_connection, reason, CliError, Invalid};
+use crate::error::{is_connection, CliError, Invalid};
 use crate::output::{
-    headline, id_json, invalid_json, keys_text, orphans_json, orphans_text, push_invalid,
-    push_listed, spec_json, value_json, Outcome,
+    failures_json, headline, id_json, invalid_json, keys_text, orphans_json, orphans_text,
+    push_invalid, push_listed, spec_json, value_json, Outcome,
 };
 use crate::{progress, scan};
 
@@ -183,10 +183,7 @@ fn report(
         .failures
         .iter()
         .filter(|f| invalid(&f.error).is_none())
-        .map(|f| Invalid {
-            id: f.parent.clone(),
-            problem: reason(&f.error),
-        })
+        .map(Invalid::failed)
         .collect();
     let problems = unfixed > 0
         || failed > 0
@@ -254,7 +251,7 @@ fn report(
             "drifts": report.drifts.iter().map(|(_, drift)| drift_json(drift)).collect::<Vec<_>>(),
             "skipped": invalid_json(skipped),
             "failed": failed,
-            "failures": failures.iter().map(|f| json!({ "_id": id_json(&f.id), "error": f.problem })).collect::<Vec<_>>(),
+            "failures": failures_json(&failures),
             "orphans": orphans_json(orphans),
         }),
         text,
