@@ -1,8 +1,11 @@
 //! The command line, as clap reads it.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use subset_runtime::__private::bson_type_name;
+use subset_runtime::bson::{Bson, Document};
 use subset_runtime::{spec::SpecBuilder, spec::SubsetSpec};
 
+use crate::bulk::Job;
 use crate::error::CliError;
 
 /// Find unbounded arrays, migrate a collection to the MongoDB Subset Pattern, and keep it healthy.
@@ -35,6 +38,14 @@ pub enum Command {
     /// saves its place; started again with the same `--name`, it goes on from there. Needs a
     /// replica set or a sharded cluster (MongoDB 6.0 or later).
     Follow(FollowArgs),
+    /// Remove every child that matches `--where`, across all parents: from the child
+    /// collection and from `--field`, each parent backfilled and its count and sums recounted.
+    /// Resumable: rerun the same command after any interruption.
+    Remove(RemoveArgs),
+    /// Set or unset fields of every child that matches `--where`, across all parents: in the
+    /// child collection and in the embedded copies of `--field`, re-ranked and recounted.
+    /// Resumable: rerun the same command after any interruption.
+    Patch(PatchArgs),
 }
 
 impl Command {
@@ -46,6 +57,8 @@ impl Command {
             Command::Check(a) => a.conn.json,
             Command::Reconcile(a) => a.subset.conn.json,
             Command::Follow(a) => a.subset.conn.json,
+            Command::Remove(a) => a.subset.conn.json,
+            Command::Patch(a) => a.subset.conn.json,
         }
     }
 }
@@ -220,4 +233,104 @@ pub struct FollowArgs {
     /// In text mode without a terminal, print a status line this often.
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     pub status_every: u64,
+}
+
+/// What `subset remove` and `subset patch` take besides the subset: which children, and how.
+#[derive(Debug, Args)]
+pub struct WhereArgs {
+    /// The children to change: a query on child fields, in extended JSON, as `find` takes it:
+    /// '{"user": "ann"}', '{"date": {"$lt": {"$date": "2024-01-01T00:00:00Z"}}}'.
+    #[arg(long = "where", id = "where", value_name = "FILTER")]
+    pub filter: String,
+    /// Change nothing; count the matching children and their parents.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Parents changed at once.
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub concurrency: u64,
+}
+
+impl WhereArgs {
+    /// `--where` as a document.
+    pub fn filter(&self) -> Result<Document, CliError> {
+        match extended_json("--where", &self.filter)? {
+            Bson::Document(filter) => Ok(filter),
+            other => Err(CliError::Usage(format!(
+                "--where must be a JSON document (an object such as '{{\"user\": \"ann\"}}'), not {}",
+                bson_type_name(other.element_type())
+            ))),
+        }
+    }
+}
+
+/// `subset remove`.
+#[derive(Debug, Args)]
+pub struct RemoveArgs {
+    #[command(flatten)]
+    pub subset: SubsetArgs,
+    #[command(flatten)]
+    pub job: WhereArgs,
+}
+
+/// `subset patch`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("change").args(["set", "unset"]).required(true).multiple(true)))]
+pub struct PatchArgs {
+    #[command(flatten)]
+    pub subset: SubsetArgs,
+    #[command(flatten)]
+    pub job: WhereArgs,
+    /// Set a child field (a BSON name, or a dotted path) to a value in extended JSON:
+    /// 'user="anonymous"', 'rating=5', 'seen={"$date": "2024-01-01T00:00:00Z"}'. Repeatable.
+    #[arg(long, value_name = "FIELD=VALUE")]
+    pub set: Vec<String>,
+    /// Remove a child field. Repeatable.
+    #[arg(long, value_name = "FIELD")]
+    pub unset: Vec<String>,
+}
+
+impl PatchArgs {
+    /// The change `--set` and `--unset` describe. The engine checks it against the subset
+    /// (the `_id`, the parent key, a sort key unset, …) before it writes anything.
+    pub fn job(&self) -> Result<Job, CliError> {
+        let mut set = Vec::new();
+        for flag in &self.set {
+            let (field, value) = flag.split_once('=').ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--set `{flag}` must be FIELD=VALUE, the value in extended JSON: 'user=\"anonymous\"'"
+                ))
+            })?;
+            let field = field.trim();
+            if field.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "--set `{flag}` names no field: 'user=\"anonymous\"'"
+                )));
+            }
+            let value = extended_json(&format!("--set {field}"), value)?;
+            set.push((field.to_owned(), value));
+        }
+        let unset = self.unset.iter().map(|f| f.trim().to_owned()).collect();
+        Ok(Job::Patch { set, unset })
+    }
+}
+
+/// A flag's value read as extended JSON (relaxed or canonical), keys in the order given.
+fn extended_json(flag: &str, text: &str) -> Result<Bson, CliError> {
+    let value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| CliError::Usage(format!("{flag} is not valid JSON ({e}): {text}")))?;
+    Bson::try_from(value)
+        .map_err(|e| CliError::Usage(format!("{flag} is not valid extended JSON ({e}): {text}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// clap checks the flags (unique names, groups) only when a command is parsed.
+    #[test]
+    fn the_command_line_is_valid() {
+        Cli::command().debug_assert();
+    }
 }

@@ -93,6 +93,8 @@ impl CliError {
             CliError::Mongo { source, .. } if is_connection(source) => 2,
             CliError::Engine(e) if e.mongo_error().is_some_and(is_connection) => 2,
             CliError::Engine(subset_runtime::Error::FollowUnsupported { .. }) => 2,
+            // `--set` and `--unset` describe a change the subset cannot take.
+            CliError::Engine(subset_runtime::Error::InvalidPatch { .. }) => 2,
             _ => 1,
         }
     }

@@ -1,6 +1,7 @@
 //! `subset`: find unbounded arrays, migrate a collection to the MongoDB Subset Pattern, check or
-//! repair the drift between an embedded subset and its child collection, and follow the child
-//! collection to keep the subset true while other programs write it.
+//! repair the drift between an embedded subset and its child collection, follow the child
+//! collection to keep the subset true while other programs write it, and remove or patch every
+//! child that matches a filter.
 //!
 //! The tool works at the BSON level, with collections and fields named by flags, on the same
 //! engine as `#[derive(Parent)]` (`subset_runtime::raw::RawStore`): a collection it migrates is one the
@@ -10,6 +11,7 @@
 //! usage or connection errors.
 
 mod args;
+mod bulk;
 mod connect;
 mod error;
 mod follow;
@@ -76,6 +78,27 @@ async fn run(command: Command) -> Result<Outcome, CliError> {
             let spec = args.subset.spec()?;
             let db = connect::database(&args.subset.conn).await?;
             follow::run(&db, spec, &args).await
+        }
+        Command::Remove(args) => {
+            let spec = args.subset.spec()?;
+            let filter = args.job.filter()?;
+            let db = connect::database(&args.subset.conn).await?;
+            bulk::run(
+                &db,
+                spec,
+                &args.subset,
+                &args.job,
+                filter,
+                bulk::Job::Remove,
+            )
+            .await
+        }
+        Command::Patch(args) => {
+            let spec = args.subset.spec()?;
+            let filter = args.job.filter()?;
+            let job = args.job()?;
+            let db = connect::database(&args.subset.conn).await?;
+            bulk::run(&db, spec, &args.subset, &args.job, filter, job).await
         }
     }
 }

@@ -1,0 +1,269 @@
+//! `subset remove --where` and `subset patch --where`: the engine's jobs by filter
+//! (`RawSubset::remove_where`, `RawSubset::patch_where`) over one subset described by flags, with
+//! a dry run (`RawSubset::count_where`), a progress bar, and the parents that failed listed.
+//!
+//! Both are resumable in the engine: each parent is changed whole in a transaction, or on a
+//! standalone server between the entries of a journal (in `subset_jobs`) that a rerun of the
+//! same job finishes first. So the command keeps no state of its own: after an interruption,
+//! the same command line goes on where the last run stopped.
+
+use mongodb::error::ErrorKind;
+use mongodb::Database;
+use serde_json::{json, Map, Value};
+use subset_runtime::bson::oid::ObjectId;
+use subset_runtime::bson::{Bson, Document};
+use subset_runtime::bulk::{BulkProgress, BulkReport};
+use subset_runtime::raw::{ChildPatch, RawStore, RawSubset};
+use subset_runtime::repair::SweepOptions;
+use subset_runtime::spec::{ParentSpec, SubsetSpec};
+use subset_runtime::Error;
+
+use crate::args::{SubsetArgs, WhereArgs};
+use crate::error::{reason, CliError, Invalid};
+use crate::output::{failures_json, headline, push_listed, spec_json, value_json, Outcome};
+use crate::{progress, scan};
+
+/// How many failed parents the text form lists.
+const LISTED: usize = 20;
+
+/// What a job does to each matching child.
+#[derive(Debug)]
+pub enum Job {
+    /// `subset remove`: deletes it.
+    Remove,
+    /// `subset patch`: sets and unsets fields, in the order given.
+    Patch {
+        /// `--set FIELD=VALUE`.
+        set: Vec<(String, Bson)>,
+        /// `--unset FIELD`.
+        unset: Vec<String>,
+    },
+}
+
+impl Job {
+    fn command(&self) -> &'static str {
+        match self {
+            Job::Remove => "remove",
+            Job::Patch { .. } => "patch",
+        }
+    }
+
+    /// The progress bar's label.
+    fn doing(&self) -> &'static str {
+        match self {
+            Job::Remove => "removing",
+            Job::Patch { .. } => "patching",
+        }
+    }
+
+    /// What the job did to each child, in its report.
+    fn done(&self) -> &'static str {
+        match self {
+            Job::Remove => "removed",
+            Job::Patch { .. } => "patched",
+        }
+    }
+
+    /// The change as the engine takes it.
+    fn patch(&self) -> Option<ChildPatch> {
+        let Job::Patch { set, unset } = self else {
+            return None;
+        };
+        let patch = set.iter().fold(ChildPatch::new(), |p, (field, value)| {
+            p.set(field, value.clone())
+        });
+        Some(unset.iter().fold(patch, |p, field| p.unset(field)))
+    }
+
+    /// The change for the text form: `; set user = "anonymous"; unset email`.
+    fn text(&self) -> String {
+        let Job::Patch { set, unset } = self else {
+            return String::new();
+        };
+        let mut text = String::new();
+        for (field, value) in set {
+            text.push_str(&format!("; set {field} = {}", value_json(value)));
+        }
+        for field in unset {
+            text.push_str(&format!("; unset {field}"));
+        }
+        text
+    }
+
+    /// The change for `--json`: `{"set": {…}, "unset": […]}`, or null for a removal.
+    fn json(&self) -> Value {
+        let Job::Patch { set, unset } = self else {
+            return Value::Null;
+        };
+        let set: Map<String, Value> = set
+            .iter()
+            .map(|(field, value)| (field.clone(), value_json(value)))
+            .collect();
+        json!({ "set": set, "unset": unset })
+    }
+}
+
+/// Runs `subset remove` or `subset patch`.
+pub async fn run(
+    db: &Database,
+    spec: &'static SubsetSpec,
+    subset: &SubsetArgs,
+    args: &WhereArgs,
+    filter: Document,
+    job: Job,
+) -> Result<Outcome, CliError> {
+    let json = subset.conn.json;
+    scan::require_collection(db, &subset.parent).await?;
+    // A misspelt `--child` would otherwise match nothing and look like a success.
+    scan::require_collection(db, &subset.child).await?;
+    let store = RawStore::new(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
+    let handle = store.subset(spec);
+    let patch = job.patch();
+    if let Some(patch) = &patch {
+        check_patch(&handle, patch).await?;
+    }
+    let matching = handle.count_where(&filter).await.map_err(filter_refused)?;
+    let about = About {
+        spec,
+        parent: &subset.parent,
+        filter: &filter,
+        job: &job,
+    };
+    if args.dry_run {
+        return Ok(about.dry_run(&matching));
+    }
+    // Each parent's views are recomputed from its top children: without the index, a scan
+    // of the child collection each time.
+    if !handle.has_index().await? {
+        handle.ensure_index().await?;
+    }
+    let bar = progress::bar(matching.parents, job.doing(), json);
+    let options = SweepOptions::default()
+        .batch_size(subset.batch)
+        .concurrency(usize::try_from(args.concurrency).unwrap_or(usize::MAX));
+    let shown = |p: &BulkProgress| bar.set_position(p.parents + p.failed);
+    let done = match &patch {
+        None => handle.remove_where(&filter, &options, shown).await,
+        Some(patch) => handle.patch_where(&filter, patch, &options, shown).await,
+    };
+    let done = match done {
+        Ok(done) => done,
+        Err(e) => {
+            bar.abandon();
+            return Err(e.into());
+        }
+    };
+    bar.finish_and_clear();
+    Ok(about.report(&done))
+}
+
+/// Refuses a patch the engine would refuse (the `_id`, the parent key, a field the subset sorts,
+/// filters or sums by unset, …), before anything is written or counted. The engine checks a
+/// patch only when it runs one, so it is run on a child that does not exist: a valid patch
+/// finds nothing to change, an invalid one is refused as it would be by `patch_where`.
+async fn check_patch(handle: &RawSubset<'_>, patch: &ChildPatch) -> Result<(), CliError> {
+    let (parent, child) = (Bson::from(ObjectId::new()), Bson::from(ObjectId::new()));
+    match handle.patch(&parent, &child, patch).await {
+        Ok(()) | Err(Error::ChildNotFound { .. } | Error::ParentNotFound { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A filter the server cannot run is a usage error that names `--where`.
+fn filter_refused(e: Error) -> CliError {
+    match e.mongo_error().map(|m| m.kind.as_ref()) {
+        Some(ErrorKind::Command(_)) => CliError::Usage(format!(
+            "--where: the server refused the filter: {}",
+            reason(&e)
+        )),
+        _ => e.into(),
+    }
+}
+
+/// What a report names: the subset, the filter, the change.
+struct About<'a> {
+    spec: &'a SubsetSpec,
+    parent: &'a str,
+    filter: &'a Document,
+    job: &'a Job,
+}
+
+impl About<'_> {
+    /// The filter as relaxed extended JSON, as `--where` takes it.
+    fn filter(&self) -> Value {
+        value_json(&Bson::Document(self.filter.clone()))
+    }
+
+    /// The lines every report begins with.
+    fn head(&self, prefix: &str) -> String {
+        let mut text = format!(
+            "{prefix}{} {}",
+            self.job.command(),
+            headline(self.spec, self.parent)
+        );
+        text.push_str(&format!("  where {}{}\n", self.filter(), self.job.text()));
+        text
+    }
+
+    /// What `count_where` found. Exit code 0.
+    fn dry_run(&self, matching: &BulkProgress) -> Outcome {
+        let mut text = self.head("dry run, nothing changed: ");
+        text.push_str(&format!(
+            "  children matching: {}, under {} parent(s)\n",
+            matching.children, matching.parents
+        ));
+        Outcome {
+            json: json!({
+                "command": self.job.command(),
+                "dry_run": true,
+                "subset": spec_json(self.spec, self.parent),
+                "where": self.filter(),
+                "change": self.job.json(),
+                "children_matching": matching.children,
+                "parents_matching": matching.parents,
+            }),
+            text,
+            problems: false,
+        }
+    }
+
+    /// What the job did. Exit code 1 when a parent failed.
+    fn report(&self, done: &BulkReport) -> Outcome {
+        let p = &done.progress;
+        let failures: Vec<Invalid> = done.failures.iter().map(Invalid::failed).collect();
+        let done_to = self.job.done();
+        let mut text = self.head("");
+        text.push_str(&format!(
+            "  children {done_to}: {}; parents touched: {}",
+            p.children, p.parents
+        ));
+        if p.failed > 0 {
+            text.push_str(&format!("; failed: {}", p.failed));
+        }
+        text.push_str(&format!(" ({:.1} s)\n", p.elapsed.as_secs_f64()));
+        push_listed(
+            &mut text,
+            &failures,
+            p.failed,
+            LISTED,
+            "failed (the job went on past them; run the same command again to retry them)",
+        );
+        let json = json!({
+            "command": self.job.command(),
+            "dry_run": false,
+            "subset": spec_json(self.spec, self.parent),
+            "where": self.filter(),
+            "change": self.job.json(),
+            format!("children_{done_to}"): p.children,
+            "parents_touched": p.parents,
+            "failed": p.failed,
+            "failures": failures_json(&failures),
+            "elapsed_ms": u64::try_from(p.elapsed.as_millis()).unwrap_or(u64::MAX),
+        });
+        Outcome {
+            json,
+            text,
+            problems: p.failed > 0,
+        }
+    }
+}
