@@ -22,6 +22,8 @@ pub mod guide {
     pub mod pagination {}
     #[doc = include_str!("../docs/guide/views.md")]
     pub mod views {}
+    #[doc = include_str!("../docs/guide/mutations.md")]
+    pub mod mutations {}
     #[doc = include_str!("../docs/guide/consistency.md")]
     pub mod consistency {}
     #[doc = include_str!("../docs/guide/transactions.md")]
