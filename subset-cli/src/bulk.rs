@@ -10,10 +10,9 @@
 use mongodb::error::ErrorKind;
 use mongodb::Database;
 use serde_json::{json, Map, Value};
-use subset_runtime::bson::oid::ObjectId;
 use subset_runtime::bson::{Bson, Document};
 use subset_runtime::bulk::{BulkProgress, BulkReport};
-use subset_runtime::raw::{ChildPatch, RawStore, RawSubset};
+use subset_runtime::raw::{ChildPatch, RawStore};
 use subset_runtime::repair::SweepOptions;
 use subset_runtime::spec::{ParentSpec, SubsetSpec};
 use subset_runtime::Error;
@@ -120,7 +119,8 @@ pub async fn run(
     let handle = store.subset(spec);
     let patch = job.patch();
     if let Some(patch) = &patch {
-        check_patch(&handle, patch).await?;
+        // Refused before anything is written or counted.
+        handle.check_patch(patch)?;
     }
     let matching = handle.count_where(&filter).await.map_err(filter_refused)?;
     let about = About {
@@ -155,18 +155,6 @@ pub async fn run(
     };
     bar.finish_and_clear();
     Ok(about.report(&done))
-}
-
-/// Refuses a patch the engine would refuse (the `_id`, the parent key, a field the subset sorts,
-/// filters or sums by unset, …), before anything is written or counted. The engine checks a
-/// patch only when it runs one, so it is run on a child that does not exist: a valid patch
-/// finds nothing to change, an invalid one is refused as it would be by `patch_where`.
-async fn check_patch(handle: &RawSubset<'_>, patch: &ChildPatch) -> Result<(), CliError> {
-    let (parent, child) = (Bson::from(ObjectId::new()), Bson::from(ObjectId::new()));
-    match handle.patch(&parent, &child, patch).await {
-        Ok(()) | Err(Error::ChildNotFound { .. } | Error::ParentNotFound { .. }) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// A filter the server cannot run is a usage error that names `--where`.

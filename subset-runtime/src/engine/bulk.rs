@@ -42,7 +42,8 @@ pub const JOB_COLLECTION: &str = "subset_jobs";
 #[non_exhaustive]
 pub struct BulkProgress {
     /// Parents whose matching children were removed or patched, and whose views were
-    /// recomputed.
+    /// recomputed; with, in a rerun without transactions, those an earlier run left half done,
+    /// finished first.
     pub parents: u64,
     /// Children removed or patched.
     pub children: u64,
@@ -156,7 +157,7 @@ impl RawSubset<'_> {
         options: &SweepOptions,
         progress: impl FnMut(&BulkProgress),
     ) -> Result<BulkReport> {
-        patch.check(self.view_specs())?;
+        self.check_patch(patch)?;
         if let Some(field) = patch.increments().next() {
             return Err(Error::InvalidPatch {
                 collection: self.spec().child_collection.to_owned(),
@@ -201,7 +202,11 @@ impl RawSubset<'_> {
                     parent: &parent,
                 };
                 match exec::execute(self.store(), None, &steps).await {
-                    Ok(()) | Err(Error::ParentNotFound { .. }) => journal.done(&parent).await?,
+                    Ok(()) => {
+                        journal.done(&parent).await?;
+                        report.progress.parents += 1;
+                    }
+                    Err(Error::ParentNotFound { .. }) => journal.done(&parent).await?,
                     Err(error) => report.fail(parent, self.spec().field, error),
                 }
             }

@@ -356,6 +356,17 @@ impl RawSubset<'_> {
         Action::new(move |session| Box::pin(self.patch_in(parent, child, patch, session)))
     }
 
+    /// What [`RawSubset::patch`] checks before it writes anything: the patch names neither the
+    /// `_id` nor the parent key nor one field twice, unsets or nulls no field a view of these
+    /// children orders, filters or sums by, and increments by numbers.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPatch`] naming the field.
+    pub fn check_patch(&self, patch: &ChildPatch) -> Result<()> {
+        patch.check(self.view_specs())
+    }
+
     #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
     pub(crate) async fn patch_in(
         &self,
@@ -366,7 +377,7 @@ impl RawSubset<'_> {
     ) -> Result<()> {
         self.store().check_parent_id(parent)?;
         self.check_child_id(child)?;
-        patch.check(self.view_specs())?;
+        self.check_patch(patch)?;
         if patch.is_empty() {
             return Ok(());
         }
