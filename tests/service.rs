@@ -23,9 +23,13 @@ use subset::{Store, WriteMode};
 
 impl ExpectedOrder<Review> for Product {
     fn expected_order(field: &str, a: &Review, b: &Review) -> Ordering {
-        assert_eq!(field, "recent_reviews", "a subset of the service's Product");
-        // `date desc`, then `_id` desc.
-        (b.date, b.id).cmp(&(a.date, a.id))
+        match field {
+            // `date desc`, then `_id` desc.
+            "recent_reviews" => (b.date, b.id).cmp(&(a.date, a.id)),
+            // `helpful desc, date desc`, then `_id` desc.
+            "most_helpful" => (b.helpful, b.date, b.id).cmp(&(a.helpful, a.date, a.id)),
+            other => panic!("`{other}` is not a subset of the service's Product"),
+        }
     }
 }
 
@@ -107,6 +111,15 @@ impl Service {
 
     async fn delete(&self, path: &str) -> reqwest::Response {
         self.http.delete(self.url(path)).send().await.unwrap()
+    }
+
+    /// `POST …/votes`: one helpful vote, no body.
+    async fn vote(&self, product: &str, review: &str) -> reqwest::Response {
+        self.http
+            .post(self.url(&format!("/products/{product}/reviews/{review}/votes")))
+            .send()
+            .await
+            .unwrap()
     }
 
     async fn create_product(&self, name: &str) -> ProductOut {
@@ -229,6 +242,8 @@ fn review(millis: i64) -> Review {
         rating: (millis % 5) as i32 + 1,
         comment: format!("review written at {millis}"),
         date: DateTime::from_millis(millis),
+        helpful: 0,
+        hidden: false,
     }
 }
 
@@ -239,6 +254,7 @@ fn out(review: &Review) -> ReviewOut {
         rating: review.rating,
         comment: review.comment.clone(),
         date: review.date.try_to_rfc3339_string().unwrap(),
+        helpful: review.helpful,
     }
 }
 
@@ -273,6 +289,7 @@ async fn create_post_page_edit_delete_and_the_product_page_follows() {
         let product = service.create_product("Espresso grinder").await;
         assert_eq!(product.total_reviews, 0);
         assert!(product.recent_reviews.is_empty());
+        assert!(product.most_helpful.is_empty());
 
         // 47 reviews with dates 1 minute apart, some sharing a date, posted in random order.
         let mut reviews: Vec<Review> = (0..47)
@@ -291,6 +308,8 @@ async fn create_post_page_edit_delete_and_the_product_page_follows() {
         let page = service.product(&product.id).await;
         assert_eq!(page.total_reviews, 47, "{mode:?}");
         assert_eq!(page.recent_reviews, expected[..5], "{mode:?}");
+        // No votes yet: the most helpful are the newest.
+        assert_eq!(page.most_helpful, expected[..3], "{mode:?}");
 
         // Every review exactly once, in order, whatever the page size (3 falls inside the
         // embedded subset, 5 ends on it, 10 and 47 cross it, 100 takes everything).
@@ -349,6 +368,7 @@ async fn create_post_page_edit_delete_and_the_product_page_follows() {
         assert_eq!(expected[0], out(&edited));
         let page = service.product(&product.id).await;
         assert_eq!(page.recent_reviews, expected[..5], "{mode:?}");
+        assert_eq!(page.most_helpful, expected[..3], "{mode:?}");
         assert_eq!(page.total_reviews, 47);
 
         // Delete the newest two: the next ones move up into the product page.
@@ -363,17 +383,15 @@ async fn create_post_page_edit_delete_and_the_product_page_follows() {
         let page = service.product(&product.id).await;
         assert_eq!(page.total_reviews, 45, "{mode:?}");
         assert_eq!(page.recent_reviews, expected[..5], "{mode:?}");
+        assert_eq!(page.most_helpful, expected[..3], "{mode:?}");
         let (all, _) = service.all_reviews(&product.id, 7).await;
         assert_eq!(all, expected, "{mode:?}");
         let (mut back, _) = service.all_reviews_backward(&product.id, 7).await;
         back.reverse();
         assert_eq!(back, expected, "{mode:?}");
-        assert_subset_true(
-            &service.store,
-            Product::RECENT_REVIEWS,
-            &Bson::ObjectId(oid(&product.id)),
-        )
-        .await;
+        for view in [Product::RECENT_REVIEWS, Product::MOST_HELPFUL] {
+            assert_subset_true(&service.store, view, &Bson::ObjectId(oid(&product.id))).await;
+        }
     }
 }
 
@@ -715,15 +733,47 @@ async fn unknown_products_and_reviews_are_404() {
                 .await,
             format!("review {} of product {} not found", of_a.id, b.id),
         ),
+        // Votes and moderation: no such review, A's review under B, no such product.
+        (
+            service.vote(&a.id, &nobody).await,
+            format!("review {nobody} of product {} not found", a.id),
+        ),
+        (
+            service.vote(&b.id, &of_a.id).await,
+            format!("review {} of product {} not found", of_a.id, b.id),
+        ),
+        (
+            service.vote(&nobody, &of_a.id).await,
+            format!("review {} of product {nobody} not found", of_a.id),
+        ),
+        (
+            service
+                .put(
+                    &format!("/products/{}/reviews/{nobody}/hidden", a.id),
+                    json!(true),
+                )
+                .await,
+            format!("review {nobody} of product {} not found", a.id),
+        ),
+        (
+            service
+                .put(
+                    &format!("/products/{}/reviews/{}/hidden", b.id, of_a.id),
+                    json!(true),
+                )
+                .await,
+            format!("review {} of product {} not found", of_a.id, b.id),
+        ),
     ] {
         let (status, body) = Service::error(response).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{says}: {body:?}");
         assert_eq!(body.error, "not_found");
         assert_eq!(body.message, says);
     }
-    // The product is untouched by the attempts.
+    // The product is untouched by the attempts: no vote counted, nothing hidden.
     let page = service.product(&a.id).await;
     assert_eq!(page.total_reviews, 1);
+    assert_eq!(page.most_helpful, std::slice::from_ref(&of_a));
     assert_eq!(page.recent_reviews, [of_a]);
     assert_eq!(service.product(&b.id).await.total_reviews, 0);
     let (status, body) = Service::error(service.get("/reviews").await).await;
@@ -758,6 +808,7 @@ async fn taken_ids_are_409_and_a_retried_post_is_stored_once() {
         let page = service.product(&id).await;
         assert_eq!(page.total_reviews, 1, "{mode:?}");
         assert_eq!(page.recent_reviews, [out(&r)]);
+        assert_eq!(page.most_helpful, [out(&r)]);
         // Its id posted to another product is taken.
         let response = service
             .post(&format!("/products/{}/reviews", other.id), request_body(&r))
@@ -804,17 +855,15 @@ async fn thirty_two_concurrent_posts_keep_the_subset_and_the_count_exact() {
         let page = service.product(&product.id).await;
         assert_eq!(page.total_reviews, POSTS as i64, "{mode:?}");
         assert_eq!(page.recent_reviews, expected[..5], "{mode:?}");
+        assert_eq!(page.most_helpful, expected[..3], "{mode:?}");
         let (all, _) = service.all_reviews(&product.id, 6).await;
         assert_eq!(all, expected, "{mode:?}");
         let (mut back, _) = service.all_reviews_backward(&product.id, 6).await;
         back.reverse();
         assert_eq!(back, expected, "{mode:?}");
-        assert_subset_true(
-            &service.store,
-            Product::RECENT_REVIEWS,
-            &Bson::ObjectId(oid(&product.id)),
-        )
-        .await;
+        for view in [Product::RECENT_REVIEWS, Product::MOST_HELPFUL] {
+            assert_subset_true(&service.store, view, &Bson::ObjectId(oid(&product.id))).await;
+        }
     }
 }
 
@@ -826,7 +875,13 @@ async fn malformed_stored_data_is_a_500_that_names_the_document_only_in_the_log(
         .store
         .database()
         .collection::<bson::Document>("products")
-        .insert_one(doc! { "_id": id, "name": 5, "recent_reviews": [], "total_reviews": 0 })
+        .insert_one(doc! {
+            "_id": id,
+            "name": 5,
+            "recent_reviews": [],
+            "most_helpful": [],
+            "total_reviews": 0,
+        })
         .await
         .unwrap();
 

@@ -4,12 +4,17 @@
 //! | route | what |
 //! |---|---|
 //! | `POST /products` | create a product: `{"name": …, "id"?: hex}` → 201 |
-//! | `GET /products/{id}` | the product page: the product, its 5 latest reviews and its review count, in one query |
-//! | `GET /products/{id}/reviews?first=20&after=<token>` | reviews, newest first, forward from a cursor (or the start) |
-//! | `GET /products/{id}/reviews?last=20&before=<token>` | reviews, newest first, backward from a cursor (or the end) |
+//! | `GET /products/{id}` | the product page: the product, its 5 latest and 3 most helpful visible reviews and the count of visible reviews, in one query |
+//! | `GET /products/{id}/reviews?first=20&after=<token>` | visible reviews, newest first, forward from a cursor (or the start) |
+//! | `GET /products/{id}/reviews?last=20&before=<token>` | visible reviews, newest first, backward from a cursor (or the end) |
 //! | `POST /products/{id}/reviews` | push a review: `{"author", "rating", "comment", "date"?, "id"?}` → 201 |
-//! | `PUT /products/{id}/reviews/{review_id}` | replace a review: `{"author", "rating", "comment", "date"}` |
+//! | `PUT /products/{id}/reviews/{review_id}` | edit a review: `{"author", "rating", "comment", "date"}`; its votes and flag stay |
 //! | `DELETE /products/{id}/reviews/{review_id}` | delete a review → 204 |
+//! | `POST /products/{id}/reviews/{review_id}/votes` | one helpful vote → 204 |
+//! | `PUT /products/{id}/reviews/{review_id}/hidden` | moderation: `true` hides the review, `false` shows it again → 204 |
+//!
+//! Only visible reviews are shown: a hidden one is in neither view of the product page, not in
+//! `total_reviews` and on no review page, and the next one moves up in its place.
 //!
 //! A page of reviews is `{"items": [...], "page_info": {"has_next_page", "has_previous_page",
 //! "start_cursor", "end_cursor"}}` ([`ReviewPage`]). Ids are 24-digit hex ObjectIds and dates
@@ -30,7 +35,8 @@ use serde_path_to_error::Segment;
 use subset::bson;
 use subset::{__private::InsertFailure, Child, Cursor, Page, PageRequest, Parent, Store, Subset};
 
-/// A review as stored: in the `reviews` collection, and the latest five in their product.
+/// A review as stored: in the `reviews` collection, and in its product while it is among the
+/// latest five or the three most helpful visible ones.
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
 pub struct Review {
     /// The review's `_id`.
@@ -44,9 +50,22 @@ pub struct Review {
     pub comment: String,
     /// When it was written; the subset keeps the latest.
     pub date: DateTime,
+    /// How many readers found it helpful: one `$inc` per vote, so that concurrent votes all
+    /// count. `most_helpful` is ordered by it.
+    #[serde(default)]
+    pub helpful: i64,
+    /// Hidden by a moderator: kept, with its votes, but in no view, count or page until it is
+    /// shown again. (`default` only reads a review stored without the field: the views select
+    /// `hidden: false`, which a missing field does not match, so every review written here
+    /// holds it.)
+    #[serde(default)]
+    pub hidden: bool,
 }
 
-/// A product as stored, with its latest reviews and their count embedded.
+/// A product as stored, with two views of its visible reviews and their count embedded.
+///
+/// Both views are filtered by `!hidden`: a review a moderator hides leaves them (the next one
+/// moves up) and is no longer counted; shown again, it is back in its place.
 #[derive(Debug, Clone, Serialize, Deserialize, Parent)]
 #[subset(collection = "products")]
 pub struct Product {
@@ -55,15 +74,24 @@ pub struct Product {
     pub id: ObjectId,
     /// Its name.
     pub name: String,
-    /// The 5 latest reviews, newest first.
+    /// The 5 latest visible reviews, newest first; the review pages page this view.
     #[subset(
         child = "reviews",
         keep = 5,
         sort = "date desc",
+        filter = "!hidden",
         count = "total_reviews"
     )]
     pub recent_reviews: Vec<Review>,
-    /// How many reviews the product has.
+    /// The 3 visible reviews with the most helpful votes, the newest first among equals.
+    #[subset(
+        child = "reviews",
+        keep = 3,
+        sort = "helpful desc, date desc",
+        filter = "!hidden"
+    )]
+    pub most_helpful: Vec<Review>,
+    /// How many visible reviews the product has: hidden ones are not counted.
     #[serde(default)]
     pub total_reviews: i64,
 }
@@ -88,6 +116,8 @@ pub fn router(store: Store<Product>) -> Router {
             "/products/{id}/reviews/{review_id}",
             put(edit_review).delete(delete_review),
         )
+        .route("/products/{id}/reviews/{review_id}/votes", post(vote))
+        .route("/products/{id}/reviews/{review_id}/hidden", put(set_hidden))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(middleware::from_fn(log_request))
         .with_state(store)
@@ -120,7 +150,9 @@ pub struct NewProduct {
     pub id: Option<String>,
 }
 
-/// `POST /products/{id}/reviews` and `PUT /products/{id}/reviews/{review_id}`.
+/// `POST /products/{id}/reviews` and `PUT /products/{id}/reviews/{review_id}`: what the author
+/// writes. Votes and the moderation flag have routes of their own; a new review has no votes
+/// and is visible.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReviewBody {
@@ -130,7 +162,7 @@ pub struct ReviewBody {
     pub rating: i32,
     /// The text.
     pub comment: String,
-    /// RFC 3339; now when a POST leaves it out; required by PUT, which replaces the review.
+    /// RFC 3339; now when a POST leaves it out; required by PUT, which sets every field above.
     pub date: Option<String>,
     /// POST only: an `_id` chosen by the client, so that a retried POST is not stored twice.
     pub id: Option<String>,
@@ -149,6 +181,8 @@ pub struct ReviewOut {
     pub comment: String,
     /// RFC 3339, in UTC.
     pub date: String,
+    /// How many readers found it helpful.
+    pub helpful: i64,
 }
 
 /// The product page.
@@ -158,10 +192,12 @@ pub struct ProductOut {
     pub id: String,
     /// Its name.
     pub name: String,
-    /// How many reviews it has.
+    /// How many visible reviews it has.
     pub total_reviews: i64,
-    /// The latest reviews, newest first.
+    /// The latest visible reviews, newest first.
     pub recent_reviews: Vec<ReviewOut>,
+    /// The visible reviews with the most helpful votes, the most first.
+    pub most_helpful: Vec<ReviewOut>,
 }
 
 /// The query of a review page: `?first=20&after=<token>` forward, `?last=20&before=<token>`
@@ -333,6 +369,7 @@ impl ReviewOut {
             rating: review.rating,
             comment: review.comment.clone(),
             date: rfc3339(review)?,
+            helpful: review.helpful,
         })
     }
 }
@@ -343,13 +380,14 @@ impl ProductOut {
             id: product.id.to_hex(),
             name: product.name.clone(),
             total_reviews: product.total_reviews,
-            recent_reviews: product
-                .recent_reviews
-                .iter()
-                .map(ReviewOut::new)
-                .collect::<Result<_, _>>()?,
+            recent_reviews: outs(&product.recent_reviews)?,
+            most_helpful: outs(&product.most_helpful)?,
         })
     }
+}
+
+fn outs(reviews: &[Review]) -> Result<Vec<ReviewOut>, ApiError> {
+    reviews.iter().map(ReviewOut::new).collect()
 }
 
 /// A review's date as RFC 3339. A stored date outside the years 0 to 9999 has none: a 500, with
@@ -409,6 +447,8 @@ impl ReviewBody {
             rating: self.rating,
             comment: text("comment", self.comment, MAX_COMMENT_CHARS)?,
             date,
+            helpful: 0,
+            hidden: false,
         })
     }
 }
@@ -434,6 +474,7 @@ async fn create_product(
         id,
         name: text("name", body.name, MAX_NAME_CHARS)?,
         recent_reviews: Vec::new(),
+        most_helpful: Vec::new(),
         total_reviews: 0,
     };
     store.insert(&product).await.map_err(|e| {
@@ -505,33 +546,104 @@ async fn post_review(
     Ok((StatusCode::CREATED, Json(ReviewOut::new(&review)?)))
 }
 
+/// The product and review ids of a `/products/{id}/reviews/{review_id}…` path.
+fn review_path(
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<(ObjectId, ObjectId), ApiError> {
+    let Path((id, review_id)) = path?;
+    Ok((
+        object_id("product id", &id)?,
+        object_id("review id", &review_id)?,
+    ))
+}
+
 async fn edit_review(
     State(store): State<Store<Product>>,
     path: Result<Path<(String, String)>, PathRejection>,
     body: Result<Json<ReviewBody>, JsonRejection>,
 ) -> Result<Json<ReviewOut>, ApiError> {
-    let Path((id, review_id)) = path?;
-    let id = object_id("product id", &id)?;
-    let review_id = object_id("review id", &review_id)?;
+    let (id, review_id) = review_path(path)?;
     let Json(body) = body?;
     if body.id.is_some() {
         return Err(ApiError::BadRequest(
             "`id` cannot be changed: the review's id is in its path".into(),
         ));
     }
-    let review = body.into_review(review_id, None)?;
-    reviews_of(&store).update(&id, &review).await?;
-    Ok(Json(ReviewOut::new(&review)?))
+    let edit = body.into_review(review_id, None)?;
+    // A patch of what the author wrote rather than a replacement of the review: its votes and
+    // its moderation flag stay, and votes cast meanwhile are not lost.
+    let reviews = reviews_of(&store);
+    reviews
+        .patch(&id, &review_id)
+        .set(Review::AUTHOR, edit.author)
+        .set(Review::RATING, edit.rating)
+        .set(Review::COMMENT, edit.comment)
+        .set(Review::DATE, edit.date)
+        .await?;
+    Ok(Json(ReviewOut::new(
+        &stored_review(&store, &reviews, id, review_id).await?,
+    )?))
+}
+
+/// The review as stored in the child collection, for a response that shows its votes (a patch
+/// returns nothing).
+async fn stored_review(
+    store: &Store<Product>,
+    reviews: &Reviews<'_>,
+    id: ObjectId,
+    review_id: ObjectId,
+) -> Result<Review, ApiError> {
+    let spec = reviews.spec();
+    let stored = store
+        .database()
+        .collection::<Review>(spec.child_collection)
+        .find_one(bson::doc! { "_id": review_id, spec.key: id })
+        .await
+        .map_err(|source| subset::Error::Mongo {
+            collection: spec.child_collection.to_owned(),
+            source: Box::new(source),
+        })?;
+    // Deleted since the patch.
+    stored
+        .ok_or_else(|| ApiError::NotFound(format!("review {review_id} of product {id} not found")))
 }
 
 async fn delete_review(
     State(store): State<Store<Product>>,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
-    let Path((id, review_id)) = path?;
-    let id = object_id("product id", &id)?;
-    let review_id = object_id("review id", &review_id)?;
+    let (id, review_id) = review_path(path)?;
     reviews_of(&store).remove(&id, &review_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// One helpful vote: an increment on the server, so that votes cast at once all count; the
+/// review moves up in `most_helpful` past those it now outnumbers.
+async fn vote(
+    State(store): State<Store<Product>>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let (id, review_id) = review_path(path)?;
+    reviews_of(&store)
+        .patch(&id, &review_id)
+        .inc(Review::HELPFUL, 1)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Moderation: the body `true` hides the review, `false` shows it again. Both views, the count
+/// and the review pages follow; setting the flag it already has changes nothing.
+async fn set_hidden(
+    State(store): State<Store<Product>>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    body: Result<Json<bool>, JsonRejection>,
+) -> Result<StatusCode, ApiError> {
+    let (id, review_id) = review_path(path)?;
+    let Json(hidden) = body?;
+    reviews_of(&store)
+        .patch(&id, &review_id)
+        .set(Review::HIDDEN, hidden)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -1,5 +1,6 @@
-//! An HTTP service over the product-reviews model: the product page, reviews by cursor, and
-//! review writes, with the store's errors mapped to HTTP statuses (see `app.rs` for the routes).
+//! An HTTP service over the product-reviews model: the product page, reviews by cursor, review
+//! writes, helpful votes and moderation, with the store's errors mapped to HTTP statuses (see
+//! `app.rs` for the routes).
 //!
 //! `cargo run --example service --features testkit [ADDRESS]` serves on ADDRESS, else on
 //! `SUBSET_SERVICE_ADDR`, else on 127.0.0.1:3000. It starts its own `mongod` unless
@@ -9,6 +10,8 @@
 //! curl -s -XPOST localhost:3000/products -H 'content-type: application/json' -d '{"name":"Grinder"}'
 //! curl -s 'localhost:3000/products/<id>/reviews?first=20'
 //! curl -s 'localhost:3000/products/<id>/reviews?last=20&before=<start_cursor>'
+//! curl -s -XPOST localhost:3000/products/<id>/reviews/<review_id>/votes
+//! curl -s -XPUT localhost:3000/products/<id>/reviews/<review_id>/hidden -H 'content-type: application/json' -d true
 //! ```
 
 mod app;
