@@ -1,6 +1,6 @@
 //! The example service (`examples/service`) on a loopback port, against the test server, driven
-//! over HTTP: the whole flow, bad input, missing and duplicate ids, concurrent posts, and stored
-//! data of the wrong shape.
+//! over HTTP: the whole flow, bad input, missing and duplicate ids, concurrent posts, concurrent
+//! votes, moderation, and stored data of the wrong shape.
 
 #[path = "../examples/service/app.rs"]
 mod app;
@@ -120,6 +120,17 @@ impl Service {
             .send()
             .await
             .unwrap()
+    }
+
+    /// `PUT …/hidden` with `hidden`, which must succeed.
+    async fn set_hidden(&self, product: &str, review: &Review, hidden: bool) {
+        let path = format!("/products/{product}/reviews/{}/hidden", review.id);
+        let response = self.put(&path, json!(hidden)).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::NO_CONTENT,
+            "{path}: {hidden}"
+        );
     }
 
     async fn create_product(&self, name: &str) -> ProductOut {
@@ -864,6 +875,188 @@ async fn thirty_two_concurrent_posts_keep_the_subset_and_the_count_exact() {
         for view in [Product::RECENT_REVIEWS, Product::MOST_HELPFUL] {
             assert_subset_true(&service.store, view, &Bson::ObjectId(oid(&product.id))).await;
         }
+    }
+}
+
+/// The visible reviews of `model` in the order of the view `field`, as the service lists them.
+fn visible_in(field: &str, model: &[Review]) -> Vec<ReviewOut> {
+    let mut visible: Vec<Review> = model.iter().filter(|r| !r.hidden).cloned().collect();
+    visible.sort_by(|a, b| Product::expected_order(field, a, b));
+    visible.iter().map(out).collect()
+}
+
+/// The product page (both views and the count) and every review page, both ways, show what
+/// `model` (every review of `product`, with its votes and flag) says; and the stored views
+/// pass the store's own check.
+async fn assert_shows(service: &Service, product: &str, model: &[Review], when: &str) {
+    let latest = visible_in("recent_reviews", model);
+    let helpful = visible_in("most_helpful", model);
+    let page = service.product(product).await;
+    assert_eq!(page.total_reviews, latest.len() as i64, "{when}");
+    assert_eq!(page.recent_reviews, latest[..latest.len().min(5)], "{when}");
+    assert_eq!(page.most_helpful, helpful[..helpful.len().min(3)], "{when}");
+    // Pages of 4 cross from the embedded reviews into the collection.
+    let (all, _) = service.all_reviews(product, 4).await;
+    assert_eq!(all, latest, "{when}");
+    let (mut back, _) = service.all_reviews_backward(product, 4).await;
+    back.reverse();
+    assert_eq!(back, latest, "{when}");
+    for view in [Product::RECENT_REVIEWS.spec(), Product::MOST_HELPFUL.spec()] {
+        let drift = service
+            .store
+            .raw()
+            .subset(view)
+            .check(&Bson::ObjectId(oid(product)))
+            .await
+            .unwrap();
+        assert!(
+            drift.is_clean(),
+            "{when}: `{}` drifted: {drift:?}",
+            view.field
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_votes_all_count_and_rank_the_most_helpful() {
+    const CLIENTS: usize = 8;
+    const VOTES_EACH: usize = 25;
+    for (mode, service) in services().await {
+        let product = service.create_product("voted").await;
+        // 6 reviews a minute apart, 0 the oldest.
+        let mut model: Vec<Review> = (0..6)
+            .map(|i| review(1_700_000_000_000 + i * 60_000))
+            .collect();
+        for r in &model {
+            service.post_review(&product.id, r).await;
+        }
+        // 200 votes on 3 reviews: the oldest leads; 3 and 4 tie, and the newer (4) ranks first.
+        let shares = [(0, 80), (3, 60), (4, 60)];
+        let mut votes: Vec<usize> = shares
+            .iter()
+            .flat_map(|&(i, n)| std::iter::repeat_n(i, n))
+            .collect();
+        assert_eq!(votes.len(), CLIENTS * VOTES_EACH);
+        votes.shuffle(&mut rand::rng());
+
+        // Each client votes one at a time; the clients at once.
+        let started = std::time::Instant::now();
+        let clients = votes.chunks(VOTES_EACH).map(|chunk| {
+            let (service, model, product) = (&service, &model, &product.id);
+            async move {
+                for &i in chunk {
+                    let response = service.vote(product, &model[i].id.to_hex()).await;
+                    assert_eq!(response.status(), StatusCode::NO_CONTENT, "{mode:?}");
+                }
+            }
+        });
+        futures::future::join_all(clients).await;
+        eprintln!(
+            "{mode:?}: {CLIENTS} clients x {VOTES_EACH} votes in {:?}",
+            started.elapsed()
+        );
+
+        for (i, n) in shares {
+            model[i].helpful = n as i64;
+        }
+        let page = service.product(&product.id).await;
+        let ranked: Vec<_> = page
+            .most_helpful
+            .iter()
+            .map(|r| (r.id.clone(), r.helpful))
+            .collect();
+        let hex = |i: usize| model[i].id.to_hex();
+        assert_eq!(
+            ranked,
+            [(hex(0), 80), (hex(4), 60), (hex(3), 60)],
+            "{mode:?}"
+        );
+        // The copies in `recent_reviews` and the collection's reviews have every vote too.
+        assert_shows(&service, &product.id, &model, &format!("{mode:?}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hidden_review_leaves_the_views_the_count_and_the_pages_and_comes_back_when_shown() {
+    for (mode, service) in services().await {
+        let product = service.create_product("moderated").await;
+        let id = product.id.as_str();
+        // 9 reviews a minute apart, 0 the oldest: `recent_reviews` is 8 to 4.
+        let mut model: Vec<Review> = (0..9)
+            .map(|i| review(1_700_000_000_000 + i * 60_000))
+            .collect();
+        for r in &model {
+            service.post_review(id, r).await;
+        }
+        // `most_helpful` is 8, 2, 5; 0 is next.
+        for (i, n) in [(8, 4), (2, 3), (5, 2), (0, 1)] {
+            for _ in 0..n {
+                let response = service.vote(id, &model[i].id.to_hex()).await;
+                assert_eq!(response.status(), StatusCode::NO_CONTENT);
+            }
+            model[i].helpful = n;
+        }
+        assert_shows(&service, id, &model, &format!("{mode:?}, voted")).await;
+
+        // The newest and most helpful: both views backfill (3 and 0 move up), the count drops.
+        service.set_hidden(id, &model[8], true).await;
+        model[8].hidden = true;
+        let page = service.product(id).await;
+        assert_eq!(page.total_reviews, 8, "{mode:?}");
+        assert_eq!(page.recent_reviews.last().unwrap().id, model[3].id.to_hex());
+        assert_eq!(page.most_helpful.last().unwrap().id, model[0].id.to_hex());
+        assert_shows(&service, id, &model, &format!("{mode:?}, 8 hidden")).await;
+
+        // One in neither view: only the count and the pages change. Hiding it twice counts once.
+        for _ in 0..2 {
+            service.set_hidden(id, &model[1], true).await;
+        }
+        service.set_hidden(id, &model[8], true).await;
+        model[1].hidden = true;
+        assert_shows(&service, id, &model, &format!("{mode:?}, 1 and 8 hidden")).await;
+
+        // Hidden reviews still take votes and edits, and stay hidden.
+        for _ in 0..3 {
+            let response = service.vote(id, &model[1].id.to_hex()).await;
+            assert_eq!(response.status(), StatusCode::NO_CONTENT);
+        }
+        model[1].helpful = 3;
+        model[8].comment = "edited while hidden".into();
+        let mut edit = request_body(&model[8]);
+        edit.as_object_mut().unwrap().remove("id");
+        let response = service
+            .put(&format!("/products/{id}/reviews/{}", model[8].id), edit)
+            .await;
+        assert_eq!(response.status(), StatusCode::OK, "{mode:?}");
+        assert_eq!(response.json::<ReviewOut>().await.unwrap(), out(&model[8]));
+        assert_shows(
+            &service,
+            id,
+            &model,
+            &format!("{mode:?}, votes while hidden"),
+        )
+        .await;
+
+        // A body that is not a bool changes nothing.
+        let hidden = format!("/products/{id}/reviews/{}/hidden", model[8].id);
+        for body in [json!("false"), json!({ "hidden": false }), json!(null)] {
+            let (status, error) = Service::error(service.put(&hidden, body.clone()).await).await;
+            assert!(status.is_client_error(), "{body}: {status}");
+            assert_eq!(error.error, "bad_request", "{body}");
+        }
+
+        // Shown again: each back in its place, with the votes it took while hidden (1 ties 2
+        // and ranks after it, the newer).
+        service.set_hidden(id, &model[1], false).await;
+        model[1].hidden = false;
+        service.set_hidden(id, &model[8], false).await;
+        model[8].hidden = false;
+        let page = service.product(id).await;
+        let ranked: Vec<_> = page.most_helpful.iter().map(|r| r.id.clone()).collect();
+        let hex = |i: usize| model[i].id.to_hex();
+        assert_eq!(ranked, [hex(8), hex(2), hex(1)], "{mode:?}");
+        assert_eq!(page.total_reviews, 9, "{mode:?}");
+        assert_shows(&service, id, &model, &format!("{mode:?}, shown again")).await;
     }
 }
 
