@@ -672,6 +672,9 @@ where
         running.abort();
         let _ = running.await;
     }
+    // A command the killed job had sent may still be running on the server: let it end, so
+    // that what is counted next is what the rerun finds.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     cut
 }
 

@@ -95,6 +95,38 @@ impl ChildPatch {
         update.into_document()
     }
 
+    /// One patch that does what `self` and then `next` do, when each field they change is
+    /// changed by one of them, or by both with `$set`, `$unset` and `$inc` that compose (an
+    /// `$inc` after an `$inc` adds up; a `$set` or `$unset` after anything wins; an `$inc`
+    /// after a `$set` of a number sets the sum; after an `$unset` it sets the increment);
+    /// `None` when two fields overlap (one inside the other) or an `$inc` follows a `$set` of
+    /// something that is not a number, whose error the server must report.
+    pub(crate) fn then(&self, next: &ChildPatch) -> Option<ChildPatch> {
+        let mut ops = self.ops.clone();
+        for (field, op) in &next.ops {
+            let same = ops.iter().position(|(f, _)| f == field);
+            if ops
+                .iter()
+                .enumerate()
+                .any(|(i, (f, _))| Some(i) != same && overlap(f, field))
+            {
+                return None;
+            }
+            let Some(at) = same else {
+                ops.push((field.clone(), op.clone()));
+                continue;
+            };
+            let both = match (&ops[at].1, op) {
+                (_, Op::Set(_) | Op::Unset) => op.clone(),
+                (Op::Inc(a), Op::Inc(b)) => Op::Inc(Num::of(a)?.add(Num::of(b)?).into_bson()),
+                (Op::Set(a), Op::Inc(b)) => Op::Set(Num::of(a)?.add(Num::of(b)?).into_bson()),
+                (Op::Unset, Op::Inc(b)) => Op::Set(b.clone()),
+            };
+            ops[at].1 = both;
+        }
+        Some(ChildPatch { ops })
+    }
+
     /// The fields the patch increments.
     pub(crate) fn increments(&self) -> impl Iterator<Item = &str> + '_ {
         self.ops
@@ -449,106 +481,197 @@ impl RawSubset<'_> {
 }
 
 /// [`RawSubset::patch`]: one or more patches of one parent's children, in order.
+///
+/// Every child is changed first, then the views follow all of them at once: one parent update
+/// for every copy the patches change in place (and every sum they move), then one recompute
+/// per view whose order or filter some patch touched, with the counts and sums those patches
+/// moved. A group commit of eight votes on one hot review is then one `findAndModify` (the
+/// votes composed into one `$inc`), one parent update and one commit.
 struct PatchSteps<'s, 'a> {
     subset: &'s RawSubset<'a>,
     parent: &'s Bson,
     patches: &'s [(Bson, ChildPatch)],
 }
 
+/// What the patches of one run do to the parent, gathered before it is written.
+#[derive(Default)]
+struct ParentWrite {
+    /// The operators on copies in place, and the sums they move.
+    update: Update,
+    /// One array filter per (view, child) changed in place.
+    filters: Vec<Document>,
+    /// The children changed in place, to write the update before one comes again (two
+    /// filters on one element would conflict).
+    copies: Vec<Bson>,
+    /// Per view (by index in [`RawSubset::views`]): the `$inc` of counts and sums of the
+    /// patches that move a child in it, when one does.
+    moved: Vec<Option<Document>>,
+}
+
 impl Steps for PatchSteps<'_, '_> {
     type Output = ();
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
-        for (child, patch) in self.patches {
-            self.one(ctx, child, patch).await?;
-        }
-        Ok(())
-    }
-}
-
-impl PatchSteps<'_, '_> {
-    async fn one(&self, ctx: &mut Ctx<'_>, child: &Bson, patch: &ChildPatch) -> Result<()> {
         let s = self.subset;
-        let spec = s.spec();
-        let children = s.children::<Document>();
-        let filter = doc! { "_id": child.clone(), spec.key: self.parent.clone() };
-        let change = children
-            .find_one_and_update(filter.clone(), patch.update())
-            .return_document(ReturnDocument::Before);
-        let Some(before) = ctx.run(change).await.map_err(|e| s.mongo_child(e))? else {
-            return Err(Error::ChildNotFound {
-                collection: spec.child_collection.to_owned(),
-                parent: Box::new(self.parent.clone()),
-                id: Box::new(child.clone()),
-            });
+        let mut write = ParentWrite {
+            moved: vec![None; s.view_specs().len()],
+            ..ParentWrite::default()
         };
-        let after = patch.apply(&before);
-        match self.follow(ctx, child, patch, &before, &after).await {
+        let mut changed = Vec::with_capacity(self.patches.len());
+        for (child, patch) in compose(self.patches) {
+            if write.copies.contains(&child) {
+                self.write(ctx, &mut write).await?;
+            }
+            let before = self.change(ctx, &child, &patch).await?;
+            let after = patch.apply(&before);
+            self.plan(&mut write, &child, &patch, &before, &after);
+            changed.push((child, before));
+        }
+        match self.follow(ctx, write).await {
             // Refused by the server (the copy would not fit, say) outside a transaction: the
-            // child goes back as it was, so the write leaves nothing, as a transaction would.
+            // children go back as they were, so the write leaves nothing, as a transaction
+            // would.
             Err(e) if !ctx.atomic() && driver_error::was_refused(&e) => {
-                let put_back = children.replace_one(filter, &before);
-                ctx.run(put_back).await.map_err(|e| s.mongo_child(e))?;
+                let children = s.children::<Document>();
+                for (child, before) in changed.iter().rev() {
+                    let filter = doc! { "_id": child.clone(), s.spec().key: self.parent.clone() };
+                    let put_back = children.replace_one(filter, before);
+                    ctx.run(put_back).await.map_err(|e| s.mongo_child(e))?;
+                }
                 Err(e)
             }
             other => other,
         }
     }
+}
 
-    /// Brings every view along with `child`, which `patch` changed from `before` to `after`.
-    async fn follow(
+impl PatchSteps<'_, '_> {
+    /// Applies `patch` to the child in the child collection: the child as it was.
+    async fn change(
         &self,
         ctx: &mut Ctx<'_>,
         child: &Bson,
         patch: &ChildPatch,
+    ) -> Result<Document> {
+        let s = self.subset;
+        let spec = s.spec();
+        let filter = doc! { "_id": child.clone(), spec.key: self.parent.clone() };
+        let children = s.children::<Document>();
+        let change = children
+            .find_one_and_update(filter, patch.update())
+            .return_document(ReturnDocument::Before);
+        ctx.run(change)
+            .await
+            .map_err(|e| s.mongo_child(e))?
+            .ok_or_else(|| Error::ChildNotFound {
+                collection: spec.child_collection.to_owned(),
+                parent: Box::new(self.parent.clone()),
+                id: Box::new(child.clone()),
+            })
+    }
+
+    /// Adds to `write` what every view needs after `patch` changed `child` from `before` to
+    /// `after`.
+    fn plan(
+        &self,
+        write: &mut ParentWrite,
+        child: &Bson,
+        patch: &ChildPatch,
         before: &Document,
         after: &Document,
-    ) -> Result<()> {
-        let s = self.subset;
-        let mut update = Update::default();
-        let mut filters = Vec::new();
-        let mut moved = Vec::new();
-        for (i, view) in s.views().enumerate() {
-            let spec = view.spec();
-            let (was, is) = (spec.admits(before), spec.admits(after));
+    ) {
+        let n = write.filters.len();
+        for (i, view) in self.subset.view_specs().iter().enumerate() {
+            let (was, is) = (view.admits(before), view.admits(after));
             if !was && !is {
                 continue;
             }
-            let moves = super::sums::inc(spec, &[after], &[before]);
-            if was != is || moves_in(patch, spec) {
-                moved.push((view, moves));
+            let moves = super::sums::inc(view, &[after], &[before]);
+            if was != is || moves_in(patch, view) {
+                let inc = write.moved[i].get_or_insert_with(Document::new);
+                add_inc(inc, moves);
                 continue;
             }
-            update.inc.extend(moves);
-            if shows_in(patch, spec) {
-                let copy = format!("c{i}");
-                let prefix = format!("{}.$[{copy}].", spec.field);
-                patch.add_to(&mut update, &prefix, |path| holds(spec, path));
-                filters.push(doc! { format!("{copy}._id"): child.clone() });
-            }
-        }
-        if !update.is_empty() {
-            let parents = s.store().parents::<Document>();
-            let write = parents
-                .update_one(doc! { "_id": self.parent.clone() }, update.into_document())
-                .array_filters(filters);
-            let written = match ctx.run(write).await {
-                Ok(written) => written,
-                Err(e) => {
-                    let adding = super::bson_len([after]) - super::bson_len([before]);
-                    return Err(s.parent_write_error(e, self.parent, adding.max(0)).await);
+            add_inc(&mut write.update.inc, moves);
+            if shows_in(patch, view) {
+                let copy = format!("c{i}x{n}");
+                let prefix = format!("{}.$[{copy}].", view.field);
+                patch.add_to(&mut write.update, &prefix, |path| holds(view, path));
+                write
+                    .filters
+                    .push(doc! { format!("{copy}._id"): child.clone() });
+                if !write.copies.contains(child) {
+                    write.copies.push(child.clone());
                 }
-            };
-            if written.matched_count == 0 {
-                return Err(s.parent_not_found(self.parent));
             }
         }
-        for (view, moves) in moved {
-            view.resync(ctx, self.parent, &CountFix::Inc(moves), true)
-                .await?;
+    }
+
+    /// Writes the gathered in-place changes, if any, and starts a new gathering of them.
+    async fn write(&self, ctx: &mut Ctx<'_>, write: &mut ParentWrite) -> Result<()> {
+        let update = std::mem::take(&mut write.update);
+        let filters = std::mem::take(&mut write.filters);
+        write.copies.clear();
+        if update.is_empty() {
+            return Ok(());
+        }
+        let s = self.subset;
+        let parents = s.store().parents::<Document>();
+        let update = parents
+            .update_one(doc! { "_id": self.parent.clone() }, update.into_document())
+            .array_filters(filters);
+        let written = match ctx.run(update).await {
+            Ok(written) => written,
+            // The copies grow by what the patches set: unknown here, so the message says the
+            // parent's size as stored.
+            Err(e) => return Err(s.parent_write_error(e, self.parent, 0).await),
+        };
+        if written.matched_count == 0 {
+            return Err(s.parent_not_found(self.parent));
         }
         Ok(())
     }
+
+    /// The in-place changes, then a recompute of each view a patch moved a child in.
+    async fn follow(&self, ctx: &mut Ctx<'_>, mut write: ParentWrite) -> Result<()> {
+        self.write(ctx, &mut write).await?;
+        for (view, moves) in self.subset.views().zip(write.moved) {
+            if let Some(moves) = moves {
+                view.resync(ctx, self.parent, &CountFix::Inc(moves), true)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adds each number of `moves` to the same field of `inc`.
+fn add_inc(inc: &mut Document, moves: Document) {
+    for (field, by) in moves {
+        let sum = match (inc.get(&field).and_then(Num::of), Num::of(&by)) {
+            (Some(a), Some(b)) => a.add(b).into_bson(),
+            _ => by,
+        };
+        inc.insert(field, sum);
+    }
+}
+
+/// The patches as fewer: each child's patches composed into one where they compose (see
+/// [`ChildPatch::then`]), so that votes queued on one hot child are one write. Patches of
+/// different children commute, so a child's patch joins its last one wherever that stands.
+fn compose(patches: &[(Bson, ChildPatch)]) -> Vec<(Bson, ChildPatch)> {
+    let mut composed: Vec<(Bson, ChildPatch)> = Vec::with_capacity(patches.len());
+    for (child, patch) in patches {
+        let last = composed.iter_mut().rev().find(|(c, _)| c == child);
+        if let Some((_, before)) = last {
+            if let Some(both) = before.then(patch) {
+                *before = both;
+                continue;
+            }
+        }
+        composed.push((child.clone(), patch.clone()));
+    }
+    composed
 }
 
 #[cfg(test)]
@@ -626,6 +749,49 @@ mod tests {
                 "$unset": { "latest.$[c0].note": "" },
             }
         );
+    }
+
+    #[test]
+    fn queued_patches_of_one_child_compose() {
+        let vote = ChildPatch::new().inc("helpful", 1);
+        let three = vote.then(&vote).and_then(|p| p.then(&vote)).unwrap();
+        assert_eq!(three, ChildPatch::new().inc("helpful", 3_i64));
+        let hide = ChildPatch::new().set("hidden", true);
+        assert_eq!(
+            vote.then(&hide).unwrap(),
+            ChildPatch::new().inc("helpful", 1).set("hidden", true)
+        );
+        let set = ChildPatch::new().set("helpful", 10);
+        assert_eq!(
+            set.then(&vote).unwrap(),
+            ChildPatch::new().set("helpful", 11_i64)
+        );
+        let gone = ChildPatch::new().unset("helpful");
+        assert_eq!(
+            gone.then(&vote).unwrap(),
+            ChildPatch::new().set("helpful", 1)
+        );
+        assert_eq!(vote.then(&gone).unwrap(), gone);
+        // Overlapping paths, and an `$inc` of what is not a number, stay apart.
+        assert_eq!(
+            ChildPatch::new()
+                .set("meta", 1)
+                .then(&ChildPatch::new().set("meta.a", 2)),
+            None
+        );
+        assert_eq!(ChildPatch::new().set("helpful", "x").then(&vote), None);
+
+        let (a, b) = (Bson::Int32(1), Bson::Int32(2));
+        let queued = [
+            (a.clone(), vote.clone()),
+            (a.clone(), vote.clone()),
+            (b.clone(), vote.clone()),
+            (a.clone(), vote.clone()),
+        ];
+        let composed = compose(&queued);
+        let children: Vec<&Bson> = composed.iter().map(|(c, _)| c).collect();
+        assert_eq!(children, [&a, &b]);
+        assert_eq!(composed[0].1, ChildPatch::new().inc("helpful", 3_i64));
     }
 
     #[test]

@@ -117,7 +117,13 @@ impl RawSubset<'_> {
         let mut drift = Drift::default();
         let parents = store.parents::<Document>();
         let raw_parents = store.parents::<RawDocumentBuf>();
-        for _ in 0..attempts {
+        for attempt in 0..attempts {
+            // Writers that missed each other's conditional updates spread out rather than
+            // read and miss again at once (a hot parent's re-ranking votes, without a
+            // transaction).
+            if attempt > 0 {
+                super::exec::backoff(attempt as u32).await;
+            }
             // The parent's subset and count, as stored.
             let find = raw_parents
                 .find_one(doc! { "_id": parent.clone() })
