@@ -460,3 +460,117 @@ async fn an_insert_under_each_fault_at_each_step_ends_with_the_parent_and_every_
         println!("{}", insert_under(mode, command, fault).await);
     }
 }
+
+/// A patch (a new date, which re-ranks the child, and a new author) under one fault at one
+/// step: a set is idempotent, so after a retry of the same call the child holds the new values
+/// once, embedded first, and the count is unchanged. In a transaction, a failed first call
+/// left the child as it was.
+async fn patch_under(mode: WriteMode, command: &str, fault: Fault) -> String {
+    let (store, point) = faulty(mode).await;
+    let product = Product::named("faults");
+    store.insert(&product).await.unwrap();
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let (patched, other) = (Review::at(1), Review::at(2));
+    reviews
+        .push_many(&product.id, &[patched.clone(), other.clone()])
+        .await
+        .unwrap();
+    let date = bson::DateTime::from_millis(3);
+    let patch = || {
+        reviews
+            .patch(&product.id, &patched.id)
+            .set(Review::DATE, date)
+            .set(Review::AUTHOR, "edited".to_owned())
+    };
+    let first = point.once((mode, command, fault), patch()).await;
+    let outcome = outcome(&first);
+    let got = store.get(&product.id).await.unwrap().unwrap();
+    if matches!(mode, WriteMode::Transactional) && first.is_err() {
+        assert_eq!(
+            got.recent_reviews[1], patched,
+            "{mode:?} {command} {fault:?}: a failed transaction leaves the child as it was"
+        );
+    }
+    if first.is_ok() {
+        assert_eq!(
+            got.recent_reviews[0].author, "edited",
+            "{mode:?} {command} {fault:?}"
+        );
+    }
+    patch().await.unwrap();
+    let mut expected = patched.clone();
+    expected.date = date;
+    expected.author = "edited".into();
+    let got = store.get(&product.id).await.unwrap().unwrap();
+    assert_eq!(
+        (&got.recent_reviews[0], got.total_reviews),
+        (&expected, 2),
+        "{mode:?} {command} {fault:?}: first call {outcome}"
+    );
+    assert_eq!(stored(&store, &product.id, &patched.id).await, (1, 1, 2));
+    assert!(reviews.check(&product.id).await.unwrap().is_clean());
+    format!("patch: {mode:?} {command} {fault:?}: {outcome}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_patch_under_each_fault_at_each_step_ends_patched_once() {
+    // The child's `findAndModify`, then the view's recompute: its reads and its update.
+    for (mode, command, fault) in cases(&["findAndModify", "find", "update"]) {
+        println!("{}", patch_under(mode, command, fault).await);
+    }
+}
+
+/// A move between two products under one fault at one step: after a retry (which finds the
+/// child moved, `ChildNotFound`, when the first got through), the child is the other
+/// product's, once, and each product counts its own. Ordered, a first call cut off after the
+/// child moved leaves the old product's copy and count: the drift `reconcile` repairs, as the
+/// consistency guide says; a transaction leaves nothing of a failed move.
+async fn move_under(mode: WriteMode, command: &str, fault: Fault) -> String {
+    let (store, point) = faulty(mode).await;
+    let (from, to) = (Product::named("from"), Product::named("to"));
+    store.insert(&from).await.unwrap();
+    store.insert(&to).await.unwrap();
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let review = Review::at(1);
+    reviews.push(&from.id, &review).await.unwrap();
+    let first = point
+        .once(
+            (mode, command, fault),
+            reviews.move_child(&from.id, &review.id, &to.id),
+        )
+        .await;
+    let outcome = outcome(&first);
+    let after_first = stored(&store, &from.id, &review.id).await;
+    if matches!(mode, WriteMode::Transactional) && first.is_err() {
+        assert_eq!(
+            after_first,
+            (1, 1, 1),
+            "{mode:?} {command} {fault:?}: left as it was"
+        );
+    }
+    match reviews.move_child(&from.id, &review.id, &to.id).await {
+        Ok(()) | Err(Error::ChildNotFound { .. }) => {}
+        Err(other) => panic!("{mode:?} {command} {fault:?}: the retry failed: {other:?}"),
+    }
+    if matches!(mode, WriteMode::Ordered) {
+        for product in [&from.id, &to.id] {
+            reviews.reconcile(product).await.unwrap();
+        }
+    }
+    assert_eq!(
+        (
+            stored(&store, &from.id, &review.id).await,
+            stored(&store, &to.id, &review.id).await
+        ),
+        ((1, 0, 0), (1, 1, 1)),
+        "{mode:?} {command} {fault:?}: first call {outcome}, then {after_first:?}"
+    );
+    format!("move: {mode:?} {command} {fault:?}: {outcome}; then {after_first:?}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_under_each_fault_at_each_step_ends_under_the_new_parent() {
+    for (mode, command, fault) in cases(&["findAndModify", "update"]) {
+        println!("{}", move_under(mode, command, fault).await);
+    }
+}

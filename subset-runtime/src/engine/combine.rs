@@ -133,6 +133,57 @@ impl<B: Send> Combiner<B> {
         }
     }
 
+    /// Runs `batch` as group commit does (see the module docs): queued behind the
+    /// transaction in flight on `parent`, or leading one. A leader runs its batch together with
+    /// the queued ones as `together` joins them (`None`: not together), and when that fails,
+    /// or they do not go together, each on its own, so that each caller gets its own result.
+    pub(crate) async fn run<F>(
+        &self,
+        field: &'static str,
+        parent: &Bson,
+        batch: B,
+        together: impl FnOnce(&B, &[&B]) -> Option<B>,
+        run: impl Fn(&B) -> F,
+    ) -> Result<()>
+    where
+        F: std::future::Future<Output = Result<()>>,
+    {
+        let (batch, others, leader) = match self.join(field, parent, batch).await {
+            Role::Done(result) => return result,
+            Role::Lead {
+                batch,
+                others,
+                leader,
+            } => (batch, others, leader),
+        };
+        let theirs: Vec<(Waiter<B>, B)> = others
+            .into_iter()
+            .filter_map(|mut waiter| {
+                let batch = waiter.take_batch()?;
+                Some((waiter, batch))
+            })
+            .collect();
+        if !theirs.is_empty() {
+            let queued: Vec<&B> = theirs.iter().map(|(_, b)| b).collect();
+            if let Some(all) = together(&batch, &queued) {
+                if run(&all).await.is_ok() {
+                    for (waiter, _) in theirs {
+                        waiter.answer(Ok(()));
+                    }
+                    drop(leader);
+                    return Ok(());
+                }
+            }
+        }
+        let mine = run(&batch).await;
+        for (waiter, batch) in theirs {
+            let result = run(&batch).await;
+            waiter.answer(result);
+        }
+        drop(leader);
+        mine
+    }
+
     fn leader(&self, key: Key) -> Leader<B> {
         Leader {
             combiner: self.clone(),

@@ -21,7 +21,6 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::options::ReturnDocument;
 use mongodb::ClientSession;
 
-use super::combine::{self, Waiter};
 use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
 use super::sums::Num;
@@ -436,47 +435,23 @@ impl RawSubset<'_> {
         exec::execute(self.store(), caller, &steps).await
     }
 
-    /// `batch` in a transaction of ours, together with the patches queued on the same parent;
-    /// when that transaction fails, each batch on its own, so that each caller gets its own
-    /// result.
+    /// `batch` in a transaction of ours, together with the patches queued on the same parent.
     async fn patch_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
         let group = self.view_specs().first().unwrap_or(self.spec()).field;
-        let (batch, others, leader) = match self.store().patches.join(group, parent, batch).await {
-            combine::Role::Done(result) => return result,
-            combine::Role::Lead {
-                batch,
-                others,
-                leader,
-            } => (batch, others, leader),
+        let together = |mine: &Batch, theirs: &[&Batch]| {
+            Some(
+                mine.iter()
+                    .chain(theirs.iter().copied().flatten())
+                    .cloned()
+                    .collect(),
+            )
         };
-        let theirs: Vec<(Waiter<Batch>, Batch)> = others
-            .into_iter()
-            .filter_map(|mut waiter| {
-                let batch = waiter.take_batch()?;
-                Some((waiter, batch))
-            })
-            .collect();
-        if !theirs.is_empty() {
-            let all: Batch = batch
-                .iter()
-                .chain(theirs.iter().flat_map(|(_, b)| b))
-                .cloned()
-                .collect();
-            if self.patch_alone(parent, &all, None).await.is_ok() {
-                for (waiter, _) in theirs {
-                    waiter.answer(Ok(()));
-                }
-                drop(leader);
-                return Ok(());
-            }
-        }
-        let mine = self.patch_alone(parent, &batch, None).await;
-        for (waiter, batch) in theirs {
-            let result = self.patch_alone(parent, &batch, None).await;
-            waiter.answer(result);
-        }
-        drop(leader);
-        mine
+        let run = |batch: &Batch| {
+            let batch = batch.clone();
+            async move { self.patch_alone(parent, &batch, None).await }
+        };
+        let patches = &self.store().patches;
+        patches.run(group, parent, batch, together, run).await
     }
 }
 

@@ -4,7 +4,6 @@
 use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
-use super::combine::{Role, Waiter};
 use super::driver_error;
 use super::exec::{self, Ctx, Steps};
 use super::push_update::ViewPush;
@@ -89,53 +88,27 @@ impl<'a> RawSubset<'a> {
 
     /// `batch` in a transaction of ours, together with the pushes queued on the same parent.
     async fn push_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
-        let combiner = &self.store().combiner;
         // Keyed by the first view: pushes through any view of these children go together.
         let group = self.view_specs().first().unwrap_or(self.spec()).field;
-        let (batch, others, leader) = match combiner.join(group, parent, batch).await {
-            Role::Done(result) => return result,
-            Role::Lead {
-                batch,
-                others,
-                leader,
-            } => (batch, others, leader),
-        };
-        let theirs: Vec<(Waiter<Batch>, Batch)> = others
-            .into_iter()
-            .filter_map(|mut waiter| {
-                let batch = waiter.take_batch()?;
-                Some((waiter, batch))
-            })
-            .collect();
-        // Alone, the batch goes as it is; with others, all in one transaction, unless the same
-        // child comes from two callers (then each on its own, so that one stores it and the
-        // other finds it stored).
-        if !theirs.is_empty() {
-            let all: Batch = batch
+        // All in one transaction, unless the same child comes from two callers (then each on
+        // its own, so that one stores it and the other finds it stored).
+        let together = |mine: &Batch, theirs: &[&Batch]| {
+            let all: Batch = mine
                 .iter()
-                .chain(theirs.iter().flat_map(|(_, b)| b))
+                .chain(theirs.iter().copied().flatten())
                 .cloned()
                 .collect();
             let mut ids: Vec<String> = all.iter().map(|p| p.id.to_string()).collect();
             ids.sort_unstable();
             ids.dedup();
-            if ids.len() == all.len() && self.push_alone(parent, &all, None).await.is_ok() {
-                for (waiter, _) in theirs {
-                    waiter.answer(Ok(()));
-                }
-                drop(leader);
-                return Ok(());
-            }
-        }
-        // Alone, or the combined transaction failed: each batch on its own, so each caller
-        // gets its own result.
-        let mine = self.push_alone(parent, &batch, None).await;
-        for (waiter, batch) in theirs {
-            let result = self.push_alone(parent, &batch, None).await;
-            waiter.answer(result);
-        }
-        drop(leader);
-        mine
+            (ids.len() == all.len()).then_some(all)
+        };
+        let run = |batch: &Batch| {
+            let batch = batch.clone();
+            async move { self.push_alone(parent, &batch, None).await }
+        };
+        let combiner = &self.store().combiner;
+        combiner.run(group, parent, batch, together, run).await
     }
 
     /// `child` ready to be written into this field's [`RawSubset::views`].
