@@ -79,6 +79,16 @@ impl FailPoint {
                 "{mode:?} {command}: the fatal fault did not fire"
             );
         }
+        // Without a transaction, a write applied short of its write concern is one whose
+        // outcome the caller cannot know, and the error says so in its type.
+        let write = matches!(command, "insert" | "update" | "delete" | "findAndModify");
+        if matches!((mode, fault), (WriteMode::Ordered, Fault::WriteConcern)) && write {
+            assert!(
+                matches!(&result, Err(Error::OutcomeUnknown { .. })),
+                "{mode:?} {command}: a write-concern error is an unknown outcome, not {:?}",
+                result.as_ref().err()
+            );
+        }
         result
     }
 

@@ -695,7 +695,8 @@ impl From<PathRejection> for ApiError {
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorBody {
-    /// A stable code: `bad_request`, `invalid_cursor`, `not_found`, `conflict`, `internal`.
+    /// A stable code: `bad_request`, `invalid_cursor`, `not_found`, `conflict`,
+    /// `outcome_unknown` (503: the write may or may not have happened), `internal`.
     pub error: String,
     /// What went wrong, for people; never the content of stored documents.
     pub message: String,
@@ -742,6 +743,13 @@ impl IntoResponse for ApiError {
                     show(&id),
                     show(&parent)
                 ),
+            ),
+            // The write may or may not have happened: the client may retry (a review posted
+            // with its id is stored once; a vote retried may count twice).
+            ApiError::Store(e @ E::OutcomeUnknown { .. }) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "outcome_unknown",
+                e.to_string(),
             ),
             ApiError::Store(E::ChildOwnedElsewhere { id, parent, .. }) => (
                 StatusCode::CONFLICT,

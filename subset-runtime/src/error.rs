@@ -192,6 +192,22 @@ pub enum Error {
         source: Option<Box<mongodb::error::Error>>,
     },
 
+    /// A write whose outcome the client cannot know: the connection was lost after the
+    /// command was sent (and the driver's one retry failed too), the server applied it but
+    /// could not satisfy the write concern (a failover may still roll it back), or a commit
+    /// kept ending with an unknown result until its time ran out. The write may have happened,
+    /// whole or (without a transaction) in part. Retry it: pushes, removes, updates, moves and
+    /// patches that set fields are idempotent (an `inc` is not), and what a cut-off write left
+    /// in part is drift that `reconcile` repairs; see the consistency guide.
+    #[error("the outcome of a write on `{collection}` is unknown: {source}")]
+    OutcomeUnknown {
+        /// The collection of the write.
+        collection: String,
+        /// The driver's error.
+        #[source]
+        source: Box<mongodb::error::Error>,
+    },
+
     /// A transaction that kept failing with transient errors until its time ran out.
     #[error("transaction on `{collection}` did not commit within {seconds} s: {source}")]
     TransactionTimeout {
@@ -227,10 +243,31 @@ impl Error {
         }
     }
 
+    /// A driver error after which nobody knows whether the write happened, as an
+    /// [`Error::OutcomeUnknown`]: a lost connection, or a write-concern error (applied, not as
+    /// durably as asked). Other errors are returned unchanged.
+    pub(crate) fn into_unknown(self) -> Self {
+        match self {
+            Error::Mongo { collection, source }
+                if crate::engine::driver_error::is_unknown(&source) =>
+            {
+                Error::OutcomeUnknown { collection, source }
+            }
+            other => other,
+        }
+    }
+
+    /// Whether the write may or may not have happened ([`Error::OutcomeUnknown`]).
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Error::OutcomeUnknown { .. })
+    }
+
     /// The driver error behind this error, if there is one.
     pub fn mongo_error(&self) -> Option<&mongodb::error::Error> {
         match self {
-            Error::Mongo { source, .. } | Error::TransactionTimeout { source, .. } => Some(source),
+            Error::Mongo { source, .. }
+            | Error::TransactionTimeout { source, .. }
+            | Error::OutcomeUnknown { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -60,6 +60,15 @@ pub(crate) fn is_write_concern(error: &mongodb::error::Error) -> bool {
     )
 }
 
+/// Whether nobody knows if the write that failed with `error` happened: the connection was
+/// lost (the reply never came), or the write was applied but its write concern not satisfied
+/// (one document's, or a batch's with no document refused).
+pub(crate) fn is_unknown(error: &mongodb::error::Error) -> bool {
+    let applied = InsertFailure::of(error)
+        .is_some_and(|f| f.write_concern && f.duplicates.is_empty() && f.refused.is_empty());
+    matches!(error.kind.as_ref(), ErrorKind::Io(_)) || is_write_concern(error) || applied
+}
+
 /// Server codes for a document over the BSON size limit: an update's result
 /// (`17419`), or a document as written (`10334`, `BSONObjectTooLarge`).
 const TOO_LARGE: [i32; 2] = [17419, 10334];

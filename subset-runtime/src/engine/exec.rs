@@ -191,7 +191,11 @@ pub(crate) async fn execute<S: Steps>(
         }
     }
     match store.mode().await? {
-        WriteMode::Ordered => steps.run(&mut Ctx::new(caller, false, false)).await,
+        // Without a transaction, a step cut off may have happened: the error says so.
+        WriteMode::Ordered => steps
+            .run(&mut Ctx::new(caller, false, false))
+            .await
+            .map_err(Error::into_unknown),
         WriteMode::Transactional => match caller {
             Some(session) => transaction(store, session, steps).await,
             None => {
@@ -266,6 +270,16 @@ async fn transaction<S: Steps>(
         loop {
             match session.commit_transaction().await {
                 Ok(()) => return Ok(output),
+                // A commit whose result stayed unknown may have landed.
+                Err(e)
+                    if started.elapsed() >= DEADLINE
+                        && e.contains_label(UNKNOWN_TRANSACTION_COMMIT_RESULT) =>
+                {
+                    return Err(Error::OutcomeUnknown {
+                        collection: store.collection_name().to_owned(),
+                        source: Box::new(e),
+                    })
+                }
                 Err(e) if started.elapsed() >= DEADLINE => {
                     return Err(mongo(e).into_timeout(DEADLINE))
                 }
