@@ -438,8 +438,8 @@ async fn a_reconcile_under_each_fault_at_each_step_ends_true() {
 }
 
 /// An insert of a parent with children under one fault at one step: after a retry of the same
-/// call, the parent once with every child. (The retry of an insert that got through is a
-/// duplicate-key `Mongo` error: an insert is not idempotent, but nothing is lost or doubled.)
+/// call, the parent once with every child. (The retry of an insert that got through is
+/// `ParentExists`: an insert is not idempotent, but nothing is lost or doubled.)
 async fn insert_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     let (store, point) = faulty(mode).await;
     let mut product = Product::named("faults");
@@ -450,6 +450,10 @@ async fn insert_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     let outcome = outcome(&first);
     let after_first = parent_and_children(&store, &product.id).await;
     let retry = store.insert(&product).await;
+    assert!(
+        matches!(retry, Ok(()) | Err(Error::ParentExists { .. })),
+        "{mode:?} {command} {fault:?}: the retry is done or finds the parent: {retry:?}"
+    );
     let after_retry = parent_and_children(&store, &product.id).await;
     assert_eq!(
         after_retry,

@@ -30,7 +30,7 @@ async fn insert_embeds_the_top_keep_and_stores_every_child() {
 
         // A second insert of the same parent fails and changes nothing.
         let err = store.insert(&product).await.unwrap_err();
-        assert!(matches!(err, Error::Mongo { .. }), "{err}");
+        assert!(matches!(err, Error::ParentExists { .. }), "{err}");
         let reviews = store.subset(Product::RECENT_REVIEWS);
         assert_eq!(reviews.count(&product.id).await.unwrap(), 12);
         assert_subset_true(&store, Product::RECENT_REVIEWS, &Bson::ObjectId(product.id)).await;

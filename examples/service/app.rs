@@ -33,7 +33,7 @@ use bson::{Bson, DateTime};
 use serde::{Deserialize, Serialize};
 use serde_path_to_error::Segment;
 use subset::bson;
-use subset::{__private::InsertFailure, Child, Cursor, Page, PageRequest, Parent, Store, Subset};
+use subset::{Child, Cursor, Page, PageRequest, Parent, Store, Subset};
 
 /// A review as stored: in the `reviews` collection, and in its product while it is among the
 /// latest five or the three most helpful visible ones.
@@ -477,16 +477,11 @@ async fn create_product(
         most_helpful: Vec::new(),
         total_reviews: 0,
     };
-    store.insert(&product).await.map_err(|e| {
-        let duplicate = e
-            .mongo_error()
-            .and_then(InsertFailure::of)
-            .is_some_and(|f| f.only_duplicates());
-        if duplicate {
+    store.insert(&product).await.map_err(|e| match e {
+        subset::Error::ParentExists { .. } => {
             ApiError::Conflict(format!("product {id} already exists"))
-        } else {
-            e.into()
         }
+        other => other.into(),
     })?;
     Ok((
         StatusCode::CREATED,

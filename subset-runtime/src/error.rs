@@ -28,6 +28,17 @@ pub enum Error {
         id: Box<Bson>,
     },
 
+    /// An insert of a parent whose `_id` is already stored (a retry of an insert that got
+    /// through, say): nothing was written, and the stored parent and its children are as they
+    /// were.
+    #[error("parent {id} already exists in `{collection}`")]
+    ParentExists {
+        /// The parent collection.
+        collection: String,
+        /// The `_id` that is taken.
+        id: Box<Bson>,
+    },
+
     /// A remove or update named a child that is not stored under that parent.
     #[error("child {id} of parent {parent} not found in `{collection}`")]
     ChildNotFound {

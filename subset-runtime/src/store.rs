@@ -118,8 +118,9 @@ impl<P: Parent> Store<P> {
     ///
     /// # Errors
     ///
-    /// [`crate::Error::Mongo`] for a duplicate parent `_id` or child `_id` (nothing is written,
-    /// or on a standalone server what was written is removed again),
+    /// [`crate::Error::ParentExists`] when the parent's `_id` is stored (nothing is written),
+    /// [`crate::Error::Mongo`] for a duplicate child `_id` (nothing is written, or on a
+    /// standalone server what was written is removed again),
     /// [`crate::Error::ChildWithoutId`] for a child without `_id`, [`crate::Error::MalformedChild`]
     /// for a child without a number in a summed field, [`crate::Error::PreviewsOnInsert`] for a
     /// preview field that is not empty, [`crate::Error::Serialize`] when the parent does not

@@ -108,6 +108,17 @@ pub(crate) fn is_duplicate(error: &mongodb::error::Error) -> bool {
     InsertFailure::of(error).is_some_and(|f| !f.duplicates.is_empty())
 }
 
+/// Whether an insert of one document failed because its `_id` is taken (not another unique
+/// key: the server names the index, `_id_`, in its message).
+pub(crate) fn is_duplicate_id(error: &mongodb::error::Error) -> bool {
+    match error.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteError(w)) => {
+            w.code == DUPLICATE_KEY && w.message.contains(" index: _id_ ")
+        }
+        _ => false,
+    }
+}
+
 /// `ChangeStreamHistoryLost`: the resume point has fallen off the oplog.
 const CHANGE_STREAM_HISTORY_LOST: i32 = 286;
 

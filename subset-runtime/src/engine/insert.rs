@@ -111,6 +111,12 @@ impl Steps for InsertSteps<'_> {
             // error is reported after, as an ordered push reports it; stopping here would leave
             // a parent whose children were never written, and its retry a duplicate.
             Err(e) if !ctx.atomic() && driver_error::is_write_concern(&e) => Some(e),
+            Err(e) if driver_error::is_duplicate_id(&e) => {
+                return Err(Error::ParentExists {
+                    collection: self.store.collection_name().to_owned(),
+                    id: Box::new(self.id.clone()),
+                })
+            }
             Err(e) => return Err(self.store.mongo(e)),
         };
         let written = self.write_children(ctx).await;
