@@ -766,3 +766,79 @@ async fn removal_by_filter_killed_and_rerun_ends_as_one_run() {
         println!("{mode:?}: checked in {:.2?}", t.elapsed());
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_votes_no_view_ranks_by_are_exact_in_every_copy() {
+    /// The latest reviews whole: a vote changes a copy in place, never the order.
+    #[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+    #[subset(collection = "patch_latest_only")]
+    struct Latest {
+        #[serde(rename = "_id")]
+        id: i32,
+        #[subset(
+            child = "patch_latest_reviews",
+            key = "latest_id",
+            keep = 5,
+            sort = "date desc",
+            count = "total"
+        )]
+        latest: Vec<Review>,
+        #[serde(default)]
+        total: i64,
+    }
+
+    for store in common::stores::<Latest>().await {
+        let mode = store.mode().await.unwrap();
+        let parent = Latest {
+            id: 1,
+            latest: (1..=REVIEWS).map(review).collect(),
+            total: 0,
+        };
+        store.insert(&parent).await.unwrap();
+        let started = Instant::now();
+        let writers = (0..WRITERS).map(|w| {
+            let store = store.clone();
+            async move {
+                let reviews = store.subset(Latest::LATEST);
+                for v in 0..VOTES {
+                    let id = (w * 7 + v) % REVIEWS + 1;
+                    reviews.patch(&1, &id).inc(Review::HELPFUL, 1).await?;
+                }
+                Ok::<_, Error>(())
+            }
+        });
+        try_join_all(writers).await.unwrap();
+        println!(
+            "{mode:?}: {} in-place votes in {:.2?}",
+            WRITERS * VOTES,
+            started.elapsed()
+        );
+        let mut expected = vec![0_i64; REVIEWS as usize + 1];
+        for w in 0..WRITERS {
+            for v in 0..VOTES {
+                expected[((w * 7 + v) % REVIEWS + 1) as usize] += 1;
+            }
+        }
+        let stored = store
+            .database()
+            .collection::<Document>("patch_latest_reviews");
+        for id in 1..=REVIEWS {
+            let review = stored.find_one(doc! { "_id": id }).await.unwrap().unwrap();
+            assert_eq!(
+                review.get_i64("helpful").unwrap(),
+                expected[id as usize],
+                "{mode:?}"
+            );
+        }
+        let got = store.get(&1).await.unwrap().unwrap();
+        for copy in &got.latest {
+            assert_eq!(
+                copy.helpful, expected[copy.id as usize],
+                "{mode:?}: copy {}",
+                copy.id
+            );
+        }
+        let drift = store.subset(Latest::LATEST).check(&1).await.unwrap();
+        assert!(drift.is_clean(), "{mode:?}: {drift:?}");
+    }
+}

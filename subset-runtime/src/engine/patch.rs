@@ -24,7 +24,7 @@ use mongodb::ClientSession;
 use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
 use super::sums::Num;
-use super::{driver_error, RawSubset, WriteMode};
+use super::{driver_error, query, RawSubset, WriteMode};
 use crate::action::Action;
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
@@ -493,7 +493,21 @@ impl Steps for PatchSteps<'_, '_> {
             ..ParentWrite::default()
         };
         let mut changed = Vec::with_capacity(self.patches.len());
-        for (child, patch) in compose(self.patches) {
+        let mut composed = compose(self.patches);
+        // In a transaction, patches that need not know the child as it was go first, a group
+        // of equal ones (votes on different reviews) as one `update` of all their children.
+        if ctx.atomic() {
+            for (patch, children) in blind(&mut composed, s.view_specs()) {
+                if children.iter().any(|c| write.copies.contains(c)) {
+                    self.write(ctx, &mut write).await?;
+                }
+                self.change_all(ctx, &children, &patch).await?;
+                for (i, view) in s.view_specs().iter().enumerate() {
+                    in_place(&mut write, i, view, &children, &patch);
+                }
+            }
+        }
+        for (child, patch) in composed {
             if write.copies.contains(&child) {
                 self.write(ctx, &mut write).await?;
             }
@@ -545,6 +559,37 @@ impl PatchSteps<'_, '_> {
             })
     }
 
+    /// Applies `patch` to each of `children` in the child collection, in one write: each must
+    /// be there (else `ChildNotFound`, naming one that is not, which aborts the transaction).
+    async fn change_all(
+        &self,
+        ctx: &mut Ctx<'_>,
+        children: &[Bson],
+        patch: &ChildPatch,
+    ) -> Result<()> {
+        let s = self.subset;
+        let spec = s.spec();
+        let coll = s.children::<Document>();
+        let filter = query::owned(spec, self.parent, children.to_vec());
+        let changed = ctx
+            .run(coll.update_many(filter.clone(), patch.update()))
+            .await
+            .map_err(|e| s.mongo_child(e))?;
+        if changed.matched_count == children.len() as u64 {
+            return Ok(());
+        }
+        let found = coll.find(filter).projection(doc! { "_id": 1 });
+        let found = ctx.collect(found).await.map_err(|e| s.mongo_child(e))?;
+        let missing = children
+            .iter()
+            .find(|c| !found.iter().any(|f| f.get("_id") == Some(c)));
+        Err(Error::ChildNotFound {
+            collection: spec.child_collection.to_owned(),
+            parent: Box::new(self.parent.clone()),
+            id: Box::new(missing.unwrap_or(&children[0]).clone()),
+        })
+    }
+
     /// Adds to `write` what every view needs after `patch` changed `child` from `before` to
     /// `after`.
     fn plan(
@@ -555,7 +600,6 @@ impl PatchSteps<'_, '_> {
         before: &Document,
         after: &Document,
     ) {
-        let n = write.filters.len();
         for (i, view) in self.subset.view_specs().iter().enumerate() {
             let (was, is) = (view.admits(before), view.admits(after));
             if !was && !is {
@@ -568,17 +612,7 @@ impl PatchSteps<'_, '_> {
                 continue;
             }
             add_inc(&mut write.update.inc, moves);
-            if shows_in(patch, view) {
-                let copy = format!("c{i}x{n}");
-                let prefix = format!("{}.$[{copy}].", view.field);
-                patch.add_to(&mut write.update, &prefix, |path| holds(view, path));
-                write
-                    .filters
-                    .push(doc! { format!("{copy}._id"): child.clone() });
-                if !write.copies.contains(child) {
-                    write.copies.push(child.clone());
-                }
-            }
+            in_place(write, i, view, std::slice::from_ref(child), patch);
         }
     }
 
@@ -618,6 +652,66 @@ impl PatchSteps<'_, '_> {
         }
         Ok(())
     }
+}
+
+/// Adds to `write` the operators of `patch` on the copies of `children` in view `i`, where
+/// its copies hold a field the patch changes (the array filter matches none of a child that
+/// is not embedded there).
+fn in_place(
+    write: &mut ParentWrite,
+    i: usize,
+    view: &SubsetSpec,
+    children: &[Bson],
+    patch: &ChildPatch,
+) {
+    if !shows_in(patch, view) {
+        return;
+    }
+    let copy = format!("c{i}x{}", write.filters.len());
+    let prefix = format!("{}.$[{copy}].", view.field);
+    patch.add_to(&mut write.update, &prefix, |path| holds(view, path));
+    let ids = match children {
+        [one] => one.clone(),
+        many => Bson::Document(doc! { "$in": many.to_vec() }),
+    };
+    write.filters.push(doc! { format!("{copy}._id"): ids });
+    for child in children {
+        if !write.copies.contains(child) {
+            write.copies.push(child.clone());
+        }
+    }
+}
+
+/// Takes out of `patches` those no view needs the child as it was for (they change no field
+/// any view orders, filters or sums by: the copies take the same operators wherever they
+/// are), grouped by equal patch: (patch, its children). A child with more than one patch
+/// (ones that do not compose) keeps them all, in order.
+fn blind(
+    patches: &mut Vec<(Bson, ChildPatch)>,
+    views: &[SubsetSpec],
+) -> Vec<(ChildPatch, Vec<Bson>)> {
+    let sees = |patch: &ChildPatch| {
+        views
+            .iter()
+            .any(|v| moves_in(patch, v) || v.sums.iter().any(|s| patch.touches(s.child)))
+    };
+    let once: Vec<bool> = patches
+        .iter()
+        .map(|(child, _)| patches.iter().filter(|(c, _)| c == child).count() == 1)
+        .collect();
+    let mut once = once.into_iter();
+    let mut groups: Vec<(ChildPatch, Vec<Bson>)> = Vec::new();
+    patches.retain(|(child, patch)| {
+        if !once.next().unwrap_or(false) || sees(patch) {
+            return true;
+        }
+        match groups.iter_mut().find(|(p, _)| p == patch) {
+            Some((_, children)) => children.push(child.clone()),
+            None => groups.push((patch.clone(), vec![child.clone()])),
+        }
+        false
+    });
+    groups
 }
 
 /// Adds each number of `moves` to the same field of `inc`.
@@ -767,6 +861,25 @@ mod tests {
         let children: Vec<&Bson> = composed.iter().map(|(c, _)| c).collect();
         assert_eq!(children, [&a, &b]);
         assert_eq!(composed[0].1, ChildPatch::new().inc("helpful", 3_i64));
+    }
+
+    #[test]
+    fn equal_patches_no_view_needs_the_child_for_go_together() {
+        let vote = ChildPatch::new().inc("helpful", 1);
+        let rated = ChildPatch::new().inc("stars", 1);
+        let (a, b, c) = (Bson::Int32(1), Bson::Int32(2), Bson::Int32(3));
+        let mut patches = vec![
+            (a.clone(), vote.clone()),
+            (b.clone(), rated.clone()),
+            (c.clone(), vote.clone()),
+            (Bson::Int32(4), ChildPatch::new().set("meta", 1)),
+            (Bson::Int32(4), ChildPatch::new().set("meta.x", 1)),
+        ];
+        let groups = blind(&mut patches, &[SPEC]);
+        assert_eq!(groups, [(vote, vec![a, c])]);
+        // A summed field needs the child as it was; a child patched twice keeps its order.
+        let left: Vec<&Bson> = patches.iter().map(|(child, _)| child).collect();
+        assert_eq!(left, [&b, &Bson::Int32(4), &Bson::Int32(4)]);
     }
 
     #[test]
