@@ -16,6 +16,12 @@
 //!
 //! The operators are the same ones the child got, so the server applies them to the copy as it
 //! did to the child: concurrent `$inc`s commute and leave the copy exact in either write mode.
+//!
+//! In a transaction of ours, the patches queued on one parent run together (group commit):
+//! each child's patches composed into one ([`ChildPatch::then`]), equal patches that change no
+//! field a view orders, filters or sums by (votes on different reviews) as one `update` of all
+//! their children, since nothing needs them as they were, and every copy changed in place in
+//! one parent update.
 
 use crate::bson::{doc, Bson, Document};
 use mongodb::options::ReturnDocument;
@@ -117,8 +123,8 @@ impl ChildPatch {
             };
             let both = match (&ops[at].1, op) {
                 (_, Op::Set(_) | Op::Unset) => op.clone(),
-                (Op::Inc(a), Op::Inc(b)) => Op::Inc(Num::of(a)?.add(Num::of(b)?).into_bson()),
-                (Op::Set(a), Op::Inc(b)) => Op::Set(Num::of(a)?.add(Num::of(b)?).into_bson()),
+                (Op::Inc(a), Op::Inc(b)) => Op::Inc(plus(a, b)?),
+                (Op::Set(a), Op::Inc(b)) => Op::Set(plus(a, b)?),
                 (Op::Unset, Op::Inc(b)) => Op::Set(b.clone()),
             };
             ops[at].1 = both;
@@ -301,6 +307,18 @@ impl Update {
         .map(|(operator, fields)| (operator.to_owned(), Bson::Document(fields)))
         .collect()
     }
+}
+
+/// `a + b` as the server's `$inc` adds them: two int32s stay an int32 while the sum fits (so
+/// that composed votes leave a field the type separate ones would), anything else as the
+/// running sums add; `None` for what is not a number.
+fn plus(a: &Bson, b: &Bson) -> Option<Bson> {
+    if let (Bson::Int32(a), Bson::Int32(b)) = (a, b) {
+        if let Some(sum) = a.checked_add(*b) {
+            return Some(Bson::Int32(sum));
+        }
+    }
+    Some(Num::of(a)?.add(Num::of(b)?).into_bson())
 }
 
 /// What a field is to a view, for messages.
@@ -824,7 +842,12 @@ mod tests {
     fn queued_patches_of_one_child_compose() {
         let vote = ChildPatch::new().inc("helpful", 1);
         let three = vote.then(&vote).and_then(|p| p.then(&vote)).unwrap();
-        assert_eq!(three, ChildPatch::new().inc("helpful", 3_i64));
+        assert_eq!(three, ChildPatch::new().inc("helpful", 3));
+        let long = ChildPatch::new().inc("helpful", 1_i64);
+        assert_eq!(
+            vote.then(&long).unwrap(),
+            ChildPatch::new().inc("helpful", 2_i64)
+        );
         let hide = ChildPatch::new().set("hidden", true);
         assert_eq!(
             vote.then(&hide).unwrap(),
@@ -833,7 +856,7 @@ mod tests {
         let set = ChildPatch::new().set("helpful", 10);
         assert_eq!(
             set.then(&vote).unwrap(),
-            ChildPatch::new().set("helpful", 11_i64)
+            ChildPatch::new().set("helpful", 11)
         );
         let gone = ChildPatch::new().unset("helpful");
         assert_eq!(
@@ -860,7 +883,7 @@ mod tests {
         let composed = compose(&queued);
         let children: Vec<&Bson> = composed.iter().map(|(c, _)| c).collect();
         assert_eq!(children, [&a, &b]);
-        assert_eq!(composed[0].1, ChildPatch::new().inc("helpful", 3_i64));
+        assert_eq!(composed[0].1, ChildPatch::new().inc("helpful", 3));
     }
 
     #[test]
