@@ -5,19 +5,14 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures::future::{try_join_all, BoxFuture};
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use mongodb::event::command::CommandEvent;
-use mongodb::event::EventHandler;
-use mongodb::options::ClientOptions;
 use serde::{Deserialize, Serialize};
 use subset::bson::{doc, Bson, DateTime, Document};
 use subset::repair::SweepOptions;
 use subset::{Child, Error, Parent, Store, WriteMode};
-use subset_testkit::{MongoServer, Topology};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 pub struct Review {
@@ -299,9 +294,6 @@ async fn a_patch_that_cannot_apply_writes_nothing() {
     }
 }
 
-/// Commands sent to the parent and child collections.
-type Log = Arc<Mutex<Vec<(String, String)>>>;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_patch_no_view_shows_does_not_write_the_parent() {
     /// Only previews, none of which holds `text`, and no order, filter or sum by it.
@@ -327,26 +319,7 @@ async fn a_patch_no_view_shows_does_not_write_the_parent() {
         visible: Vec<ReviewPreview>,
     }
 
-    let server = MongoServer::shared(Topology::ReplicaSet).await.unwrap();
-    let name = server.database().await.unwrap().name().to_owned();
-    let log: Log = Arc::new(Mutex::new(Vec::new()));
-    let mut options = ClientOptions::parse(server.uri()).await.unwrap();
-    let sink = log.clone();
-    options.command_event_handler = Some(EventHandler::callback(move |event| {
-        if let CommandEvent::Started(started) = event {
-            let target = started
-                .command
-                .get_str(&started.command_name)
-                .unwrap_or_default()
-                .to_owned();
-            sink.lock()
-                .unwrap()
-                .push((started.command_name.clone(), target));
-        }
-    }));
-    let db = mongodb::Client::with_options(options)
-        .unwrap()
-        .database(&name);
+    let (db, log) = common::recorded_replica_db().await;
     for mode in [WriteMode::Transactional, WriteMode::Ordered] {
         let store = Store::<Shelf>::new(&db).with_mode(mode);
         let shelf = Shelf {
@@ -360,11 +333,11 @@ async fn a_patch_no_view_shows_does_not_write_the_parent() {
             .push_many(&1, &(1..=3).map(review).collect::<Vec<_>>())
             .await
             .unwrap();
-        let parent_writes = |log: &Log| {
+        let parent_writes = |log: &common::CommandLog| {
             log.lock()
                 .unwrap()
                 .iter()
-                .filter(|(name, target)| name == "update" && target == "patch_previews_only")
+                .filter(|(name, target, _)| name == "update" && target == "patch_previews_only")
                 .count()
         };
         log.lock().unwrap().clear();

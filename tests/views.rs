@@ -5,14 +5,11 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use mongodb::event::command::CommandEvent;
-use mongodb::event::EventHandler;
-use mongodb::options::ClientOptions;
+use common::CommandLog;
 use subset::bson::{doc, Bson, DateTime, Document};
 use subset::{raw::RawStore, spec::ParentSpec, spec::SpecBuilder, spec::SubsetSpec, WriteMode};
-use subset_testkit::{MongoServer, Topology};
 
 const PARENTS: &str = "view_boards";
 const CHILDREN: &str = "view_posts";
@@ -172,34 +169,9 @@ async fn assert_views_true(store: &RawStore, board: &Bson, posts: &[Post], when:
     }
 }
 
-/// Every command sent: its name, its target collection and the command itself.
-type Log = Arc<Mutex<Vec<(String, String, Document)>>>;
-
 /// A store over the board with every view, on a client that records each command.
-async fn store(mode: WriteMode) -> (RawStore, Log) {
-    let server = MongoServer::shared(Topology::ReplicaSet)
-        .await
-        .expect("start the test mongod");
-    let name = server.database().await.unwrap().name().to_owned();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let mut options = ClientOptions::parse(server.uri()).await.unwrap();
-    let sink = log.clone();
-    options.command_event_handler = Some(EventHandler::callback(move |event| {
-        if let CommandEvent::Started(started) = event {
-            let target = started
-                .command
-                .get_str(&started.command_name)
-                .unwrap_or_default()
-                .to_owned();
-            sink.lock().unwrap().push((
-                started.command_name.clone(),
-                target,
-                started.command.clone(),
-            ));
-        }
-    }));
-    let client = mongodb::Client::with_options(options).unwrap();
-    let db = client.database(&name);
+async fn store(mode: WriteMode) -> (RawStore, CommandLog) {
+    let (db, log) = common::recorded_replica_db().await;
     let spec = ParentSpec::leak(PARENTS, views());
     let store = RawStore::new(&db, spec).with_mode(mode);
     store.mode().await.unwrap();

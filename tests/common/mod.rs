@@ -68,6 +68,39 @@ pub async fn replica_db() -> mongodb::Database {
         .expect("connect to the test mongod")
 }
 
+/// Every command a client started: its name, its target collection and the command.
+pub type CommandLog = std::sync::Arc<std::sync::Mutex<Vec<(String, String, Document)>>>;
+
+/// A fresh database on the shared single-node replica set, on a client of its own that records
+/// every command it starts.
+pub async fn recorded_replica_db() -> (mongodb::Database, CommandLog) {
+    use mongodb::event::{command::CommandEvent, EventHandler};
+    let server = MongoServer::shared(Topology::ReplicaSet)
+        .await
+        .expect("start the test mongod");
+    let name = server.database().await.unwrap().name().to_owned();
+    let log = CommandLog::default();
+    let mut options = mongodb::options::ClientOptions::parse(server.uri())
+        .await
+        .unwrap();
+    let sink = log.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            let target = started
+                .command
+                .get_str(&started.command_name)
+                .unwrap_or_default()
+                .to_owned();
+            let command = started.command.clone();
+            sink.lock()
+                .unwrap()
+                .push((started.command_name.clone(), target, command));
+        }
+    }));
+    let client = mongodb::Client::with_options(options).unwrap();
+    (client.database(&name), log)
+}
+
 /// A fresh database on the shared standalone server.
 pub async fn standalone_db() -> mongodb::Database {
     MongoServer::shared(Topology::Standalone)
