@@ -1,5 +1,6 @@
 //! A replica set of several `mongod` processes on loopback ports, for failover tests: find the
-//! primary, step it down, kill a member and restart it.
+//! primary, step it down, kill a member and restart it, pause and resume it, and stop the others
+//! from replicating its writes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,6 +21,19 @@ const FIRST_PRIMARY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long one `hello` to one member may take before the member counts as unreachable.
 const PROBE_TIMEOUT_MS: u32 = 1_000;
 
+/// How long a command to one member about its fail points may take (a paused member never
+/// answers).
+const FAIL_POINT_TIMEOUT_MS: u32 = 5_000;
+
+/// How long [`ReplicaSet::stop_replication`] waits for a member's oplog fetcher to reach the
+/// fail point: it checks the fail point after each batch, and an idle fetcher's batch ends every
+/// half election timeout.
+const FAIL_POINT_HIT_TIMEOUT_MS: i64 = 10_000;
+
+/// The server fail point that stops a member's oplog fetcher: set on the member that copies,
+/// not on the one copied from.
+const STOP_REPLICATION: &str = "stopReplProducer";
+
 /// The most members a replica set may have that vote.
 const MAX_VOTING_MEMBERS: usize = 7;
 
@@ -29,6 +43,19 @@ const MAX_VOTING_MEMBERS: usize = 7;
 /// Members are numbered from 0 in the order of the set's configuration. Unlike
 /// [`MongoServer`](crate::MongoServer) it ignores `MONGODB_URI`: killing and restarting members
 /// needs processes of our own.
+///
+/// The faults a test can apply stay on this machine (processes and loopback):
+///
+/// | fault | how | what the set does |
+/// |---|---|---|
+/// | [`step_down`](Self::step_down) | `replSetStepDown` | a caught-up secondary is elected; no write is lost |
+/// | [`kill`](Self::kill), [`restart`](Self::restart) | SIGKILL, then the same port and data | a killed primary is replaced; restarted, it rolls back what only it had |
+/// | [`pause`](Self::pause), [`resume`](Self::resume) | SIGSTOP, SIGCONT | paused past the [election timeout](Self::election_timeout), a primary is replaced; resumed, it believes it leads until it hears of the new term, then steps down and rolls back what only it had |
+/// | [`stop_replication`](Self::stop_replication), [`start_replication`](Self::start_replication) | the `stopReplProducer` fail point on the other members | the others stop copying its writes: `w: 1` writes are on it alone, and a following election rolls them back; `w: "majority"` writes wait |
+///
+/// Every member runs with `enableTestCommands=1` (fail points, as on the single-node servers),
+/// and the set with `settings.electionTimeoutMillis` of 2 s rather than the default 10 s, so that
+/// a failover in a test takes seconds.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -42,6 +69,15 @@ const MAX_VOTING_MEMBERS: usize = 7;
 /// let primary = set.wait_for_primary(Duration::from_secs(30)).await?;
 /// set.kill(primary);
 /// set.restart(primary).await?;
+///
+/// // Writes acknowledged by the primary alone (`w: 1`), then a failover: they are rolled back.
+/// let primary = set.wait_for_primary(Duration::from_secs(30)).await?;
+/// set.stop_replication(primary).await?;
+/// // … writes with `w: 1` …
+/// set.pause(primary);
+/// tokio::time::sleep(set.election_timeout() * 3).await;
+/// set.start_replication(primary).await?;
+/// set.resume(primary);
 /// # let _ = db;
 /// # Ok(())
 /// # }
@@ -51,6 +87,8 @@ pub struct ReplicaSet {
     name: String,
     uri: String,
     members: Vec<Node>,
+    /// Which members are stopped with SIGSTOP.
+    paused: Vec<bool>,
 }
 
 impl ReplicaSet {
@@ -91,6 +129,7 @@ impl ReplicaSet {
             let set = ReplicaSet {
                 name: name.clone(),
                 uri,
+                paused: vec![false; nodes.len()],
                 members: nodes,
             };
             let config = doc! {
@@ -137,6 +176,12 @@ impl ReplicaSet {
     /// Whether the set has no members (never, for a started set).
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
+    }
+
+    /// The set's `settings.electionTimeoutMillis`: a primary that the others have not heard from
+    /// for this long (a paused or killed one) is replaced by an election.
+    pub fn election_timeout(&self) -> Duration {
+        Duration::from_millis(ELECTION_TIMEOUT_MILLIS.unsigned_abs().into())
     }
 
     /// The port on `127.0.0.1` of member `member`.
@@ -285,11 +330,173 @@ impl ReplicaSet {
     ///
     /// When `member` is not below [`len`](Self::len).
     pub fn kill(&mut self, member: usize) {
+        // SIGKILL ends a paused process as well.
         self.members[member].kill();
+        self.paused[member] = false;
     }
 
-    /// Stops member `member` if it runs and starts it again on the same port and data, then
-    /// waits until it has rejoined the set as a primary or a secondary.
+    /// Pauses member `member` (SIGSTOP), as a long garbage collection or a frozen virtual
+    /// machine would: it keeps its connections open but answers nothing, and commands sent to
+    /// it wait. Paused longer than the [election timeout](Self::election_timeout) (allow twice
+    /// that and a second, for the heartbeats and the vote), a primary is replaced by an election
+    /// among the others; when [resumed](Self::resume) it still believes it leads, and says so to
+    /// `hello`, until it hears of the new term, steps down, and rolls back the writes that only
+    /// it had. Nothing happens to a member already paused.
+    ///
+    /// # Panics
+    ///
+    /// When `member` is not below [`len`](Self::len), is not running (killed), or cannot be
+    /// signalled (no `kill` program).
+    pub fn pause(&mut self, member: usize) {
+        if !self.paused[member] {
+            self.signal(member, "STOP");
+            self.paused[member] = true;
+        }
+    }
+
+    /// Resumes member `member` after [`pause`](Self::pause) (SIGCONT). Nothing happens to a
+    /// member that is not paused.
+    ///
+    /// # Panics
+    ///
+    /// As for [`pause`](Self::pause).
+    pub fn resume(&mut self, member: usize) {
+        if self.paused[member] {
+            self.signal(member, "CONT");
+            self.paused[member] = false;
+        }
+    }
+
+    /// Whether member `member` is paused.
+    ///
+    /// # Panics
+    ///
+    /// When `member` is not below [`len`](Self::len).
+    pub fn is_paused(&self, member: usize) -> bool {
+        self.paused[member]
+    }
+
+    /// Sends `SIG<name>` to member `member`'s process.
+    fn signal(&self, member: usize, name: &str) {
+        let Some(pid) = self.members[member].pid() else {
+            panic!("member {member} is not running: restart it before it is paused or resumed");
+        };
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        match status {
+            Ok(status) if status.success() => {
+                tracing::debug!(member, pid, signal = name, "signalled a member");
+            }
+            Ok(status) => panic!("`kill -{name} {pid}` (member {member}) ended with {status}"),
+            Err(e) => panic!("cannot run `kill -{name} {pid}` (member {member}): {e}"),
+        }
+    }
+
+    /// Stops the other members from replicating: each other member that runs and is not paused
+    /// gets the server's `stopReplProducer` fail point, which stops its oplog fetcher (from any
+    /// sync source), and this waits until each secondary's fetcher has stopped. Writes that
+    /// member `member` (the primary) then acknowledges with `w: 1` are on it alone, and an
+    /// election that replaces it (after [`kill`](Self::kill) or [`pause`](Self::pause)) rolls
+    /// them back when it rejoins; writes with `w: "majority"` wait until replication starts
+    /// again or fail with the failover. Undo it with [`start_replication`](Self::start_replication);
+    /// a member restarted meanwhile replicates again at once (fail points do not survive a
+    /// restart), and one paused now is not stopped.
+    ///
+    /// The fail point is a test command: every member runs with `enableTestCommands=1`.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::Mongo`] when a member refuses the command or does not answer within
+    /// 5 seconds, or its fetcher does not stop within 10.
+    ///
+    /// # Panics
+    ///
+    /// When `member` is not below [`len`](Self::len).
+    pub async fn stop_replication(&self, member: usize) -> Result<(), TestkitError> {
+        for other in self.others(member) {
+            let Some(reply) = self.hello(other).await else {
+                // Down: it replicates nothing, and restarts without the fail point.
+                continue;
+            };
+            let admin = self.admin(other, Some(FAIL_POINT_TIMEOUT_MS)).await?;
+            let set = admin
+                .run_command(doc! { "configureFailPoint": STOP_REPLICATION, "mode": "alwaysOn" })
+                .await
+                .map_err(|e| TestkitError::mongo("`configureFailPoint` stopReplProducer", e))?;
+            // A primary has no fetcher to stop (it gets one when it steps down, and stops it
+            // at once).
+            if reply.get_bool("isWritablePrimary").unwrap_or(false) {
+                continue;
+            }
+            // The fetcher may be inside a batch: wait until it has checked the fail point, so
+            // that nothing written from now on reaches this member.
+            let entered = match set.get("count") {
+                Some(Bson::Int32(n)) => i64::from(*n),
+                Some(Bson::Int64(n)) => *n,
+                _ => 0,
+            };
+            admin
+                .run_command(doc! {
+                    "waitForFailPoint": STOP_REPLICATION,
+                    "timesEntered": entered + 1,
+                    "maxTimeMS": FAIL_POINT_HIT_TIMEOUT_MS,
+                })
+                .await
+                .map_err(|e| TestkitError::mongo("`waitForFailPoint` stopReplProducer", e))?;
+        }
+        tracing::info!(member, "replication from this member stopped");
+        Ok(())
+    }
+
+    /// Lets the other members replicate again after
+    /// [`stop_replication`](Self::stop_replication): the `stopReplProducer` fail point is turned
+    /// off on each other member that runs and is not paused (one resumed later must be asked
+    /// again).
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::Mongo`] when a member refuses the command or does not answer within
+    /// 5 seconds.
+    ///
+    /// # Panics
+    ///
+    /// When `member` is not below [`len`](Self::len).
+    pub async fn start_replication(&self, member: usize) -> Result<(), TestkitError> {
+        for other in self.others(member) {
+            if self.hello(other).await.is_none() {
+                continue;
+            }
+            self.admin(other, Some(FAIL_POINT_TIMEOUT_MS))
+                .await?
+                .run_command(doc! { "configureFailPoint": STOP_REPLICATION, "mode": "off" })
+                .await
+                .map_err(|e| TestkitError::mongo("`configureFailPoint` stopReplProducer", e))?;
+        }
+        tracing::info!(member, "replication from this member started again");
+        Ok(())
+    }
+
+    /// The members other than `member` that run and are not paused.
+    fn others(&self, member: usize) -> Vec<usize> {
+        assert!(
+            member < self.len(),
+            "no member {member} in a set of {}",
+            self.len()
+        );
+        (0..self.len())
+            .filter(|&other| other != member && !self.paused[other])
+            .filter(|&other| self.members[other].pid().is_some())
+            .collect()
+    }
+
+    /// Stops member `member` if it runs (resuming it first if it is paused) and starts it again
+    /// on the same port and data, then waits until it has rejoined the set as a primary or a
+    /// secondary.
     ///
     /// # Errors
     ///
@@ -300,6 +507,8 @@ impl ReplicaSet {
     ///
     /// When `member` is not below [`len`](Self::len).
     pub async fn restart(&mut self, member: usize) -> Result<(), TestkitError> {
+        // A paused process would keep the shutdown signal pending until it is killed.
+        self.resume(member);
         self.members[member].restart_member().await?;
         let deadline = Instant::now() + FIRST_PRIMARY_TIMEOUT;
         loop {
