@@ -376,28 +376,46 @@ fn target(set: &ReplicaSet, primary: usize, rng: &mut StdRng) -> (usize, &'stati
     }
 }
 
-/// Waits for a primary other than `old`; which, and how long it took.
-async fn new_primary(set: &ReplicaSet, old: usize) -> Result<(usize, Duration), String> {
+/// The writable primary that every member answering names as the primary. A member resumed
+/// after a pause says it is a writable primary until it hears of the new term, and for a moment
+/// it may be the only one saying so (the new primary may still be draining).
+async fn agreed_primary(set: &ReplicaSet) -> Option<usize> {
+    let replies = futures::future::join_all((0..set.len()).map(|m| set.hello(m))).await;
+    (0..set.len()).find(|&m| {
+        let host = format!("127.0.0.1:{}", set.port(m));
+        replies[m]
+            .as_ref()
+            .is_some_and(|r| r.get_bool("isWritablePrimary").unwrap_or(false))
+            && replies
+                .iter()
+                .flatten()
+                .all(|r| r.get_str("primary").ok() == Some(host.as_str()))
+    })
+}
+
+/// Waits for a primary the members agree on, other than `old`; which, and how long it took.
+async fn new_primary(set: &ReplicaSet, old: Option<usize>) -> Result<(usize, Duration), String> {
     let since = Instant::now();
     while since.elapsed() < SETTLE_TIMEOUT {
-        if let Some(p) = set.primary().await.filter(|p| *p != old) {
+        if let Some(p) = agreed_primary(set).await.filter(|p| Some(*p) != old) {
             return Ok((p, since.elapsed()));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Err(format!(
-        "no primary other than {old} after {SETTLE_TIMEOUT:?}"
+        "no agreed primary (other than {old:?}) after {SETTLE_TIMEOUT:?}"
     ))
 }
 
-/// Waits until member `member` is a secondary, or the primary of the latest term: a member
-/// resumed after a pause says it is primary until it hears of the new term, and then rolls back
-/// before it is a secondary.
+/// Waits until member `member` is a secondary, or the primary the members agree on (a member
+/// resumed after a pause rolls back what only it had before it is a secondary).
 async fn rejoined(set: &ReplicaSet, member: usize) -> Result<Duration, String> {
     let since = Instant::now();
     while since.elapsed() < SETTLE_TIMEOUT {
         if let Some(reply) = set.hello(member).await {
-            if reply.get_bool("secondary").unwrap_or(false) || set.primary().await == Some(member) {
+            if reply.get_bool("secondary").unwrap_or(false)
+                || agreed_primary(set).await == Some(member)
+            {
                 return Ok(since.elapsed());
             }
         }
@@ -412,10 +430,7 @@ fn millis(rng: &mut StdRng, range: std::ops::Range<u64>) -> Duration {
 
 /// Applies one fault and undoes it; what happened, or why it could not be applied.
 async fn apply(set: &mut ReplicaSet, fault: Fault, rng: &mut StdRng) -> Result<String, String> {
-    let primary = set
-        .wait_for_primary(SETTLE_TIMEOUT)
-        .await
-        .map_err(|e| e.to_string())?;
+    let (primary, _) = new_primary(set, None).await?;
     // Long enough for the others to miss two heartbeats and hold an election.
     let past_election = set.election_timeout() * 2 + Duration::from_secs(1);
     match fault {
@@ -423,7 +438,7 @@ async fn apply(set: &mut ReplicaSet, fault: Fault, rng: &mut StdRng) -> Result<S
             set.step_down(primary, 10)
                 .await
                 .map_err(|e| e.to_string())?;
-            let (new, after) = new_primary(set, primary).await?;
+            let (new, after) = new_primary(set, Some(primary)).await?;
             Ok(format!(
                 "member {primary} stepped down, member {new} primary after {after:.1?}"
             ))
@@ -435,10 +450,9 @@ async fn apply(set: &mut ReplicaSet, fault: Fault, rng: &mut StdRng) -> Result<S
             tokio::time::sleep(hold).await;
             set.resume(member);
             let back = rejoined(set, member).await?;
-            let now = match set.primary().await {
-                Some(p) if p == member => "it is primary again".to_owned(),
-                Some(p) => format!("member {p} is primary"),
-                None => "no primary at that moment".to_owned(),
+            let now = match new_primary(set, None).await? {
+                (p, _) if p == member => "it is the primary (no election won meanwhile)".to_owned(),
+                (p, _) => format!("member {p} is the primary"),
             };
             Ok(format!(
                 "member {member} ({role}) paused for {hold:.1?}, back as a secondary or the primary \
@@ -449,7 +463,7 @@ async fn apply(set: &mut ReplicaSet, fault: Fault, rng: &mut StdRng) -> Result<S
             let (member, role) = target(set, primary, rng);
             set.kill(member);
             let elected = if member == primary {
-                let (p, after) = new_primary(set, primary).await?;
+                let (p, after) = new_primary(set, Some(primary)).await?;
                 format!(", member {p} primary after {after:.1?}")
             } else {
                 String::new()
@@ -486,7 +500,7 @@ async fn apply(set: &mut ReplicaSet, fault: Fault, rng: &mut StdRng) -> Result<S
             } else {
                 set.kill(primary);
             }
-            let (new, after) = new_primary(set, primary).await?;
+            let (new, after) = new_primary(set, Some(primary)).await?;
             set.start_replication(primary)
                 .await
                 .map_err(|e| e.to_string())?;
