@@ -14,7 +14,7 @@
 //! | `combine.rs` | group commit: pushes to one hot parent share a transaction |
 //! | `page.rs` | merged pagination, `all`, `count` |
 //! | `remove_update.rs` | removing and replacing one child |
-//! | `patch.rs` | changing some fields of one child, in every copy |
+//! | `patch/` | changing some fields of children, in every copy: the change, and its writes |
 //! | `move_child.rs` | a child from one parent to another |
 //! | `bulk.rs` | removing or patching the children that match a filter, across parents |
 //! | `resync/` | recomputing a subset from the child collection: backfill, reconcile, check |

@@ -1,0 +1,498 @@
+//! [`ChildPatch`]: a change to some fields of one child, by BSON name; what it may change, how
+//! two compose, and which views it concerns.
+
+use crate::bson::{Bson, Document};
+
+use crate::engine::sums::Num;
+use crate::error::{Error, Result};
+use crate::model::SubsetSpec;
+
+/// A change to some fields of one stored child, by BSON name: what
+/// [`RawSubset::patch`](crate::raw::RawSubset::patch)
+/// applies to the child and to its embedded copies. The typed API builds one from field
+/// constants (`Review::HELPFUL`) through [`crate::patch::Patch`].
+///
+/// ```
+/// # use subset_runtime as subset;
+/// use subset::raw::ChildPatch;
+/// let vote = ChildPatch::new().inc("helpful", 1).set("edited", true);
+/// assert_eq!(vote.fields().collect::<Vec<_>>(), ["helpful", "edited"]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChildPatch {
+    ops: Vec<(String, Op)>,
+}
+
+/// One field's change.
+#[derive(Debug, Clone, PartialEq)]
+enum Op {
+    Set(Bson),
+    Unset,
+    Inc(Bson),
+}
+
+impl ChildPatch {
+    /// A patch that changes nothing yet.
+    pub fn new() -> Self {
+        ChildPatch::default()
+    }
+
+    /// Sets `field` (a BSON name, or a dotted path into an embedded document) to `value`.
+    pub fn set(mut self, field: impl Into<String>, value: impl Into<Bson>) -> Self {
+        self.ops.push((field.into(), Op::Set(value.into())));
+        self
+    }
+
+    /// Removes `field` from the child.
+    pub fn unset(mut self, field: impl Into<String>) -> Self {
+        self.ops.push((field.into(), Op::Unset));
+        self
+    }
+
+    /// Adds `by` (an int32, int64 or double; negative to decrement) to `field`, which a child
+    /// without it gets as `by`.
+    pub fn inc(mut self, field: impl Into<String>, by: impl Into<Bson>) -> Self {
+        self.ops.push((field.into(), Op::Inc(by.into())));
+        self
+    }
+
+    /// Whether the patch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// The fields the patch changes, in the order given.
+    pub fn fields(&self) -> impl Iterator<Item = &str> + '_ {
+        self.ops.iter().map(|(field, _)| field.as_str())
+    }
+
+    /// The update document that applies the patch to the child.
+    pub(crate) fn update(&self) -> Document {
+        let mut update = Update::default();
+        self.add_to(&mut update, "", |_| true);
+        update.into_document()
+    }
+
+    /// One patch that does what `self` and then `next` do, when each field they change is
+    /// changed by one of them, or by both with `$set`, `$unset` and `$inc` that compose (an
+    /// `$inc` after an `$inc` adds up; a `$set` or `$unset` after anything wins; an `$inc`
+    /// after a `$set` of a number sets the sum; after an `$unset` it sets the increment);
+    /// `None` when two fields overlap (one inside the other) or an `$inc` follows a `$set` of
+    /// something that is not a number, whose error the server must report.
+    pub(crate) fn then(&self, next: &ChildPatch) -> Option<ChildPatch> {
+        let mut ops = self.ops.clone();
+        for (field, op) in &next.ops {
+            let same = ops.iter().position(|(f, _)| f == field);
+            if ops
+                .iter()
+                .enumerate()
+                .any(|(i, (f, _))| Some(i) != same && overlap(f, field))
+            {
+                return None;
+            }
+            let Some(at) = same else {
+                ops.push((field.clone(), op.clone()));
+                continue;
+            };
+            let both = match (&ops[at].1, op) {
+                (_, Op::Set(_) | Op::Unset) => op.clone(),
+                (Op::Inc(a), Op::Inc(b)) => Op::Inc(plus(a, b)?),
+                (Op::Set(a), Op::Inc(b)) => Op::Set(plus(a, b)?),
+                (Op::Unset, Op::Inc(b)) => Op::Set(b.clone()),
+            };
+            ops[at].1 = both;
+        }
+        Some(ChildPatch { ops })
+    }
+
+    /// The fields the patch increments.
+    pub(crate) fn increments(&self) -> impl Iterator<Item = &str> + '_ {
+        self.ops
+            .iter()
+            .filter(|(_, op)| matches!(op, Op::Inc(_)))
+            .map(|(field, _)| field.as_str())
+    }
+
+    /// Whether the patch changes `field` or a field inside it, or sets or removes a document
+    /// that holds it.
+    pub(crate) fn touches(&self, field: &str) -> bool {
+        self.fields().any(|path| overlap(path, field))
+    }
+
+    /// Refuses what cannot be applied to a child of `views` (see [`Error::InvalidPatch`]).
+    pub(crate) fn check(&self, views: &[SubsetSpec]) -> Result<()> {
+        let Some(spec) = views.first() else {
+            return Ok(());
+        };
+        let invalid = |field: &str, reason: String| Error::InvalidPatch {
+            collection: spec.child_collection.to_owned(),
+            field: field.to_owned(),
+            reason,
+        };
+        for (i, (field, op)) in self.ops.iter().enumerate() {
+            if field.is_empty() || field.split('.').any(|s| s.is_empty() || s.starts_with('$')) {
+                return Err(invalid(
+                    field,
+                    "is not a field path: name a field, or fields inside it with dots, none empty or `$`-prefixed".into(),
+                ));
+            }
+            if overlap(field, "_id") {
+                return Err(invalid(
+                    field,
+                    "is the child's `_id`, its identity: remove the child and push it with the new `_id`".into(),
+                ));
+            }
+            if overlap(field, spec.key) {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "is the parent key `{}`: move the child to another parent instead",
+                        spec.key
+                    ),
+                ));
+            }
+            if let Some((other, _)) = self.ops[..i].iter().find(|(o, _)| overlap(o, field)) {
+                return Err(invalid(
+                    field,
+                    format!("is changed twice (with `{other}`): change each field once in a patch"),
+                ));
+            }
+            if let Some(role) = views.iter().find_map(|v| use_of(v, field)) {
+                match (op, role) {
+                    (Op::Unset, _) => {
+                        return Err(invalid(
+                            field,
+                            format!("is {role}: every child must hold it, so it cannot be unset"),
+                        ))
+                    }
+                    (Op::Set(Bson::Null), _) => {
+                        return Err(invalid(field, format!("is {role}: it cannot be null")))
+                    }
+                    (Op::Set(v), Use::Summed(_)) if Num::of(v).is_none() => {
+                        return Err(invalid(
+                            field,
+                            format!(
+                                "is {role}: it must be set to a number, not {}",
+                                type_name(v)
+                            ),
+                        ))
+                    }
+                    (Op::Set(v), Use::Filter(_)) if !matches!(v, Bson::Boolean(_)) => {
+                        return Err(invalid(
+                            field,
+                            format!("is {role}: it must be set to a bool, not {}", type_name(v)),
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+            if let Op::Inc(by) = op {
+                if Num::of(by).is_none() {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "is incremented by {}: `inc` takes an int32, int64 or double",
+                            type_name(by)
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds to `update` what applies the patch to a document, each field's path after `prefix`
+    /// (empty for the child itself, `latest.$[c0].` for an embedded copy); only the fields
+    /// `holds` (a preview's copies hold only some).
+    pub(super) fn add_to(&self, update: &mut Update, prefix: &str, holds: impl Fn(&str) -> bool) {
+        for (field, op) in self.ops.iter().filter(|(field, _)| holds(field)) {
+            let path = format!("{prefix}{field}");
+            match op {
+                Op::Set(v) => update.set.insert(path, v.clone()),
+                Op::Unset => update.unset.insert(path, ""),
+                Op::Inc(by) => update.inc.insert(path, by.clone()),
+            };
+        }
+    }
+
+    /// The child as the patch leaves `before`: what views are decided and sums moved by. An
+    /// `$inc` adds as the running sums do (integers exactly); the stored copy is the server's.
+    pub(crate) fn apply(&self, before: &Document) -> Document {
+        let mut after = before.clone();
+        for (field, op) in &self.ops {
+            let mut path = field.split('.').peekable();
+            let mut at = &mut after;
+            while let Some(segment) = path.next() {
+                if path.peek().is_none() {
+                    match op {
+                        Op::Set(v) => {
+                            at.insert(segment, v.clone());
+                        }
+                        Op::Unset => {
+                            at.remove(segment);
+                        }
+                        Op::Inc(by) => {
+                            let old = at.get(segment).and_then(Num::of).unwrap_or(Num::Int(0));
+                            let by = Num::of(by).unwrap_or(Num::Int(0));
+                            at.insert(segment, old.add(by).into_bson());
+                        }
+                    }
+                    break;
+                }
+                let inner = at
+                    .entry(segment.to_owned())
+                    .or_insert_with(|| Bson::Document(Document::new()));
+                if !matches!(inner, Bson::Document(_)) {
+                    *inner = Bson::Document(Document::new());
+                }
+                let Bson::Document(inner) = inner else {
+                    break;
+                };
+                at = inner;
+            }
+        }
+        after
+    }
+}
+
+/// An update being built: the fields of each operator.
+#[derive(Debug, Default)]
+pub(super) struct Update {
+    pub(super) set: Document,
+    pub(super) unset: Document,
+    pub(super) inc: Document,
+}
+
+impl Update {
+    pub(super) fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.unset.is_empty() && self.inc.is_empty()
+    }
+
+    /// The update document, without the operators that change nothing.
+    pub(super) fn into_document(self) -> Document {
+        [
+            ("$set", self.set),
+            ("$unset", self.unset),
+            ("$inc", self.inc),
+        ]
+        .into_iter()
+        .filter(|(_, fields)| !fields.is_empty())
+        .map(|(operator, fields)| (operator.to_owned(), Bson::Document(fields)))
+        .collect()
+    }
+}
+
+/// `a + b` as the server's `$inc` adds them: two int32s stay an int32 while the sum fits (so
+/// that composed votes leave a field the type separate ones would), anything else as the
+/// running sums add; `None` for what is not a number.
+fn plus(a: &Bson, b: &Bson) -> Option<Bson> {
+    if let (Bson::Int32(a), Bson::Int32(b)) = (a, b) {
+        if let Some(sum) = a.checked_add(*b) {
+            return Some(Bson::Int32(sum));
+        }
+    }
+    Some(Num::of(a)?.add(Num::of(b)?).into_bson())
+}
+
+/// What a field is to a view, for messages.
+#[derive(Clone, Copy)]
+enum Use {
+    Sort(&'static str),
+    Filter(&'static str),
+    Summed(&'static str),
+}
+
+impl std::fmt::Display for Use {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Use::Sort(view) => write!(f, "a sort key of `{view}`"),
+            Use::Filter(view) => write!(f, "the filter of `{view}`"),
+            Use::Summed(view) => write!(f, "summed by `{view}`"),
+        }
+    }
+}
+
+fn use_of(view: &SubsetSpec, field: &str) -> Option<Use> {
+    if view.sort.iter().any(|k| overlap(k.field, field)) {
+        return Some(Use::Sort(view.field));
+    }
+    if view.filter.is_some_and(|f| overlap(f.field, field)) {
+        return Some(Use::Filter(view.field));
+    }
+    if view.sums.iter().any(|s| overlap(s.child, field)) {
+        return Some(Use::Summed(view.field));
+    }
+    None
+}
+
+fn type_name(value: &Bson) -> &'static str {
+    crate::decode::type_name(value.element_type())
+}
+
+/// Whether two field paths name the same field, or one is inside the other.
+fn overlap(a: &str, b: &str) -> bool {
+    let inside = |long: &str, short: &str| {
+        long.strip_prefix(short)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    };
+    inside(a, b) || inside(b, a)
+}
+
+/// Whether a patch changes what `view` orders or filters by, so that the child may move in it.
+pub(super) fn moves_in(patch: &ChildPatch, view: &SubsetSpec) -> bool {
+    view.sort.iter().any(|k| patch.touches(k.field))
+        || view.filter.is_some_and(|f| patch.touches(f.field))
+}
+
+/// Whether `view`'s embedded copies hold the field at `path`.
+pub(super) fn holds(view: &SubsetSpec, path: &str) -> bool {
+    match view.embed {
+        None => true,
+        Some(fields) => fields.iter().any(|f| overlap(f.bson, path)),
+    }
+}
+
+/// Whether a patch changes a field `view`'s embedded copies hold.
+pub(super) fn shows_in(patch: &ChildPatch, view: &SubsetSpec) -> bool {
+    patch.fields().any(|path| holds(view, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bson::doc;
+    use crate::model::{FilterSpec, SumSpec, TEST_SPEC};
+
+    const SPEC: SubsetSpec = SubsetSpec {
+        count: Some("n"),
+        sums: &[SumSpec {
+            parent: "stars",
+            child: "stars",
+        }],
+        filter: Some(FilterSpec {
+            field: "verified",
+            equals: true,
+        }),
+        ..TEST_SPEC
+    };
+
+    fn problem(patch: ChildPatch) -> String {
+        match patch.check(&[SPEC]) {
+            Err(Error::InvalidPatch { field, reason, .. }) => format!("{field}: {reason}"),
+            other => panic!("expected InvalidPatch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_patch_cannot_touch_identity_key_or_one_field_twice() {
+        assert!(problem(ChildPatch::new().set("_id", 2)).starts_with("_id: is the child's `_id`"));
+        assert!(problem(ChildPatch::new().set("product_id", 2)).contains("move the child"));
+        let twice = ChildPatch::new().inc("helpful", 1).set("helpful.x", 2);
+        assert!(problem(twice).contains("changed twice (with `helpful`)"));
+        assert!(problem(ChildPatch::new().set("a..b", 1)).contains("not a field path"));
+        assert!(problem(ChildPatch::new().set("$where", 1)).contains("not a field path"));
+    }
+
+    #[test]
+    fn what_views_need_cannot_go_away_or_change_kind() {
+        assert!(problem(ChildPatch::new().unset("rating")).contains("a sort key of `recent`"));
+        assert!(problem(ChildPatch::new().set("date", Bson::Null)).contains("cannot be null"));
+        assert!(problem(ChildPatch::new().set("stars", "five")).contains("a number, not a string"));
+        assert!(problem(ChildPatch::new().set("verified", 1)).contains("a bool, not an int32"));
+        assert!(problem(ChildPatch::new().inc("helpful", "1")).contains("`inc` takes"));
+        let fine = ChildPatch::new()
+            .inc("stars", 1)
+            .set("verified", false)
+            .unset("note");
+        assert!(fine.check(&[SPEC]).is_ok());
+    }
+
+    #[test]
+    fn apply_is_what_the_server_does() {
+        let before = doc! { "_id": 1, "helpful": 41, "text": "x", "note": "n" };
+        let patch = ChildPatch::new()
+            .inc("helpful", 1)
+            .inc("new", 2.5)
+            .set("text", "y")
+            .unset("note")
+            .set("meta.seen", true);
+        assert_eq!(
+            patch.apply(&before),
+            doc! {
+                "_id": 1, "helpful": 42_i64, "text": "y", "new": 2.5,
+                "meta": { "seen": true },
+            }
+        );
+        let mut update = Update::default();
+        patch.add_to(&mut update, "latest.$[c0].", |_| true);
+        assert_eq!(
+            update.into_document(),
+            doc! {
+                "$inc": { "latest.$[c0].helpful": 1, "latest.$[c0].new": 2.5 },
+                "$set": { "latest.$[c0].text": "y", "latest.$[c0].meta.seen": true },
+                "$unset": { "latest.$[c0].note": "" },
+            }
+        );
+    }
+
+    #[test]
+    fn queued_patches_of_one_child_compose() {
+        let vote = ChildPatch::new().inc("helpful", 1);
+        let three = vote.then(&vote).and_then(|p| p.then(&vote)).unwrap();
+        assert_eq!(three, ChildPatch::new().inc("helpful", 3));
+        let long = ChildPatch::new().inc("helpful", 1_i64);
+        assert_eq!(
+            vote.then(&long).unwrap(),
+            ChildPatch::new().inc("helpful", 2_i64)
+        );
+        let hide = ChildPatch::new().set("hidden", true);
+        assert_eq!(
+            vote.then(&hide).unwrap(),
+            ChildPatch::new().inc("helpful", 1).set("hidden", true)
+        );
+        let set = ChildPatch::new().set("helpful", 10);
+        assert_eq!(
+            set.then(&vote).unwrap(),
+            ChildPatch::new().set("helpful", 11)
+        );
+        let gone = ChildPatch::new().unset("helpful");
+        assert_eq!(
+            gone.then(&vote).unwrap(),
+            ChildPatch::new().set("helpful", 1)
+        );
+        assert_eq!(vote.then(&gone).unwrap(), gone);
+        // Overlapping paths, and an `$inc` of what is not a number, stay apart.
+        assert_eq!(
+            ChildPatch::new()
+                .set("meta", 1)
+                .then(&ChildPatch::new().set("meta.a", 2)),
+            None
+        );
+        assert_eq!(ChildPatch::new().set("helpful", "x").then(&vote), None);
+    }
+
+    #[test]
+    fn views_move_or_show_by_what_the_patch_touches() {
+        let votes = ChildPatch::new().inc("helpful", 1);
+        assert!(!moves_in(&votes, &SPEC));
+        assert!(moves_in(&ChildPatch::new().set("rating", 3), &SPEC));
+        assert!(moves_in(&ChildPatch::new().set("verified", false), &SPEC));
+        assert!(shows_in(&votes, &SPEC));
+        let preview = SubsetSpec {
+            embed: Some(&[crate::model::FieldName {
+                rust: "text",
+                bson: "body",
+            }]),
+            ..SPEC
+        };
+        assert!(!shows_in(&votes, &preview));
+        assert!(shows_in(&ChildPatch::new().set("body", "x"), &preview));
+        let mut update = Update::default();
+        let edit = ChildPatch::new().set("body", "x").inc("helpful", 1);
+        edit.add_to(&mut update, "p.$[c1].", |path| holds(&preview, path));
+        assert_eq!(
+            update.into_document(),
+            doc! { "$set": { "p.$[c1].body": "x" } }
+        );
+    }
+}

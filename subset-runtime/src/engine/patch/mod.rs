@@ -1,0 +1,135 @@
+//! Partial updates of one child: `$set`, `$unset` and `$inc` of some of its fields, applied to
+//! the child collection and to every embedded copy in one write each.
+//!
+//! The child is changed first, with `findOneAndUpdate`, which returns it as it was: the change
+//! and the state it applied to are one atomic fact, so each patch knows exactly what it moved
+//! (a `+1` vote moves a sum by 1 whatever other votes land meanwhile). Then each view of the
+//! child is brought along by the cheapest write that keeps it true:
+//!
+//! - a view the child neither was nor is in: nothing;
+//! - a view whose order or filter the patch touches: recomputed from the child collection
+//!   (the child may enter or leave it, with backfill), its count and sums moved by the
+//!   difference;
+//! - any other view: the same operators on the embedded copy (`latest.$[c0].helpful`, matched
+//!   by `_id` with an array filter), and its sums moved by the difference, all views in one
+//!   parent update; none at all when the patch touches no field a view embeds or sums.
+//!
+//! The operators are the same ones the child got, so the server applies them to the copy as it
+//! did to the child: concurrent `$inc`s commute and leave the copy exact in either write mode.
+//!
+//! In a transaction of ours, the patches queued on one parent run together (group commit):
+//! each child's patches composed into one ([`ChildPatch::then`]), equal patches that change no
+//! field a view orders, filters or sums by (votes on different reviews) as one `update` of all
+//! their children, since nothing needs them as they were, and every copy changed in place in
+//! one parent update.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `child_patch.rs` | [`ChildPatch`]: the change, its checks, how it composes and applies |
+//! | `steps.rs` | the writes of one run of patches, and which view gets which |
+
+use crate::bson::Bson;
+use mongodb::ClientSession;
+
+use super::exec;
+use super::{RawSubset, WriteMode};
+use crate::action::Action;
+use crate::error::Result;
+// Only the docs link to it.
+#[cfg(doc)]
+use crate::error::Error;
+
+mod child_patch;
+mod steps;
+
+pub use child_patch::ChildPatch;
+use steps::PatchSteps;
+
+/// The patches of one caller, as the group commit queues them: (child `_id`, patch).
+pub(super) type Batch = Vec<(Bson, ChildPatch)>;
+
+impl RawSubset<'_> {
+    /// Changes some fields of a stored child (matched by `_id` under `parent`) in the child
+    /// collection and in every embedded copy of it, in every view: see [`ChildPatch`] and
+    /// [`crate::Subset::patch`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPatch`] (nothing is written), [`Error::ChildNotFound`],
+    /// [`Error::ParentNotFound`], [`Error::Mongo`].
+    pub fn patch<'r>(
+        &'r self,
+        parent: &'r Bson,
+        child: &'r Bson,
+        patch: &'r ChildPatch,
+    ) -> Action<'r, ()> {
+        Action::new(move |session| Box::pin(self.patch_in(parent, child, patch, session)))
+    }
+
+    /// What [`RawSubset::patch`] checks before it writes anything: the patch names neither the
+    /// `_id` nor the parent key nor one field twice, unsets or nulls no field a view of these
+    /// children orders, filters or sums by, and increments by numbers.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPatch`] naming the field.
+    pub fn check_patch(&self, patch: &ChildPatch) -> Result<()> {
+        patch.check(self.view_specs())
+    }
+
+    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
+    pub(crate) async fn patch_in(
+        &self,
+        parent: &Bson,
+        child: &Bson,
+        patch: &ChildPatch,
+        caller: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        self.store().check_parent_id(parent)?;
+        self.check_child_id(child)?;
+        self.check_patch(patch)?;
+        if patch.is_empty() {
+            return Ok(());
+        }
+        let batch = vec![(child.clone(), patch.clone())];
+        // Within a transaction of ours, patches of one parent's children go together: votes on
+        // one hot child would otherwise conflict and retry (see `combine.rs`).
+        if caller.is_none() && self.store().mode().await? == WriteMode::Transactional {
+            return self.patch_combined(parent, batch).await;
+        }
+        self.patch_alone(parent, &batch, caller).await
+    }
+
+    async fn patch_alone(
+        &self,
+        parent: &Bson,
+        patches: &[(Bson, ChildPatch)],
+        caller: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        let steps = PatchSteps {
+            subset: self,
+            parent,
+            patches,
+        };
+        exec::execute(self.store(), caller, &steps).await
+    }
+
+    /// `batch` in a transaction of ours, together with the patches queued on the same parent.
+    async fn patch_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
+        let group = self.view_specs().first().unwrap_or(self.spec()).field;
+        let together = |mine: &Batch, theirs: &[&Batch]| {
+            Some(
+                mine.iter()
+                    .chain(theirs.iter().copied().flatten())
+                    .cloned()
+                    .collect(),
+            )
+        };
+        let run = |batch: &Batch| {
+            let batch = batch.clone();
+            async move { self.patch_alone(parent, &batch, None).await }
+        };
+        let patches = &self.store().patches;
+        patches.run(group, parent, batch, together, run).await
+    }
+}

@@ -1,0 +1,355 @@
+//! The writes of one run of patches of one parent's children (one caller's, or a group
+//! commit's), and which view gets which.
+
+use crate::bson::{doc, Bson, Document};
+use mongodb::options::ReturnDocument;
+
+use super::child_patch::{holds, moves_in, shows_in, ChildPatch, Update};
+use crate::engine::exec::{Ctx, Steps};
+use crate::engine::resync::CountFix;
+use crate::engine::sums::Num;
+use crate::engine::{driver_error, query, RawSubset};
+use crate::error::{Error, Result};
+use crate::model::SubsetSpec;
+
+/// [`RawSubset::patch`]: one or more patches of one parent's children, in order.
+///
+/// Every child is changed first, then the views follow all of them at once: one parent update
+/// for every copy the patches change in place (and every sum they move), then one recompute
+/// per view whose order or filter some patch touched, with the counts and sums those patches
+/// moved. A group commit of eight votes on one hot review is then one `findAndModify` (the
+/// votes composed into one `$inc`), one parent update and one commit.
+pub(super) struct PatchSteps<'s, 'a> {
+    pub(super) subset: &'s RawSubset<'a>,
+    pub(super) parent: &'s Bson,
+    pub(super) patches: &'s [(Bson, ChildPatch)],
+}
+
+/// What the patches of one run do to the parent, gathered before it is written.
+#[derive(Default)]
+struct ParentWrite {
+    /// The operators on copies in place, and the sums they move.
+    update: Update,
+    /// One array filter per (view, child) changed in place.
+    filters: Vec<Document>,
+    /// The children changed in place, to write the update before one comes again (two
+    /// filters on one element would conflict).
+    copies: Vec<Bson>,
+    /// Per view (by index in [`RawSubset::views`]): the `$inc` of counts and sums of the
+    /// patches that move a child in it, when one does.
+    moved: Vec<Option<Document>>,
+}
+
+impl Steps for PatchSteps<'_, '_> {
+    type Output = ();
+
+    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        let s = self.subset;
+        let mut write = ParentWrite {
+            moved: vec![None; s.view_specs().len()],
+            ..ParentWrite::default()
+        };
+        let mut changed = Vec::with_capacity(self.patches.len());
+        let mut composed = compose(self.patches);
+        // In a transaction, patches that need not know the child as it was go first, a group
+        // of equal ones (votes on different reviews) as one `update` of all their children.
+        if ctx.atomic() {
+            for (patch, children) in blind(&mut composed, s.view_specs()) {
+                if children.iter().any(|c| write.copies.contains(c)) {
+                    self.write(ctx, &mut write).await?;
+                }
+                self.change_all(ctx, &children, &patch).await?;
+                for (i, view) in s.view_specs().iter().enumerate() {
+                    in_place(&mut write, i, view, &children, &patch);
+                }
+            }
+        }
+        for (child, patch) in composed {
+            if write.copies.contains(&child) {
+                self.write(ctx, &mut write).await?;
+            }
+            let before = self.change(ctx, &child, &patch).await?;
+            let after = patch.apply(&before);
+            self.plan(&mut write, &child, &patch, &before, &after);
+            changed.push((child, before));
+        }
+        match self.follow(ctx, write).await {
+            // Refused by the server (the copy would not fit, say) outside a transaction: the
+            // children go back as they were, so the write leaves nothing, as a transaction
+            // would.
+            Err(e) if !ctx.atomic() && driver_error::was_refused(&e) => {
+                let children = s.children::<Document>();
+                for (child, before) in changed.iter().rev() {
+                    let filter = doc! { "_id": child.clone(), s.spec().key: self.parent.clone() };
+                    let put_back = children.replace_one(filter, before);
+                    ctx.run(put_back).await.map_err(|e| s.mongo_child(e))?;
+                }
+                Err(e)
+            }
+            other => other,
+        }
+    }
+}
+
+impl PatchSteps<'_, '_> {
+    /// Applies `patch` to the child in the child collection: the child as it was.
+    async fn change(
+        &self,
+        ctx: &mut Ctx<'_>,
+        child: &Bson,
+        patch: &ChildPatch,
+    ) -> Result<Document> {
+        let s = self.subset;
+        let spec = s.spec();
+        let filter = doc! { "_id": child.clone(), spec.key: self.parent.clone() };
+        let children = s.children::<Document>();
+        let change = children
+            .find_one_and_update(filter, patch.update())
+            .return_document(ReturnDocument::Before);
+        ctx.run(change)
+            .await
+            .map_err(|e| s.mongo_child(e))?
+            .ok_or_else(|| Error::ChildNotFound {
+                collection: spec.child_collection.to_owned(),
+                parent: Box::new(self.parent.clone()),
+                id: Box::new(child.clone()),
+            })
+    }
+
+    /// Applies `patch` to each of `children` in the child collection, in one write: each must
+    /// be there (else `ChildNotFound`, naming one that is not, which aborts the transaction).
+    async fn change_all(
+        &self,
+        ctx: &mut Ctx<'_>,
+        children: &[Bson],
+        patch: &ChildPatch,
+    ) -> Result<()> {
+        let s = self.subset;
+        let spec = s.spec();
+        let coll = s.children::<Document>();
+        let filter = query::owned(spec, self.parent, children.to_vec());
+        let changed = ctx
+            .run(coll.update_many(filter.clone(), patch.update()))
+            .await
+            .map_err(|e| s.mongo_child(e))?;
+        if changed.matched_count == children.len() as u64 {
+            return Ok(());
+        }
+        let found = coll.find(filter).projection(doc! { "_id": 1 });
+        let found = ctx.collect(found).await.map_err(|e| s.mongo_child(e))?;
+        let missing = children
+            .iter()
+            .find(|c| !found.iter().any(|f| f.get("_id") == Some(c)));
+        Err(Error::ChildNotFound {
+            collection: spec.child_collection.to_owned(),
+            parent: Box::new(self.parent.clone()),
+            id: Box::new(missing.unwrap_or(&children[0]).clone()),
+        })
+    }
+
+    /// Adds to `write` what every view needs after `patch` changed `child` from `before` to
+    /// `after`.
+    fn plan(
+        &self,
+        write: &mut ParentWrite,
+        child: &Bson,
+        patch: &ChildPatch,
+        before: &Document,
+        after: &Document,
+    ) {
+        for (i, view) in self.subset.view_specs().iter().enumerate() {
+            let (was, is) = (view.admits(before), view.admits(after));
+            if !was && !is {
+                continue;
+            }
+            let moves = crate::engine::sums::inc(view, &[after], &[before]);
+            if was != is || moves_in(patch, view) {
+                let inc = write.moved[i].get_or_insert_with(Document::new);
+                add_inc(inc, moves);
+                continue;
+            }
+            add_inc(&mut write.update.inc, moves);
+            in_place(write, i, view, std::slice::from_ref(child), patch);
+        }
+    }
+
+    /// Writes the gathered in-place changes, if any, and starts a new gathering of them.
+    async fn write(&self, ctx: &mut Ctx<'_>, write: &mut ParentWrite) -> Result<()> {
+        let update = std::mem::take(&mut write.update);
+        let filters = std::mem::take(&mut write.filters);
+        write.copies.clear();
+        if update.is_empty() {
+            return Ok(());
+        }
+        let s = self.subset;
+        let parents = s.store().parents::<Document>();
+        let update = parents
+            .update_one(doc! { "_id": self.parent.clone() }, update.into_document())
+            .array_filters(filters);
+        let written = match ctx.run(update).await {
+            Ok(written) => written,
+            // The copies grow by what the patches set: unknown here, so the message says the
+            // parent's size as stored.
+            Err(e) => return Err(s.parent_write_error(e, self.parent, 0).await),
+        };
+        if written.matched_count == 0 {
+            return Err(s.parent_not_found(self.parent));
+        }
+        Ok(())
+    }
+
+    /// The in-place changes, then a recompute of each view a patch moved a child in.
+    async fn follow(&self, ctx: &mut Ctx<'_>, mut write: ParentWrite) -> Result<()> {
+        self.write(ctx, &mut write).await?;
+        for (view, moves) in self.subset.views().zip(write.moved) {
+            if let Some(moves) = moves {
+                view.resync(ctx, self.parent, &CountFix::Inc(moves), true)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adds to `write` the operators of `patch` on the copies of `children` in view `i`, where
+/// its copies hold a field the patch changes (the array filter matches none of a child that
+/// is not embedded there).
+fn in_place(
+    write: &mut ParentWrite,
+    i: usize,
+    view: &SubsetSpec,
+    children: &[Bson],
+    patch: &ChildPatch,
+) {
+    if !shows_in(patch, view) {
+        return;
+    }
+    let copy = format!("c{i}x{}", write.filters.len());
+    let prefix = format!("{}.$[{copy}].", view.field);
+    patch.add_to(&mut write.update, &prefix, |path| holds(view, path));
+    let ids = match children {
+        [one] => one.clone(),
+        many => Bson::Document(doc! { "$in": many.to_vec() }),
+    };
+    write.filters.push(doc! { format!("{copy}._id"): ids });
+    for child in children {
+        if !write.copies.contains(child) {
+            write.copies.push(child.clone());
+        }
+    }
+}
+
+/// Takes out of `patches` those no view needs the child as it was for (they change no field
+/// any view orders, filters or sums by: the copies take the same operators wherever they
+/// are), grouped by equal patch: (patch, its children). A child with more than one patch
+/// (ones that do not compose) keeps them all, in order.
+fn blind(
+    patches: &mut Vec<(Bson, ChildPatch)>,
+    views: &[SubsetSpec],
+) -> Vec<(ChildPatch, Vec<Bson>)> {
+    let sees = |patch: &ChildPatch| {
+        views
+            .iter()
+            .any(|v| moves_in(patch, v) || v.sums.iter().any(|s| patch.touches(s.child)))
+    };
+    let once: Vec<bool> = patches
+        .iter()
+        .map(|(child, _)| patches.iter().filter(|(c, _)| c == child).count() == 1)
+        .collect();
+    let mut once = once.into_iter();
+    let mut groups: Vec<(ChildPatch, Vec<Bson>)> = Vec::new();
+    patches.retain(|(child, patch)| {
+        if !once.next().unwrap_or(false) || sees(patch) {
+            return true;
+        }
+        match groups.iter_mut().find(|(p, _)| p == patch) {
+            Some((_, children)) => children.push(child.clone()),
+            None => groups.push((patch.clone(), vec![child.clone()])),
+        }
+        false
+    });
+    groups
+}
+
+/// Adds each number of `moves` to the same field of `inc`.
+fn add_inc(inc: &mut Document, moves: Document) {
+    for (field, by) in moves {
+        let sum = match (inc.get(&field).and_then(Num::of), Num::of(&by)) {
+            (Some(a), Some(b)) => a.add(b).into_bson(),
+            _ => by,
+        };
+        inc.insert(field, sum);
+    }
+}
+
+/// The patches as fewer: each child's patches composed into one where they compose (see
+/// [`ChildPatch::then`]), so that votes queued on one hot child are one write. Patches of
+/// different children commute, so a child's patch joins its last one wherever that stands.
+fn compose(patches: &[(Bson, ChildPatch)]) -> Vec<(Bson, ChildPatch)> {
+    let mut composed: Vec<(Bson, ChildPatch)> = Vec::with_capacity(patches.len());
+    for (child, patch) in patches {
+        let last = composed.iter_mut().rev().find(|(c, _)| c == child);
+        if let Some((_, before)) = last {
+            if let Some(both) = before.then(patch) {
+                *before = both;
+                continue;
+            }
+        }
+        composed.push((child.clone(), patch.clone()));
+    }
+    composed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{FilterSpec, SumSpec, TEST_SPEC};
+
+    const SPEC: SubsetSpec = SubsetSpec {
+        count: Some("n"),
+        sums: &[SumSpec {
+            parent: "stars",
+            child: "stars",
+        }],
+        filter: Some(FilterSpec {
+            field: "verified",
+            equals: true,
+        }),
+        ..TEST_SPEC
+    };
+
+    #[test]
+    fn queued_patches_of_one_child_go_as_one() {
+        let vote = ChildPatch::new().inc("helpful", 1);
+        let (a, b) = (Bson::Int32(1), Bson::Int32(2));
+        let queued = [
+            (a.clone(), vote.clone()),
+            (a.clone(), vote.clone()),
+            (b.clone(), vote.clone()),
+            (a.clone(), vote.clone()),
+        ];
+        let composed = compose(&queued);
+        let children: Vec<&Bson> = composed.iter().map(|(c, _)| c).collect();
+        assert_eq!(children, [&a, &b]);
+        assert_eq!(composed[0].1, ChildPatch::new().inc("helpful", 3));
+    }
+
+    #[test]
+    fn equal_patches_no_view_needs_the_child_for_go_together() {
+        let vote = ChildPatch::new().inc("helpful", 1);
+        let rated = ChildPatch::new().inc("stars", 1);
+        let (a, b, c) = (Bson::Int32(1), Bson::Int32(2), Bson::Int32(3));
+        let mut patches = vec![
+            (a.clone(), vote.clone()),
+            (b.clone(), rated.clone()),
+            (c.clone(), vote.clone()),
+            (Bson::Int32(4), ChildPatch::new().set("meta", 1)),
+            (Bson::Int32(4), ChildPatch::new().set("meta.x", 1)),
+        ];
+        let groups = blind(&mut patches, &[SPEC]);
+        assert_eq!(groups, [(vote, vec![a, c])]);
+        // A summed field needs the child as it was; a child patched twice keeps its order.
+        let left: Vec<&Bson> = patches.iter().map(|(child, _)| child).collect();
+        assert_eq!(left, [&b, &Bson::Int32(4), &Bson::Int32(4)]);
+    }
+}
