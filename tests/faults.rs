@@ -588,3 +588,46 @@ async fn a_move_under_each_fault_at_each_step_ends_under_the_new_parent() {
         println!("{}", move_under(mode, command, fault).await);
     }
 }
+
+/// Without a transaction, a connection lost twice (the write, and the driver's one retry of
+/// it): nobody knows whether the child was written, and the error says so in its type. A retry
+/// of the same push ends with one copy, embedded once; counted once after a reconcile where the
+/// parent update was the step lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_cut_off_twice_is_an_unknown_outcome_and_its_retry_ends_whole() {
+    for command in ["insert", "update"] {
+        let mode = WriteMode::Ordered;
+        let (store, point) = faulty(mode).await;
+        let product = Product::named("faults");
+        store.insert(&product).await.unwrap();
+        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let review = Review::at(1);
+        let mut data = Fault::ClosedConnection.data();
+        data.insert("failCommands", vec![command]);
+        data.insert("appName", point.app.as_str());
+        point
+            .configure(doc! { "mode": { "times": 2 }, "data": data })
+            .await;
+        let first = reviews.push(&product.id, &review).await;
+        point.configure(doc! { "mode": "off" }).await;
+        assert!(
+            matches!(&first, Err(Error::OutcomeUnknown { .. })),
+            "{command}: {first:?}"
+        );
+        assert!(first.as_ref().unwrap_err().is_outcome_unknown());
+        reviews.push(&product.id, &review).await.unwrap();
+        // A parent update that never arrived left the child uncounted: the retry finds it
+        // stored, embeds it, and cannot tell whether it was counted (the drift of an ordered
+        // push cut off between its two writes, which the consistency guide says `reconcile`
+        // repairs).
+        if command == "update" {
+            assert_eq!(stored(&store, &product.id, &review.id).await, (1, 1, 0));
+            reviews.reconcile(&product.id).await.unwrap();
+        }
+        assert_eq!(
+            stored(&store, &product.id, &review.id).await,
+            (1, 1, 1),
+            "{command}: after a retry, one copy, embedded once, counted once"
+        );
+    }
+}
