@@ -63,12 +63,13 @@ pub mod follow {
 
 /// Checking and repairing subsets: what [`Subset::check`] and [`Subset::reconcile`] find on
 /// one parent ([`Drift`](repair::Drift)), and the sweep over every parent
-/// ([`Store::check_all`], [`Store::reconcile_all`]), and the children that belong to no parent
-/// ([`Orphans`](repair::Orphans)).
+/// ([`Store::check_all`], [`Store::reconcile_all`]), the children that belong to no parent
+/// ([`Orphans`](repair::Orphans)), and rebuilding parents after a change of the model
+/// ([`Store::rebuild`]), with where the definition each parent was built under is kept.
 pub mod repair {
     pub use crate::engine::{
         Drift, MalformedChild, Orphans, ParentFailure, SumDrift, SweepOptions, SweepProgress,
-        SweepReport,
+        SweepReport, DEFINITIONS_COLLECTION, MARKER,
     };
 }
 

@@ -239,6 +239,30 @@ impl<P: Parent> Store<P> {
         self.raw.check_all(options, progress).await
     }
 
+    /// Rebuilds, under this model, every parent whose subsets were built under another
+    /// definition of it (another `keep`, order, filter, preview, count or sum, or a subset field
+    /// added since), and makes this definition the one every writer converges to: the step
+    /// after deploying a changed model, or after rolling one back. Resumable and safe while
+    /// writers of both the old and the new code run; see
+    /// [`RawStore::rebuild`](crate::raw::RawStore::rebuild) and the guide's *Changing a model on
+    /// live data*.
+    ///
+    /// Until a parent is rebuilt (by this, or by a write of this model to it), `get` and first
+    /// pages serve its outdated subsets from the child collection: right, at one more query per
+    /// outdated subset.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Mongo`] when the registry cannot be written or the parent collection
+    /// scanned; a parent that fails is named in [`SweepReport::failures`].
+    pub async fn rebuild(
+        &self,
+        options: &SweepOptions,
+        progress: impl FnMut(&SweepProgress),
+    ) -> Result<SweepReport> {
+        self.raw.rebuild(options, progress).await
+    }
+
     /// Installs the server-side cap: a `$jsonSchema` validator on the parent collection with
     /// `bsonType: "array"` and `maxItems: keep` on each subset field, merged with any validator
     /// the collection has. A `$push` without `$slice` from code outside this library then fails

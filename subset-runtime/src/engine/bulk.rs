@@ -364,20 +364,17 @@ impl WhereSteps<'_, '_> {
             return Ok(deleted.deleted_count);
         }
         let removed: Vec<&Document> = found.iter().collect();
-        for view in s.views() {
-            let fix = CountFix::Inc(super::sums::inc(view.spec(), &[], &removed));
-            view.resync(ctx, self.parent, &fix, true).await?;
-        }
+        s.resync_views(ctx, self.parent, |view| {
+            CountFix::Inc(super::sums::inc(view, &[], &removed))
+        })
+        .await?;
         Ok(deleted.deleted_count)
     }
 }
 
 /// Every view of `parent` recomputed from the child collection, counts and sums recounted.
 async fn recount(s: &RawSubset<'_>, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
-    for view in s.views() {
-        view.resync(ctx, parent, &CountFix::Recount, true).await?;
-    }
-    Ok(())
+    s.resync_views(ctx, parent, |_| CountFix::Recount).await
 }
 
 /// A parent an earlier run left half done, finished.

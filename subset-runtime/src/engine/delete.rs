@@ -26,10 +26,15 @@ impl RawStore {
     ) -> Result<Option<RawDocumentBuf>> {
         self.check_parent_id(id)?;
         let parents = self.parents::<RawDocumentBuf>();
-        Ctx::read(caller)
+        let ctx = &mut Ctx::read(caller);
+        let found = ctx
             .run(parents.find_one(doc! { "_id": id.clone() }))
             .await
-            .map_err(|e| self.mongo(e))
+            .map_err(|e| self.mongo(e))?;
+        match found {
+            Some(found) => self.served(ctx, found).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Deletes a parent and its children; see [`crate::Store::delete`].

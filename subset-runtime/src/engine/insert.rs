@@ -33,6 +33,8 @@ impl RawStore {
                 collection: self.collection_name().to_owned(),
             })?;
         self.check_parent_id(&id)?;
+        // Built under this store's definition of the model, whatever the parent carried.
+        parent.insert(super::MARKER, self.definition.marker().clone());
         // The children of every view of one child collection and key go in once, for their
         // group (the union of what the views hold, by `_id`).
         let subsets = self.spec().subsets;

@@ -17,6 +17,7 @@
 //! | `patch/` | changing some fields of children, in every copy: the change, and its writes |
 //! | `move_child.rs` | a child from one parent to another |
 //! | `bulk.rs` | removing or patching the children that match a filter, across parents |
+//! | `definition.rs` | which definition of the model each parent's views were built under |
 //! | `resync/` | recomputing a subset from the child collection: backfill, reconcile, check |
 //! | `orphans.rs` | children of no parent, found from the child collection |
 //! | `sweep.rs` | every parent in `_id` batches: `reconcile_all`, `check_all`, and the sweep itself |
@@ -39,6 +40,7 @@ use crate::model::{ParentSpec, SubsetSpec};
 
 mod bulk;
 mod combine;
+mod definition;
 mod delete;
 pub mod driver_error;
 mod exec;
@@ -60,6 +62,7 @@ mod sweep;
 mod views;
 
 pub use bulk::{BulkProgress, BulkReport, JOB_COLLECTION};
+pub use definition::{DEFINITIONS_COLLECTION, MARKER};
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
     DEFAULT_TOKEN_COLLECTION,
@@ -131,6 +134,8 @@ pub struct RawStore {
     spec: ParentSpec,
     concerns: Concerns,
     views: Arc<views::ViewTable>,
+    definition: Arc<definition::Definition>,
+    registry: Arc<definition::RegistryCache>,
     mode: Arc<OnceCell<WriteMode>>,
     combiner: combine::Combiner<push::Batch>,
     patches: combine::Combiner<patch::Batch>,
@@ -154,6 +159,8 @@ impl RawStore {
             db: db.clone(),
             concerns: Concerns::default(),
             views: Arc::new(views::ViewTable::new(&spec)),
+            definition: Arc::new(definition::Definition::of(&spec)),
+            registry: Arc::default(),
             spec,
             mode: Arc::new(OnceCell::new()),
             combiner: combine::Combiner::default(),

@@ -97,14 +97,13 @@ impl Steps for MoveSteps<'_, '_> {
         }
         // The old parent first: without a transaction, a crash between the two leaves the child
         // counted under both, which a reconcile of either repairs, never under neither.
-        for view in s.views() {
-            let gone = CountFix::Inc(super::sums::inc(view.spec(), &[], &[&before]));
-            view.resync(ctx, self.from, &gone, true).await?;
-        }
-        for view in s.views() {
-            let came = CountFix::Inc(super::sums::inc(view.spec(), &[&before], &[]));
-            view.resync(ctx, self.to, &came, true).await?;
-        }
-        Ok(())
+        s.resync_views(ctx, self.from, |view| {
+            CountFix::Inc(super::sums::inc(view, &[], &[&before]))
+        })
+        .await?;
+        s.resync_views(ctx, self.to, |view| {
+            CountFix::Inc(super::sums::inc(view, &[&before], &[]))
+        })
+        .await
     }
 }

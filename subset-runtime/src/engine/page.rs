@@ -5,6 +5,7 @@ use crate::bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use futures::stream::BoxStream;
 use mongodb::ClientSession;
 
+use super::definition::{Standing, ViewState};
 use super::exec::Ctx;
 use super::{query, RawSubset};
 use crate::action::Action;
@@ -51,8 +52,13 @@ impl RawSubset<'_> {
         let backward = request.is_backward();
         let from = match &request.anchor {
             // A preview subset embeds parts of children, and a page holds whole ones.
+            // From the child collection when the embedded subset was built under another
+            // definition of the model (see [`crate::raw::RawStore::rebuild`]).
             Anchor::Start if request.size <= spec.keep && spec.embed.is_none() => {
-                return self.embedded_page(ctx, parent, request, decode).await
+                if let Some(page) = self.embedded_page(ctx, parent, request, &decode).await? {
+                    return Ok(page);
+                }
+                None
             }
             Anchor::Start | Anchor::End => None,
             Anchor::After(cursor) | Anchor::Before(cursor) => {
@@ -92,7 +98,10 @@ impl RawSubset<'_> {
             )
             .await
             .map_err(|e| self.mongo_child(e))?;
-        if raws.is_empty() && from.is_none() && !self.parent_exists(ctx, parent).await? {
+        if raws.is_empty()
+            && from.is_none()
+            && self.store.standing(ctx, parent).await? == Standing::Missing
+        {
             return Err(self.parent_not_found(parent));
         }
         let more = raws.len() > size;
@@ -235,14 +244,15 @@ impl RawSubset<'_> {
     }
 
     /// The first page, from the embedded subset, in one query projecting this field (and the
-    /// count, which tells whether a full subset is all there is).
+    /// count, which tells whether a full subset is all there is); `None` when the subset was
+    /// built under another definition of the model.
     async fn embedded_page<T>(
         &self,
         ctx: &mut Ctx<'_>,
         parent: &Bson,
         request: &PageRequest,
-        decode: impl Fn(&RawDocument, &str, Option<&str>) -> Result<T>,
-    ) -> Result<Page<T>> {
+        decode: &impl Fn(&RawDocument, &str, Option<&str>) -> Result<T>,
+    ) -> Result<Option<Page<T>>> {
         let spec = self.spec;
         let parents = self.store.parents::<RawDocumentBuf>();
         let raw = ctx
@@ -254,7 +264,12 @@ impl RawSubset<'_> {
             .await
             .map_err(|e| self.store.mongo(e))?
             .ok_or_else(|| self.parent_not_found(parent))?;
-        let elements = decode::subset_elements(&raw, self.store.collection_name(), spec)?;
+        if self.store.view_state(&raw, spec).await? == ViewState::Stale {
+            return Ok(None);
+        }
+        let mut elements = decode::subset_elements(&raw, self.store.collection_name(), spec)?;
+        // Built with a larger `keep`: its head is this subset.
+        elements.truncate(spec.keep as usize);
         let size = request.size as usize;
         let mut items = Vec::with_capacity(elements.len().min(size));
         let mut cursors = Vec::with_capacity(items.capacity());
@@ -272,7 +287,7 @@ impl RawSubset<'_> {
                     Some(Ok(Some(v))) => decode::count_value(v).is_none_or(|n| n > size as i64),
                     _ => true,
                 });
-        Ok(Page::new(items, cursors, false, more))
+        Ok(Some(Page::new(items, cursors, false, more)))
     }
 
     /// The cursor of `child` (a child of `parent` or its embedded copy: anything that holds its

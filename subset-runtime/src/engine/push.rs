@@ -5,6 +5,7 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
 use super::driver_error;
+use super::definition::Standing;
 use super::exec::{self, Ctx, Steps};
 use super::push_update::ViewPush;
 use super::query;
@@ -172,24 +173,17 @@ impl<'a> RawSubset<'a> {
             stored,
         };
         let push = ViewPush::new(&[&restored]);
-        let pushed = self
-            .capped_push(ctx, parent, true, &push, &Document::new())
-            .await?;
-        // No match: the child is embedded already, or the parent is gone (its children left
+        // No match: the child is embedded already, the parent is of another definition (and
+        // settling it embeds the stored child), or the parent is gone (its children left
         // behind by an interrupted delete), which a push must report.
-        if !pushed && !self.parent_exists(ctx, parent).await? {
-            return Err(self.parent_not_found(parent));
+        match self
+            .capped_push(ctx, parent, true, &push, &Document::new())
+            .await?
+        {
+            Standing::Written | Standing::Current => Ok(()),
+            Standing::Stale => self.store().settle(ctx, parent).await,
+            Standing::Missing => Err(self.parent_not_found(parent)),
         }
-        Ok(())
-    }
-
-    pub(crate) async fn parent_exists(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<bool> {
-        let parents = self.store().parents::<Document>();
-        let find = parents
-            .find_one(doc! { "_id": parent.clone() })
-            .projection(doc! { "_id": 1 });
-        let found = ctx.run(find).await.map_err(|e| self.store().mongo(e))?;
-        Ok(found.is_some())
     }
 }
 
@@ -223,7 +217,8 @@ impl Steps for PushSteps<'_, '_> {
         let s = self.subset;
         let inc = s.added_inc(&fresh);
         let push = ViewPush::new(&fresh);
-        if !s.capped_push(ctx, self.parent, false, &push, &inc).await? {
+        let standing = s.capped_push(ctx, self.parent, false, &push, &inc).await?;
+        if standing == Standing::Missing {
             return Err(s.parent_not_found(self.parent));
         }
         let children = s.children::<Document>();
@@ -234,7 +229,13 @@ impl Steps for PushSteps<'_, '_> {
                 .await
                 .map(|_| ()),
         };
-        inserted.map_err(|e| s.mongo_child(e))
+        inserted.map_err(|e| s.mongo_child(e))?;
+        // Of another definition: settled now that the children are stored, so that a rebuild
+        // sees them.
+        if standing == Standing::Stale {
+            s.store().settle(ctx, self.parent).await?;
+        }
+        Ok(())
     }
 }
 

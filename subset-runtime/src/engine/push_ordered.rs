@@ -5,6 +5,7 @@
 use crate::bson::{doc, Bson, Document};
 
 use super::driver_error::{self, InsertFailure};
+use super::definition::Standing;
 use super::exec::Ctx;
 use super::push::{Prepared, PushSteps};
 use super::push_update::ViewPush;
@@ -96,10 +97,16 @@ impl PushSteps<'_, '_> {
         let views = s.view_specs();
         let mut pending = ViewPush::new(fresh);
         for _ in 0..ORDERED_PUSH_ATTEMPTS {
-            if s.capped_push(ctx, self.parent, true, &pending, &inc)
-                .await?
-            {
-                return Ok(true);
+            match s.capped_push(ctx, self.parent, true, &pending, &inc).await? {
+                Standing::Written => return Ok(true),
+                Standing::Missing => return Ok(false),
+                // The children are stored: settling embeds and counts them.
+                Standing::Stale => {
+                    s.store().settle(ctx, self.parent).await?;
+                    return Ok(true);
+                }
+                // Some already embedded by a concurrent resync: push the others.
+                Standing::Current => {}
             }
             let projection: Document = views
                 .iter()
@@ -129,9 +136,15 @@ impl PushSteps<'_, '_> {
         }
         // Everything is embedded (or the parent is too contended to say): count what we added.
         if !inc.is_empty() {
-            let update =
-                parents.update_one(doc! { "_id": self.parent.clone() }, doc! { "$inc": inc });
-            ctx.run(update).await.map_err(|e| s.store().mongo(e))?;
+            let mut filter = doc! { "_id": self.parent.clone() };
+            filter.extend(s.store().marked(&*s.store().registry().await?));
+            let update = parents.update_one(filter, doc! { "$inc": inc });
+            let updated = ctx.run(update).await.map_err(|e| s.store().mongo(e))?;
+            if updated.matched_count == 0
+                && s.store().standing(ctx, self.parent).await? == Standing::Stale
+            {
+                s.store().settle(ctx, self.parent).await?;
+            }
         }
         Ok(true)
     }

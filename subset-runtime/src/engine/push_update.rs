@@ -14,6 +14,7 @@
 
 use crate::bson::{doc, Bson, Document};
 
+use super::definition::Standing;
 use super::exec::Ctx;
 use super::push::Prepared;
 use super::RawSubset;
@@ -71,8 +72,10 @@ impl RawSubset<'_> {
     /// Pushes each view's children (`push`) into the parent, applying `inc` (to the counts and
     /// the sums, see [`RawSubset::added_inc`]) in the same update; at the head when there is one
     /// long view and the children go there. With `exclude`, a view whose field already holds
-    /// one of its children is not updated (see [`RawSubset::push_filter`]). `false` when nothing
-    /// matched.
+    /// one of its children is not updated (see [`RawSubset::push_filter`]). The update is
+    /// conditional on the parent being built under the store's definition; when nothing
+    /// matched, where the parent stands says why (the caller settles a [`Standing::Stale`]
+    /// one once its children are stored).
     pub(super) async fn capped_push(
         &self,
         ctx: &mut Ctx<'_>,
@@ -80,8 +83,9 @@ impl RawSubset<'_> {
         exclude: bool,
         push: &ViewPush<'_>,
         inc: &Document,
-    ) -> Result<bool> {
+    ) -> Result<Standing> {
         let mut filter = doc! { "_id": parent.clone() };
+        filter.extend(self.store().marked(&*self.store().registry().await?));
         let mut sorted = Document::new();
         for (view, each) in self.views().zip(&push.each) {
             if each.is_empty() {
@@ -99,7 +103,7 @@ impl RawSubset<'_> {
         }
         if sorted.is_empty() && inc.is_empty() {
             // Nothing for any view (a child no filter admits): the parent need only exist.
-            return self.parent_exists(ctx, parent).await;
+            return self.store().standing(ctx, parent).await;
         }
         let parents = self.store().parents::<Document>();
         // The only view is this field.
@@ -118,12 +122,12 @@ impl RawSubset<'_> {
         });
         for (filter, update) in attempts.into_iter().chain([(filter, update(sorted, inc))]) {
             match ctx.run(parents.update_one(filter, update)).await {
-                Ok(updated) if updated.matched_count == 1 => return Ok(true),
+                Ok(updated) if updated.matched_count == 1 => return Ok(Standing::Written),
                 Ok(_) => {}
                 Err(e) => return Err(self.parent_write_error(e, parent, push.bytes()).await),
             }
         }
-        Ok(false)
+        self.store().standing(ctx, parent).await
     }
 
     /// For a push at the head: the children in the subset's order, and the `$or` that holds

@@ -56,9 +56,10 @@ pub(crate) fn embedded(spec: &SubsetSpec, mut child: Document) -> Document {
     }
 }
 
-/// The parent projection that reads one subset field, its count and its sums.
+/// The parent projection that reads one subset field, its count and its sums, and the marker
+/// of the definition they were built under.
 pub(crate) fn subset_projection(spec: &SubsetSpec) -> Document {
-    let mut projection = doc! { spec.field: 1 };
+    let mut projection = doc! { spec.field: 1, super::MARKER: 1 };
     if let Some(count) = spec.count {
         projection.insert(count, 1);
     }

@@ -114,14 +114,11 @@ impl Steps for ChildSteps<'_, '_> {
         // Every view is recomputed; its count and sums move by what left it and what came in
         // (a flag that flipped moves the child between them), exactly once.
         let added: Vec<&Document> = self.replacement.into_iter().collect();
-        let mut resynced = Ok(());
-        for view in s.views() {
-            let fix = CountFix::Inc(super::sums::inc(view.spec(), &added, &[&before]));
-            if let Err(e) = view.resync(ctx, self.parent, &fix, true).await {
-                resynced = Err(e);
-                break;
-            }
-        }
+        let resynced = s
+            .resync_views(ctx, self.parent, |view| {
+                CountFix::Inc(super::sums::inc(view, &added, &[&before]))
+            })
+            .await;
         match resynced {
             Ok(()) => Ok(()),
             // Refused by the server (the re-ranked subset would not fit, say) outside a

@@ -61,6 +61,9 @@ pub struct SweepProgress {
     /// embed, left out of their parents' subsets and reported, in [`SweepReport::drifts`], with
     /// their parents (which count as drifted only if their subsets were wrong too).
     pub malformed: u64,
+    /// Parents with a view built under another definition of the model (see
+    /// [`Drift::outdated`]); a reconcile or [`RawStore::rebuild`] rebuilt them.
+    pub outdated: u64,
     /// Time since the sweep started.
     pub elapsed: Duration,
 }
@@ -144,18 +147,27 @@ impl RawStore {
     /// The parent `_id`s, in `_id` order, `batch_size` per query: a scan that stays correct while
     /// the documents it has passed are rewritten, and that needs no long-lived cursor.
     pub fn parent_ids(&self, batch_size: u32) -> impl Stream<Item = Result<Vec<Bson>>> + Send {
+        self.parent_ids_where(Document::new(), batch_size)
+    }
+
+    /// [`RawStore::parent_ids`] of the parents matching `filter`.
+    fn parent_ids_where(
+        &self,
+        filter: Document,
+        batch_size: u32,
+    ) -> impl Stream<Item = Result<Vec<Bson>>> + Send {
         let parents = self.parents::<Document>();
         let name = self.collection_name();
         futures::stream::try_unfold(Some(None), move |after: Option<Option<Bson>>| {
             let parents = parents.clone();
+            let mut filter = filter.clone();
             async move {
                 let Some(after) = after else {
                     return Ok(None);
                 };
-                let filter = match after {
-                    Some(last) => doc! { "_id": { "$gt": last } },
-                    None => doc! {},
-                };
+                if let Some(last) = after {
+                    filter.insert("_id", doc! { "$gt": last });
+                }
                 let ids: Vec<Bson> = parents
                     .find(filter)
                     .sort(doc! { "_id": 1 })
@@ -210,6 +222,70 @@ impl RawStore {
     ) -> Result<SweepReport> {
         self.resync_all(options, true, refuse_none, |_| false, progress)
             .await
+    }
+
+    /// Rebuilds, under this store's definition of the model, every parent whose views were
+    /// built under another (the guide's *Changing a model on live data*): the step after deploying a
+    /// changed model, or after rolling one back, that puts reads back to one query.
+    ///
+    /// First makes this definition the one every writer converges to, whatever code version
+    /// it runs, then visits the parents not built under it, in `_id` order and batches,
+    /// rebuilding each from the child collections (in a transaction where there is one).
+    /// Resumable: a rerun visits only what is left. Safe beside writers of this and of other
+    /// definitions: a parent a writer of an older definition changes meanwhile is marked again
+    /// and read from the child collection until a writer of this one, or the next rebuild,
+    /// comes by; [`SweepProgress::outdated`] of a [`RawStore::check_all`] says how many.
+    ///
+    /// The report counts the parents rebuilt in [`SweepProgress::fixed`] (also
+    /// [`SweepProgress::outdated`]) and names those that failed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mongo`] when the registry cannot be written or the parent collection scanned.
+    #[tracing::instrument(skip_all, fields(collection = %self.collection_name()))]
+    pub async fn rebuild(
+        &self,
+        options: &SweepOptions,
+        mut progress: impl FnMut(&SweepProgress),
+    ) -> Result<SweepReport> {
+        let started = Instant::now();
+        self.make_current().await?;
+        let registry = self.registry().await?;
+        let outdated = doc! { "$nor": [self.marked(&registry)] };
+        let ids = self.parent_ids_where(outdated, options.batch_size);
+        let visits = visit_each(ids, options.concurrency, |id: Bson| async move {
+            let rebuilt = super::exec::execute(self, None, &self.rebuild_steps(&id)).await;
+            (id, rebuilt)
+        });
+        futures::pin_mut!(visits);
+        let mut report = SweepReport::default();
+        while let Some((id, rebuilt)) = visits.try_next().await? {
+            let p = &mut report.progress;
+            match rebuilt {
+                Ok(()) => {
+                    p.checked += 1;
+                    p.outdated += 1;
+                    p.fixed += 1;
+                }
+                // Deleted since the scan.
+                Err(Error::ParentNotFound { .. }) => {}
+                Err(error) => {
+                    p.checked += 1;
+                    p.failed += 1;
+                    tracing::warn!(parent = %id, %error, "rebuild: parent failed");
+                    if report.failures.len() < SweepReport::SAMPLES {
+                        report.failures.push(ParentFailure::new(id, "", error));
+                    }
+                }
+            }
+            if p.checked % u64::from(options.batch_size) == 0 {
+                p.elapsed = started.elapsed();
+                progress(p);
+            }
+        }
+        report.progress.elapsed = started.elapsed();
+        progress(&report.progress);
+        Ok(report)
     }
 
     /// [`RawStore::reconcile_all`] for some of the subset fields only: a follower catching up on
@@ -310,6 +386,7 @@ impl RawStore {
         futures::pin_mut!(parents);
         while let Some((id, found)) = parents.try_next().await? {
             let (mut drifted, mut fixed, mut failed) = (false, false, false);
+            let mut outdated = false;
             for (field, result) in found {
                 match result {
                     // Deleted between the `_id` scan and its resync: nothing to compare.
@@ -328,6 +405,7 @@ impl RawStore {
                     Ok(drift) if drift.is_clean() => {}
                     Ok(drift) => {
                         drifted |= !drift.is_in_sync();
+                        outdated |= drift.outdated;
                         fixed |= drift.fixed;
                         report.progress.malformed += drift.malformed.len() as u64;
                         if report.drifts.len() < SweepReport::SAMPLES {
@@ -341,6 +419,7 @@ impl RawStore {
             p.drifted += u64::from(drifted);
             p.fixed += u64::from(fixed);
             p.failed += u64::from(failed);
+            p.outdated += u64::from(outdated);
             if p.checked % u64::from(options.batch_size) == 0 {
                 p.elapsed = started.elapsed();
                 progress(p);

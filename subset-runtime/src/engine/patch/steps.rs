@@ -5,6 +5,7 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::options::ReturnDocument;
 
 use super::child_patch::{holds, moves_in, shows_in, ChildPatch, Update};
+use crate::engine::definition::Standing;
 use crate::engine::exec::{Ctx, Steps};
 use crate::engine::resync::CountFix;
 use crate::engine::sums::Num;
@@ -38,6 +39,10 @@ struct ParentWrite {
     /// Per view (by index in [`RawSubset::views`]): the `$inc` of counts and sums of the
     /// patches that move a child in it, when one does.
     moved: Vec<Option<Document>>,
+    /// Whether a write found the parent built under another definition and settled it
+    /// (rebuilt or marked for a rebuild): the moves gathered since are recounted by settling
+    /// again at the end, not applied.
+    settled: bool,
 }
 
 impl Steps for PatchSteps<'_, '_> {
@@ -183,8 +188,10 @@ impl PatchSteps<'_, '_> {
         }
         let s = self.subset;
         let parents = s.store().parents::<Document>();
+        let mut filter = doc! { "_id": self.parent.clone() };
+        filter.extend(s.store().marked(&*s.store().registry().await?));
         let update = parents
-            .update_one(doc! { "_id": self.parent.clone() }, update.into_document())
+            .update_one(filter, update.into_document())
             .array_filters(filters);
         let written = match ctx.run(update).await {
             Ok(written) => written,
@@ -193,7 +200,11 @@ impl PatchSteps<'_, '_> {
             Err(e) => return Err(s.parent_write_error(e, self.parent, 0).await),
         };
         if written.matched_count == 0 {
-            return Err(s.parent_not_found(self.parent));
+            if s.store().standing(ctx, self.parent).await? == Standing::Missing {
+                return Err(s.parent_not_found(self.parent));
+            }
+            s.store().settle(ctx, self.parent).await?;
+            write.settled = true;
         }
         Ok(())
     }
@@ -201,10 +212,18 @@ impl PatchSteps<'_, '_> {
     /// The in-place changes, then a recompute of each view a patch moved a child in.
     async fn follow(&self, ctx: &mut Ctx<'_>, mut write: ParentWrite) -> Result<()> {
         self.write(ctx, &mut write).await?;
+        if write.settled {
+            return self.subset.store().settle(ctx, self.parent).await;
+        }
         for (view, moves) in self.subset.views().zip(write.moved) {
             if let Some(moves) = moves {
-                view.resync(ctx, self.parent, &CountFix::Inc(moves), true)
+                let drift = view
+                    .resync(ctx, self.parent, &CountFix::Inc(moves), true)
                     .await?;
+                // Settled as built under another definition: every view is done.
+                if drift.outdated {
+                    break;
+                }
             }
         }
         Ok(())

@@ -33,6 +33,12 @@ pub struct Drift {
     /// sums they break, still counted, and reported here until they are fixed in the child
     /// collection. A reconcile cannot fix them; the program that wrote them must.
     pub malformed: Vec<MalformedChild>,
+    /// Whether the parent's views were built under another definition of the model (another
+    /// `keep`, order, filter, preview, count or sum; a view added since), or under none (a
+    /// writer of an older definition changed a child of it). Nothing else is compared then:
+    /// a reconcile rebuilds every view of the parent, as [`crate::raw::RawStore::rebuild`]
+    /// does, and reads compute such views from the child collection meanwhile.
+    pub outdated: bool,
     /// Whether the parent was rewritten to fix what was found.
     pub fixed: bool,
 }
@@ -47,7 +53,8 @@ impl Drift {
     /// Whether the subset, the count and the sums were exactly right: nothing a reconcile
     /// would write. Malformed children ([`Drift::malformed`]) may still be reported.
     pub fn is_in_sync(&self) -> bool {
-        self.missing.is_empty()
+        !self.outdated
+            && self.missing.is_empty()
             && self.stale.is_empty()
             && self.changed.is_empty()
             && !self.misordered
@@ -148,6 +155,7 @@ fn compare(parent: &Bson, embedded: &[Document], top: &[Document]) -> Drift {
         count: None,
         sums: Vec::new(),
         malformed: Vec::new(),
+        outdated: false,
         fixed: false,
     }
 }

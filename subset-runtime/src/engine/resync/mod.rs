@@ -15,6 +15,7 @@
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::ClientSession;
 
+use super::definition::Standing;
 use super::exec::{self, Ctx, Steps};
 use super::{query, RawSubset};
 use crate::action::Action;
@@ -104,12 +105,74 @@ impl RawSubset<'_> {
     /// array or the count, so the conditional update misses and we read again; a push whose
     /// child we counted but whose update comes after ours finds its child embedded and skips
     /// (see `RawSubset::push_filter`).
+    ///
+    /// A parent built under another definition of the model is settled instead (see
+    /// [`crate::engine::definition`]): every view rebuilt, or the parent marked for a rebuild,
+    /// and the drift says [`Drift::outdated`]. A caller resyncing several views stops there,
+    /// as the settling has done them all, counts and sums included.
     pub(crate) async fn resync(
         &self,
         ctx: &mut Ctx<'_>,
         parent: &Bson,
         count_fix: &CountFix,
         write: bool,
+    ) -> Result<Drift> {
+        self.resync_as(ctx, parent, count_fix, write, true).await
+    }
+
+    /// Resyncs every view of this field's children on `parent`, each with the count fix
+    /// `fix` gives it, stopping when one settles a parent of another definition (which did
+    /// them all).
+    pub(crate) async fn resync_views(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: &Bson,
+        fix: impl Fn(&crate::model::SubsetSpec) -> CountFix,
+    ) -> Result<()> {
+        for view in self.views() {
+            if view.resync(ctx, parent, &fix(view.spec()), true).await?.outdated {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// This view of `parent` as the child collection says it is, as the parent's fields: the
+    /// array of the first `keep` in embedded form, and the count and sums when the view keeps
+    /// them. What a read serves for a view built under another definition of the model: one
+    /// query, and one `$group` for a view with a count or sums.
+    pub(crate) async fn computed(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Document> {
+        let spec = self.spec();
+        let mut fields = doc! { spec.field: self.top(ctx, parent, &[]).await? };
+        if spec.count.is_some() || !spec.sums.is_empty() {
+            let totals = self.totals(ctx, parent).await?;
+            if let Some(count) = spec.count {
+                fields.insert(count, totals.count as i64);
+            }
+            for (sum, value) in spec.sums.iter().zip(totals.sums) {
+                fields.insert(sum.parent, value);
+            }
+        }
+        Ok(fields)
+    }
+
+    /// Rebuilds this view of `parent` from the child collection whatever definition it was
+    /// built under, counts and sums included: a part of
+    /// [`crate::raw::RawStore::rebuild_parent`], which marks the parent after every view.
+    pub(crate) async fn rebuild_view(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Drift> {
+        self.resync_as(ctx, parent, &CountFix::Recount, true, false)
+            .await
+    }
+
+    /// [`RawSubset::resync`]; `marked`: whether the parent must be built under this store's
+    /// definition (every resync but a rebuild's).
+    async fn resync_as(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: &Bson,
+        count_fix: &CountFix,
+        write: bool,
+        marked: bool,
     ) -> Result<Drift> {
         let spec = self.spec();
         let store = self.store();
@@ -133,6 +196,21 @@ impl RawSubset<'_> {
                 .await
                 .map_err(|e| store.mongo(e))?
                 .ok_or_else(|| self.parent_not_found(parent))?;
+            if marked {
+                let registry = store.registry().await?;
+                if !store.built_here(&found, &registry) {
+                    drift = Drift {
+                        parent: parent.clone(),
+                        outdated: true,
+                        ..Drift::default()
+                    };
+                    if write {
+                        store.settle(ctx, parent).await?;
+                        drift.fixed = true;
+                    }
+                    return Ok(drift);
+                }
+            }
             let stored = Stored::of(&found, store.collection_name(), spec)?;
 
             // The truth: the child collection's first `keep` that may be embedded, and its
@@ -155,11 +233,16 @@ impl RawSubset<'_> {
             if !write {
                 return Ok(drift);
             }
-            let Some(Fix { filter, update }) =
+            let Some(Fix { mut filter, update }) =
                 Fix::of(spec, parent, &stored, &expected, &drift, count_fix)
             else {
                 return Ok(drift);
             };
+            if marked {
+                // A rebuild under another definition between our read and this write makes
+                // it miss, and the next read settles.
+                filter.extend(store.marked(&*store.registry().await?));
+            }
             let updated = match ctx.run(parents.update_one(filter, update)).await {
                 Ok(updated) => updated,
                 Err(e) => {
@@ -179,9 +262,19 @@ impl RawSubset<'_> {
         // is left for the next reconcile.
         if let CountFix::Inc(inc) = count_fix {
             if !inc.is_empty() {
-                let inc = parents
-                    .update_one(doc! { "_id": parent.clone() }, doc! { "$inc": inc.clone() });
-                ctx.run(inc).await.map_err(|e| store.mongo(e))?;
+                let mut filter = doc! { "_id": parent.clone() };
+                if marked {
+                    filter.extend(store.marked(&*store.registry().await?));
+                }
+                let inc = parents.update_one(filter, doc! { "$inc": inc.clone() });
+                let updated = ctx.run(inc).await.map_err(|e| store.mongo(e))?;
+                // Rebuilt under another definition meanwhile: settling recounts.
+                if updated.matched_count == 0
+                    && store.standing(ctx, parent).await? == Standing::Stale
+                {
+                    store.settle(ctx, parent).await?;
+                    drift.outdated = true;
+                }
             }
         }
         Ok(drift)

@@ -1,0 +1,587 @@
+//! Which definition of the model each parent's views were built under, so that a model can
+//! change on live data: a new view, another `keep`, order, filter, preview, count or sum.
+//!
+//! **The marker.** Every parent this library writes carries `_subset: { d, v }`: `d` names the
+//! whole definition the parent's views were built under (a digest of every view of the store),
+//! `v` holds, per view field, the digest of that view without its `keep` and the `keep`. A
+//! reader trusts a view whose digest is its own and whose stored `keep` covers its own (a
+//! larger one is trimmed); any other view it computes from the child collection, which is
+//! always right and costs a query. Only writers of the same whole definition change a parent
+//! in place: each parent update is conditional on `d`, so code with another definition never
+//! edits views it does not know (a view added by newer code, say).
+//!
+//! **The registry.** One document per parent collection in [`DEFINITIONS_COLLECTION`]: the
+//! definition writes converge to (`current`), every definition seen, and the one parents
+//! without a marker were built under (`legacy`, the first registered: data written before
+//! markers existed, or by other programs). A store registers its definition on first use; a
+//! definition never seen before becomes current (a deploy of new code), one seen before does not
+//! (an old process restarting during a rolling deploy). [`crate::raw::RawStore::rebuild`] makes
+//! its definition current explicitly (after a rollback).
+//!
+//! **A write that finds a parent of another definition** (its conditional update matched
+//! nothing) settles it after its own child-collection write: if the store's definition is
+//! current it rebuilds every view of the parent from the child collection and marks it; if not
+//! (old code during a deploy) it cannot build the current views, so it marks the parent as
+//! built under none, and every reader computes it until a writer of the current definition or a
+//! rebuild comes by. Old and new code never undo each other's work: the parent only ever moves
+//! towards the current definition.
+
+use std::sync::{Arc, Mutex};
+
+use crate::bson::{doc, oid::ObjectId, Bson, Document, RawDocument, RawDocumentBuf};
+use futures::future::BoxFuture;
+use sha2::{Digest, Sha256};
+
+use super::exec::{Ctx, Steps};
+use super::RawStore;
+use crate::error::{Error, Result};
+use crate::model::{ParentSpec, SubsetSpec};
+
+/// The parent field that holds the marker.
+pub const MARKER: &str = "_subset";
+
+/// The collection of the registry: one document per parent collection, `_id` its name.
+pub const DEFINITIONS_COLLECTION: &str = "subset_definitions";
+
+/// How many times an ordered rebuild of one parent starts again when a concurrent writer
+/// marked the parent while it read.
+const ORDERED_REBUILDS: usize = 4;
+
+/// One store's definition: its digest, and each view's.
+#[derive(Debug)]
+pub(crate) struct Definition {
+    digest: String,
+    /// Per subset field, in declaration order: its digest without `keep`.
+    views: Vec<String>,
+    marker: Document,
+}
+
+impl Definition {
+    pub(crate) fn of(spec: &ParentSpec) -> Self {
+        let views: Vec<String> = spec.subsets.iter().map(view_digest).collect();
+        let mut whole: Vec<String> = spec
+            .subsets
+            .iter()
+            .zip(&views)
+            .map(|(s, v)| format!("{}={v}/{}", s.field, s.keep))
+            .collect();
+        whole.sort();
+        let digest = short_digest(&whole.join(";"));
+        let v: Document = spec
+            .subsets
+            .iter()
+            .zip(&views)
+            .map(|(s, v)| {
+                let view = doc! { "b": v.as_str(), "k": i64::from(s.keep) };
+                (s.field.to_owned(), Bson::Document(view))
+            })
+            .collect();
+        let marker = doc! { "d": digest.as_str(), "v": v };
+        Definition {
+            digest,
+            views,
+            marker,
+        }
+    }
+
+    /// The whole definition's digest, as parents built under it hold in `_subset.d`.
+    pub(crate) fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The marker of a parent built under this definition.
+    pub(crate) fn marker(&self) -> &Document {
+        &self.marker
+    }
+}
+
+/// Everything a view's embedded array, count and sums depend on, except `keep`, as text that
+/// changes when any of it does.
+fn view_digest(spec: &SubsetSpec) -> String {
+    let order: Vec<String> = spec
+        .order()
+        .map(|k| format!("{}:{}", k.field, k.direction.as_i32()))
+        .collect();
+    let embed = match spec.embed {
+        None => "*".to_owned(),
+        Some(fields) => {
+            let mut names: Vec<&str> = fields.iter().map(|f| f.bson).collect();
+            names.sort_unstable();
+            names.join(",")
+        }
+    };
+    let filter = spec
+        .filter
+        .map_or(String::new(), |f| format!("{}={}", f.field, f.equals));
+    let mut sums: Vec<String> = spec
+        .sums
+        .iter()
+        .map(|s| format!("{}={}", s.parent, s.child))
+        .collect();
+    sums.sort();
+    let text = format!(
+        "{}|{}|{}|{}|{}|{}|{}",
+        spec.child_collection,
+        spec.key,
+        order.join(","),
+        filter,
+        embed,
+        spec.count.unwrap_or(""),
+        sums.join(",")
+    );
+    short_digest(&text)
+}
+
+/// 16 hex digits of the SHA-256 of `text`: stable across builds and platforms, which a
+/// `Hash` is not promised to be.
+fn short_digest(text: &str) -> String {
+    let hash = Sha256::digest(text.as_bytes());
+    hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// What the registry says of a parent collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Registry {
+    /// The definition writes converge to.
+    pub(crate) current: String,
+    /// The definition parents without a marker were built under.
+    pub(crate) legacy: String,
+}
+
+/// A store's cached view of the registry; read on first use, read again when a write finds a
+/// parent of another definition.
+#[derive(Debug, Default)]
+pub(crate) struct RegistryCache(Mutex<Option<Arc<Registry>>>);
+
+/// How a view of a stored parent may be read under this store's definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ViewState {
+    /// Built under this view's definition with at least its `keep`: the first `keep` stored
+    /// are the view.
+    Fresh,
+    /// Built under another definition, or not at all: compute it from the child collection.
+    Stale,
+}
+
+/// Where a parent stands after a write to it missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// The update applied.
+    Written,
+    /// The parent exists under this definition (the update's other conditions missed).
+    Current,
+    /// The parent exists under another definition: the write must settle it.
+    Stale,
+    /// No such parent.
+    Missing,
+}
+
+impl RawStore {
+    /// The registry's word on this collection, registering this store's definition on first
+    /// use.
+    pub(crate) async fn registry(&self) -> Result<Arc<Registry>> {
+        if let Some(known) = self.lock_registry().clone() {
+            return Ok(known);
+        }
+        self.load_registry(true).await
+    }
+
+    /// Reads the registry again (a write found a parent of a definition it did not expect).
+    pub(crate) async fn refresh_registry(&self) -> Result<Arc<Registry>> {
+        self.load_registry(false).await
+    }
+
+    fn lock_registry(&self) -> std::sync::MutexGuard<'_, Option<Arc<Registry>>> {
+        // A panic while holding the lock cannot leave the cache half-written.
+        self.registry.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn load_registry(&self, register: bool) -> Result<Arc<Registry>> {
+        let coll = self
+            .database()
+            .collection::<Document>(DEFINITIONS_COLLECTION);
+        let error = |e| Error::mongo(DEFINITIONS_COLLECTION, e);
+        let own = self.definition.digest().to_owned();
+        let id = self.collection_name();
+        let mut registry = None;
+        // Twice at most: a first registration racing another store's insert reads it back.
+        for _ in 0..2 {
+            let found = coll
+                .find_one(doc! { "_id": id })
+                .await
+                .map_err(error)?;
+            let Some(found) = found else {
+                let first = doc! {
+                    "_id": id, "current": own.as_str(), "legacy": own.as_str(), "seen": [own.as_str()],
+                };
+                match coll.insert_one(first).await {
+                    Ok(_) => {
+                        registry = Some(Registry {
+                            current: own.clone(),
+                            legacy: own.clone(),
+                        });
+                        break;
+                    }
+                    Err(e) if super::driver_error::is_duplicate_id(&e) => continue,
+                    Err(e) => return Err(error(e)),
+                }
+            };
+            let text = |key: &str| found.get_str(key).unwrap_or_default().to_owned();
+            let seen = found
+                .get_array("seen")
+                .is_ok_and(|s| s.iter().any(|d| d.as_str() == Some(own.as_str())));
+            let mut current = text("current");
+            if register && !seen {
+                // A definition never seen before is new code: writes converge to it.
+                let update = doc! {
+                    "$set": { "current": own.as_str() }, "$addToSet": { "seen": own.as_str() },
+                };
+                coll.update_one(doc! { "_id": id }, update)
+                    .await
+                    .map_err(error)?;
+                tracing::info!(collection = id, definition = %own, "registered a new definition of the model");
+                current = own.clone();
+            }
+            registry = Some(Registry {
+                current,
+                legacy: text("legacy"),
+            });
+            break;
+        }
+        let registry = Arc::new(registry.unwrap_or(Registry {
+            current: own.clone(),
+            legacy: own,
+        }));
+        *self.lock_registry() = Some(registry.clone());
+        Ok(registry)
+    }
+
+    /// Makes this store's definition the one writes converge to (see [`RawStore::rebuild`]).
+    pub(crate) async fn make_current(&self) -> Result<()> {
+        let own = self.definition.digest();
+        let update = doc! {
+            "$set": { "current": own }, "$addToSet": { "seen": own },
+            "$setOnInsert": { "legacy": own },
+        };
+        self.database()
+            .collection::<Document>(DEFINITIONS_COLLECTION)
+            .update_one(doc! { "_id": self.collection_name() }, update)
+            .upsert(true)
+            .await
+            .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?;
+        self.refresh_registry().await.map(|_| ())
+    }
+
+    /// The condition every in-place parent update adds to its filter: that the parent was
+    /// built under this store's definition.
+    pub(crate) fn marked(&self, registry: &Registry) -> Document {
+        let own = self.definition.digest();
+        let path = format!("{MARKER}.d");
+        if registry.legacy == own {
+            doc! { path: { "$in": [own, Bson::Null] } }
+        } else {
+            doc! { path: own }
+        }
+    }
+
+    /// Whether `parent` (a stored parent, or a projection holding its marker) was built under
+    /// this store's definition.
+    pub(crate) fn built_here(&self, parent: &RawDocument, registry: &Registry) -> bool {
+        let own = self.definition.digest();
+        match parent.get(MARKER) {
+            Ok(None) => registry.legacy == own,
+            Ok(Some(marker)) => marker
+                .as_document()
+                .and_then(|m| m.get_str("d").ok())
+                .is_some_and(|d| d == own),
+            Err(_) => false,
+        }
+    }
+
+    /// How the view `spec` of the stored `parent` may be read. The registry is read only for
+    /// a parent without a marker.
+    pub(crate) async fn view_state(
+        &self,
+        parent: &RawDocument,
+        spec: &SubsetSpec,
+    ) -> Result<ViewState> {
+        let marker = match parent.get(MARKER) {
+            Ok(None) => {
+                let registry = self.registry().await?;
+                let legacy = registry.legacy == self.definition.digest();
+                return Ok(if legacy {
+                    ViewState::Fresh
+                } else {
+                    ViewState::Stale
+                });
+            }
+            Ok(Some(m)) => m.as_document(),
+            Err(_) => None,
+        };
+        // A descriptor the store does not list (made at run time) has its digest made here.
+        let own = match self.spec().subsets.iter().position(|s| s == spec) {
+            Some(i) => self.definition.views.get(i).cloned(),
+            None => None,
+        }
+        .unwrap_or_else(|| view_digest(spec));
+        let view = marker
+            .and_then(|m| m.get_document("v").ok())
+            .and_then(|v| v.get_document(spec.field).ok());
+        let Some(view) = view else {
+            return Ok(ViewState::Stale);
+        };
+        if view.get_str("b").ok() != Some(own.as_str()) {
+            return Ok(ViewState::Stale);
+        }
+        let stored_keep = match view.get("k") {
+            Ok(Some(k)) => crate::decode::count_value(k).unwrap_or(0),
+            _ => 0,
+        };
+        if stored_keep >= i64::from(spec.keep) {
+            return Ok(ViewState::Fresh);
+        }
+        // Built with a smaller `keep`: enough when the array holds fewer than that, which is
+        // then every child there is.
+        let held = parent
+            .get_array(spec.field)
+            .map_or(i64::MAX, |a| a.into_iter().count() as i64);
+        Ok(if held < stored_keep {
+            ViewState::Fresh
+        } else {
+            ViewState::Stale
+        })
+    }
+
+    /// The stored `parent` as a reader of this definition sees it: each view built under
+    /// another definition replaced by what the child collection says
+    /// ([`crate::raw::RawSubset`]'s `computed`, a query or two per view), each built with a
+    /// larger `keep` cut to this one. A parent whose views are all this definition's is
+    /// returned as it is, without a copy.
+    pub(crate) async fn served(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: RawDocumentBuf,
+    ) -> Result<RawDocumentBuf> {
+        let mut stale = Vec::new();
+        let mut long = Vec::new();
+        for spec in self.spec().subsets {
+            match self.view_state(&parent, spec).await? {
+                ViewState::Stale => stale.push(spec),
+                ViewState::Fresh => {
+                    let held = parent
+                        .get_array(spec.field)
+                        .map_or(0, |a| a.into_iter().count());
+                    if held > spec.keep as usize {
+                        long.push(spec);
+                    }
+                }
+            }
+        }
+        if stale.is_empty() && long.is_empty() {
+            return Ok(parent);
+        }
+        let id = crate::decode::id_of(&parent);
+        let malformed = |problem: String| Error::MalformedParent {
+            collection: self.collection_name().to_owned(),
+            id: Box::new(id.clone()),
+            field: MARKER.to_owned(),
+            problem,
+        };
+        let mut doc = Document::try_from(parent.as_ref())
+            .map_err(|e| malformed(format!("is unreadable: {e}")))?;
+        for spec in long {
+            if let Ok(array) = doc.get_array_mut(spec.field) {
+                array.truncate(spec.keep as usize);
+            }
+        }
+        for spec in stale {
+            let fields = self.subset(spec).computed(ctx, &id).await?;
+            doc.extend(fields);
+        }
+        RawDocumentBuf::try_from(&doc).map_err(|e| malformed(format!("cannot be re-encoded: {e}")))
+    }
+
+    /// Where `parent` stands, read after a write to it missed.
+    pub(crate) async fn standing(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Standing> {
+        let parents = self.parents::<RawDocumentBuf>();
+        let find = parents
+            .find_one(doc! { "_id": parent.clone() })
+            .projection(doc! { MARKER: 1 });
+        let Some(found) = ctx.run(find).await.map_err(|e| self.mongo(e))? else {
+            return Ok(Standing::Missing);
+        };
+        let registry = self.registry().await?;
+        if self.built_here(&found, &registry) {
+            return Ok(Standing::Current);
+        }
+        Ok(Standing::Stale)
+    }
+
+    /// Settles a parent a write found built under another definition, after the write's own
+    /// child-collection change: rebuilt under this definition when it is the current one, else
+    /// marked as built under none (see the module documentation).
+    ///
+    /// Boxed: a rebuild resyncs views, and a resync settles.
+    pub(crate) fn settle<'a>(
+        &'a self,
+        ctx: &'a mut Ctx<'_>,
+        parent: &'a Bson,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let registry = self.refresh_registry().await?;
+            if registry.current == self.definition.digest() {
+                self.rebuild_parent(ctx, parent).await
+            } else {
+                tracing::debug!(parent = %parent, "a parent of a newer definition: marked for rebuild");
+                self.unmark(ctx, parent).await.map(|_| ())
+            }
+        })
+    }
+
+    /// Marks `parent` as built under no definition; returns the nonce it wrote, or `None`
+    /// when there is no such parent.
+    async fn unmark(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Option<ObjectId>> {
+        let nonce = ObjectId::new();
+        let update = doc! { "$set": { MARKER: { "d": "", "n": nonce } } };
+        let parents = self.parents::<Document>();
+        let updated = ctx
+            .run(parents.update_one(doc! { "_id": parent.clone() }, update))
+            .await
+            .map_err(|e| self.mongo(e))?;
+        Ok((updated.matched_count == 1).then_some(nonce))
+    }
+
+    /// Rebuilds every view of `parent` from the child collections and marks it as built under
+    /// this definition. In a transaction, in one snapshot. In order, the parent is first
+    /// marked as built under none with a nonce, and marked as built here only if the nonce is
+    /// still there after every view is rebuilt: a writer of another definition that changed a
+    /// child meanwhile has marked it again, and the rebuild starts over, so it never marks a
+    /// view that missed that child.
+    pub(crate) async fn rebuild_parent(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
+        let parents = self.parents::<Document>();
+        let set = doc! { "$set": { MARKER: self.definition.marker().clone() } };
+        if ctx.atomic() {
+            for spec in self.spec().subsets {
+                self.subset(spec).rebuild_view(ctx, parent).await?;
+            }
+            ctx.run(parents.update_one(doc! { "_id": parent.clone() }, set))
+                .await
+                .map_err(|e| self.mongo(e))?;
+            return Ok(());
+        }
+        for attempt in 0..ORDERED_REBUILDS {
+            if attempt > 0 {
+                super::exec::backoff(attempt as u32).await;
+            }
+            let Some(nonce) = self.unmark(ctx, parent).await? else {
+                return Ok(());
+            };
+            for spec in self.spec().subsets {
+                self.subset(spec).rebuild_view(ctx, parent).await?;
+            }
+            let still = doc! { "_id": parent.clone(), format!("{MARKER}.n"): nonce };
+            let marked = ctx
+                .run(parents.update_one(still, set.clone()))
+                .await
+                .map_err(|e| self.mongo(e))?;
+            if marked.matched_count == 1 {
+                return Ok(());
+            }
+        }
+        // Contended every time: left marked as built under none, which every reader computes
+        // and the next write or rebuild finishes.
+        tracing::debug!(parent = %parent, "rebuild contended; left for the next write");
+        Ok(())
+    }
+}
+
+/// [`RawStore::rebuild_parent`] as an operation of its own (a rebuild's visit).
+pub(crate) struct RebuildSteps<'a> {
+    store: &'a RawStore,
+    parent: &'a Bson,
+}
+
+impl RawStore {
+    pub(crate) fn rebuild_steps<'a>(&'a self, parent: &'a Bson) -> RebuildSteps<'a> {
+        RebuildSteps {
+            store: self,
+            parent,
+        }
+    }
+}
+
+impl Steps for RebuildSteps<'_> {
+    type Output = ();
+
+    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        self.store.rebuild_parent(ctx, self.parent).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TEST_SPEC;
+
+    fn parent(subsets: Vec<SubsetSpec>) -> ParentSpec {
+        ParentSpec::leak("products", subsets)
+    }
+
+    #[test]
+    fn every_change_to_a_view_changes_its_digest_and_keep_only_the_whole() {
+        let base = Definition::of(&parent(vec![TEST_SPEC]));
+        let keep = Definition::of(&parent(vec![SubsetSpec {
+            keep: 10,
+            ..TEST_SPEC
+        }]));
+        assert_eq!(base.views, keep.views);
+        assert_ne!(base.digest, keep.digest);
+        let changes = [
+            SubsetSpec {
+                sort: &TEST_SPEC.sort[..1],
+                ..TEST_SPEC
+            },
+            SubsetSpec {
+                count: Some("n"),
+                ..TEST_SPEC
+            },
+            SubsetSpec {
+                filter: Some(crate::model::FilterSpec {
+                    field: "hidden",
+                    equals: false,
+                }),
+                ..TEST_SPEC
+            },
+            SubsetSpec {
+                embed: Some(&[]),
+                ..TEST_SPEC
+            },
+            SubsetSpec {
+                child_collection: "other",
+                ..TEST_SPEC
+            },
+        ];
+        for changed in changes {
+            let other = Definition::of(&parent(vec![changed]));
+            assert_ne!(base.views, other.views, "{changed:?}");
+            assert_ne!(base.digest, other.digest);
+        }
+    }
+
+    #[test]
+    fn a_new_view_leaves_the_others_digests_alone() {
+        let one = Definition::of(&parent(vec![TEST_SPEC]));
+        let added = SubsetSpec {
+            field: "first",
+            keep: 3,
+            ..TEST_SPEC
+        };
+        let two = Definition::of(&parent(vec![TEST_SPEC, added]));
+        assert_eq!(one.views[0], two.views[0]);
+        assert_ne!(one.digest, two.digest);
+        // The order of declaration does not matter.
+        let swapped = Definition::of(&parent(vec![added, TEST_SPEC]));
+        assert_eq!(two.digest, swapped.digest);
+        assert_eq!(one.digest, Definition::of(&parent(vec![TEST_SPEC])).digest);
+    }
+}
