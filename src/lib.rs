@@ -24,6 +24,8 @@ pub mod guide {
     pub mod views {}
     #[doc = include_str!("../docs/guide/mutations.md")]
     pub mod mutations {}
+    #[doc = include_str!("../docs/guide/model-changes.md")]
+    pub mod model_changes {}
     #[doc = include_str!("../docs/guide/consistency.md")]
     pub mod consistency {}
     #[doc = include_str!("../docs/guide/transactions.md")]

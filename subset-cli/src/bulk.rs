@@ -115,7 +115,7 @@ pub async fn run(
     scan::require_collection(db, &subset.parent).await?;
     // A misspelt `--child` would otherwise match nothing and look like a success.
     scan::require_collection(db, &subset.child).await?;
-    let store = RawStore::new(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
+    let store = RawStore::for_fields(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
     let handle = store.subset(spec);
     let patch = job.patch();
     if let Some(patch) = &patch {

@@ -26,7 +26,7 @@ pub async fn run(
     let subset = &args.subset;
     let json = subset.conn.json;
     scan::require_collection(db, &subset.parent).await?;
-    let store = RawStore::new(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
+    let store = RawStore::for_fields(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
     // Every reconcile reads the top `keep` of one parent: without the index, a scan each time.
     let handle = store.subset(spec);
     if !handle.has_index().await? {

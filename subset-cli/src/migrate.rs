@@ -105,7 +105,7 @@ pub async fn run(
             ))
         })?;
     }
-    let store = RawStore::new(db, ParentSpec::leak(a.parent.clone(), vec![*spec]));
+    let store = RawStore::for_fields(db, ParentSpec::leak(a.parent.clone(), vec![*spec]));
     let subset = store.subset(spec);
     let orphans = subset.orphans().await?;
     if args.dry_run {

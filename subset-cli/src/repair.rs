@@ -47,7 +47,7 @@ pub async fn run(
 ) -> Result<Outcome, CliError> {
     let json = args.conn.json;
     scan::require_collection(db, &args.parent).await?;
-    let store = RawStore::new(db, ParentSpec::leak(args.parent.clone(), vec![*spec]));
+    let store = RawStore::for_fields(db, ParentSpec::leak(args.parent.clone(), vec![*spec]));
     let subset = store.subset(spec);
     let mut index = subset.has_index().await?;
     let index_created = mode == Mode::Reconcile && !index;

@@ -150,6 +150,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// A rebuild asked of a store that knows only some fields of its model
+    /// ([`crate::raw::RawStore::for_fields`]): rebuilding under a partial definition would mark
+    /// every parent as built without the fields it does not know. Rebuild with the store of
+    /// the whole model ([`crate::Store::rebuild`]).
+    #[error("`{collection}`: a store of some subset fields cannot rebuild parents; rebuild with the store of the whole model (`Store::rebuild`)")]
+    PartialModel {
+        /// The parent collection.
+        collection: String,
+    },
+
     /// A patch ([`crate::raw::ChildPatch`]) that cannot be applied: it names the `_id`, the
     /// parent key or one field twice, takes away a field the subset orders, filters or sums
     /// by, or increments by something that is not a number. Nothing is written.

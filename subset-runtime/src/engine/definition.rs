@@ -50,6 +50,10 @@ const ORDERED_REBUILDS: usize = 4;
 /// One store's definition: its digest, and each view's.
 #[derive(Debug)]
 pub(crate) struct Definition {
+    /// Whether the store knows only some fields of a model defined elsewhere
+    /// ([`RawStore::for_fields`]): it reads markers but neither registers, checks nor writes
+    /// them.
+    partial: bool,
     digest: String,
     /// Per subset field, in declaration order: its digest without `keep`.
     views: Vec<String>,
@@ -57,7 +61,7 @@ pub(crate) struct Definition {
 }
 
 impl Definition {
-    pub(crate) fn of(spec: &ParentSpec) -> Self {
+    pub(crate) fn of(spec: &ParentSpec, partial: bool) -> Self {
         let views: Vec<String> = spec.subsets.iter().map(view_digest).collect();
         let mut whole: Vec<String> = spec
             .subsets
@@ -78,6 +82,7 @@ impl Definition {
             .collect();
         let marker = doc! { "d": digest.as_str(), "v": v };
         Definition {
+            partial,
             digest,
             views,
             marker,
@@ -197,6 +202,7 @@ impl RawStore {
     }
 
     async fn load_registry(&self, register: bool) -> Result<Arc<Registry>> {
+        let register = register && !self.definition.partial;
         let coll = self
             .database()
             .collection::<Document>(DEFINITIONS_COLLECTION);
@@ -256,8 +262,18 @@ impl RawStore {
         Ok(registry)
     }
 
+    /// Whether this store knows only some fields of its model ([`RawStore::for_fields`]).
+    pub(crate) fn is_partial(&self) -> bool {
+        self.definition.partial
+    }
+
     /// Makes this store's definition the one writes converge to (see [`RawStore::rebuild`]).
     pub(crate) async fn make_current(&self) -> Result<()> {
+        if self.definition.partial {
+            return Err(Error::PartialModel {
+                collection: self.collection_name().to_owned(),
+            });
+        }
         let own = self.definition.digest();
         let update = doc! {
             "$set": { "current": own }, "$addToSet": { "seen": own },
@@ -276,6 +292,9 @@ impl RawStore {
     /// built under this store's definition.
     pub(crate) fn marked(&self, registry: &Registry) -> Document {
         let own = self.definition.digest();
+        if self.definition.partial {
+            return Document::new();
+        }
         let path = format!("{MARKER}.d");
         if registry.legacy == own {
             doc! { path: { "$in": [own, Bson::Null] } }
@@ -288,6 +307,9 @@ impl RawStore {
     /// this store's definition.
     pub(crate) fn built_here(&self, parent: &RawDocument, registry: &Registry) -> bool {
         let own = self.definition.digest();
+        if self.definition.partial {
+            return true;
+        }
         match parent.get(MARKER) {
             Ok(None) => registry.legacy == own,
             Ok(Some(marker)) => marker
@@ -306,6 +328,9 @@ impl RawStore {
         spec: &SubsetSpec,
     ) -> Result<ViewState> {
         let marker = match parent.get(MARKER) {
+            // Unmarked: written before markers, or around this library. A store of some
+            // fields takes such a parent as built under them, as every tool did before.
+            Ok(None) if self.definition.partial => return Ok(ViewState::Fresh),
             Ok(None) => {
                 let registry = self.registry().await?;
                 let legacy = registry.legacy == self.definition.digest();
@@ -529,11 +554,11 @@ mod tests {
 
     #[test]
     fn every_change_to_a_view_changes_its_digest_and_keep_only_the_whole() {
-        let base = Definition::of(&parent(vec![TEST_SPEC]));
+        let base = Definition::of(&parent(vec![TEST_SPEC]), false);
         let keep = Definition::of(&parent(vec![SubsetSpec {
             keep: 10,
             ..TEST_SPEC
-        }]));
+        }]), false);
         assert_eq!(base.views, keep.views);
         assert_ne!(base.digest, keep.digest);
         let changes = [
@@ -562,7 +587,7 @@ mod tests {
             },
         ];
         for changed in changes {
-            let other = Definition::of(&parent(vec![changed]));
+            let other = Definition::of(&parent(vec![changed]), false);
             assert_ne!(base.views, other.views, "{changed:?}");
             assert_ne!(base.digest, other.digest);
         }
@@ -570,18 +595,18 @@ mod tests {
 
     #[test]
     fn a_new_view_leaves_the_others_digests_alone() {
-        let one = Definition::of(&parent(vec![TEST_SPEC]));
+        let one = Definition::of(&parent(vec![TEST_SPEC]), false);
         let added = SubsetSpec {
             field: "first",
             keep: 3,
             ..TEST_SPEC
         };
-        let two = Definition::of(&parent(vec![TEST_SPEC, added]));
+        let two = Definition::of(&parent(vec![TEST_SPEC, added]), false);
         assert_eq!(one.views[0], two.views[0]);
         assert_ne!(one.digest, two.digest);
         // The order of declaration does not matter.
-        let swapped = Definition::of(&parent(vec![added, TEST_SPEC]));
+        let swapped = Definition::of(&parent(vec![added, TEST_SPEC]), false);
         assert_eq!(two.digest, swapped.digest);
-        assert_eq!(one.digest, Definition::of(&parent(vec![TEST_SPEC])).digest);
+        assert_eq!(one.digest, Definition::of(&parent(vec![TEST_SPEC]), false).digest);
     }
 }

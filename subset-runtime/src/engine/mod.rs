@@ -159,12 +159,26 @@ impl RawStore {
             db: db.clone(),
             concerns: Concerns::default(),
             views: Arc::new(views::ViewTable::new(&spec)),
-            definition: Arc::new(definition::Definition::of(&spec)),
+            definition: Arc::new(definition::Definition::of(&spec, false)),
             registry: Arc::default(),
             spec,
             mode: Arc::new(OnceCell::new()),
             combiner: combine::Combiner::default(),
             patches: combine::Combiner::default(),
+        }
+    }
+
+    /// A store of some subset fields of a model defined elsewhere (a command-line tool given
+    /// one field): it reads and repairs those fields as a store of the whole model does, but
+    /// leaves the definition each parent was built under alone. It registers nothing, writes
+    /// no marker, never rebuilds a parent under its partial definition, and takes a parent
+    /// without a marker as built under its fields. Its [`RawSubset::check`] still reports a
+    /// field built under another definition as [`crate::repair::Drift::outdated`]. Its
+    /// [`RawStore::rebuild`] is [`Error::PartialModel`].
+    pub fn for_fields(db: &Database, spec: ParentSpec) -> Self {
+        RawStore {
+            definition: Arc::new(definition::Definition::of(&spec, true)),
+            ..RawStore::new(db, spec)
         }
     }
 

@@ -15,7 +15,7 @@
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::ClientSession;
 
-use super::definition::Standing;
+use super::definition::{Standing, ViewState};
 use super::exec::{self, Ctx, Steps};
 use super::{query, RawSubset};
 use crate::action::Action;
@@ -196,7 +196,17 @@ impl RawSubset<'_> {
                 .await
                 .map_err(|e| store.mongo(e))?
                 .ok_or_else(|| self.parent_not_found(parent))?;
-            if marked {
+            if marked && store.is_partial() {
+                // Knows this field only: reports it built under another definition, and
+                // leaves the definition to the stores of the whole model.
+                if !write && store.view_state(&found, spec).await? == ViewState::Stale {
+                    return Ok(Drift {
+                        parent: parent.clone(),
+                        outdated: true,
+                        ..Drift::default()
+                    });
+                }
+            } else if marked {
                 let registry = store.registry().await?;
                 if !store.built_here(&found, &registry) {
                     drift = Drift {

@@ -1,0 +1,439 @@
+//! A model that changes on live data: for each usual change (a new view, a larger or smaller
+//! `keep`, another order, a filter, previews, a count and a sum), a store of the old model and
+//! a store of the new one write the same collection at once while the new one's rebuild runs,
+//! is cut off and runs again; both write modes.
+//!
+//! After every round of writes, every parent is read through both stores and compared with the
+//! child collection under each store's own model; in transactions, readers also check while the
+//! writers run, each read and its comparison in one snapshot. At the end the new model's rebuild
+//! leaves every parent built under it (a second rebuild finds nothing, `check_all` is clean),
+//! and a rollback (the old model's rebuild) is checked the same way.
+
+mod common;
+
+use std::time::Duration;
+
+use bson::oid::ObjectId;
+use bson::{doc, Bson, Document, RawDocumentBuf};
+use futures::TryStreamExt;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use subset::bson;
+use subset::raw::ChildPatch;
+use subset::repair::SweepOptions;
+use subset::spec::SubsetSpec;
+use subset::{Child, PageRequest, Parent, Store, WriteMode};
+
+#[derive(Debug, Clone, Serialize, Deserialize, Child)]
+struct Comment {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: i64,
+    stars: i64,
+    hidden: bool,
+    text: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Child)]
+#[subset(preview_of = Comment)]
+struct CommentPreview {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: i64,
+    stars: i64,
+}
+
+/// One version of the movie model: the collection is always `movies`, the children always
+/// `comments` under `movie_id`.
+macro_rules! movie {
+    ($name:ident { $($field:tt)* }) => {
+        #[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+        #[subset(collection = "movies")]
+        struct $name {
+            #[serde(rename = "_id")]
+            id: ObjectId,
+            $($field)*
+        }
+    };
+}
+
+movie!(Latest3 {
+    #[subset(child = "comments", key = "movie_id", keep = 3, sort = "date desc", count = "n")]
+    latest: Vec<Comment>,
+    #[serde(default)]
+    n: i64,
+});
+movie!(WithFirst {
+    #[subset(child = "comments", key = "movie_id", keep = 3, sort = "date desc", count = "n")]
+    latest: Vec<Comment>,
+    #[serde(default)]
+    n: i64,
+    #[subset(child = "comments", key = "movie_id", keep = 2, sort = "date asc")]
+    #[serde(default)]
+    first: Vec<CommentPreview>,
+});
+movie!(Latest6 {
+    #[subset(child = "comments", key = "movie_id", keep = 6, sort = "date desc", count = "n")]
+    latest: Vec<Comment>,
+    #[serde(default)]
+    n: i64,
+});
+movie!(ByStars {
+    #[subset(child = "comments", key = "movie_id", keep = 3, sort = "stars desc, date desc", count = "n")]
+    latest: Vec<Comment>,
+    #[serde(default)]
+    n: i64,
+});
+movie!(Visible {
+    #[subset(child = "comments", key = "movie_id", keep = 3, sort = "date desc", count = "n", filter = "!hidden")]
+    latest: Vec<Comment>,
+    #[serde(default)]
+    n: i64,
+});
+movie!(Previews {
+    #[subset(child = "comments", key = "movie_id", keep = 3, sort = "date desc", count = "n")]
+    latest: Vec<CommentPreview>,
+    #[serde(default)]
+    n: i64,
+});
+movie!(Summed {
+    #[subset(child = "comments", key = "movie_id", keep = 3, sort = "date desc", count = "n", sum = "stars_total = stars")]
+    latest: Vec<Comment>,
+    #[serde(default)]
+    n: i64,
+    #[serde(default)]
+    stars_total: i64,
+});
+movie!(Uncounted {
+    #[subset(child = "comments", key = "movie_id", keep = 3, sort = "date desc")]
+    latest: Vec<Comment>,
+});
+
+const PARENTS: usize = 24;
+const ROUNDS: usize = 3;
+const OPS_PER_ROUND: usize = 60;
+
+fn comment(rng: &mut impl Rng, parent: &Bson) -> Document {
+    doc! {
+        "_id": ObjectId::new(),
+        "movie_id": parent.clone(),
+        "date": rng.random_range(0..1_000_000_i64),
+        "stars": rng.random_range(1..=5_i64),
+        "hidden": rng.random_bool(0.3),
+        "text": "a comment",
+    }
+}
+
+/// What the child collection says field `spec` of `parent` holds: the `_id`s of the view, its
+/// count and its sums.
+async fn truth(
+    db: &mongodb::Database,
+    spec: &SubsetSpec,
+    parent: &Bson,
+    session: Option<&mut mongodb::ClientSession>,
+) -> (Vec<Bson>, i64, Vec<i64>) {
+    let coll = db.collection::<Document>(spec.child_collection);
+    let order: Document = spec
+        .order()
+        .map(|k| (k.field.to_owned(), Bson::Int32(k.direction.as_i32())))
+        .collect();
+    let find = coll.find(spec.children_of(parent)).sort(order);
+    let children: Vec<Document> = match session {
+        Some(s) => {
+            let mut cursor = find.session(&mut *s).await.unwrap();
+            cursor.stream(s).try_collect().await.unwrap()
+        }
+        None => find.await.unwrap().try_collect().await.unwrap(),
+    };
+    let ids = children
+        .iter()
+        .take(spec.keep as usize)
+        .map(|c| c.get("_id").cloned().unwrap())
+        .collect();
+    let sums = spec
+        .sums
+        .iter()
+        .map(|s| children.iter().map(|c| c.get_i64(s.child).unwrap()).sum())
+        .collect();
+    (ids, children.len() as i64, sums)
+}
+
+/// Checks every view of `parent` as `store` reads it (`get`, raw and typed, and the first
+/// page) against the child collection, in `session`'s snapshot if given.
+async fn assert_read_right<P: Parent<Id = ObjectId>>(
+    store: &Store<P>,
+    parent: &Bson,
+    mut session: Option<&mut mongodb::ClientSession>,
+) {
+    let raw: RawDocumentBuf = match session.as_deref_mut() {
+        Some(s) => store.raw().get(parent).session(s).await,
+        None => store.raw().get(parent).await,
+    }
+    .unwrap()
+    .expect("the parent exists");
+    let doc = Document::try_from(raw.as_ref()).unwrap();
+    for spec in P::SUBSETS {
+        let (ids, n, sums) = truth(store.database(), spec, parent, session.as_deref_mut()).await;
+        let embedded: Vec<Bson> = doc
+            .get_array(spec.field)
+            .unwrap_or_else(|_| panic!("{} of {parent} is served: {doc}", spec.field))
+            .iter()
+            .map(|c| c.as_document().unwrap().get("_id").cloned().unwrap())
+            .collect();
+        assert_eq!(embedded, ids, "{} of {parent} as {}", spec.field, std::any::type_name::<P>());
+        if let Some(count) = spec.count {
+            assert_eq!(doc.get_i64(count).ok(), Some(n), "{count} of {parent}");
+        }
+        for (sum, total) in spec.sums.iter().zip(sums) {
+            assert_eq!(doc.get_i64(sum.parent).ok(), Some(total), "{} of {parent}", sum.parent);
+        }
+        let subset = store.raw().subset(spec);
+        let request = PageRequest::first(spec.keep);
+        let page = match session.as_deref_mut() {
+            Some(s) => subset.page(parent, &request).session(s).await,
+            None => subset.page(parent, &request).await,
+        }
+        .unwrap();
+        let paged: Vec<Bson> = page
+            .items
+            .iter()
+            .map(|c| c.get("_id").unwrap().unwrap().to_raw_bson().try_into().unwrap())
+            .collect();
+        assert_eq!(paged, ids, "first page of {} of {parent}", spec.field);
+    }
+    // The typed read decodes whatever definition the parent was built under.
+    let id = parent.as_object_id().unwrap();
+    let typed = match session {
+        Some(s) => store.get(&id).session(s).await,
+        None => store.get(&id).await,
+    };
+    typed.unwrap().expect("the parent exists");
+}
+
+/// One writer of one model: pushes, removes and patches on random parents.
+async fn write<P: Parent>(store: &Store<P>, parents: &[Bson], seed: u64) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let spec = &P::SUBSETS[0];
+    let subset = store.raw().subset(spec);
+    let comments = store.database().collection::<Document>("comments");
+    for _ in 0..OPS_PER_ROUND {
+        let parent = &parents[rng.random_range(0..parents.len())];
+        let roll = rng.random_range(0..10);
+        let existing = if roll >= 7 {
+            comments
+                .find_one(doc! { "movie_id": parent.clone() })
+                .await
+                .unwrap()
+        } else {
+            None
+        };
+        match (roll, existing) {
+            (7 | 8, Some(child)) => {
+                let id = child.get("_id").unwrap();
+                let patch = ChildPatch::new()
+                    .set("stars", rng.random_range(1..=5_i64))
+                    .set("hidden", rng.random_bool(0.3));
+                match subset.patch(parent, id, &patch).await {
+                    // Removed meanwhile by the other writer.
+                    Ok(()) | Err(subset::Error::ChildNotFound { .. }) => {}
+                    Err(e) => panic!("patch: {e}"),
+                }
+            }
+            (9, Some(child)) => {
+                let id = child.get("_id").unwrap();
+                match subset.remove(parent, id).await {
+                    Ok(()) | Err(subset::Error::ChildNotFound { .. }) => {}
+                    Err(e) => panic!("remove: {e}"),
+                }
+            }
+            _ => subset
+                .push(parent, vec![comment(&mut rng, parent)])
+                .await
+                .unwrap(),
+        }
+    }
+}
+
+/// Reads every parent through both stores, in transactions' snapshots, until `stop`.
+async fn read_while<A: Parent<Id = ObjectId>, B: Parent<Id = ObjectId>>(
+    old: &Store<A>,
+    new: &Store<B>,
+    parents: &[Bson],
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> usize {
+    let client = old.database().client().clone();
+    let mut reads = 0;
+    while !*stop.borrow() {
+        for parent in parents {
+            let mut session = client.start_session().await.unwrap();
+            session
+                .start_transaction()
+                .read_concern(mongodb::options::ReadConcern::snapshot())
+                .await
+                .unwrap();
+            assert_read_right(old, parent, Some(&mut session)).await;
+            assert_read_right(new, parent, Some(&mut session)).await;
+            session.abort_transaction().await.unwrap();
+            reads += 2;
+        }
+    }
+    reads
+}
+
+async fn live_change<Old: Parent<Id = ObjectId>, New: Parent<Id = ObjectId>>(mode: WriteMode) {
+    let db = common::replica_db().await;
+    let old = Store::<Old>::new(&db).with_mode(mode);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut parents = Vec::with_capacity(PARENTS);
+    for _ in 0..PARENTS {
+        let id = Bson::ObjectId(ObjectId::new());
+        let mut parent = doc! { "_id": id.clone() };
+        for spec in Old::SUBSETS {
+            parent.insert(spec.field, Vec::<Bson>::new());
+        }
+        old.raw().insert(parent).await.unwrap();
+        let children: Vec<Document> = (0..rng.random_range(0..8))
+            .map(|_| comment(&mut rng, &id))
+            .collect();
+        if !children.is_empty() {
+            old.raw()
+                .subset(&Old::SUBSETS[0])
+                .push(&id, children)
+                .await
+                .unwrap();
+        }
+        parents.push(id);
+    }
+    // The new code starts: its first use registers its model as the one writes converge to.
+    let new = Store::<New>::new(&db).with_mode(mode);
+    for parent in &parents {
+        assert_read_right(&new, parent, None).await;
+    }
+    let options = SweepOptions::default().batch_size(4).concurrency(2);
+    for round in 0..ROUNDS {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let readers = async {
+            match mode {
+                WriteMode::Transactional => read_while(&old, &new, &parents, stopped).await,
+                WriteMode::Ordered => 0,
+            }
+        };
+        let rebuild = async {
+            // Cut off part way in the first rounds, as a killed process would be.
+            let run = new.rebuild(&options, |_| {});
+            if round + 1 < ROUNDS {
+                let cut = Duration::from_millis(20 + 40 * round as u64);
+                let _ = tokio::time::timeout(cut, run).await;
+            } else {
+                let report = run.await.unwrap();
+                assert!(report.failures.is_empty(), "{:?}", report.failures);
+            }
+        };
+        let writers = async {
+            tokio::join!(
+                write(&old, &parents, 100 + round as u64),
+                write(&new, &parents, 200 + round as u64),
+                rebuild,
+            );
+            stop.send(true).unwrap();
+        };
+        let ((), reads) = tokio::join!(writers, readers);
+        if mode == WriteMode::Transactional {
+            assert!(reads > 0, "the readers read while the writers wrote");
+        }
+        for parent in &parents {
+            assert_read_right(&old, parent, None).await;
+            assert_read_right(&new, parent, None).await;
+        }
+    }
+    // The old code is gone: one rebuild finishes what its writes left.
+    let report = new.rebuild(&options, |_| {}).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let again = new.rebuild(&options, |_| {}).await.unwrap();
+    assert_eq!(again.progress.checked, 0, "nothing is left to rebuild");
+    let check = new.check_all(&options, |_| {}).await.unwrap();
+    assert_eq!(
+        (check.progress.drifted, check.progress.outdated),
+        (0, 0),
+        "{:?}",
+        check.drifts
+    );
+    for parent in &parents {
+        assert_read_right(&new, parent, None).await;
+        assert_read_right(&old, parent, None).await;
+    }
+    // A rollback: the old model's rebuild makes it current again.
+    old.rebuild(&options, |_| {}).await.unwrap();
+    let check = old.check_all(&options, |_| {}).await.unwrap();
+    assert_eq!((check.progress.drifted, check.progress.outdated), (0, 0));
+    let check = new.check_all(&options, |_| {}).await.unwrap();
+    let expected = if same_model::<Old, New>() { 0 } else { PARENTS as u64 };
+    assert_eq!(check.progress.outdated, expected, "the new model sees the rollback");
+    for parent in &parents {
+        assert_read_right(&old, parent, None).await;
+        assert_read_right(&new, parent, None).await;
+    }
+}
+
+fn same_model<A: Parent, B: Parent>() -> bool {
+    A::SUBSETS == B::SUBSETS
+}
+
+macro_rules! change {
+    ($name:ident, $old:ty => $new:ty) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn in_transactions() {
+                live_change::<$old, $new>(WriteMode::Transactional).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn ordered() {
+                live_change::<$old, $new>(WriteMode::Ordered).await;
+            }
+        }
+    };
+}
+
+change!(a_new_view, Latest3 => WithFirst);
+change!(a_larger_keep, Latest3 => Latest6);
+change!(a_smaller_keep, Latest6 => Latest3);
+change!(another_order, Latest3 => ByStars);
+change!(a_filter, Latest3 => Visible);
+change!(previews, Latest3 => Previews);
+change!(a_sum, Latest3 => Summed);
+change!(a_count_removed, Latest3 => Uncounted);
+
+/// The registry a store's first use writes, and the marker a parent carries.
+#[tokio::test]
+async fn parents_carry_the_definition_they_were_built_under() {
+    let db = common::replica_db().await;
+    let old = Store::<Latest3>::new(&db);
+    let id = ObjectId::new();
+    let parent = doc! { "_id": id, "latest": [] };
+    old.raw().insert(parent).await.unwrap();
+    let stored = db
+        .collection::<Document>("movies")
+        .find_one(doc! { "_id": id })
+        .await
+        .unwrap()
+        .unwrap();
+    let marker = stored.get_document(subset::repair::MARKER).unwrap();
+    let digest = marker.get_str("d").unwrap().to_owned();
+    assert_eq!(marker.get_document("v").unwrap().get_document("latest").unwrap().get_i64("k"), Ok(3));
+    let registry = db.collection::<Document>(subset::repair::DEFINITIONS_COLLECTION);
+    let entry = registry.find_one(doc! { "_id": "movies" }).await.unwrap().unwrap();
+    assert_eq!(entry.get_str("current"), Ok(digest.as_str()));
+    // A new model registers itself as current on first use; the old one, used again, does not
+    // take it back.
+    let new = Store::<Latest6>::new(&db);
+    new.get(&id).await.unwrap();
+    let entry = registry.find_one(doc! { "_id": "movies" }).await.unwrap().unwrap();
+    let current = entry.get_str("current").unwrap().to_owned();
+    assert_ne!(current, digest);
+    Store::<Latest3>::new(&db).get(&id).await.unwrap();
+    let entry = registry.find_one(doc! { "_id": "movies" }).await.unwrap().unwrap();
+    assert_eq!(entry.get_str("current"), Ok(current.as_str()));
+}
