@@ -11,6 +11,7 @@ mod hot_parent;
 mod load;
 mod measure;
 mod memory;
+mod model_change;
 mod overhead;
 mod previews;
 mod push_cost;
@@ -58,6 +59,9 @@ enum Experiment {
     /// 16 tasks voting "helpful" on one review, 100 reviews of one product and 100 products:
     /// the library's `patch().inc` against a hand-written `$inc` and read-modify-replace.
     Votes,
+    /// A model changed on live data (keep 5 → 10, a view added): reads of parents built under
+    /// the old model against rebuilt ones, and `Store::rebuild` in both write modes.
+    ModelChange,
 }
 
 /// A write mode, as the hidden worker mode takes it.
@@ -94,7 +98,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "working-set,overhead,round-trips,batching,hot-parent,push-cost,previews,votes"
+        default_value = "working-set,overhead,round-trips,batching,hot-parent,push-cost,previews,votes,model-change"
     )]
     experiments: Vec<Experiment>,
     /// Concurrent client tasks for the product-page reads.
@@ -118,9 +122,13 @@ struct Args {
     /// Products whose reviews are all read, 20 a page, per layout.
     #[arg(long, default_value_t = 20)]
     show_all: usize,
-    /// Iterations per operation and side in the overhead experiment.
+    /// Iterations per operation and side in the overhead experiment; reads of each kind, before
+    /// and after the rebuild, per round in the model-change experiment.
     #[arg(long, default_value_t = 2_000)]
     iterations: usize,
+    /// Parents in the model-change experiment, each with 15–25 children.
+    #[arg(long, default_value_t = 10_000)]
+    parents: usize,
     /// `push_many` batch size in the batching experiment.
     #[arg(long, default_value_t = 100)]
     batch: usize,
@@ -349,6 +357,14 @@ async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
                 args.seed,
             )
             .await?,
+        );
+    }
+
+    if has(Experiment::ModelChange) {
+        eprintln!("model change…");
+        let db = client.database(&format!("{}_model", args.database));
+        report.model_change = Some(
+            model_change::run(&db, args.parents, args.iterations, args.rounds, args.seed).await?,
         );
     }
 

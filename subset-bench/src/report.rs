@@ -14,6 +14,7 @@ use crate::batching;
 use crate::hot_parent;
 use crate::load::CollSize;
 use crate::memory::Usage;
+use crate::model_change;
 use crate::overhead;
 use crate::previews;
 use crate::push_cost;
@@ -109,6 +110,7 @@ pub struct Report {
     pub push_cost: Option<push_cost::Result>,
     pub previews: Option<previews::Result>,
     pub votes: Option<votes::Result>,
+    pub model_change: Option<model_change::Result>,
 }
 
 fn machine() -> String {
@@ -202,6 +204,7 @@ impl Report {
             push_cost: None,
             previews: None,
             votes: None,
+            model_change: None,
         })
     }
 
@@ -556,6 +559,151 @@ impl Report {
         let _ = writeln!(w);
     }
 
+    fn model_change_section(&self, w: &mut String, c: &model_change::Result) {
+        let _ = writeln!(w, "## 9. Model change\n");
+        let _ = writeln!(
+            w,
+            "{} products with {}–{} reviews each ({} reviews), written through the library under \
+             the old model (the {} latest reviews embedded whole, `date desc`, with the count) \
+             in {:.0} s: {:.0} B a product on average, {:.0} B once rebuilt with keep {}. The \
+             model then changes on the same collections: keep {} (same order and count), or a \
+             second view added (previews of the {} oldest reviews, `date asc`, no count). {} \
+             rounds; the experiment took {:.0} s.\n",
+            c.parents,
+            model_change::MIN_REVIEWS,
+            model_change::MAX_REVIEWS,
+            c.reviews,
+            model_change::OLD_KEEP,
+            c.load_secs,
+            c.parent_bytes.0,
+            c.parent_bytes.1,
+            model_change::NEW_KEEP,
+            model_change::NEW_KEEP,
+            model_change::OLDEST_KEEP,
+            c.rounds,
+            c.total_secs
+        );
+        let f = c.first_check;
+        let _ = writeln!(
+            w,
+            "Before any rebuild, `check_all` of the keep-{} model found **{} of {}** products \
+             outdated and {} drifted, in {:.1} s.\n",
+            model_change::NEW_KEEP,
+            f.outdated,
+            f.checked,
+            f.drifted,
+            f.secs
+        );
+        let _ = writeln!(
+            w,
+            "**Reads.** One task reads random products through the new model's store, `Store::get` \
+             and the first `Subset::page` of {}: {} reads of each kind while every product is \
+             built under the old model (outdated), and as many right after the new model's \
+             `Store::rebuild` (rebuilt), in each round, the kinds interleaved, after {} \
+             unrecorded reads of each. p50 and p99 are the median (min–max) over the rounds of \
+             each round's percentile; outdated / rebuilt the median (min–max) of the per-round \
+             ratio. Every read, {} in all (unrecorded ones included), was compared with the \
+             reviews the product was written with: none was wrong (a wrong read stops the \
+             experiment).\n",
+            model_change::PAGE,
+            c.reads_each,
+            c.reads_each.div_ceil(10),
+            c.checked_reads
+        );
+        let _ = writeln!(
+            w,
+            "| read | an outdated read | outdated p50 ms | rebuilt p50 ms | outdated / rebuilt, p50 | outdated p99 ms | rebuilt p99 ms | outdated / rebuilt, p99 |"
+        );
+        let _ = writeln!(w, "|---|---|--:|--:|--:|--:|--:|--:|");
+        for r in &c.reads {
+            let _ = writeln!(
+                w,
+                "| {} | {} | {:.3} ({:.3}–{:.3}) | {:.3} ({:.3}–{:.3}) | **{:.2}** ({:.2}–{:.2}) | {:.2} ({:.2}–{:.2}) | {:.2} ({:.2}–{:.2}) | {:.2} ({:.2}–{:.2}) |",
+                r.read.name(),
+                r.read.outdated_cost(),
+                r.outdated_p50.median,
+                r.outdated_p50.min,
+                r.outdated_p50.max,
+                r.rebuilt_p50.median,
+                r.rebuilt_p50.min,
+                r.rebuilt_p50.max,
+                r.ratio_p50.median,
+                r.ratio_p50.min,
+                r.ratio_p50.max,
+                r.outdated_p99.median,
+                r.outdated_p99.min,
+                r.outdated_p99.max,
+                r.rebuilt_p99.median,
+                r.rebuilt_p99.min,
+                r.rebuilt_p99.max,
+                r.ratio_p99.median,
+                r.ratio_p99.min,
+                r.ratio_p99.max
+            );
+        }
+        let _ = writeln!(
+            w,
+            "\n**Rebuilds.** `Store::rebuild` over all {} products with the default options \
+             (batches of 500 `_id`s, 4 products at once), each once per round; parents/s is the \
+             products it rebuilt over its duration, median (min–max) of the rounds. In \
+             transactions each product is rebuilt in one transaction; in ordered writes it is \
+             marked as built under none, rebuilt, and marked as built. Which write mode goes \
+             first alternates between rounds. After every rebuild, `check_all` of the model \
+             rebuilt found no product drifted nor outdated, and the rebuild none failed (either \
+             stops the experiment); its rate is the last column.\n",
+            c.parents
+        );
+        let _ = writeln!(
+            w,
+            "| change | write mode | parents/s | seconds | rebuilt, all rounds | `check_all` parents/s |"
+        );
+        let _ = writeln!(w, "|---|---|--:|--:|--:|--:|");
+        for r in &c.rebuilds {
+            let _ = writeln!(
+                w,
+                "| {} | {} | **{:.0}** ({:.0}–{:.0}) | {:.1} | {} | {:.0} ({:.0}–{:.0}) |",
+                r.step.name(),
+                model_change::mode_name(r.step.mode()),
+                r.rate.median,
+                r.rate.min,
+                r.rate.max,
+                r.secs.median,
+                r.rebuilt,
+                r.check_rate.median,
+                r.check_rate.min,
+                r.check_rate.max
+            );
+        }
+        if let Some((r, (pushes, rate))) = c
+            .rebuilds
+            .iter()
+            .find_map(|r| r.pushes.as_ref().map(|p| (r, p)))
+        {
+            let _ = writeln!(
+                w,
+                "\nWhile the new model rebuilt ({}), one task pushed {} new reviews through it to \
+                 random odd-numbered products (the reads read even-numbered ones), {:.0} pushes/s \
+                 ({:.0}–{:.0}); a push to a product still built under the old model rebuilds it, \
+                 so the rebuild itself rebuilt {} of {} products over the rounds.",
+                model_change::mode_name(r.step.mode()),
+                pushes,
+                rate.median,
+                rate.min,
+                rate.max,
+                r.rebuilt,
+                c.parents * c.rounds
+            );
+        }
+        if let Some(why) = &c.no_transactions {
+            let _ = writeln!(
+                w,
+                "\nThe rows in transactions, the pushing rebuild and the new view did not run: \
+                 {why}."
+            );
+        }
+        let _ = writeln!(w);
+    }
+
     fn reads_of(&self, layout: Layout, popularity: &str, tasks: usize) -> Option<&ReadRow> {
         self.reads
             .iter()
@@ -871,6 +1019,9 @@ impl Report {
         }
         if let Some(v) = &self.votes {
             self.votes_section(w, v);
+        }
+        if let Some(c) = &self.model_change {
+            self.model_change_section(w, c);
         }
 
         let _ = writeln!(w, "{ANALYSIS}");

@@ -538,6 +538,14 @@ fn const_doc(subset: &Subset<'_>) -> String {
     )
 }
 
+/// The check function's parameter, as a check spanned at `at` names it: resolved where the
+/// function declares it (the call site), located at `at` for rustc's messages. Resolving at
+/// `at` itself would miss the parameter when the struct comes out of a `macro_rules!` macro
+/// whose caller wrote the attribute.
+fn check_parameter(at: Span) -> Ident {
+    Ident::new("__subset_parent", Span::call_site().located_at(at))
+}
+
 /// The compile-time checks of one subset field that are type checks on the parent's fields:
 /// its count is an integer field. In a generic parent, also its sums (numeric fields on both
 /// sides, an integer sum only of integers) and its filter (a `bool`), by field access; in
@@ -549,7 +557,7 @@ fn const_doc(subset: &Subset<'_>) -> String {
 fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
     let count_check = subset.count.map(|(field, lit)| {
         let span = lit.span();
-        let parent = Ident::new("__subset_parent", span);
+        let parent = check_parameter(span);
         let mut member = field.ident.clone();
         member.set_span(span);
         quote_spanned! {span=>
@@ -563,8 +571,7 @@ fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
     let full = quote!(#child_ty);
     let sum_checks = subset.sums.iter().map(|sum| {
         let span = Span::mixed_site().located_at(sum.lit.span());
-        // The parameter of the check function is named at the call site.
-        let parent = Ident::new("__subset_parent", sum.lit.span());
+        let parent = check_parameter(sum.lit.span());
         let child = Ident::new("__subset_child", span);
         let mut parent_member = sum.parent.ident.clone();
         parent_member.set_span(sum.lit.span());

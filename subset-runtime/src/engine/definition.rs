@@ -13,9 +13,9 @@
 //! **The registry.** One document per parent collection in [`DEFINITIONS_COLLECTION`]: the
 //! definition writes converge to (`current`), every definition seen, and the one parents
 //! without a marker were built under (`legacy`, the first registered: data written before
-//! markers existed, or by other programs). A store registers its definition on first use; a
-//! definition never seen before becomes current (a deploy of new code), one seen before does not
-//! (an old process restarting during a rolling deploy). [`crate::raw::RawStore::rebuild`] makes
+//! markers existed, or by other programs). A store registers its definition on first use (its
+//! first write, or its first read of a parent without a marker); a definition never seen before becomes current (a deploy of new code), one seen before
+//! does not (an old process restarting during a rolling deploy). [`crate::raw::RawStore::rebuild`] makes
 //! its definition current explicitly (after a rollback).
 //!
 //! **A write that finds a parent of another definition** (its conditional update matched
@@ -183,7 +183,7 @@ pub(crate) enum Standing {
 
 impl RawStore {
     /// The registry's word on this collection, registering this store's definition on first
-    /// use.
+    /// use (every write asks for it first; a read only for a parent without a marker).
     pub(crate) async fn registry(&self) -> Result<Arc<Registry>> {
         if let Some(known) = self.lock_registry().clone() {
             return Ok(known);
@@ -212,10 +212,7 @@ impl RawStore {
         let mut registry = None;
         // Twice at most: a first registration racing another store's insert reads it back.
         for _ in 0..2 {
-            let found = coll
-                .find_one(doc! { "_id": id })
-                .await
-                .map_err(error)?;
+            let found = coll.find_one(doc! { "_id": id }).await.map_err(error)?;
             let Some(found) = found else {
                 let first = doc! {
                     "_id": id, "current": own.as_str(), "legacy": own.as_str(), "seen": [own.as_str()],
@@ -555,10 +552,13 @@ mod tests {
     #[test]
     fn every_change_to_a_view_changes_its_digest_and_keep_only_the_whole() {
         let base = Definition::of(&parent(vec![TEST_SPEC]), false);
-        let keep = Definition::of(&parent(vec![SubsetSpec {
-            keep: 10,
-            ..TEST_SPEC
-        }]), false);
+        let keep = Definition::of(
+            &parent(vec![SubsetSpec {
+                keep: 10,
+                ..TEST_SPEC
+            }]),
+            false,
+        );
         assert_eq!(base.views, keep.views);
         assert_ne!(base.digest, keep.digest);
         let changes = [
@@ -607,6 +607,9 @@ mod tests {
         // The order of declaration does not matter.
         let swapped = Definition::of(&parent(vec![added, TEST_SPEC]), false);
         assert_eq!(two.digest, swapped.digest);
-        assert_eq!(one.digest, Definition::of(&parent(vec![TEST_SPEC]), false).digest);
+        assert_eq!(
+            one.digest,
+            Definition::of(&parent(vec![TEST_SPEC]), false).digest
+        );
     }
 }

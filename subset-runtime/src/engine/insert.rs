@@ -33,7 +33,9 @@ impl RawStore {
                 collection: self.collection_name().to_owned(),
             })?;
         self.check_parent_id(&id)?;
-        // Built under this store's definition of the model, whatever the parent carried.
+        // Built under this store's definition of the model, whatever the parent carried, and
+        // the definition registered before any parent carries it.
+        self.registry().await?;
         parent.insert(super::MARKER, self.definition.marker().clone());
         // The children of every view of one child collection and key go in once, for their
         // group (the union of what the views hold, by `_id`).

@@ -4,8 +4,8 @@
 use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
-use super::driver_error;
 use super::definition::Standing;
+use super::driver_error;
 use super::exec::{self, Ctx, Steps};
 use super::push_update::ViewPush;
 use super::query;

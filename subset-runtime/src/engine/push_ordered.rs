@@ -4,8 +4,8 @@
 
 use crate::bson::{doc, Bson, Document};
 
-use super::driver_error::{self, InsertFailure};
 use super::definition::Standing;
+use super::driver_error::{self, InsertFailure};
 use super::exec::Ctx;
 use super::push::{Prepared, PushSteps};
 use super::push_update::ViewPush;
@@ -97,7 +97,10 @@ impl PushSteps<'_, '_> {
         let views = s.view_specs();
         let mut pending = ViewPush::new(fresh);
         for _ in 0..ORDERED_PUSH_ATTEMPTS {
-            match s.capped_push(ctx, self.parent, true, &pending, &inc).await? {
+            match s
+                .capped_push(ctx, self.parent, true, &pending, &inc)
+                .await?
+            {
                 Standing::Written => return Ok(true),
                 Standing::Missing => return Ok(false),
                 // The children are stored: settling embeds and counts them.

@@ -130,7 +130,11 @@ impl RawSubset<'_> {
         fix: impl Fn(&crate::model::SubsetSpec) -> CountFix,
     ) -> Result<()> {
         for view in self.views() {
-            if view.resync(ctx, parent, &fix(view.spec()), true).await?.outdated {
+            if view
+                .resync(ctx, parent, &fix(view.spec()), true)
+                .await?
+                .outdated
+            {
                 break;
             }
         }
