@@ -494,3 +494,70 @@ async fn parents_carry_the_definition_they_were_built_under() {
         .unwrap();
     assert_eq!(entry.get_str("current"), Ok(current.as_str()));
 }
+
+/// A store of some fields (the command-line tool's) works on parents whose marker agrees with
+/// its fields, reports the others as outdated, never writes a view it would build wrong, and
+/// cannot rebuild.
+#[tokio::test]
+async fn a_store_of_some_fields_leaves_the_definition_alone() {
+    use subset::raw::RawStore;
+    use subset::spec::ParentSpec;
+
+    let db = common::replica_db().await;
+    let app = Store::<Latest6>::new(&db);
+    let id = Bson::ObjectId(ObjectId::new());
+    app.raw()
+        .insert(doc! { "_id": id.clone(), "latest": [] })
+        .await
+        .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let children: Vec<Document> = (0..8).map(|_| comment(&mut rng, &id)).collect();
+    app.raw()
+        .subset(&Latest6::SUBSETS[0])
+        .push(&id, children)
+        .await
+        .unwrap();
+    let options = SweepOptions::default();
+
+    // Given the application's own definition of the field: nothing outdated, and a reconcile
+    // leaves the marker as it is.
+    let same = RawStore::for_fields(&db, ParentSpec::leak("movies", vec![Latest6::SUBSETS[0]]));
+    let check = same.check_all(&options, |_| {}).await.unwrap();
+    assert_eq!((check.progress.drifted, check.progress.outdated), (0, 0));
+    same.reconcile_all(&options, |_| {}).await.unwrap();
+    assert_eq!(
+        app.check_all(&options, |_| {})
+            .await
+            .unwrap()
+            .progress
+            .outdated,
+        0
+    );
+
+    // Given another `keep`: the parent is outdated for it, and its writes leave the view to the
+    // application (marked as built under none), which reads it right meanwhile.
+    let other = RawStore::for_fields(&db, ParentSpec::leak("movies", vec![Latest3::SUBSETS[0]]));
+    let check = other.check_all(&options, |_| {}).await.unwrap();
+    assert_eq!(check.progress.outdated, 1);
+    other
+        .subset(&Latest3::SUBSETS[0])
+        .push(&id, vec![comment(&mut rng, &id)])
+        .await
+        .unwrap();
+    assert_read_right(&app, &id, None).await;
+    assert_eq!(
+        app.check_all(&options, |_| {})
+            .await
+            .unwrap()
+            .progress
+            .outdated,
+        1
+    );
+    app.rebuild(&options, |_| {}).await.unwrap();
+    assert_read_right(&app, &id, None).await;
+    let refused = other.rebuild(&options, |_| {}).await.unwrap_err();
+    assert!(
+        matches!(refused, subset::Error::PartialModel { .. }),
+        "{refused}"
+    );
+}

@@ -49,7 +49,7 @@ use subset::repair::SweepOptions;
 use subset::{PageRequest, Parent, Store, WriteMode};
 
 use crate::data::{DataSet, Review};
-use crate::measure::{time, Rounds, Run, Runs, Turn};
+use crate::measure::{time, Run, Runs, Turn};
 use crate::previews::ReviewPreview;
 use crate::stats::Spread;
 use crate::Res;
@@ -65,12 +65,8 @@ pub const OLDEST_KEEP: usize = 3;
 pub const PAGE: usize = 10;
 /// Concurrent inserts while writing the products.
 const LOAD_TASKS: usize = 4;
-/// Parent collection, review collection and the field holding the product's `_id`: the same in
-/// every version of the model.
+/// The parent collection of every version of the model.
 const COLLECTION: &str = "model_change";
-const REVIEWS: &str = "model_change_reviews";
-/// The new view's field, which the old model does not know.
-const OLDEST: &str = "oldest";
 
 /// One version of the product model: always the collection `model_change`, the reviews always
 /// `model_change_reviews` under `product_id` (named, so that the key does not follow the
@@ -232,8 +228,6 @@ impl Step {
 #[derive(Debug, Clone)]
 pub struct ReadRow {
     pub read: Read,
-    /// Reads of each state per round.
-    pub n: usize,
     pub outdated_p50: Spread,
     pub outdated_p99: Spread,
     pub rebuilt_p50: Spread,
@@ -598,7 +592,10 @@ impl Bench {
     /// view is removed.
     async fn unset_oldest(&self) -> Res<()> {
         self.parents
-            .update_many(doc! {}, doc! { "$unset": { OLDEST: "" } })
+            .update_many(
+                doc! {},
+                doc! { "$unset": { WithOldest::OLDEST.spec().field: "" } },
+            )
             .await?;
         Ok(())
     }
@@ -638,6 +635,16 @@ pub async fn run(
 ) -> Res<Result> {
     if parents < 10 {
         return Err("the model-change experiment needs at least 10 parents".into());
+    }
+    // The report names the views by these constants.
+    let keeps = [
+        (Keep5::RECENT.spec(), OLD_KEEP),
+        (Keep10::RECENT.spec(), NEW_KEEP),
+        (WithOldest::RECENT.spec(), OLD_KEEP),
+        (WithOldest::OLDEST.spec(), OLDEST_KEEP),
+    ];
+    if let Some((spec, keep)) = keeps.iter().find(|(s, k)| s.keep as usize != *k) {
+        return Err(format!("the view {} keeps {}, not {keep}", spec.field, spec.keep).into());
     }
     let started = Instant::now();
     db.drop().await?;
@@ -743,7 +750,6 @@ pub async fn run(
             let (a, b) = (read.side(false), read.side(true));
             ReadRow {
                 read,
-                n: reads,
                 outdated_p50: read_runs.spread(a, Run::p50),
                 outdated_p99: read_runs.spread(a, Run::p99),
                 rebuilt_p50: read_runs.spread(b, Run::p50),

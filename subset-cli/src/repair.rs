@@ -216,6 +216,12 @@ fn report(
             p.malformed
         ));
     }
+    if p.outdated > 0 {
+        text.push_str(&format!(
+            "; built under another definition (rebuild them with the application's `Store::rebuild`): {}",
+            p.outdated
+        ));
+    }
     text.push('\n');
     text.push_str(&format!("  {index_line}\n"));
     for (_, drift) in report.drifts.iter().take(LISTED) {
@@ -247,6 +253,7 @@ fn report(
             "fixed": p.fixed,
             "unfixed": unfixed,
             "malformed": p.malformed,
+            "outdated": p.outdated,
             "index": { "present": index, "created": index_created },
             "drifts": report.drifts.iter().map(|(_, drift)| drift_json(drift)).collect::<Vec<_>>(),
             "skipped": invalid_json(skipped),
@@ -323,6 +330,9 @@ async fn unmigrated(
 /// One line about a drifted parent.
 fn describe(drift: &Drift) -> String {
     let mut parts = Vec::new();
+    if drift.outdated {
+        parts.push("built under another definition of the field".to_owned());
+    }
     if !drift.missing.is_empty() {
         parts.push(format!("{} missing", drift.missing.len()));
     }
@@ -365,6 +375,7 @@ fn drift_json(drift: &Drift) -> Value {
         "stale": ids(&drift.stale),
         "changed": ids(&drift.changed),
         "misordered": drift.misordered,
+        "outdated": drift.outdated,
         "count": drift.count.map(|(stored, actual)| json!({ "stored": stored, "children": actual })),
         "sums": drift.sums.iter().map(|s| json!({
             "field": s.field,

@@ -259,9 +259,41 @@ impl RawStore {
         Ok(registry)
     }
 
-    /// Whether this store knows only some fields of its model ([`RawStore::for_fields`]).
-    pub(crate) fn is_partial(&self) -> bool {
-        self.definition.partial
+    /// [`RawStore::marked`] of a store of some fields: the parent has no marker, or one whose
+    /// entries for these fields are exactly their definitions and `keep`s.
+    fn fields_marked(&self) -> Document {
+        let mut exact = Document::new();
+        for (spec, b) in self.spec().subsets.iter().zip(&self.definition.views) {
+            let view = format!("{MARKER}.v.{}", spec.field);
+            exact.insert(format!("{view}.b"), b.as_str());
+            exact.insert(format!("{view}.k"), i64::from(spec.keep));
+        }
+        doc! { "$or": [{ MARKER: { "$exists": false } }, exact] }
+    }
+
+    /// [`RawStore::built_here`] of a store of some fields (see [`RawStore::fields_marked`]).
+    fn fields_built_here(&self, parent: &RawDocument) -> bool {
+        let marker = match parent.get(MARKER) {
+            Ok(None) => return true,
+            Ok(Some(m)) => m.as_document(),
+            Err(_) => None,
+        };
+        let views = marker.and_then(|m| m.get_document("v").ok());
+        self.spec()
+            .subsets
+            .iter()
+            .zip(&self.definition.views)
+            .all(|(spec, b)| {
+                let view = views.and_then(|v| v.get_document(spec.field).ok());
+                view.is_some_and(|v| {
+                    v.get_str("b").ok() == Some(b.as_str())
+                        && v.get("k")
+                            .ok()
+                            .flatten()
+                            .and_then(crate::decode::count_value)
+                            == Some(i64::from(spec.keep))
+                })
+            })
     }
 
     /// Makes this store's definition the one writes converge to (see [`RawStore::rebuild`]).
@@ -290,7 +322,7 @@ impl RawStore {
     pub(crate) fn marked(&self, registry: &Registry) -> Document {
         let own = self.definition.digest();
         if self.definition.partial {
-            return Document::new();
+            return self.fields_marked();
         }
         let path = format!("{MARKER}.d");
         if registry.legacy == own {
@@ -305,7 +337,7 @@ impl RawStore {
     pub(crate) fn built_here(&self, parent: &RawDocument, registry: &Registry) -> bool {
         let own = self.definition.digest();
         if self.definition.partial {
-            return true;
+            return self.fields_built_here(parent);
         }
         match parent.get(MARKER) {
             Ok(None) => registry.legacy == own,
@@ -441,21 +473,23 @@ impl RawStore {
 
     /// Settles a parent a write found built under another definition, after the write's own
     /// child-collection change: rebuilt under this definition when it is the current one, else
-    /// marked as built under none (see the module documentation).
+    /// marked as built under none (see the module documentation). `true` when rebuilt.
     ///
     /// Boxed: a rebuild resyncs views, and a resync settles.
     pub(crate) fn settle<'a>(
         &'a self,
         ctx: &'a mut Ctx<'_>,
         parent: &'a Bson,
-    ) -> BoxFuture<'a, Result<()>> {
+    ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
             let registry = self.refresh_registry().await?;
-            if registry.current == self.definition.digest() {
-                self.rebuild_parent(ctx, parent).await
+            // A store of some fields never rebuilds: it cannot build the views it does not
+            // know.
+            if registry.current == self.definition.digest() && !self.definition.partial {
+                self.rebuild_parent(ctx, parent).await.map(|()| true)
             } else {
-                tracing::debug!(parent = %parent, "a parent of a newer definition: marked for rebuild");
-                self.unmark(ctx, parent).await.map(|_| ())
+                tracing::debug!(parent = %parent, "a parent of another definition: marked for rebuild");
+                self.unmark(ctx, parent).await.map(|_| false)
             }
         })
     }

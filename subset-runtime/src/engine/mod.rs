@@ -170,11 +170,14 @@ impl RawStore {
 
     /// A store of some subset fields of a model defined elsewhere (a command-line tool given
     /// one field): it reads and repairs those fields as a store of the whole model does, but
-    /// leaves the definition each parent was built under alone. It registers nothing, writes
-    /// no marker, never rebuilds a parent under its partial definition, and takes a parent
-    /// without a marker as built under its fields. Its [`RawSubset::check`] still reports a
-    /// field built under another definition as [`crate::repair::Drift::outdated`]. Its
-    /// [`RawStore::rebuild`] is [`Error::PartialModel`].
+    /// leaves the definition each parent was built under to the stores of the whole model. It
+    /// registers nothing and writes no marker. It takes a parent as built under its fields when
+    /// the parent has no marker, or one whose entries for these fields are exactly their
+    /// definitions and `keep`s; its writes to any other parent change the child collections
+    /// and mark the parent as built under none, which every reader then computes and the
+    /// whole model's next write or rebuild builds. Its checks report such a parent as
+    /// [`crate::repair::Drift::outdated`]; its [`RawStore::rebuild`] is
+    /// [`Error::PartialModel`].
     pub fn for_fields(db: &Database, spec: ParentSpec) -> Self {
         RawStore {
             definition: Arc::new(definition::Definition::of(&spec, true)),

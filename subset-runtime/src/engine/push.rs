@@ -181,7 +181,7 @@ impl<'a> RawSubset<'a> {
             .await?
         {
             Standing::Written | Standing::Current => Ok(()),
-            Standing::Stale => self.store().settle(ctx, parent).await,
+            Standing::Stale => self.store().settle(ctx, parent).await.map(|_| ()),
             Standing::Missing => Err(self.parent_not_found(parent)),
         }
     }

@@ -213,7 +213,12 @@ impl PatchSteps<'_, '_> {
     async fn follow(&self, ctx: &mut Ctx<'_>, mut write: ParentWrite) -> Result<()> {
         self.write(ctx, &mut write).await?;
         if write.settled {
-            return self.subset.store().settle(ctx, self.parent).await;
+            return self
+                .subset
+                .store()
+                .settle(ctx, self.parent)
+                .await
+                .map(|_| ());
         }
         for (view, moves) in self.subset.views().zip(write.moved) {
             if let Some(moves) = moves {

@@ -15,7 +15,7 @@
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::ClientSession;
 
-use super::definition::{Standing, ViewState};
+use super::definition::Standing;
 use super::exec::{self, Ctx, Steps};
 use super::{query, RawSubset};
 use crate::action::Action;
@@ -200,17 +200,7 @@ impl RawSubset<'_> {
                 .await
                 .map_err(|e| store.mongo(e))?
                 .ok_or_else(|| self.parent_not_found(parent))?;
-            if marked && store.is_partial() {
-                // Knows this field only: reports it built under another definition, and
-                // leaves the definition to the stores of the whole model.
-                if !write && store.view_state(&found, spec).await? == ViewState::Stale {
-                    return Ok(Drift {
-                        parent: parent.clone(),
-                        outdated: true,
-                        ..Drift::default()
-                    });
-                }
-            } else if marked {
+            if marked {
                 let registry = store.registry().await?;
                 if !store.built_here(&found, &registry) {
                     drift = Drift {
@@ -219,8 +209,7 @@ impl RawSubset<'_> {
                         ..Drift::default()
                     };
                     if write {
-                        store.settle(ctx, parent).await?;
-                        drift.fixed = true;
+                        drift.fixed = store.settle(ctx, parent).await?;
                     }
                     return Ok(drift);
                 }
@@ -286,7 +275,7 @@ impl RawSubset<'_> {
                 if updated.matched_count == 0
                     && store.standing(ctx, parent).await? == Standing::Stale
                 {
-                    store.settle(ctx, parent).await?;
+                    drift.fixed = store.settle(ctx, parent).await?;
                     drift.outdated = true;
                 }
             }
