@@ -137,6 +137,13 @@ impl<P: Parent> Store<P> {
     /// Reads one parent, with its embedded subsets, in one query; in the caller's session with
     /// `.session(&mut s)`, e.g. to read a transaction's own writes.
     ///
+    /// A subset built under another definition of the model (another `keep`, order, filter,
+    /// preview, count or sum; a subset field added since), before [`Store::rebuild`] or a write
+    /// of this model reached the parent, is computed from the child collection: one query more
+    /// for each such subset, and a `$group` more for its count and sums. A subset built with a
+    /// larger `keep` is cut to this one, in the one query. Either way the parent reads as if it
+    /// had been built under this model (see the guide's *Changing a model on live data*).
+    ///
     /// # Errors
     ///
     /// [`crate::Error::MalformedParent`] / [`crate::Error::MalformedChild`] when the stored

@@ -109,6 +109,10 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// reverse, always from the child collection, and come back in the subset's order too. Every
     /// child on a page has a cursor ([`Page::cursors`]) to go on from either way.
     ///
+    /// When the parent's subset was built under another definition of the model (before
+    /// [`crate::Store::rebuild`] reached it), the first page comes from the child collection
+    /// instead: the same children, at one query more (the parent's marker is read first).
+    ///
     /// Without a `count` field, a first page exactly as large as a full subset cannot tell
     /// whether more children exist; it returns a cursor, and the next page may be empty.
     ///

@@ -9,11 +9,13 @@ use crate::action::Action;
 use crate::error::{Error, Result};
 
 impl RawStore {
-    /// Reads one parent document.
+    /// Reads one parent document, as this store's model sees it: see [`crate::Store::get`] for
+    /// what a subset built under another definition costs.
     ///
     /// # Errors
     ///
-    /// [`Error::Mongo`].
+    /// [`Error::Mongo`]; [`Error::MalformedParent`] when a subset built under another
+    /// definition must be replaced in a parent that cannot be decoded.
     pub fn get<'a>(&'a self, id: &'a Bson) -> Action<'a, Option<RawDocumentBuf>> {
         Action::new(move |session| Box::pin(self.get_in(id, session)))
     }
