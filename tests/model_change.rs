@@ -561,3 +561,69 @@ async fn a_store_of_some_fields_leaves_the_definition_alone() {
         "{refused}"
     );
 }
+
+/// What a read of an outdated parent costs, counted in commands: `get` one query more per
+/// outdated subset (and a `$group` for its count), a first page the child collection; after
+/// the rebuild, one query each again.
+#[tokio::test]
+async fn reads_of_outdated_parents_cost_a_query_more_until_the_rebuild() {
+    let (db, log) = common::recorded_replica_db().await;
+    let old = Store::<Latest3>::new(&db);
+    let id = ObjectId::new();
+    old.raw()
+        .insert(doc! { "_id": id, "latest": [] })
+        .await
+        .unwrap();
+    let parent = Bson::ObjectId(id);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let children: Vec<Document> = (0..6).map(|_| comment(&mut rng, &parent)).collect();
+    old.raw()
+        .subset(&Latest3::SUBSETS[0])
+        .push(&parent, children)
+        .await
+        .unwrap();
+    let new = Store::<WithFirst>::new(&db);
+    // A marked parent needs no registry to be read: count from here.
+    let commands = |log: &common::CommandLog| -> Vec<(String, String)> {
+        std::mem::take(&mut *log.lock().unwrap())
+            .into_iter()
+            .map(|(name, target, _)| (name, target))
+            .collect()
+    };
+    commands(&log);
+    new.get(&id).await.unwrap().unwrap();
+    let get = commands(&log);
+    // The parent, then the new view's children; `latest` (unchanged) is read as stored.
+    assert_eq!(
+        get,
+        [
+            ("find".to_owned(), "movies".to_owned()),
+            ("find".to_owned(), "comments".to_owned())
+        ]
+    );
+    new.rebuild(&SweepOptions::default(), |_| {}).await.unwrap();
+    commands(&log);
+    new.get(&id).await.unwrap().unwrap();
+    assert_eq!(commands(&log).len(), 1, "one query after the rebuild");
+    assert_read_right(&new, &parent, None).await;
+
+    // A larger `keep`: the 3 stored of the 6 children are not enough for a first page of 6.
+    let longer = Store::<Latest6>::new(&db);
+    let latest = longer.raw().subset(&Latest6::SUBSETS[0]);
+    commands(&log);
+    latest.page(&parent, &PageRequest::first(6)).await.unwrap();
+    let page = commands(&log);
+    assert_eq!(
+        page.len(),
+        2,
+        "the parent, then the child collection: {page:?}"
+    );
+    longer
+        .rebuild(&SweepOptions::default(), |_| {})
+        .await
+        .unwrap();
+    commands(&log);
+    latest.page(&parent, &PageRequest::first(6)).await.unwrap();
+    assert_eq!(commands(&log), [("find".to_owned(), "movies".to_owned())]);
+    assert_read_right(&longer, &parent, None).await;
+}
