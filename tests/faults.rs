@@ -119,7 +119,13 @@ async fn faulty(mode: WriteMode) -> (Store<Product>, FailPoint) {
         app,
         _turn: turn,
     };
-    (Store::new(&client.database(&name)).with_mode(mode), point)
+    let store = Store::new(&client.database(&name)).with_mode(mode);
+    // The store registers its model on its first write: done here, before any fault, so that
+    // each fault hits the steps of the operation under test.
+    let warm_up = Product::named("warm-up");
+    store.insert(&warm_up).await.unwrap();
+    store.delete(&warm_up.id).await.unwrap();
+    (store, point)
 }
 
 /// (copies of the child in the collection, its copies embedded, the stored count).

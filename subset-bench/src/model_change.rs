@@ -13,25 +13,23 @@
 //! reviews the product was written with (untimed): an outdated read must be as right as a
 //! rebuilt one.
 //!
-//! **Rebuilds.** `Store::rebuild` over every product, in transactions and in ordered writes
-//! (`with_mode(WriteMode::Ordered)`), the old model's own rebuild (a rollback, which also puts
-//! the data back for the next step), and a rebuild while one task pushes new reviews through
-//! the new model. After each, `Store::check_all` of the model rebuilt must find no parent
-//! drifted or outdated, and the rebuild must have rebuilt every parent and failed none: the
-//! experiment stops with an error otherwise.
+//! **Rebuilds.** `Store::rebuild` of the larger `keep` over every product, in transactions and
+//! in ordered writes (`with_mode(WriteMode::Ordered)`), and in the detected write mode while one
+//! task pushes new reviews through the same model; `Store::rebuild` of the new view. After
+//! each, `Store::check_all` of the model rebuilt must find no product drifted nor outdated, and
+//! the rebuild must have failed none and rebuilt every product (but those a push rebuilt
+//! first): the experiment stops with an error otherwise.
 //!
-//! One round, with `m1` the write mode that goes first (transactions in even rounds, ordered
-//! writes in odd ones, when the server has transactions):
+//! Between the steps the products are put back as the old model wrote them, from a copy made
+//! after the load (`$out`), and the pushed reviews deleted, so that every rebuild starts from
+//! the same documents. One round, with `m1` the write mode that goes first (transactions in
+//! even rounds, ordered writes in odd ones, when the server has transactions):
 //!
 //! 1. reads of the larger `keep`, outdated; its rebuild in `m1`; the same reads, rebuilt;
-//! 2. the old model's rebuild in `m1`; the larger `keep`'s rebuild in `m2`, and the old model's;
-//! 3. the larger `keep`'s rebuild in transactions while a task pushes; the old model's rebuild;
-//! 4. reads of the new view, outdated; its rebuild in transactions; the same reads, rebuilt;
-//!    the old model's rebuild (a view removed), then the removed field `$unset` by hand, as the
-//!    guide says, so that every round starts from the same documents.
+//! 2. its rebuild in `m2`; its rebuild while a task pushes;
+//! 3. reads of the new view, outdated; its rebuild; the same reads, rebuilt.
 //!
-//! The pushes of step 3 go to odd-numbered products only, and the reads read even-numbered
-//! ones, whose reviews stay those they were written with.
+//! The pushes go to odd-numbered products only, and the reads read even-numbered ones.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -63,10 +61,14 @@ pub const NEW_KEEP: usize = 10;
 pub const OLDEST_KEEP: usize = 3;
 /// The size of the first page read.
 pub const PAGE: usize = 10;
+/// Reads of each kind whose server operations are counted, per state and round.
+pub const OPS_READS: usize = 100;
 /// Concurrent inserts while writing the products.
 const LOAD_TASKS: usize = 4;
-/// The parent collection of every version of the model.
+/// The parent collection of every version of the model, and the copy of it as the old model
+/// wrote it.
 const COLLECTION: &str = "model_change";
+const COPY: &str = "model_change_as_written";
 
 /// One version of the product model: always the collection `model_change`, the reviews always
 /// `model_change_reviews` under `product_id` (named, so that the key does not follow the
@@ -181,41 +183,33 @@ impl Read {
 pub enum Step {
     /// The larger `keep`'s rebuild, in this mode.
     Grow(WriteMode),
-    /// The old model's rebuild of parents built under the larger `keep`, in this mode.
-    Shrink(WriteMode),
-    /// The larger `keep`'s rebuild in transactions while a task pushes through it.
+    /// The larger `keep`'s rebuild, in the detected mode, while a task pushes through it.
     GrowPushing,
-    /// The new view's rebuild, in transactions.
+    /// The new view's rebuild, in the detected mode.
     AddView,
-    /// The old model's rebuild of parents built with the new view, in transactions.
-    RemoveView,
 }
 
 impl Step {
-    pub const ALL: [Step; 7] = [
+    pub const ALL: [Step; 4] = [
         Step::Grow(WriteMode::Transactional),
         Step::Grow(WriteMode::Ordered),
-        Step::Shrink(WriteMode::Transactional),
-        Step::Shrink(WriteMode::Ordered),
         Step::GrowPushing,
         Step::AddView,
-        Step::RemoveView,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
-            Step::Grow(_) => "keep 5 → 10 (the new model's rebuild)",
-            Step::Shrink(_) => "keep 10 → 5 (the old model's rebuild: a rollback)",
+            Step::Grow(_) => "keep 5 → 10",
             Step::GrowPushing => "keep 5 → 10, 1 task pushing through the new model",
             Step::AddView => "+ a view (3 oldest, previews)",
-            Step::RemoveView => "− that view (the old model's rebuild)",
         }
     }
 
-    pub fn mode(self) -> WriteMode {
+    /// The write mode of the rebuild, where `detected` is the server's.
+    pub fn mode(self, detected: WriteMode) -> WriteMode {
         match self {
-            Step::Grow(mode) | Step::Shrink(mode) => mode,
-            Step::GrowPushing | Step::AddView | Step::RemoveView => WriteMode::Transactional,
+            Step::Grow(mode) => mode,
+            Step::GrowPushing | Step::AddView => detected,
         }
     }
 
@@ -235,6 +229,9 @@ pub struct ReadRow {
     /// Per round: outdated over rebuilt.
     pub ratio_p50: Spread,
     pub ratio_p99: Spread,
+    /// Operations the server counted per read, per round.
+    pub outdated_ops: Spread,
+    pub rebuilt_ops: Spread,
 }
 
 /// One rebuild over the rounds.
@@ -248,7 +245,8 @@ pub struct RebuildRow {
     /// Parents rebuilt, all rounds: a push rebuilds the parent it finds outdated, so that
     /// fewer are left for the rebuild.
     pub rebuilt: u64,
-    /// Parents the following `check_all` read per second, per round.
+    /// Parents the following `check_all` read per second, per round (in ordered writes: no
+    /// transaction per parent).
     pub check_rate: Spread,
     /// Pushes during the rebuild, all rounds, and pushes/s per round.
     pub pushes: Option<(u64, Spread)>,
@@ -268,8 +266,12 @@ pub struct Result {
     pub parents: usize,
     pub reviews: usize,
     pub rounds: usize,
+    /// The server's write mode.
+    pub mode: WriteMode,
     /// Seconds to write the products and reviews through the old model.
     pub load_secs: f64,
+    /// Seconds to put the products back as written, median of every time.
+    pub restore_secs: f64,
     /// Mean `$bsonSize` of a product built under the old model, and under the larger `keep`.
     pub parent_bytes: (f64, f64),
     pub first_check: FirstCheck,
@@ -279,9 +281,13 @@ pub struct Result {
     /// or the experiment fails).
     pub reads_each: usize,
     pub checked_reads: u64,
-    /// Why the rows in transactions did not run, if they did not.
-    pub no_transactions: Option<String>,
     pub total_secs: f64,
+}
+
+/// The reads measured: each side's latencies, and the server's operations per read.
+struct Measured {
+    latencies: Runs<Run>,
+    ops: Runs<f64>,
 }
 
 /// One rebuild: how long it took and what it did.
@@ -302,11 +308,14 @@ impl Rebuilt {
 struct Bench {
     data: DataSet,
     old: Store<Keep5>,
-    old_ordered: Store<Keep5>,
     keep: Store<Keep10>,
     keep_ordered: Store<Keep10>,
     view: Store<WithOldest>,
+    view_ordered: Store<WithOldest>,
     parents: Collection<bson::Document>,
+    /// The copy of the products as the old model wrote them.
+    copy: Collection<bson::Document>,
+    reviews: Collection<bson::Document>,
     /// Reads compared with the written reviews.
     checked: AtomicU64,
     /// The first push number of the next pushing task (each gets 2^32): every pushed review's
@@ -314,53 +323,55 @@ struct Bench {
     pushed: AtomicU64,
 }
 
-/// `Store::rebuild`, then `Store::check_all` of the same model, which must be clean.
-async fn rebuild_checked<P: Parent>(
-    store: &Store<P>,
-    model: &str,
-    expect: Option<u64>,
-) -> Res<Rebuilt> {
-    let options = SweepOptions::default();
+/// `Store::rebuild` of `store`'s model, `model` in errors; no parent may fail.
+async fn rebuild<P: Parent>(store: &Store<P>, model: &str) -> Res<Rebuilt> {
     let started = Instant::now();
-    let report = store.rebuild(&options, |_| {}).await?;
+    let report = store.rebuild(&SweepOptions::default(), |_| {}).await?;
     let secs = started.elapsed().as_secs_f64();
     let p = report.progress;
-    if let Some(failure) = report.failures.first() {
+    if p.failed != 0 || !report.failures.is_empty() {
         return Err(format!(
-            "{model}: the rebuild failed {} parents, the first {}: {}",
-            p.failed, failure.parent, failure.error
-        )
-        .into());
-    }
-    if expect.is_some_and(|n| p.fixed != n) || p.failed != 0 {
-        return Err(format!(
-            "{model}: the rebuild rebuilt {} parents and failed {}, where {expect:?} were expected",
-            p.fixed, p.failed
-        )
-        .into());
-    }
-    let started = Instant::now();
-    let check = store.check_all(&options, |_| {}).await?;
-    let check_secs = started.elapsed().as_secs_f64();
-    let c = check.progress;
-    if c.drifted != 0 || c.outdated != 0 || c.failed != 0 || !check.failures.is_empty() {
-        return Err(format!(
-            "{model}: after the rebuild, check_all found {} of {} parents drifted, {} outdated, \
-             {} failed (first drift: {:?})",
-            c.drifted,
-            c.checked,
-            c.outdated,
-            c.failed,
-            check.drifts.first()
+            "{model}: the rebuild failed {} parents, the first: {:?}",
+            p.failed,
+            report
+                .failures
+                .first()
+                .map(|f| format!("{}: {}", f.parent, f.error))
         )
         .into());
     }
     Ok(Rebuilt {
         rebuilt: p.fixed,
         secs,
-        check_secs,
+        check_secs: f64::NAN,
         pushes: None,
     })
+}
+
+/// `Store::check_all` of `store`'s model, which must find no parent drifted, outdated or
+/// failed; returns its seconds.
+async fn check_clean<P: Parent>(store: &Store<P>, model: &str) -> Res<f64> {
+    let started = Instant::now();
+    let check = store.check_all(&SweepOptions::default(), |_| {}).await?;
+    let secs = started.elapsed().as_secs_f64();
+    let c = check.progress;
+    if c.drifted != 0 || c.outdated != 0 || c.failed != 0 || !check.failures.is_empty() {
+        return Err(format!(
+            "{model}: after the rebuild, check_all found {} of {} parents drifted, {} outdated, \
+             {} failed (first drift: {:?}; first failure: {:?})",
+            c.drifted,
+            c.checked,
+            c.outdated,
+            c.failed,
+            check.drifts.first(),
+            check
+                .failures
+                .first()
+                .map(|f| format!("{}: {}", f.parent, f.error))
+        )
+        .into());
+    }
+    Ok(secs)
 }
 
 impl Bench {
@@ -373,11 +384,13 @@ impl Bench {
                 seed,
             },
             old: Store::new(db),
-            old_ordered: Store::new(db).with_mode(WriteMode::Ordered),
             keep: Store::new(db),
             keep_ordered: Store::new(db).with_mode(WriteMode::Ordered),
             view: Store::new(db),
+            view_ordered: Store::new(db).with_mode(WriteMode::Ordered),
             parents: db.collection(COLLECTION),
+            copy: db.collection(COPY),
+            reviews: db.collection(Keep5::RECENT.spec().child_collection),
             checked: AtomicU64::new(0),
             pushed: AtomicU64::new(0),
         }
@@ -504,45 +517,85 @@ impl Bench {
         }
     }
 
-    /// Unrecorded reads, then `n` recorded ones of each of `reads`, into `runs`.
+    /// Unrecorded reads, then `n` recorded ones of each of `reads`, into `runs`; then
+    /// [`OPS_READS`] more of each kind alone, for the operations the server counted per read.
     async fn measure_reads(
         &self,
         reads: &[Read],
         rebuilt: bool,
         n: usize,
-        round: usize,
+        turn: Turn,
         rng: &mut StdRng,
-        runs: &mut Runs<Run>,
+        into: &mut Measured,
     ) -> Res<()> {
         self.reads(reads, n.div_ceil(10), rng).await?;
         for (read, latencies) in reads.iter().zip(self.reads(reads, n, rng).await?) {
-            let turn = Turn {
-                round,
-                side: read.side(rebuilt),
-            };
-            runs.record(turn, Run::sequential(latencies));
+            let side = read.side(rebuilt);
+            into.latencies
+                .record(Turn { side, ..turn }, Run::sequential(latencies));
+        }
+        for &read in reads {
+            let before = self.server_ops().await?;
+            self.reads(&[read], OPS_READS, rng).await?;
+            // Less the `serverStatus` that read `before`.
+            let counted = self.server_ops().await? - before - 1;
+            let side = read.side(rebuilt);
+            into.ops
+                .record(Turn { side, ..turn }, counted as f64 / OPS_READS as f64);
         }
         Ok(())
     }
 
-    /// The rebuild of `step`, checked.
-    async fn rebuild(&self, step: Step) -> Res<Rebuilt> {
-        let all = Some(self.parent_count());
-        let ordered = step.mode() == WriteMode::Ordered;
-        match step {
-            Step::Grow(_) if ordered => rebuild_checked(&self.keep_ordered, "keep 10", all).await,
-            Step::Grow(_) => rebuild_checked(&self.keep, "keep 10", all).await,
-            Step::Shrink(_) | Step::RemoveView if ordered => {
-                rebuild_checked(&self.old_ordered, "keep 5", all).await
-            }
-            Step::Shrink(_) | Step::RemoveView => rebuild_checked(&self.old, "keep 5", all).await,
-            Step::AddView => rebuild_checked(&self.view, "keep 5 + 3 oldest", all).await,
-            Step::GrowPushing => self.rebuild_pushing().await,
+    /// The operations the server has received (`serverStatus` `opcounters`: a `find` is a
+    /// query, an `aggregate` a command).
+    async fn server_ops(&self) -> Res<i64> {
+        let status = self
+            .parents
+            .client()
+            .database("admin")
+            .run_command(doc! { "serverStatus": 1 })
+            .await?;
+        let counters = status.get_document("opcounters")?;
+        let mut total = 0;
+        for key in ["insert", "query", "update", "delete", "getmore", "command"] {
+            total += match counters.get(key) {
+                Some(bson::Bson::Int32(n)) => i64::from(*n),
+                Some(bson::Bson::Int64(n)) => *n,
+                Some(bson::Bson::Double(n)) => *n as i64,
+                _ => 0,
+            };
         }
+        Ok(total)
     }
 
-    /// The larger `keep`'s rebuild in transactions while one task pushes new reviews to random
-    /// odd-numbered products through the same model, from just before it starts until it ends.
+    /// The rebuild of `step`, checked (by a store in ordered writes: the check only reads,
+    /// and needs no transaction per parent).
+    async fn rebuild(&self, step: Step) -> Res<Rebuilt> {
+        const KEEP: &str = "keep 10";
+        let mut done = match step {
+            Step::Grow(WriteMode::Ordered) => rebuild(&self.keep_ordered, KEEP).await?,
+            Step::Grow(_) => rebuild(&self.keep, KEEP).await?,
+            Step::GrowPushing => self.rebuild_pushing().await?,
+            Step::AddView => rebuild(&self.view, "keep 5 + 3 oldest").await?,
+        };
+        done.check_secs = match step {
+            Step::AddView => check_clean(&self.view_ordered, "keep 5 + 3 oldest").await?,
+            _ => check_clean(&self.keep_ordered, KEEP).await?,
+        };
+        let all = self.parent_count();
+        if step != Step::GrowPushing && done.rebuilt != all {
+            return Err(format!(
+                "{}: the rebuild rebuilt {} of {all} parents",
+                step.name(),
+                done.rebuilt
+            )
+            .into());
+        }
+        Ok(done)
+    }
+
+    /// The larger `keep`'s rebuild while one task pushes new reviews to random odd-numbered
+    /// products through the same model, from just before it starts until it ends.
     async fn rebuild_pushing(&self) -> Res<Rebuilt> {
         let stop = Arc::new(AtomicBool::new(false));
         let pusher = tokio::spawn({
@@ -562,66 +615,41 @@ impl Bench {
                 Res::Ok((pushes, started.elapsed().as_secs_f64()))
             }
         });
-        let rebuilt = rebuild_checked_pushing(&self.keep).await;
+        let rebuilt = rebuild(&self.keep, "keep 10 with pushes").await;
         stop.store(true, Ordering::Relaxed);
-        let pushed = pusher.await?;
-        let (mut rebuilt, pushed) = (rebuilt?, pushed?);
-        // The check after the pushes stopped: nothing may have been left outdated.
-        let options = SweepOptions::default();
-        let started = Instant::now();
-        let check = self.keep.check_all(&options, |_| {}).await?;
-        rebuilt.check_secs = started.elapsed().as_secs_f64();
-        let c = check.progress;
-        if c.drifted != 0 || c.outdated != 0 || c.failed != 0 {
-            return Err(format!(
-                "keep 10 with pushes: after the rebuild, check_all found {} of {} parents \
-                 drifted, {} outdated, {} failed (first drift: {:?})",
-                c.drifted,
-                c.checked,
-                c.outdated,
-                c.failed,
-                check.drifts.first()
-            )
-            .into());
-        }
+        let pushed = pusher.await??;
+        let mut rebuilt = rebuilt?;
         rebuilt.pushes = Some(pushed);
         Ok(rebuilt)
     }
 
-    /// Removes the field the old model does not know, by hand, as the guide says to after a
-    /// view is removed.
-    async fn unset_oldest(&self) -> Res<()> {
+    /// Copies the products as the old model wrote them.
+    async fn copy(&self) -> Res<()> {
+        let out = [doc! { "$out": COPY }];
         self.parents
-            .update_many(
-                doc! {},
-                doc! { "$unset": { WithOldest::OLDEST.spec().field: "" } },
-            )
+            .aggregate(out)
+            .await?
+            .try_collect::<Vec<_>>()
             .await?;
         Ok(())
     }
-}
 
-/// The rebuild of [`Bench::rebuild_pushing`]: no parent may fail; a push may have rebuilt some
-/// before the rebuild reached them, and the check comes after the pushes stop.
-async fn rebuild_checked_pushing(store: &Store<Keep10>) -> Res<Rebuilt> {
-    let started = Instant::now();
-    let report = store.rebuild(&SweepOptions::default(), |_| {}).await?;
-    let secs = started.elapsed().as_secs_f64();
-    let p = report.progress;
-    if p.failed != 0 || !report.failures.is_empty() {
-        return Err(format!(
-            "keep 10 with pushes: the rebuild failed {} parents (first: {:?})",
-            p.failed,
-            report.failures.first().map(|f| f.error.to_string())
-        )
-        .into());
+    /// Puts the products back as the old model wrote them, and deletes the pushed reviews
+    /// (every one dated after every written one); returns the seconds it took.
+    async fn restore(&self) -> Res<f64> {
+        let started = Instant::now();
+        let out = [doc! { "$out": COLLECTION }];
+        self.copy
+            .aggregate(out)
+            .await?
+            .try_collect::<Vec<_>>()
+            .await?;
+        let pushed = self.data.new_review(0, 0).date;
+        self.reviews
+            .delete_many(doc! { "date": { "$gte": pushed } })
+            .await?;
+        Ok(started.elapsed().as_secs_f64())
     }
-    Ok(Rebuilt {
-        rebuilt: p.fixed,
-        secs,
-        check_secs: 0.0,
-        pushes: None,
-    })
 }
 
 /// The experiment on `db` (dropped first and last): `parents` products, `reads` reads of each
@@ -653,9 +681,9 @@ pub async fn run(
     bench.load().await?;
     let load_secs = load.elapsed().as_secs_f64();
     let old_bytes = bench.parent_bytes().await?;
-    let transactions = bench.keep.mode().await? == WriteMode::Transactional;
-    let no_transactions =
-        (!transactions).then(|| "the server has no transactions (standalone)".to_owned());
+    bench.copy().await?;
+    let mode = bench.keep.mode().await?;
+    let transactions = mode == WriteMode::Transactional;
     eprintln!(
         "  {parents} products, {} reviews written in {load_secs:.0} s",
         bench.data.total_reviews()
@@ -664,7 +692,7 @@ pub async fn run(
     // What the new model's check sees before any rebuild.
     let check_started = Instant::now();
     let check = bench
-        .keep
+        .keep_ordered
         .check_all(&SweepOptions::default(), |_| {})
         .await?
         .progress;
@@ -675,9 +703,13 @@ pub async fn run(
         secs: check_started.elapsed().as_secs_f64(),
     };
 
-    let mut read_runs: Runs<Run> = Runs::new(2 * Read::ALL.len());
+    let mut measured = Measured {
+        latencies: Runs::new(2 * Read::ALL.len()),
+        ops: Runs::new(2 * Read::ALL.len()),
+    };
     let mut rebuild_runs: Runs<Rebuilt> = Runs::new(Step::ALL.len());
     let mut new_bytes = f64::NAN;
+    let mut restores = Vec::new();
     let mut rng = StdRng::seed_from_u64(seed ^ 0x30de1);
     for round in 0..rounds {
         let (m1, m2) = match (transactions, round % 2) {
@@ -691,7 +723,7 @@ pub async fn run(
                 "  round {}: {}, {}: {:.0} parents/s ({} in {:.1} s; check_all {:.1} s)",
                 round + 1,
                 step.name(),
-                mode_name(step.mode()),
+                mode_name(step.mode(mode)),
                 done.rate(),
                 done.rebuilt,
                 done.secs,
@@ -707,55 +739,53 @@ pub async fn run(
             Ok(())
         };
 
+        // The side is set per read.
+        let turn = Turn { round, side: 0 };
         let keep_reads = [Read::GetKeep, Read::PageKeep];
         bench
-            .measure_reads(&keep_reads, false, reads, round, &mut rng, &mut read_runs)
+            .measure_reads(&keep_reads, false, reads, turn, &mut rng, &mut measured)
             .await?;
         step(Step::Grow(m1)).await?;
         if round == 0 {
             new_bytes = bench.parent_bytes().await?;
         }
         bench
-            .measure_reads(&keep_reads, true, reads, round, &mut rng, &mut read_runs)
+            .measure_reads(&keep_reads, true, reads, turn, &mut rng, &mut measured)
             .await?;
-        step(Step::Shrink(m1)).await?;
+        restores.push(bench.restore().await?);
         if let Some(m2) = m2 {
             step(Step::Grow(m2)).await?;
-            step(Step::Shrink(m2)).await?;
+            restores.push(bench.restore().await?);
         }
-        if transactions {
-            step(Step::GrowPushing).await?;
-            // Back to the old model, unrecorded (this rollback is not the one measured).
-            bench
-                .rebuild(Step::Shrink(WriteMode::Transactional))
-                .await?;
-            let view_reads = [Read::GetView];
-            bench
-                .measure_reads(&view_reads, false, reads, round, &mut rng, &mut read_runs)
-                .await?;
-            step(Step::AddView).await?;
-            bench
-                .measure_reads(&view_reads, true, reads, round, &mut rng, &mut read_runs)
-                .await?;
-            step(Step::RemoveView).await?;
-            bench.unset_oldest().await?;
-        }
+        step(Step::GrowPushing).await?;
+        restores.push(bench.restore().await?);
+        let view_reads = [Read::GetView];
+        bench
+            .measure_reads(&view_reads, false, reads, turn, &mut rng, &mut measured)
+            .await?;
+        step(Step::AddView).await?;
+        bench
+            .measure_reads(&view_reads, true, reads, turn, &mut rng, &mut measured)
+            .await?;
+        restores.push(bench.restore().await?);
     }
     db.drop().await?;
 
     let reads_rows = Read::ALL
         .into_iter()
-        .filter(|r| read_runs.of(r.side(false)).next().is_some())
+        .filter(|r| measured.latencies.of(r.side(false)).next().is_some())
         .map(|read| {
             let (a, b) = (read.side(false), read.side(true));
             ReadRow {
                 read,
-                outdated_p50: read_runs.spread(a, Run::p50),
-                outdated_p99: read_runs.spread(a, Run::p99),
-                rebuilt_p50: read_runs.spread(b, Run::p50),
-                rebuilt_p99: read_runs.spread(b, Run::p99),
-                ratio_p50: read_runs.ratio(a, b, Run::p50),
-                ratio_p99: read_runs.ratio(a, b, Run::p99),
+                outdated_p50: measured.latencies.spread(a, Run::p50),
+                outdated_p99: measured.latencies.spread(a, Run::p99),
+                rebuilt_p50: measured.latencies.spread(b, Run::p50),
+                rebuilt_p99: measured.latencies.spread(b, Run::p99),
+                ratio_p50: measured.latencies.ratio(a, b, Run::p50),
+                ratio_p99: measured.latencies.ratio(a, b, Run::p99),
+                outdated_ops: measured.ops.spread(a, |x| *x),
+                rebuilt_ops: measured.ops.spread(b, |x| *x),
             }
         })
         .collect();
@@ -787,14 +817,15 @@ pub async fn run(
         parents,
         reviews: bench.data.total_reviews(),
         rounds,
+        mode,
         load_secs,
+        restore_secs: Spread::of(&restores).median,
         parent_bytes: (old_bytes, new_bytes),
         first_check,
         reads: reads_rows,
         rebuilds,
         reads_each: reads,
         checked_reads: bench.checked.load(Ordering::Relaxed),
-        no_transactions,
         total_secs: started.elapsed().as_secs_f64(),
     })
 }

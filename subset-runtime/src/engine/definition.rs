@@ -210,8 +210,9 @@ impl RawStore {
         let own = self.definition.digest().to_owned();
         let id = self.collection_name();
         let mut registry = None;
-        // Twice at most: a first registration racing another store's insert reads it back.
-        for _ in 0..2 {
+        // A first registration that races another store's insert, or that is applied short of
+        // its write concern, reads the registry back.
+        for _ in 0..3 {
             let found = coll.find_one(doc! { "_id": id }).await.map_err(error)?;
             let Some(found) = found else {
                 let first = doc! {
@@ -225,7 +226,14 @@ impl RawStore {
                         });
                         break;
                     }
-                    Err(e) if super::driver_error::is_duplicate_id(&e) => continue,
+                    // Another store's first registration, or ours applied short of its
+                    // write concern: read it back.
+                    Err(e)
+                        if super::driver_error::is_duplicate_id(&e)
+                            || super::driver_error::is_write_concern(&e) =>
+                    {
+                        continue
+                    }
                     Err(e) => return Err(error(e)),
                 }
             };
@@ -239,9 +247,15 @@ impl RawStore {
                 let update = doc! {
                     "$set": { "current": own.as_str() }, "$addToSet": { "seen": own.as_str() },
                 };
-                coll.update_one(doc! { "_id": id }, update)
-                    .await
-                    .map_err(error)?;
+                match coll.update_one(doc! { "_id": id }, update).await {
+                    Ok(_) => {}
+                    // Applied short of its write concern; the update is idempotent, and a
+                    // rollback of it leaves the definition current where it was.
+                    Err(e) if super::driver_error::is_write_concern(&e) => {
+                        tracing::warn!(collection = id, error = %e, "registering the definition: write concern not met");
+                    }
+                    Err(e) => return Err(error(e)),
+                }
                 tracing::info!(collection = id, definition = %own, "registered a new definition of the model");
                 current = own.clone();
             }
