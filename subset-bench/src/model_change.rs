@@ -23,7 +23,8 @@
 //! Between the steps the products are put back as the old model wrote them, from a copy made
 //! after the load (`$out`), and the pushed reviews deleted, so that every rebuild starts from
 //! the same documents. One round, with `m1` the write mode that goes first (transactions in
-//! even rounds, ordered writes in odd ones, when the server has transactions):
+//! the first round, ordered writes in the second, and so on, when the server has
+//! transactions):
 //!
 //! 1. reads of the larger `keep`, outdated; its rebuild in `m1`; the same reads, rebuilt;
 //! 2. its rebuild in `m2`; its rebuild while a task pushes;
@@ -277,9 +278,10 @@ pub struct Result {
     pub first_check: FirstCheck,
     pub reads: Vec<ReadRow>,
     pub rebuilds: Vec<RebuildRow>,
-    /// Reads of each state of each kind per round, outdated reads checked, wrong reads (none,
-    /// or the experiment fails).
+    /// Recorded reads of each kind, outdated and rebuilt, per round.
     pub reads_each: usize,
+    /// Reads compared with the reviews written: every one, recorded or not (a wrong one stops
+    /// the experiment).
     pub checked_reads: u64,
     pub total_secs: f64,
 }
@@ -517,7 +519,7 @@ impl Bench {
         }
     }
 
-    /// Unrecorded reads, then `n` recorded ones of each of `reads`, into `runs`; then
+    /// Unrecorded reads, then `n` recorded ones of each of `reads`, into `into`; then
     /// [`OPS_READS`] more of each kind alone, for the operations the server counted per read.
     async fn measure_reads(
         &self,
