@@ -627,3 +627,60 @@ async fn reads_of_outdated_parents_cost_a_query_more_until_the_rebuild() {
     assert_eq!(commands(&log), [("find".to_owned(), "movies".to_owned())]);
     assert_read_right(&longer, &parent, None).await;
 }
+
+/// Parents written before markers existed (or by another program, or `subset migrate`) count
+/// as built under the first model that uses the collection; a view that model has and they lack
+/// is computed on reads, built by the first write, and by the rebuild.
+#[tokio::test]
+async fn unmarked_parents_gain_the_view_they_lack() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let db = common::replica_db().await;
+        let comments = db.collection::<Document>("comments");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let mut parents = Vec::new();
+        for _ in 0..6 {
+            let id = Bson::ObjectId(ObjectId::new());
+            let children: Vec<Document> = (0..5).map(|_| comment(&mut rng, &id)).collect();
+            comments.insert_many(&children).await.unwrap();
+            let latest: Vec<Document> = comments
+                .find(doc! { "movie_id": id.clone() })
+                .sort(doc! { "date": -1, "_id": -1 })
+                .limit(3)
+                .projection(doc! { "movie_id": 0 })
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            let parent = doc! { "_id": id.clone(), "latest": latest, "n": 5_i64 };
+            db.collection::<Document>("movies")
+                .insert_one(parent)
+                .await
+                .unwrap();
+            parents.push(id);
+        }
+        let store = Store::<WithFirst>::new(&db).with_mode(mode);
+        for parent in &parents {
+            assert_read_right(&store, parent, None).await;
+        }
+        let options = SweepOptions::default();
+        let check = store.check_all(&options, |_| {}).await.unwrap();
+        assert_eq!(check.progress.outdated, 6, "{mode:?}");
+        // A push builds the view it lacks.
+        let first = &parents[0];
+        store
+            .raw()
+            .subset(&WithFirst::SUBSETS[0])
+            .push(first, vec![comment(&mut rng, first)])
+            .await
+            .unwrap();
+        assert_read_right(&store, first, None).await;
+        let report = store.rebuild(&options, |_| {}).await.unwrap();
+        assert_eq!(report.progress.fixed, 5, "{mode:?}: the other parents");
+        let check = store.check_all(&options, |_| {}).await.unwrap();
+        assert_eq!((check.progress.drifted, check.progress.outdated), (0, 0));
+        for parent in &parents {
+            assert_read_right(&store, parent, None).await;
+        }
+    }
+}

@@ -538,12 +538,14 @@ fn const_doc(subset: &Subset<'_>) -> String {
     )
 }
 
-/// The check function's parameter, as a check spanned at `at` names it: resolved where the
-/// function declares it (the call site), located at `at` for rustc's messages. Resolving at
-/// `at` itself would miss the parameter when the struct comes out of a `macro_rules!` macro
-/// whose caller wrote the attribute.
-fn check_parameter(at: Span) -> Ident {
-    Ident::new("__subset_parent", Span::call_site().located_at(at))
+/// The check function's parameter as a check spanned at `at` names it: rebound under `at`'s
+/// span, so that the check's tokens share one context (rustc then points its messages at `at`)
+/// and resolve when the struct comes out of a `macro_rules!` macro whose caller wrote the
+/// attribute (`at` is then in the caller's context, the parameter in the macro's).
+fn check_parameter(at: Span) -> (TokenStream, Ident) {
+    let local = Ident::new("__subset_parent", at);
+    let param = Ident::new("__subset_parent", Span::call_site());
+    (quote_spanned!(at=> let #local = #param;), local)
 }
 
 /// The compile-time checks of one subset field that are type checks on the parent's fields:
@@ -557,11 +559,14 @@ fn check_parameter(at: Span) -> Ident {
 fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
     let count_check = subset.count.map(|(field, lit)| {
         let span = lit.span();
-        let parent = check_parameter(span);
+        let (bind, parent) = check_parameter(span);
         let mut member = field.ident.clone();
         member.set_span(span);
         quote_spanned! {span=>
-            ::subset::__private::assert_count(&#parent.#member);
+            {
+                #bind
+                ::subset::__private::assert_count(&#parent.#member);
+            }
         }
     });
     if !generic {
@@ -571,15 +576,18 @@ fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
     let full = quote!(#child_ty);
     let sum_checks = subset.sums.iter().map(|sum| {
         let span = Span::mixed_site().located_at(sum.lit.span());
-        let parent = check_parameter(sum.lit.span());
+        let (bind, parent) = check_parameter(sum.lit.span());
         let child = Ident::new("__subset_child", span);
         let mut parent_member = sum.parent.ident.clone();
         parent_member.set_span(sum.lit.span());
         let mut child_member = sum.child.child_ident.clone();
         child_member.set_span(span);
         quote_spanned! {span=>
-            let #child: &#full = ::subset::__private::nothing();
-            ::subset::__private::assert_sum(&(*#parent).#parent_member, &(*#child).#child_member);
+            {
+                #bind
+                let #child: &#full = ::subset::__private::nothing();
+                ::subset::__private::assert_sum(&(*#parent).#parent_member, &(*#child).#child_member);
+            }
         }
     });
     let filter_check = subset.filter.map(|filter| {

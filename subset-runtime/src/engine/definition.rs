@@ -273,41 +273,53 @@ impl RawStore {
         Ok(registry)
     }
 
-    /// [`RawStore::marked`] of a store of some fields: the parent has no marker, or one whose
-    /// entries for these fields are exactly their definitions and `keep`s.
+    /// [`RawStore::marked`] of a store of some fields: the parent's marker has no entry for
+    /// them (no marker, one of a model without them, or built under none), or entries that are
+    /// exactly their definitions and `keep`s. Without `$or`, which other conditions of a
+    /// filter use.
     fn fields_marked(&self) -> Document {
         let mut exact = Document::new();
         for (spec, b) in self.spec().subsets.iter().zip(&self.definition.views) {
             let view = format!("{MARKER}.v.{}", spec.field);
-            exact.insert(format!("{view}.b"), b.as_str());
-            exact.insert(format!("{view}.k"), i64::from(spec.keep));
+            exact.insert(
+                format!("{view}.b"),
+                doc! { "$in": [b.as_str(), Bson::Null] },
+            );
+            let keep = i64::from(spec.keep);
+            exact.insert(format!("{view}.k"), doc! { "$in": [keep, Bson::Null] });
         }
-        doc! { "$or": [{ MARKER: { "$exists": false } }, exact] }
+        exact
     }
 
     /// [`RawStore::built_here`] of a store of some fields (see [`RawStore::fields_marked`]).
     fn fields_built_here(&self, parent: &RawDocument) -> bool {
-        let marker = match parent.get(MARKER) {
-            Ok(None) => return true,
-            Ok(Some(m)) => m.as_document(),
-            Err(_) => None,
+        let views = match parent.get(MARKER) {
+            Ok(Some(m)) => m.as_document().and_then(|m| m.get_document("v").ok()),
+            _ => None,
         };
-        let views = marker.and_then(|m| m.get_document("v").ok());
         self.spec()
             .subsets
             .iter()
             .zip(&self.definition.views)
-            .all(|(spec, b)| {
-                let view = views.and_then(|v| v.get_document(spec.field).ok());
-                view.is_some_and(|v| {
-                    v.get_str("b").ok() == Some(b.as_str())
-                        && v.get("k")
-                            .ok()
-                            .flatten()
-                            .and_then(crate::decode::count_value)
-                            == Some(i64::from(spec.keep))
-                })
-            })
+            .all(
+                |(spec, b)| match views.map(|v| v.get_document(spec.field)) {
+                    Some(Ok(view)) => {
+                        view.get_str("b").ok() == Some(b.as_str())
+                            && view
+                                .get("k")
+                                .ok()
+                                .flatten()
+                                .and_then(crate::decode::count_value)
+                                == Some(i64::from(spec.keep))
+                    }
+                    _ => true,
+                },
+            )
+    }
+
+    /// Whether this store knows only some fields of its model ([`RawStore::for_fields`]).
+    pub(crate) fn is_partial(&self) -> bool {
+        self.definition.partial
     }
 
     /// Makes this store's definition the one writes converge to (see [`RawStore::rebuild`]).
@@ -346,6 +358,17 @@ impl RawStore {
         }
     }
 
+    /// The filter an in-place parent update adds: [`RawStore::marked`], and every subset field
+    /// present, so that a write never creates a field in place (a parent written without it,
+    /// or whose field was removed, is settled instead, which builds it whole).
+    pub(crate) async fn in_place(&self) -> Result<Document> {
+        let mut filter = self.marked(&*self.registry().await?);
+        for spec in self.spec().subsets {
+            filter.insert(spec.field, doc! { "$exists": true });
+        }
+        Ok(filter)
+    }
+
     /// Whether `parent` (a stored parent, or a projection holding its marker) was built under
     /// this store's definition.
     pub(crate) fn built_here(&self, parent: &RawDocument, registry: &Registry) -> bool {
@@ -374,10 +397,14 @@ impl RawStore {
             // Unmarked: written before markers, or around this library. A store of some
             // fields takes such a parent as built under them, as every tool did before.
             Ok(None) if self.definition.partial => return Ok(ViewState::Fresh),
+            // Built under the first model, if this is it and the field is there: a field
+            // missing from an unmarked parent is a view added since (or never built), which
+            // the child collection answers.
             Ok(None) => {
                 let registry = self.registry().await?;
                 let legacy = registry.legacy == self.definition.digest();
-                return Ok(if legacy {
+                let present = matches!(parent.get(spec.field), Ok(Some(_)));
+                return Ok(if legacy && present {
                     ViewState::Fresh
                 } else {
                     ViewState::Stale
@@ -472,14 +499,24 @@ impl RawStore {
     /// Where `parent` stands, read after a write to it missed.
     pub(crate) async fn standing(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Standing> {
         let parents = self.parents::<RawDocumentBuf>();
+        // The marker, and whether each field is there (`$slice: 0` reads none of an array).
+        let mut projection = doc! { MARKER: 1 };
+        for spec in self.spec().subsets {
+            projection.insert(spec.field, doc! { "$slice": 0 });
+        }
         let find = parents
             .find_one(doc! { "_id": parent.clone() })
-            .projection(doc! { MARKER: 1 });
+            .projection(projection);
         let Some(found) = ctx.run(find).await.map_err(|e| self.mongo(e))? else {
             return Ok(Standing::Missing);
         };
         let registry = self.registry().await?;
-        if self.built_here(&found, &registry) {
+        let whole = self
+            .spec()
+            .subsets
+            .iter()
+            .all(|spec| matches!(found.get(spec.field), Ok(Some(_))));
+        if whole && self.built_here(&found, &registry) {
             return Ok(Standing::Current);
         }
         Ok(Standing::Stale)

@@ -140,7 +140,7 @@ impl PushSteps<'_, '_> {
         // Everything is embedded (or the parent is too contended to say): count what we added.
         if !inc.is_empty() {
             let mut filter = doc! { "_id": self.parent.clone() };
-            filter.extend(s.store().marked(&*s.store().registry().await?));
+            filter.extend(s.store().in_place().await?);
             let update = parents.update_one(filter, doc! { "$inc": inc });
             let updated = ctx.run(update).await.map_err(|e| s.store().mongo(e))?;
             if updated.matched_count == 0

@@ -85,7 +85,7 @@ impl RawSubset<'_> {
         inc: &Document,
     ) -> Result<Standing> {
         let mut filter = doc! { "_id": parent.clone() };
-        filter.extend(self.store().marked(&*self.store().registry().await?));
+        filter.extend(self.store().in_place().await?);
         let mut sorted = Document::new();
         for (view, each) in self.views().zip(&push.each) {
             if each.is_empty() {

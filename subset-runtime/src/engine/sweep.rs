@@ -251,7 +251,13 @@ impl RawStore {
         let started = Instant::now();
         self.make_current().await?;
         let registry = self.registry().await?;
-        let outdated = doc! { "$nor": [self.marked(&registry)] };
+        // Not built under this model, or without one of its fields (unmarked parents written
+        // before the field was added).
+        let mut outdated = vec![Bson::Document(doc! { "$nor": [self.marked(&registry)] })];
+        for spec in self.spec().subsets {
+            outdated.push(Bson::Document(doc! { spec.field: { "$exists": false } }));
+        }
+        let outdated = doc! { "$or": outdated };
         let ids = self.parent_ids_where(outdated, options.batch_size);
         let visits = visit_each(ids, options.concurrency, |id: Bson| async move {
             let rebuilt = super::exec::execute(self, None, &self.rebuild_steps(&id)).await;

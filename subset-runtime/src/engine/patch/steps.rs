@@ -189,7 +189,7 @@ impl PatchSteps<'_, '_> {
         let s = self.subset;
         let parents = s.store().parents::<Document>();
         let mut filter = doc! { "_id": self.parent.clone() };
-        filter.extend(s.store().marked(&*s.store().registry().await?));
+        filter.extend(s.store().in_place().await?);
         let update = parents
             .update_one(filter, update.into_document())
             .array_filters(filters);

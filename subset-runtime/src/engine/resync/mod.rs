@@ -15,7 +15,7 @@
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::ClientSession;
 
-use super::definition::Standing;
+use super::definition::{self, Standing};
 use super::exec::{self, Ctx, Steps};
 use super::{query, RawSubset};
 use crate::action::Action;
@@ -202,7 +202,12 @@ impl RawSubset<'_> {
                 .ok_or_else(|| self.parent_not_found(parent))?;
             if marked {
                 let registry = store.registry().await?;
-                if !store.built_here(&found, &registry) {
+                // An unmarked parent without the field was not built under this model (a view
+                // added since): rebuilt whole, like any other.
+                let unbuilt = !store.is_partial()
+                    && matches!(found.get(definition::MARKER), Ok(None))
+                    && matches!(found.get(spec.field), Ok(None));
+                if unbuilt || !store.built_here(&found, &registry) {
                     drift = Drift {
                         parent: parent.clone(),
                         outdated: true,
