@@ -229,7 +229,8 @@ impl RawStore {
     /// changed model, or after rolling one back, that puts reads back to one query.
     ///
     /// First makes this definition the one every writer converges to, whatever code version
-    /// it runs, then visits the parents not built under it, in `_id` order and batches,
+    /// it runs, then visits the parents not marked as built under it (parents written without
+    /// a marker too, which it marks), in `_id` order and batches,
     /// rebuilding each from the child collections (in a transaction where there is one).
     /// Resumable: a rerun visits only what is left. Safe beside writers of this and of other
     /// definitions: a parent a writer of an older definition changes meanwhile is marked again
@@ -250,10 +251,11 @@ impl RawStore {
     ) -> Result<SweepReport> {
         let started = Instant::now();
         self.make_current().await?;
-        let registry = self.registry().await?;
-        // Not built under this model, or without one of its fields (unmarked parents written
-        // before the field was added).
-        let mut outdated = vec![Bson::Document(doc! { "$nor": [self.marked(&registry)] })];
+        // Not marked as built under this model (unmarked parents too, which the rebuild marks
+        // whatever they were built under), or without one of its fields.
+        let own = self.definition.digest();
+        let marker = format!("{}.d", super::MARKER);
+        let mut outdated = vec![Bson::Document(doc! { marker: { "$ne": own } })];
         for spec in self.spec().subsets {
             outdated.push(Bson::Document(doc! { spec.field: { "$exists": false } }));
         }
