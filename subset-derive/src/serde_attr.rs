@@ -19,6 +19,8 @@ pub(crate) struct Container {
     pub(crate) read_rename_all: Option<RenameRule>,
     /// `default` or `default = "..."`: every missing field reads as its default.
     pub(crate) default: bool,
+    /// `deny_unknown_fields`, where it is written.
+    pub(crate) deny_unknown_fields: Option<proc_macro2::Span>,
 }
 
 /// Field-level serde settings.
@@ -62,6 +64,9 @@ impl Container {
                 }
             } else if meta.path().is_ident("default") {
                 container.default = true;
+            } else if meta.path().is_ident("deny_unknown_fields") {
+                container.deny_unknown_fields =
+                    Some(syn::spanned::Spanned::span(meta.path()));
             }
         }
         container

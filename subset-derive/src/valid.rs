@@ -268,6 +268,13 @@ pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<
         }
     }
 
+    if let Some(span) = cont.serde.deny_unknown_fields {
+        ctxt.error_at(
+            span,
+            "a parent cannot deny unknown fields: every parent stores `_subset`, the definition its subsets were built under, which its type does not hold; remove `deny_unknown_fields`",
+        );
+    }
+
     let id = cont.id_field();
     match id {
         Some(id) => stored_id(ctxt, id, "parent"),
