@@ -65,8 +65,7 @@ impl Container {
             } else if meta.path().is_ident("default") {
                 container.default = true;
             } else if meta.path().is_ident("deny_unknown_fields") {
-                container.deny_unknown_fields =
-                    Some(syn::spanned::Spanned::span(meta.path()));
+                container.deny_unknown_fields = Some(syn::spanned::Spanned::span(meta.path()));
             }
         }
         container
