@@ -48,8 +48,8 @@ enum Experiment {
     RoundTrips,
     /// `push_many` in batches against one `push` per review.
     Batching,
-    /// 16 tasks pushing to one parent against 16 parents, in both write modes, and from 4
-    /// processes.
+    /// 16 tasks pushing to one parent against 16 parents, in both write modes; 4 and 8 processes
+    /// of 4 tasks on one parent; 4 processes of 4 tasks over 1,000 parents, Zipf-distributed.
     HotParent,
     /// Push latency into full subsets of keep 5, 100 and 1000, in order and out of order.
     PushCost,
@@ -165,8 +165,14 @@ struct Args {
     hot_worker: Option<String>,
     #[arg(long, hide = true, value_enum, default_value = "transactional")]
     worker_mode: Mode,
+    /// Internal: the worker's first parent and how many it pushes to.
+    #[arg(long, hide = true, default_value_t = 0)]
+    worker_first: usize,
+    #[arg(long, hide = true, default_value_t = 1)]
+    worker_count: usize,
+    /// Internal: the worker picks each push's parent from a Zipf distribution.
     #[arg(long, hide = true)]
-    worker_parent: Option<String>,
+    worker_zipf: bool,
     #[arg(long, hide = true, default_value_t = 4)]
     worker_tasks: usize,
 }
@@ -224,24 +230,22 @@ fn main() -> Res<()> {
         .enable_all()
         .build();
     if let Some(uri) = &args.hot_worker {
-        let parent = args
-            .worker_parent
-            .as_deref()
-            .ok_or("--hot-worker needs --worker-parent")?
-            .parse()?;
         let mode = match args.worker_mode {
             Mode::Transactional => WriteMode::Transactional,
             Mode::Ordered => WriteMode::Ordered,
         };
-        return runtime?.block_on(hot_parent::worker(
+        return runtime?.block_on(hot_parent::worker(hot_parent::Worker {
             uri,
-            &args.database,
+            database: &args.database,
             mode,
-            parent,
-            args.worker_tasks,
-            Duration::from_secs_f64(args.warmup),
-            Duration::from_secs_f64(args.duration),
-        ));
+            first: args.worker_first,
+            count: args.worker_count,
+            zipf: args.worker_zipf,
+            tasks: args.worker_tasks,
+            seed: args.seed,
+            warmup: Duration::from_secs_f64(args.warmup),
+            duration: Duration::from_secs_f64(args.duration),
+        }));
     }
     drop(runtime);
     let mut confinement = args.memory_limit.map(confine);
