@@ -51,7 +51,8 @@ enum Experiment {
     /// 16 tasks pushing to one parent against 16 parents, in both write modes; 4 and 8 processes
     /// of 4 tasks on one parent; 4 processes of 4 tasks over 1,000 parents, Zipf-distributed.
     HotParent,
-    /// Push latency into full subsets of keep 5, 100 and 1000, in order and out of order.
+    /// Push latency into full subsets of keep 5, 100 and 1000, in order and out of order; and at
+    /// keep 1000 a hand-written layout that appends with a plain `$push` and trims every 1000.
     PushCost,
     /// Parents embedding previews of 1 KB reviews against parents embedding them whole: size,
     /// product-page reads/s and push latency.

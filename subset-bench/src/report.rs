@@ -436,6 +436,73 @@ impl Report {
             "\nIn order, keep 1000 over keep 5, per round: **{:.2}** ({:.2}–{:.2}); target ≤ 1.5.\n",
             k.head_ratio.median, k.head_ratio.min, k.head_ratio.max
         );
+        let a = &k.append;
+        let keep = push_cost::APPEND_KEEP;
+        let _ = writeln!(
+            w,
+            "Beside them, at keep {keep}, a layout written by hand with the driver: in-order \
+             reviews appended at the tail with a plain `$push` (no `$sort`, `$position` or \
+             `$slice`), and the array trimmed to the {keep} newest (a `$push` with `$slice`) by \
+             the push that would make it {}: it holds {keep}–{} children ({}–{} embedded after \
+             the rounds), oldest first, and a read would take the last {keep}. Each push is a \
+             transaction (snapshot read concern, majority write concern), as the library's: the \
+             child inserted, then the parent updated on condition that its array is not full, \
+             else the trimming update; the child collection has the library's indexes. The \
+             parents start at random lengths in {keep}..{}, so pushes meet trims at the steady \
+             state's rate ({} trims among the {} measured pushes). The trim is also measured \
+             alone, on 20 other parents: per round, each filled to {} (untimed), then one push. \
+             Ratios to the library's in-order p50 at keep 5, per round, median (min–max).\n",
+            2 * keep,
+            2 * keep - 1,
+            bytes(a.array_bytes.0),
+            bytes(a.array_bytes.1),
+            2 * keep,
+            a.trims_in_pushes,
+            k.pushes * k.rounds,
+            2 * keep - 1
+        );
+        let _ = writeln!(
+            w,
+            "| layout at keep {keep} | push p50 ms | p99 ms | / keep 5, p50 |"
+        );
+        let _ = writeln!(w, "|---|--:|--:|--:|");
+        if let Some(r) = k.rows.iter().find(|r| r.keep == keep) {
+            let _ = writeln!(
+                w,
+                "| library, in order (`$position: 0`, `$slice`) | {:.2} ({:.2}–{:.2}) | {:.2} | {:.2} ({:.2}–{:.2}) |",
+                r.head.median,
+                r.head.min,
+                r.head.max,
+                r.head_p99.median,
+                k.head_ratio.median,
+                k.head_ratio.min,
+                k.head_ratio.max
+            );
+        }
+        let _ = writeln!(
+            w,
+            "| by hand, plain `$push`, trimmed every {keep} pushes | {:.2} ({:.2}–{:.2}) | {:.2} | {:.2} ({:.2}–{:.2}) |",
+            a.push.median,
+            a.push.min,
+            a.push.max,
+            a.push_p99.median,
+            a.ratio.median,
+            a.ratio.min,
+            a.ratio.max
+        );
+        let _ = writeln!(
+            w,
+            "| by hand, the trimming push alone | {:.2} ({:.2}–{:.2}) | – | – |",
+            a.trim.median, a.trim.min, a.trim.max
+        );
+        let _ = writeln!(
+            w,
+            "| by hand, {} plain pushes and 1 trim, per push | – | – | {:.2} ({:.2}–{:.2}) |\n",
+            keep - 1,
+            a.amortized_ratio.median,
+            a.amortized_ratio.min,
+            a.amortized_ratio.max
+        );
     }
 
     fn previews_section(&self, w: &mut String, p: &previews::Result) {
