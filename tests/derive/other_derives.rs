@@ -31,7 +31,6 @@ pub struct Review<M> {
 /// A product.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, subset::Parent)]
 #[subset(collection = "products")]
-#[serde(deny_unknown_fields)]
 pub struct Product<T>
 where
     T: Clone,
