@@ -346,9 +346,15 @@ async fn a_patch_no_view_shows_does_not_write_the_parent() {
             .set(Review::TEXT, "no copy holds this".to_owned())
             .await
             .unwrap();
+        // Nothing of the parent changes; in a transaction its marker is touched, so that a
+        // rebuild under another model at the same moment conflicts with the patch.
+        let touches = match mode {
+            WriteMode::Transactional => 1,
+            WriteMode::Ordered => 0,
+        };
         assert_eq!(
             parent_writes(&log),
-            0,
+            touches,
             "{mode:?}: {:?}",
             log.lock().unwrap()
         );

@@ -150,6 +150,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// The registry of model definitions ([`crate::repair::DEFINITIONS_COLLECTION`]) could
+    /// not be read or written as a store needs it.
+    #[error("`{collection}`: the registry of model definitions: {reason}")]
+    Registry {
+        /// The parent collection.
+        collection: String,
+        /// What went wrong.
+        reason: String,
+    },
+
     /// A rebuild asked of a store that knows only some fields of its model
     /// ([`crate::raw::RawStore::for_fields`]): rebuilding under a partial definition would mark
     /// every parent as built without the fields it does not know. Rebuild with the store of

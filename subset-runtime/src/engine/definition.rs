@@ -144,6 +144,28 @@ fn short_digest(text: &str) -> String {
     hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
+/// The definition `parent` is marked with: `Ok(None)` for none (no marker, or one holding
+/// only a write's touch, see [`touch`]), `Err` for a marker that is not a document.
+fn marked_with(parent: &RawDocument) -> std::result::Result<Option<&str>, ()> {
+    match parent.get(MARKER) {
+        Ok(None) => Ok(None),
+        Ok(Some(marker)) => match marker.as_document() {
+            Some(m) => Ok(m.get_str("d").ok()),
+            None => Err(()),
+        },
+        Err(_) => Err(()),
+    }
+}
+
+/// The `$set` a parent update in a transaction adds, `_subset.w` to a new value, so that it
+/// always modifies the parent: an update that changes nothing else (a push sliced off at once,
+/// copies of a child no view holds) would not write, and a rebuild under another model in a
+/// concurrent transaction, which read the children before this one changed them, would not
+/// conflict with it.
+pub(crate) fn touch() -> (String, Bson) {
+    (format!("{MARKER}.w"), Bson::ObjectId(ObjectId::new()))
+}
+
 /// What the registry says of a parent collection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Registry {
@@ -153,8 +175,8 @@ pub(crate) struct Registry {
     pub(crate) legacy: String,
 }
 
-/// A store's cached view of the registry; read on first use, read again when a write finds a
-/// parent of another definition.
+/// A store's cached view of the registry: read on first use, and again when a write finds a
+/// parent of another definition (the only time `current` matters).
 #[derive(Debug, Default)]
 pub(crate) struct RegistryCache(Mutex<Option<Arc<Registry>>>);
 
@@ -185,10 +207,11 @@ impl RawStore {
     /// The registry's word on this collection, registering this store's definition on first
     /// use (every write asks for it first; a read only for a parent without a marker).
     pub(crate) async fn registry(&self) -> Result<Arc<Registry>> {
-        if let Some(known) = self.lock_registry().clone() {
-            return Ok(known);
+        let cached = self.lock_registry().clone();
+        match cached {
+            Some(known) => Ok(known),
+            None => self.load_registry(true).await,
         }
-        self.load_registry(true).await
     }
 
     /// Reads the registry again (a write found a parent of a definition it did not expect).
@@ -215,14 +238,23 @@ impl RawStore {
         for _ in 0..3 {
             let found = coll.find_one(doc! { "_id": id }).await.map_err(error)?;
             let Some(found) = found else {
+                // Parents already marked (a registry lost, or dropped): which model the
+                // unmarked ones were built under is unknown, and they count as outdated.
+                let marked = self
+                    .parents::<Document>()
+                    .find_one(doc! { MARKER: { "$exists": true } })
+                    .projection(doc! { "_id": 1 })
+                    .await
+                    .map_err(|e| self.mongo(e))?;
+                let legacy = if marked.is_some() { "" } else { own.as_str() };
                 let first = doc! {
-                    "_id": id, "current": own.as_str(), "legacy": own.as_str(), "seen": [own.as_str()],
+                    "_id": id, "current": own.as_str(), "legacy": legacy, "seen": [own.as_str()],
                 };
                 match coll.insert_one(first).await {
                     Ok(_) => {
                         registry = Some(Registry {
                             current: own.clone(),
-                            legacy: own.clone(),
+                            legacy: legacy.to_owned(),
                         });
                         break;
                     }
@@ -265,20 +297,24 @@ impl RawStore {
             });
             break;
         }
-        let registry = Arc::new(registry.unwrap_or(Registry {
-            current: own.clone(),
-            legacy: own,
-        }));
+        let Some(registry) = registry else {
+            return Err(Error::Registry {
+                collection: id.to_owned(),
+                reason: "it could not be read back after three attempts to register".to_owned(),
+            });
+        };
+        let registry = Arc::new(registry);
         *self.lock_registry() = Some(registry.clone());
         Ok(registry)
     }
 
     /// [`RawStore::marked`] of a store of some fields: the parent's marker has no entry for
-    /// them (no marker, one of a model without them, or built under none), or entries that are
-    /// exactly their definitions and `keep`s. Without `$or`, which other conditions of a
+    /// them (no marker, or one of a model without them), or entries that are exactly their
+    /// definitions and `keep`s; never one marked as built under none. Without `$or`, which other conditions of a
     /// filter use.
     fn fields_marked(&self) -> Document {
-        let mut exact = Document::new();
+        // Not a parent marked as built under none (a rebuild under way, or one to come).
+        let mut exact = doc! { format!("{MARKER}.d"): { "$ne": "" } };
         for (spec, b) in self.spec().subsets.iter().zip(&self.definition.views) {
             let view = format!("{MARKER}.v.{}", spec.field);
             exact.insert(
@@ -293,10 +329,14 @@ impl RawStore {
 
     /// [`RawStore::built_here`] of a store of some fields (see [`RawStore::fields_marked`]).
     fn fields_built_here(&self, parent: &RawDocument) -> bool {
-        let views = match parent.get(MARKER) {
-            Ok(Some(m)) => m.as_document().and_then(|m| m.get_document("v").ok()),
+        let marker = match parent.get(MARKER) {
+            Ok(Some(m)) => m.as_document(),
             _ => None,
         };
+        if marker.is_some_and(|m| m.get_str("d").ok() == Some("")) {
+            return false;
+        }
+        let views = marker.and_then(|m| m.get_document("v").ok());
         self.spec()
             .subsets
             .iter()
@@ -376,13 +416,10 @@ impl RawStore {
         if self.definition.partial {
             return self.fields_built_here(parent);
         }
-        match parent.get(MARKER) {
+        match marked_with(parent) {
             Ok(None) => registry.legacy == own,
-            Ok(Some(marker)) => marker
-                .as_document()
-                .and_then(|m| m.get_str("d").ok())
-                .is_some_and(|d| d == own),
-            Err(_) => false,
+            Ok(Some(d)) => d == own,
+            Err(()) => false,
         }
     }
 
@@ -393,14 +430,15 @@ impl RawStore {
         parent: &RawDocument,
         spec: &SubsetSpec,
     ) -> Result<ViewState> {
+        let unmarked = matches!(marked_with(parent), Ok(None));
         let marker = match parent.get(MARKER) {
             // Unmarked: written before markers, or around this library. A store of some
             // fields takes such a parent as built under them, as every tool did before.
-            Ok(None) if self.definition.partial => return Ok(ViewState::Fresh),
+            _ if unmarked && self.definition.partial => return Ok(ViewState::Fresh),
             // Built under the first model, if this is it and the field is there: a field
             // missing from an unmarked parent is a view added since (or never built), which
             // the child collection answers.
-            Ok(None) => {
+            _ if unmarked => {
                 let registry = self.registry().await?;
                 let legacy = registry.legacy == self.definition.digest();
                 let present = matches!(parent.get(spec.field), Ok(Some(_)));
@@ -411,7 +449,7 @@ impl RawStore {
                 });
             }
             Ok(Some(m)) => m.as_document(),
-            Err(_) => None,
+            Ok(None) | Err(_) => None,
         };
         // A descriptor the store does not list (made at run time) has its digest made here.
         let own = match self.spec().subsets.iter().position(|s| s == spec) {
@@ -494,6 +532,40 @@ impl RawStore {
             doc.extend(fields);
         }
         RawDocumentBuf::try_from(&doc).map_err(|e| malformed(format!("cannot be re-encoded: {e}")))
+    }
+
+    /// After a write that changed children of `parent` but nothing in it (a patch of fields no
+    /// view of this model shows, a push or removal no view or count of it sees): the parent
+    /// may be built under another model, whose views show the change, so where it stands is
+    /// checked, and a parent of another model is settled. In a transaction the check is a
+    /// touch of the marker, conditional on the parent being built under this model: a
+    /// rebuild under another model running at the same moment, which read the children before
+    /// this write, then conflicts with it and starts over (a read would not conflict, and the
+    /// rebuild would mark a view that misses this write). Without one, it is a read.
+    ///
+    /// Where the parent stood: [`Standing::Stale`] ones are settled already.
+    pub(crate) async fn unwritten(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Standing> {
+        if ctx.atomic() {
+            let mut filter = doc! { "_id": parent.clone() };
+            filter.extend(self.in_place().await?);
+            // Parents without a marker are left alone: a touch would give them one.
+            filter.insert(MARKER, doc! { "$exists": true });
+            let (field, value) = touch();
+            let touch = doc! { "$set": { field: value } };
+            let parents = self.parents::<Document>();
+            let touched = ctx
+                .run(parents.update_one(filter, touch))
+                .await
+                .map_err(|e| self.mongo(e))?;
+            if touched.matched_count == 1 {
+                return Ok(Standing::Current);
+            }
+        }
+        let standing = self.standing(ctx, parent).await?;
+        if standing == Standing::Stale {
+            self.settle(ctx, parent).await?;
+        }
+        Ok(standing)
     }
 
     /// Where `parent` stands, read after a write to it missed.
@@ -583,8 +655,15 @@ impl RawStore {
             let Some(nonce) = self.unmark(ctx, parent).await? else {
                 return Ok(());
             };
+            let mut rebuilt = true;
             for spec in self.spec().subsets {
-                self.subset(spec).rebuild_view(ctx, parent).await?;
+                let drift = self.subset(spec).rebuild_view(ctx, parent).await?;
+                rebuilt &= drift.fixed || drift.is_in_sync();
+            }
+            if !rebuilt {
+                // A view changed under every attempt: left marked as built under none.
+                tracing::debug!(parent = %parent, "rebuild contended; left for the next write");
+                return Ok(());
             }
             let still = doc! { "_id": parent.clone(), format!("{MARKER}.n"): nonce };
             let marked = ctx

@@ -234,6 +234,9 @@ impl Steps for PushSteps<'_, '_> {
         // sees them.
         if standing == Standing::Stale {
             s.store().settle(ctx, self.parent).await?;
+        } else if push.is_empty() && inc.is_empty() {
+            // Nothing went into the parent: children no view of this model admits.
+            s.store().unwritten(ctx, self.parent).await?;
         }
         Ok(())
     }

@@ -96,6 +96,11 @@ impl PushSteps<'_, '_> {
         let inc = s.added_inc(fresh);
         let views = s.view_specs();
         let mut pending = ViewPush::new(fresh);
+        if pending.is_empty() && inc.is_empty() {
+            // Children no view of this model admits: nothing goes into the parent.
+            let standing = s.store().unwritten(ctx, self.parent).await?;
+            return Ok(standing != Standing::Missing);
+        }
         for _ in 0..ORDERED_PUSH_ATTEMPTS {
             match s
                 .capped_push(ctx, self.parent, true, &pending, &inc)

@@ -14,7 +14,7 @@
 
 use crate::bson::{doc, Bson, Document};
 
-use super::definition::Standing;
+use super::definition::{self, Standing};
 use super::exec::Ctx;
 use super::push::Prepared;
 use super::RawSubset;
@@ -106,6 +106,7 @@ impl RawSubset<'_> {
             return self.store().standing(ctx, parent).await;
         }
         let parents = self.store().parents::<Document>();
+        let atomic = ctx.atomic();
         // The only view is this field.
         let head = match (self.view_specs(), push.each.as_slice()) {
             ([only], [each]) if only.keep >= HEAD_PUSH_MIN_KEEP && !each.is_empty() => {
@@ -118,9 +119,12 @@ impl RawSubset<'_> {
             guarded.insert("$or", guard);
             let mut push = Document::new();
             push.insert(self.spec().field, push_spec(self.spec(), each, true));
-            (guarded, update(push, inc))
+            (guarded, update(push, inc, atomic))
         });
-        for (filter, update) in attempts.into_iter().chain([(filter, update(sorted, inc))]) {
+        for (filter, update) in attempts
+            .into_iter()
+            .chain([(filter, update(sorted, inc, atomic))])
+        {
             match ctx.run(parents.update_one(filter, update)).await {
                 Ok(updated) if updated.matched_count == 1 => return Ok(Standing::Written),
                 Ok(_) => {}
@@ -196,9 +200,14 @@ fn push_spec(spec: &SubsetSpec, each: Vec<Bson>, at_head: bool) -> Document {
     push
 }
 
-/// The update of `push` (one `$push` per view field) and `inc`, leaving out what is empty.
-fn update(push: Document, inc: &Document) -> Document {
+/// The update of `push` (one `$push` per view field) and `inc`, leaving out what is empty; in
+/// a transaction (`atomic`), with the marker's touch (see [`definition::touch`]).
+fn update(push: Document, inc: &Document, atomic: bool) -> Document {
     let mut update = Document::new();
+    if atomic {
+        let (field, value) = definition::touch();
+        update.insert("$set", doc! { field: value });
+    }
     if !push.is_empty() {
         update.insert("$push", push);
     }

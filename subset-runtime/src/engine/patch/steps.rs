@@ -39,6 +39,8 @@ struct ParentWrite {
     /// Per view (by index in [`RawSubset::views`]): the `$inc` of counts and sums of the
     /// patches that move a child in it, when one does.
     moved: Vec<Option<Document>>,
+    /// Whether any parent update was sent.
+    wrote: bool,
     /// Whether a write found the parent built under another definition and settled it
     /// (rebuilt or marked for a rebuild): the moves gathered since are recounted by settling
     /// again at the end, not applied.
@@ -190,9 +192,21 @@ impl PatchSteps<'_, '_> {
         let parents = s.store().parents::<Document>();
         let mut filter = doc! { "_id": self.parent.clone() };
         filter.extend(s.store().in_place().await?);
-        let update = parents
-            .update_one(filter, update.into_document())
-            .array_filters(filters);
+        let mut update = update.into_document();
+        if ctx.atomic() {
+            // Modifies the parent even where no copy matches (see `definition::touch`).
+            let (field, value) = crate::engine::definition::touch();
+            match update.get_document_mut("$set") {
+                Ok(set) => {
+                    set.insert(field, value);
+                }
+                Err(_) => {
+                    update.insert("$set", doc! { field: value });
+                }
+            }
+        }
+        let update = parents.update_one(filter, update).array_filters(filters);
+        write.wrote = true;
         let written = match ctx.run(update).await {
             Ok(written) => written,
             // The copies grow by what the patches set: unknown here, so the message says the
@@ -219,6 +233,11 @@ impl PatchSteps<'_, '_> {
                 .settle(ctx, self.parent)
                 .await
                 .map(|_| ());
+        }
+        if !write.wrote && write.moved.iter().all(Option::is_none) {
+            // No view of this model shows what changed (see `RawStore::unwritten`).
+            self.subset.store().unwritten(ctx, self.parent).await?;
+            return Ok(());
         }
         for (view, moves) in self.subset.views().zip(write.moved) {
             if let Some(moves) = moves {

@@ -244,6 +244,11 @@ impl RawSubset<'_> {
             let Some(Fix { mut filter, update }) =
                 Fix::of(spec, parent, &stored, &expected, &drift, count_fix)
             else {
+                // A write of children that leaves this view as it is (see
+                // `RawStore::unwritten`).
+                if marked && matches!(count_fix, CountFix::Inc(_)) {
+                    drift.outdated = store.unwritten(ctx, parent).await? == Standing::Stale;
+                }
                 return Ok(drift);
             };
             if marked {
