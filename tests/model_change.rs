@@ -111,7 +111,7 @@ movie!(Uncounted {
 
 const PARENTS: usize = 16;
 const ROUNDS: usize = 3;
-const OPS_PER_ROUND: usize = 60;
+const OPS_PER_ROUND: usize = 40;
 
 fn comment(rng: &mut impl Rng, parent: &Bson) -> Document {
     doc! {
