@@ -361,6 +361,8 @@ async fn live_change<Old: Parent<Id = ObjectId>, New: Parent<Id = ObjectId>>(mod
         let ((), reads) = tokio::join!(writers, readers);
         if mode == WriteMode::Transactional {
             assert!(reads > 0, "the readers read while the writers wrote");
+        } else {
+            reconcile_counts(&new, &parents).await;
         }
         for parent in &parents {
             assert_read_right(&old, parent, None).await;
@@ -370,6 +372,9 @@ async fn live_change<Old: Parent<Id = ObjectId>, New: Parent<Id = ObjectId>>(mod
     // The old code is gone: one rebuild finishes what its writes left.
     let report = new.rebuild(&options, |_| {}).await.unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);
+    if mode == WriteMode::Ordered {
+        reconcile_counts(&new, &parents).await;
+    }
     let again = new.rebuild(&options, |_| {}).await.unwrap();
     assert_eq!(again.progress.checked, 0, "nothing is left to rebuild");
     let check = new.check_all(&options, |_| {}).await.unwrap();
@@ -400,6 +405,32 @@ async fn live_change<Old: Parent<Id = ObjectId>, New: Parent<Id = ObjectId>>(mod
     for parent in &parents {
         assert_read_right(&old, parent, None).await;
         assert_read_right(&new, parent, None).await;
+    }
+}
+
+/// Without transactions, a rebuild that recounts a parent while a push or removal of its model
+/// is between its child write and its parent update can leave the count or a sum one off, as a
+/// reconcile racing ordered writes can (the guide's consistency page): the documented remedy, a
+/// reconcile once the writers are quiet, of the parents built under `store`'s model (the
+/// others it would rebuild, which `rebuild` is for). Every other difference is left for the
+/// checks to find.
+async fn reconcile_counts<P: Parent>(store: &Store<P>, parents: &[Bson]) {
+    for parent in parents {
+        for spec in P::SUBSETS {
+            let subset = store.raw().subset(spec);
+            let drift = subset.check(parent).await.unwrap();
+            let counts_only = drift.missing.is_empty()
+                && drift.stale.is_empty()
+                && drift.changed.is_empty()
+                && !drift.misordered;
+            if !drift.outdated && !drift.is_in_sync() {
+                assert!(
+                    counts_only,
+                    "{parent}: more than a count or sum drifted: {drift:?}"
+                );
+                subset.reconcile(parent).await.unwrap();
+            }
+        }
     }
 }
 

@@ -548,8 +548,8 @@ impl RawStore {
         if ctx.atomic() {
             let mut filter = doc! { "_id": parent.clone() };
             filter.extend(self.in_place().await?);
-            // Parents without a marker are left alone: a touch would give them one.
-            filter.insert(MARKER, doc! { "$exists": true });
+            // A parent without a marker gets one holding only the touch, which still counts
+            // as no marker.
             let (field, value) = touch();
             let touch = doc! { "$set": { field: value } };
             let parents = self.parents::<Document>();
