@@ -65,11 +65,12 @@ pub mod follow {
 /// one parent ([`Drift`](repair::Drift)), and the sweep over every parent
 /// ([`Store::check_all`], [`Store::reconcile_all`]), the children that belong to no parent
 /// ([`Orphans`](repair::Orphans)), and rebuilding parents after a change of the model
-/// ([`Store::rebuild`]), with where the definition each parent was built under is kept.
+/// ([`Store::rebuild`]), with where the definition each parent was built under is kept, and
+/// the collections where pushes to a parent written by several processes at once queue.
 pub mod repair {
     pub use crate::engine::{
         Drift, MalformedChild, Orphans, ParentFailure, SumDrift, SweepOptions, SweepProgress,
-        SweepReport, DEFINITIONS_COLLECTION, MARKER,
+        SweepReport, DEFINITIONS_COLLECTION, MARKER, PENDING_COLLECTION, TURNS_COLLECTION,
     };
 }
 

@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use crate::error::Result;
 
 /// A key per (subset field, parent): the field's name and the parent `_id`'s BSON bytes.
-type Key = (&'static str, Vec<u8>);
+pub(super) type Key = (&'static str, Vec<u8>);
 
 /// The queues of parents with a transaction in flight (shared by the clones of a store).
 #[derive(Default)]
@@ -235,7 +235,7 @@ impl<B> Drop for Leader<B> {
     }
 }
 
-fn key_bytes(parent: &Bson) -> Vec<u8> {
+pub(super) fn key_bytes(parent: &Bson) -> Vec<u8> {
     let mut bytes = Vec::new();
     // A one-field document always serializes; equal `_id`s give equal bytes.
     let _ = crate::bson::doc! { "": parent.clone() }.to_writer(&mut bytes);

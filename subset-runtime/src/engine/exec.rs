@@ -38,6 +38,30 @@ pub(crate) trait Steps: Sync {
     /// Runs the steps in `ctx`. In a transaction of ours this may be called again after a
     /// transient error, so it must not consume anything it needs again.
     fn run(&self, ctx: &mut Ctx<'_>) -> impl Future<Output = Result<Self::Output>> + Send;
+
+    /// Between two attempts of a transaction of ours, after `error` (transient) ended attempt
+    /// number `attempt`: by default a jittered backoff, then another attempt. Steps may instead
+    /// end the retries, with an output (another writer did their work meanwhile) or with the
+    /// error (their caller takes another path).
+    fn before_retry(
+        &self,
+        attempt: u32,
+        error: Error,
+    ) -> impl Future<Output = Result<Retry<Self::Output>>> + Send {
+        let _ = error;
+        async move {
+            backoff(attempt).await;
+            Ok(Retry::Again)
+        }
+    }
+}
+
+/// What a transaction of ours does after a transient error (see [`Steps::before_retry`]).
+pub(crate) enum Retry<T> {
+    /// Another attempt.
+    Again,
+    /// No other attempt: the steps' work is done, with this output.
+    Done(T),
 }
 
 /// Where steps run: in a transaction (ours or the caller's), or in order, with or without the
@@ -253,18 +277,17 @@ async fn transaction<S: Steps>(
                 // Aborting can fail only if the server is gone; the transaction then dies with
                 // the session, so the error is still the right thing to report.
                 let _ = session.abort_transaction().await;
-                let transient = error
-                    .mongo_error()
-                    .is_some_and(|e| e.contains_label(TRANSIENT_TRANSACTION_ERROR));
-                if !transient {
+                if !is_transient(&error) {
                     return Err(error);
                 }
                 if started.elapsed() >= DEADLINE {
                     return Err(error.into_timeout(DEADLINE));
                 }
                 tracing::debug!(attempt, %error, "transient transaction error, retrying");
-                backoff(attempt).await;
-                continue 'transaction;
+                match steps.before_retry(attempt, error).await? {
+                    Retry::Again => continue 'transaction,
+                    Retry::Done(output) => return Ok(output),
+                }
             }
         };
         loop {
@@ -289,13 +312,22 @@ async fn transaction<S: Steps>(
                 }
                 Err(e) if e.contains_label(TRANSIENT_TRANSACTION_ERROR) => {
                     tracing::debug!(attempt, error = %e, "transient commit error, retrying");
-                    backoff(attempt).await;
-                    continue 'transaction;
+                    match steps.before_retry(attempt, mongo(e)).await? {
+                        Retry::Again => continue 'transaction,
+                        Retry::Done(output) => return Ok(output),
+                    }
                 }
                 Err(e) => return Err(mongo(e)),
             }
         }
     }
+}
+
+/// Whether `error` ended a transaction that another attempt may commit.
+pub(super) fn is_transient(error: &Error) -> bool {
+    error
+        .mongo_error()
+        .is_some_and(|e| e.contains_label(TRANSIENT_TRANSACTION_ERROR))
 }
 
 /// The first backoff's ceiling, and the largest.

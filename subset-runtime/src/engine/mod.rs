@@ -12,6 +12,7 @@
 //! | `push.rs` | `push` / `push_many` in a transaction; `push_ordered.rs` without one |
 //! | `push_update.rs` | the capped `$push` into the parent, at the head when it can and `keep` is long |
 //! | `combine.rs` | group commit: pushes to one hot parent share a transaction |
+//! | `fold.rs` | group commit across processes: pushes to a contended parent queue, one fold writes them |
 //! | `page.rs` | merged pagination, `all`, `count` |
 //! | `remove_update.rs` | removing and replacing one child |
 //! | `patch/` | changing some fields of children, in every copy: the change, and its writes |
@@ -44,6 +45,7 @@ mod definition;
 mod delete;
 pub mod driver_error;
 mod exec;
+mod fold;
 mod follow;
 mod insert;
 mod move_child;
@@ -63,6 +65,7 @@ mod views;
 
 pub use bulk::{BulkProgress, BulkReport, JOB_COLLECTION};
 pub use definition::{DEFINITIONS_COLLECTION, MARKER};
+pub use fold::{PENDING_COLLECTION, TURNS_COLLECTION};
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
     DEFAULT_TOKEN_COLLECTION,
@@ -138,6 +141,7 @@ pub struct RawStore {
     registry: Arc<definition::RegistryCache>,
     mode: Arc<OnceCell<WriteMode>>,
     combiner: combine::Combiner<push::Batch>,
+    folds: Arc<fold::Folds>,
     patches: combine::Combiner<patch::Batch>,
 }
 
@@ -164,6 +168,7 @@ impl RawStore {
             spec,
             mode: Arc::new(OnceCell::new()),
             combiner: combine::Combiner::default(),
+            folds: Arc::default(),
             patches: combine::Combiner::default(),
         }
     }

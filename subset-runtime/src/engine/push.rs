@@ -6,7 +6,7 @@ use mongodb::ClientSession;
 
 use super::definition::Standing;
 use super::driver_error;
-use super::exec::{self, Ctx, Steps};
+use super::exec::{self, is_transient, Ctx, Retry, Steps};
 use super::push_update::ViewPush;
 use super::query;
 use super::{RawSubset, WriteMode};
@@ -56,24 +56,24 @@ impl<'a> RawSubset<'a> {
         if caller.is_none() && self.store().mode().await? == WriteMode::Transactional {
             return self.push_combined(parent, batch).await;
         }
-        self.push_alone(parent, &batch, caller).await
+        self.push_alone(parent, &batch, caller, false).await
     }
 
     /// One batch, in the caller's session if given. Optimistic: stored children (a retry) are
     /// looked for only after a duplicate aborted the first attempt. In the caller's transaction,
     /// where that abort would be the caller's, the steps look first instead (see
-    /// `PushSteps::run`).
-    async fn push_alone(
+    /// `PushSteps::run`). With `yields`, a transient error (a conflict) makes the parent
+    /// contended and is returned instead of retried (see `fold.rs`).
+    pub(super) async fn push_alone(
         &self,
         parent: &Bson,
         batch: &[Prepared],
         mut caller: Option<&mut ClientSession>,
+        yields: bool,
     ) -> Result<()> {
         let steps = PushSteps {
-            subset: self,
-            parent,
-            batch,
-            look_first: false,
+            yields,
+            ..PushSteps::new(self, parent, batch)
         };
         match exec::execute(self.store(), caller.as_deref_mut(), &steps).await {
             Err(e) if e.mongo_error().is_some_and(driver_error::is_duplicate) => {
@@ -87,10 +87,10 @@ impl<'a> RawSubset<'a> {
         }
     }
 
-    /// `batch` in a transaction of ours, together with the pushes queued on the same parent.
+    /// `batch` in a transaction of ours, together with the pushes queued on the same parent;
+    /// folded with other processes' when the parent is contended (see `fold.rs`).
     async fn push_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
-        // Keyed by the first view: pushes through any view of these children go together.
-        let group = self.view_specs().first().unwrap_or(self.spec()).field;
+        let key = self.group_key(parent);
         // All in one transaction, unless the same child comes from two callers (then each on
         // its own, so that one stores it and the other finds it stored).
         let together = |mine: &Batch, theirs: &[&Batch]| {
@@ -104,16 +104,28 @@ impl<'a> RawSubset<'a> {
             ids.dedup();
             (ids.len() == all.len()).then_some(all)
         };
+        let folds = &self.store().folds;
         let run = |batch: &Batch| {
             let batch = batch.clone();
-            async move { self.push_alone(parent, &batch, None).await }
+            let key = &key;
+            async move {
+                if folds.contended(key) {
+                    return self.push_folded(parent, &batch).await;
+                }
+                match self.push_alone(parent, &batch, None, true).await {
+                    Err(e) if folds.contended(key) && is_transient(&e) => {
+                        self.push_folded(parent, &batch).await
+                    }
+                    other => other,
+                }
+            }
         };
         let combiner = &self.store().combiner;
-        combiner.run(group, parent, batch, together, run).await
+        combiner.run(key.0, parent, batch, together, run).await
     }
 
     /// `child` ready to be written into this field's [`RawSubset::views`].
-    fn prepare(&self, parent: &Bson, child: Document) -> Result<Prepared> {
+    pub(super) fn prepare(&self, parent: &Bson, child: Document) -> Result<Prepared> {
         let id = child
             .get("_id")
             .cloned()
@@ -195,10 +207,36 @@ pub(super) struct PushSteps<'s, 'a> {
     /// Look for children of the batch already stored before writing (a retry), restoring them
     /// into the subset instead of inserting them again.
     look_first: bool,
+    /// In a transaction of ours, a transient error makes the parent contended and ends the
+    /// retries, for the push to be folded instead (see `fold.rs`).
+    yields: bool,
+}
+
+impl<'s, 'a> PushSteps<'s, 'a> {
+    /// The writes of `batch`, optimistic (see [`RawSubset::push_alone`]).
+    pub(super) fn new(subset: &'s RawSubset<'a>, parent: &'s Bson, batch: &'s [Prepared]) -> Self {
+        PushSteps {
+            subset,
+            parent,
+            batch,
+            look_first: false,
+            yields: false,
+        }
+    }
 }
 
 impl Steps for PushSteps<'_, '_> {
     type Output = ();
+
+    async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<()>> {
+        if self.yields {
+            let s = self.subset;
+            s.store().folds.contend(s.group_key(self.parent));
+            return Err(error);
+        }
+        exec::backoff(attempt).await;
+        Ok(Retry::Again)
+    }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         if !ctx.atomic() {

@@ -1,0 +1,262 @@
+//! Pushes to one parent from several processes at once: a parent whose push transaction
+//! conflicted is folded (its pushes queue, and one transaction at a time writes all queued).
+//! Each `Store::new` stands for a process here: stores built apart share no group commit.
+
+mod common;
+
+use std::time::Duration;
+
+use bson::oid::ObjectId;
+use bson::{doc, Bson, Document};
+use common::*;
+use subset::bson;
+use subset::repair::{PENDING_COLLECTION, TURNS_COLLECTION};
+use subset::{Error, Store};
+
+/// Stores over one database that share nothing, as the stores of separate processes.
+async fn fleet(n: usize) -> Vec<Store<Product>> {
+    let db = replica_db().await;
+    (0..n).map(|_| Store::new(&db)).collect()
+}
+
+/// Queue entries for `parent`.
+async fn queued(store: &Store<Product>, parent: &ObjectId) -> Vec<Document> {
+    let pending = store.database().collection::<Document>(PENDING_COLLECTION);
+    let mut cursor = pending.find(doc! { "p": parent }).await.unwrap();
+    let mut entries = Vec::new();
+    while cursor.advance().await.unwrap() {
+        entries.push(Document::try_from(cursor.current()).unwrap());
+    }
+    entries
+}
+
+/// Runs `push` while another transaction holds `parent`, so that the push conflicts and is
+/// folded; lets go of the parent once the push has queued.
+async fn folded<F>(store: &Store<Product>, parent: &ObjectId, push: F) -> subset::Result<()>
+where
+    F: std::future::Future<Output = subset::Result<()>> + Send + 'static,
+{
+    let before = queued(store, parent).await.len();
+    let client = store.database().client();
+    let mut holder = client.start_session().await.unwrap();
+    holder.start_transaction().await.unwrap();
+    store
+        .database()
+        .collection::<Document>("products")
+        .update_one(doc! { "_id": parent }, doc! { "$set": { "held": true } })
+        .session(&mut holder)
+        .await
+        .unwrap();
+    let push = tokio::spawn(push);
+    wait_for(|| async { queued(store, parent).await.len() > before }).await;
+    holder.commit_transaction().await.unwrap();
+    push.await.unwrap()
+}
+
+async fn wait_for<F, Fut>(mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..500 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("waited 5 s");
+}
+
+async fn stored_ids(store: &Store<Product>, parent: &ObjectId) -> Vec<Bson> {
+    let reviews = store.database().collection::<Document>("reviews");
+    let mut ids = Vec::new();
+    let mut cursor = reviews.find(doc! { "product_id": parent }).await.unwrap();
+    while cursor.advance().await.unwrap() {
+        ids.push(
+            cursor
+                .current()
+                .get("_id")
+                .unwrap()
+                .unwrap()
+                .try_into()
+                .unwrap(),
+        );
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_from_many_processes_to_one_parent_each_land_once() {
+    const STORES: usize = 4;
+    const TASKS: usize = 4;
+    const PUSHES: usize = 30;
+    let stores = fleet(STORES).await;
+    let product = Product::named("viral");
+    stores[0].insert(&product).await.unwrap();
+    let mut tasks = Vec::new();
+    for (s, store) in stores.iter().enumerate() {
+        for t in 0..TASKS {
+            let (store, id) = (store.clone(), product.id);
+            tasks.push(tokio::spawn(async move {
+                let reviews = store.subset(Product::RECENT_REVIEWS);
+                let mut pushed = Vec::new();
+                for n in 0..PUSHES {
+                    let review = Review::at(((s * TASKS + t) * PUSHES + n) as i64);
+                    reviews.push(&id, &review).await.unwrap();
+                    pushed.push(Bson::ObjectId(review.id));
+                }
+                pushed
+            }));
+        }
+    }
+    let mut acknowledged = Vec::new();
+    for task in tasks {
+        acknowledged.extend(task.await.unwrap());
+    }
+    let store = &stores[0];
+    let mut stored = stored_ids(store, &product.id).await;
+    acknowledged.sort_by_key(Bson::to_string);
+    stored.sort_by_key(Bson::to_string);
+    assert_eq!(stored, acknowledged, "every acknowledged push stored once");
+    assert_subset_true(store, Product::RECENT_REVIEWS, &product.id.into()).await;
+    assert!(
+        queued(store, &product.id).await.is_empty(),
+        "nothing left queued"
+    );
+    // The parent was contended, and folded: its turn document counts the folds.
+    let turns = store.database().collection::<Document>(TURNS_COLLECTION);
+    let turn = turns.find_one(doc! { "_id.p": product.id }).await.unwrap();
+    assert!(turn.is_some(), "16 writers in 4 stores never conflicted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_that_conflicted_is_folded_once_the_parent_is_free() {
+    let stores = fleet(1).await;
+    let store = &stores[0];
+    let product = Product::named("held");
+    store.insert(&product).await.unwrap();
+    let review = Review::at(7);
+    let (pusher, id, r) = (store.clone(), product.id, review.clone());
+    folded(store, &product.id, async move {
+        pusher.subset(Product::RECENT_REVIEWS).push(&id, &r).await
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        stored_ids(store, &product.id).await,
+        [Bson::ObjectId(review.id)]
+    );
+    assert_subset_true(store, Product::RECENT_REVIEWS, &product.id.into()).await;
+    assert!(queued(store, &product.id).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_cut_off_after_queueing_is_written_by_the_next_fold() {
+    let stores = fleet(1).await;
+    let store = &stores[0];
+    let product = Product::named("cut off");
+    store.insert(&product).await.unwrap();
+    // A push that queues behind a transaction holding the parent, then is cut off (its future
+    // dropped, as when its process dies) before the parent is free.
+    let client = store.database().client();
+    let mut holder = client.start_session().await.unwrap();
+    holder.start_transaction().await.unwrap();
+    store
+        .database()
+        .collection::<Document>("products")
+        .update_one(
+            doc! { "_id": product.id },
+            doc! { "$set": { "held": true } },
+        )
+        .session(&mut holder)
+        .await
+        .unwrap();
+    let lost = Review::at(1);
+    let (pusher, id, r) = (store.clone(), product.id, lost.clone());
+    let push =
+        tokio::spawn(async move { pusher.subset(Product::RECENT_REVIEWS).push(&id, &r).await });
+    wait_for(|| async { !queued(store, &product.id).await.is_empty() }).await;
+    push.abort();
+    let _ = push.await;
+    holder.commit_transaction().await.unwrap();
+    assert!(
+        stored_ids(store, &product.id).await.is_empty(),
+        "not written yet"
+    );
+    // Nothing of it shows: it is only queued.
+    let got = store.get(&product.id).await.unwrap().unwrap();
+    assert_eq!(got.total_reviews, 0);
+
+    let next = Review::at(2);
+    let (pusher, id, r) = (store.clone(), product.id, next.clone());
+    folded(store, &product.id, async move {
+        pusher.subset(Product::RECENT_REVIEWS).push(&id, &r).await
+    })
+    .await
+    .unwrap();
+    let mut stored = stored_ids(store, &product.id).await;
+    stored.sort_by_key(Bson::to_string);
+    let mut expected = vec![Bson::ObjectId(lost.id), Bson::ObjectId(next.id)];
+    expected.sort_by_key(Bson::to_string);
+    assert_eq!(stored, expected);
+    assert_subset_true(store, Product::RECENT_REVIEWS, &product.id.into()).await;
+    assert!(queued(store, &product.id).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fold_that_cannot_write_an_entry_writes_each_push_alone() {
+    let stores = fleet(1).await;
+    let store = &stores[0];
+    let (product, other) = (Product::named("folded"), Product::named("owner"));
+    store.insert(&product).await.unwrap();
+    store.insert(&other).await.unwrap();
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    // An entry nobody can write, as another program might leave in the queue.
+    let pending = store.database().collection::<Document>(PENDING_COLLECTION);
+    let garbage = ObjectId::new();
+    pending
+        .insert_one(doc! {
+            "_id": garbage, "c": "products", "f": "recent_reviews", "p": product.id,
+            "children": 5,
+        })
+        .await
+        .unwrap();
+    let review = Review::at(3);
+    let (pusher, id, r) = (store.clone(), product.id, review.clone());
+    folded(store, &product.id, async move {
+        pusher.subset(Product::RECENT_REVIEWS).push(&id, &r).await
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        stored_ids(store, &product.id).await,
+        [Bson::ObjectId(review.id)]
+    );
+    assert_subset_true(store, Product::RECENT_REVIEWS, &product.id.into()).await;
+    let left = queued(store, &product.id).await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].get_object_id("_id").unwrap(), garbage);
+    assert_eq!(
+        left[0].get_bool("alone"),
+        Ok(true),
+        "set aside, not folded again"
+    );
+
+    // A push that fails in a fold gets its own error, as it would alone.
+    let owned = Review::at(4);
+    reviews.push(&other.id, &owned).await.unwrap();
+    let (pusher, id, r) = (store.clone(), product.id, owned.clone());
+    let err = folded(store, &product.id, async move {
+        pusher.subset(Product::RECENT_REVIEWS).push(&id, &r).await
+    })
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::ChildOwnedElsewhere { .. }), "{err}");
+    assert_eq!(
+        queued(store, &product.id).await.len(),
+        1,
+        "its entry is gone"
+    );
+    assert_subset_true(store, Product::RECENT_REVIEWS, &product.id.into()).await;
+    assert_subset_true(store, Product::RECENT_REVIEWS, &other.id.into()).await;
+}
