@@ -1,5 +1,6 @@
 //! Pushes to one parent from several processes at once: a parent whose push transaction
-//! conflicted is folded (its pushes queue, and one transaction at a time writes all queued).
+//! conflicted is folded (its pushes queue in its document of `subset_folds`, and one
+//! transaction at a time writes every push queued).
 //! Each `Store::new` stands for a process here: stores built apart share no group commit.
 
 mod common;
@@ -10,7 +11,7 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 use common::*;
 use subset::bson;
-use subset::repair::{PENDING_COLLECTION, TURNS_COLLECTION};
+use subset::repair::FOLDS_COLLECTION;
 use subset::{Error, Store};
 
 /// Stores over one database that share nothing, as the stores of separate processes.
@@ -19,15 +20,18 @@ async fn fleet(n: usize) -> Vec<Store<Product>> {
     (0..n).map(|_| Store::new(&db)).collect()
 }
 
-/// Queue entries for `parent`.
-async fn queued(store: &Store<Product>, parent: &ObjectId) -> Vec<Document> {
-    let pending = store.database().collection::<Document>(PENDING_COLLECTION);
-    let mut cursor = pending.find(doc! { "p": parent }).await.unwrap();
-    let mut entries = Vec::new();
-    while cursor.advance().await.unwrap() {
-        entries.push(Document::try_from(cursor.current()).unwrap());
-    }
-    entries
+/// The document `parent`'s pushes queue in, if it has one.
+async fn folds(store: &Store<Product>, parent: &ObjectId) -> Option<Document> {
+    let folds = store.database().collection::<Document>(FOLDS_COLLECTION);
+    folds.find_one(doc! { "_id.p": parent }).await.unwrap()
+}
+
+/// The pushes queued for `parent`.
+async fn queued(store: &Store<Product>, parent: &ObjectId) -> Vec<Bson> {
+    folds(store, parent)
+        .await
+        .and_then(|d| d.get_array("q").ok().cloned())
+        .unwrap_or_default()
 }
 
 /// Runs `push` while another transaction holds `parent`, so that the push conflicts and is
@@ -123,10 +127,10 @@ async fn pushes_from_many_processes_to_one_parent_each_land_once() {
         queued(store, &product.id).await.is_empty(),
         "nothing left queued"
     );
-    // The parent was contended, and folded: its turn document counts the folds.
-    let turns = store.database().collection::<Document>(TURNS_COLLECTION);
-    let turn = turns.find_one(doc! { "_id.p": product.id }).await.unwrap();
-    assert!(turn.is_some(), "16 writers in 4 stores never conflicted");
+    // The parent was contended, and folded: its document counts the folds.
+    let document = folds(store, &product.id).await;
+    let n = document.as_ref().and_then(|d| d.get_i64("n").ok());
+    assert!(n.is_some_and(|n| n > 0), "never folded: {document:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,14 +215,16 @@ async fn a_fold_that_cannot_write_an_entry_writes_each_push_alone() {
     store.insert(&product).await.unwrap();
     store.insert(&other).await.unwrap();
     let reviews = store.subset(Product::RECENT_REVIEWS);
-    // An entry nobody can write, as another program might leave in the queue.
-    let pending = store.database().collection::<Document>(PENDING_COLLECTION);
+    // A queued push nobody can write, as another program might leave in the queue.
     let garbage = ObjectId::new();
-    pending
-        .insert_one(doc! {
-            "_id": garbage, "c": "products", "f": "recent_reviews", "p": product.id,
-            "children": 5,
-        })
+    store
+        .database()
+        .collection::<Document>(FOLDS_COLLECTION)
+        .update_one(
+            doc! { "_id": { "c": "products", "f": "recent_reviews", "p": product.id } },
+            doc! { "$push": { "q": { "i": garbage, "c": [5] } } },
+        )
+        .upsert(true)
         .await
         .unwrap();
     let review = Review::at(3);
@@ -233,14 +239,11 @@ async fn a_fold_that_cannot_write_an_entry_writes_each_push_alone() {
         [Bson::ObjectId(review.id)]
     );
     assert_subset_true(store, Product::RECENT_REVIEWS, &product.id.into()).await;
-    let left = queued(store, &product.id).await;
-    assert_eq!(left.len(), 1, "{left:?}");
-    assert_eq!(left[0].get_object_id("_id").unwrap(), garbage);
-    assert_eq!(
-        left[0].get_bool("alone"),
-        Ok(true),
-        "set aside, not folded again"
-    );
+    // Set aside, not folded again.
+    let document = folds(store, &product.id).await.unwrap();
+    assert_eq!(document.get_array("q").unwrap(), &Vec::<Bson>::new());
+    let alone = document.get_array("alone").unwrap();
+    assert_eq!(alone, &vec![Bson::ObjectId(garbage)]);
 
     // A push that fails in a fold gets its own error, as it would alone.
     let owned = Review::at(4);
@@ -252,10 +255,13 @@ async fn a_fold_that_cannot_write_an_entry_writes_each_push_alone() {
     .await
     .unwrap_err();
     assert!(matches!(err, Error::ChildOwnedElsewhere { .. }), "{err}");
+    let document = folds(store, &product.id).await.unwrap();
+    assert_eq!(document.get_array("q").unwrap(), &Vec::<Bson>::new());
+    let alone = document.get_array("alone").unwrap();
     assert_eq!(
-        queued(store, &product.id).await.len(),
-        1,
-        "its entry is gone"
+        alone,
+        &vec![Bson::ObjectId(garbage)],
+        "forgotten once written alone"
     );
     assert_subset_true(store, Product::RECENT_REVIEWS, &product.id.into()).await;
     assert_subset_true(store, Product::RECENT_REVIEWS, &other.id.into()).await;

@@ -70,7 +70,7 @@ pub mod follow {
 pub mod repair {
     pub use crate::engine::{
         Drift, MalformedChild, Orphans, ParentFailure, SumDrift, SweepOptions, SweepProgress,
-        SweepReport, DEFINITIONS_COLLECTION, MARKER, PENDING_COLLECTION, TURNS_COLLECTION,
+        SweepReport, DEFINITIONS_COLLECTION, FOLDS_COLLECTION, MARKER,
     };
 }
 

@@ -3,70 +3,65 @@
 //! Group commit within a process (`combine.rs`) cannot stop transactions from different
 //! processes conflicting on one parent: the server aborts all but one, and the losers back off
 //! and collide again, so pushes wait for hundreds of milliseconds. A parent whose push
-//! transaction conflicted is *contended* in this process for [`CONTENDED_FOR`]; pushes to it
-//! are then folded:
+//! transaction conflicted is *contended* in this process for [`CONTENDED_FOR`], and pushes to
+//! it are *folded*, through one document per parent in [`FOLDS_COLLECTION`]:
 //!
-//! 1. The push queues its children in [`PENDING_COLLECTION`] (`w: majority`, outside any
-//!    transaction). They are in no page, count or sum yet.
-//! 2. It runs the *fold*: one transaction that first writes the parent's turn document in
-//!    [`TURNS_COLLECTION`], then takes every child queued for the parent (its own and other
-//!    processes'), writes them as one push does, and deletes their queue entries. So an
-//!    acknowledged push is in the child collection and the subset, counted once, exactly as a
-//!    push in its own transaction is, and a fold cut off by a crash or a failover leaves the
-//!    entries queued for the next.
-//! 3. A second fold of the same parent conflicts on the turn document, at its first write. It
-//!    then writes the turn document outside a transaction: the server holds that write until
-//!    the fold in flight ends, so the waiting costs no retries and ends when it should. If that
-//!    fold took its children, the push is done; if not, it runs the next fold.
+//! 1. A push appends its children to the document's queue (outside any transaction). They are
+//!    in no page, count or sum yet. The server holds that write while a fold of the parent is
+//!    in flight, so it lands in the queue the next fold takes.
+//! 2. The push that finds itself first in the queue runs the next fold: one transaction that
+//!    takes the whole queue (emptying it and counting the fold in the same write), then writes
+//!    every child taken as one push does. An acknowledged push is thus in the child collection
+//!    and the subset, counted once, as a push in its own transaction is, and a fold cut off by a
+//!    crash or a failover leaves the queue as it was.
+//! 3. The other pushes wait with a write to the same document outside a transaction: the
+//!    server holds it until the fold in flight ends, so the waiting costs no retries and ends
+//!    when it should. A fold counted after a push queued has taken it; if none was, the push
+//!    runs a fold itself. Two folds that meet conflict on the document's first write, and the
+//!    loser waits the same way.
 //!
 //! So a hot parent sees one transaction at a time, each carrying every push that queued while
-//! the last one ran. A batch the fold cannot write (a duplicate child, a parent gone, a child a
-//! view refuses) is marked for its own push to write alone, which then gets its own error.
+//! the last one ran, and a push costs two writes of its own besides its share of a fold. A
+//! fold that cannot write what it took (a duplicate child, a parent gone, a child a view
+//! refuses) sets those pushes aside, and each writes its children alone, getting its own
+//! result. Queue writes and waits use `w: majority`: a push is not acknowledged on a fold that
+//! a failover can still roll back.
 //!
 //! A push cut off after queueing (its process gone) is written by the next fold of its parent.
-//! Entries marked to go alone whose push went away are dropped after a day.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::bson::oid::ObjectId;
-use crate::bson::{doc, Bson, DateTime, Document};
-use mongodb::options::{IndexOptions, ReadConcern, WriteConcern};
-use mongodb::{Collection, IndexModel};
-use tokio::sync::OnceCell;
+use crate::bson::{doc, Bson, Document};
+use mongodb::options::{CollectionOptions, ReturnDocument, WriteConcern};
+use mongodb::Collection;
 
 use super::combine::{key_bytes, Key};
-use super::exec::{self, backoff, Ctx, Retry, Steps};
+use super::exec::{self, backoff, is_transient, Ctx, Retry, Steps};
 use super::push::{Batch, PushSteps};
 use super::{driver_error, RawSubset};
 use crate::error::{Error, Result};
 
-/// The queue of children waiting to be folded into their parent, one entry per push.
-pub const PENDING_COLLECTION: &str = "subset_pending";
-
-/// One document per folded parent, written first by each fold.
-pub const TURNS_COLLECTION: &str = "subset_turns";
+/// One document per folded parent: its queue, and how many folds it has had.
+pub const FOLDS_COLLECTION: &str = "subset_folds";
 
 /// How long a parent stays contended after its last conflict.
 const CONTENDED_FOR: Duration = Duration::from_secs(2);
 
-/// The most queue entries one fold takes (the rest go in the next).
-const MOST_ENTRIES: i64 = 256;
+/// Pushes whose children take more than this (as BSON) are written alone: the queue of a
+/// parent is one document.
+const LARGEST_ENTRY: i64 = 256 * 1024;
 
-/// Pushes whose children take more than this (as BSON) run on their own instead: a queue entry
-/// holds them in one document.
-const LARGEST_ENTRY: i64 = 4 * 1024 * 1024;
+/// How many set-aside pushes a parent's document remembers (those whose push went away are
+/// never forgotten otherwise).
+const ALONE_KEPT: i32 = 1_000;
 
-/// How long an entry marked to go alone waits for its push before it is dropped.
-const ALONE_EXPIRES: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The contended parents of a store and whether its queue collections are ready (shared by
-/// the clones of a store).
+/// The contended parents of a store (shared by the clones of a store).
 #[derive(Default)]
 pub(crate) struct Folds {
     contended: Mutex<HashMap<Key, Instant>>,
-    ready: OnceCell<()>,
 }
 
 impl Folds {
@@ -96,14 +91,12 @@ impl Folds {
     }
 }
 
-/// What a fold did for the push that ran it.
+/// What became of a folded push.
 pub(super) enum Folded {
-    /// Its children are written (by this fold or another).
+    /// Its children are written (by a fold it ran or another).
     Done,
-    /// Its batch is marked to be written alone.
+    /// It was set aside: it writes its children alone.
     Alone,
-    /// Its entry is still queued, behind [`MOST_ENTRIES`] others: the next fold takes it.
-    Queued,
 }
 
 impl<'a> RawSubset<'a> {
@@ -114,152 +107,106 @@ impl<'a> RawSubset<'a> {
         (group, key_bytes(parent))
     }
 
-    /// Writes `batch` through the fold of `parent` (see the module docs).
+    /// Writes `batch` through the folds of `parent` (see the module docs).
     pub(super) async fn push_folded(&self, parent: &Bson, batch: &Batch) -> Result<()> {
-        let stored: Vec<&Document> = batch.iter().map(|p| &p.stored).collect();
-        if super::bson_len(stored.iter().copied()) > LARGEST_ENTRY {
+        let children: Vec<Bson> = batch
+            .iter()
+            .map(|p| Bson::Document(p.stored.clone()))
+            .collect();
+        if super::bson_len(batch.iter().map(|p| &p.stored)) > LARGEST_ENTRY {
             return self.push_alone(parent, batch, None, false).await;
         }
-        self.fold_ready().await?;
-        let mine = ObjectId::new();
-        let (group, _) = self.group_key(parent);
-        let entry = doc! {
-            "_id": mine,
-            "c": self.store().collection_name(),
-            "f": group,
-            "p": parent.clone(),
-            "children": stored.into_iter().cloned().map(Bson::Document).collect::<Vec<_>>(),
-            "t": DateTime::now(),
-        };
-        // Majority, whatever the store's concern: a fold's snapshot must show the entry, and
-        // an entry that a failover rolls back is a push never acknowledged.
-        self.pending()
-            .insert_one(entry)
-            .write_concern(WriteConcern::majority())
-            .await
-            .map_err(|e| Error::mongo(PENDING_COLLECTION, e))?;
-        let steps = FoldSteps {
+        let queue = Queue {
             subset: self,
             parent,
-            group,
-            mine,
-            taken: Mutex::new(Vec::new()),
+            group: self.group_key(parent).0,
+            mine: ObjectId::new(),
         };
-        loop {
-            let folded = match exec::execute(self.store(), None, &steps).await {
-                Ok(folded) => folded,
-                Err(e) => {
-                    let taken = std::mem::take(
-                        &mut *steps.taken.lock().unwrap_or_else(PoisonError::into_inner),
-                    );
-                    if taken.is_empty() {
-                        // Nothing was taken: the error is the queue's or the server's.
-                        return Err(e);
-                    }
-                    // The fold could not write these entries together: each goes alone, so
-                    // that each push gets its own result.
-                    tracing::debug!(error = %e, n = taken.len(), "fold failed, its pushes go alone");
-                    self.mark_alone(&taken).await?;
-                    match steps.look().await? {
-                        Some(folded) => folded,
-                        None => Folded::Queued,
-                    }
-                }
-            };
-            match folded {
-                Folded::Done => return Ok(()),
-                Folded::Queued => continue,
-                Folded::Alone => {
-                    let result = self.push_alone(parent, batch, None, false).await;
-                    // Written or failed, the entry is done with: no fold takes an entry marked
-                    // to go alone.
-                    self.pending()
-                        .delete_one(doc! { "_id": mine })
-                        .await
-                        .map_err(|e| Error::mongo(PENDING_COLLECTION, e))?;
-                    return result;
-                }
+        let queued = match queue.enqueue(children).await {
+            Ok(queued) => queued,
+            // The queue is full.
+            Err(e) if driver_error::is_too_large(&e) => {
+                return self.push_alone(parent, batch, None, false).await
+            }
+            Err(e) => return Err(Error::mongo(FOLDS_COLLECTION, e)),
+        };
+        match queue.wait(queued).await? {
+            Folded::Done => Ok(()),
+            Folded::Alone => {
+                let result = self.push_alone(parent, batch, None, false).await;
+                queue.forget().await?;
+                result
             }
         }
     }
+}
 
-    fn pending(&self) -> Collection<Document> {
-        self.store().database().collection(PENDING_COLLECTION)
-    }
+/// A parent's document as a push reads it.
+struct Seen {
+    /// Folds so far.
+    folds: i64,
+    /// Whether the push is first in the queue.
+    first: bool,
+    /// Whether the push is set aside.
+    alone: bool,
+}
 
-    fn turns(&self) -> Collection<Document> {
-        self.store().database().collection(TURNS_COLLECTION)
-    }
-
-    /// Creates the queue collections and the queue's index, once per store: a fold's
-    /// transaction would otherwise create them, and conflict with every other fold doing so.
-    async fn fold_ready(&self) -> Result<()> {
-        let db = self.store().database();
-        self.store()
-            .folds
-            .ready
-            .get_or_try_init(|| async {
-                for name in [PENDING_COLLECTION, TURNS_COLLECTION] {
-                    match db.create_collection(name).await {
-                        Err(e) if !driver_error::has_code(&e, NAMESPACE_EXISTS) => {
-                            return Err(Error::mongo(name, e))
-                        }
-                        _ => {}
-                    }
-                }
-                let queue = IndexModel::builder()
-                    .keys(doc! { "c": 1, "f": 1, "p": 1, "_id": 1 })
-                    .build();
-                let expiry = IndexModel::builder()
-                    .keys(doc! { "t": 1 })
-                    .options(
-                        IndexOptions::builder()
-                            .expire_after(ALONE_EXPIRES)
-                            .partial_filter_expression(doc! { "alone": true })
-                            .build(),
-                    )
-                    .build();
-                self.pending()
-                    .create_indexes([queue, expiry])
-                    .await
-                    .map_err(|e| Error::mongo(PENDING_COLLECTION, e))?;
-                Ok(())
-            })
-            .await
-            .map(|_| ())
-    }
-
-    /// Marks queue entries to be written alone by their pushes.
-    async fn mark_alone(&self, entries: &[ObjectId]) -> Result<()> {
-        if entries.is_empty() {
-            return Ok(());
+impl Seen {
+    fn of(document: Option<Document>, mine: ObjectId) -> Seen {
+        let Some(document) = document else {
+            // Deleted by someone: whatever it held, writing alone is safe (a child already
+            // stored is found, not stored again).
+            return Seen {
+                folds: 0,
+                first: false,
+                alone: true,
+            };
+        };
+        let folds = match document.get("n") {
+            Some(Bson::Int32(n)) => i64::from(*n),
+            Some(Bson::Int64(n)) => *n,
+            _ => 0,
+        };
+        let first = document
+            .get_array("q")
+            .ok()
+            .and_then(|q| q.first())
+            .and_then(Bson::as_document)
+            .and_then(|entry| entry.get_object_id("i").ok())
+            == Some(mine);
+        let alone = document
+            .get_array("alone")
+            .is_ok_and(|alone| alone.contains(&Bson::ObjectId(mine)));
+        Seen {
+            folds,
+            first,
+            alone,
         }
-        self.pending()
-            .update_many(
-                doc! { "_id": { "$in": entries } },
-                doc! { "$set": { "alone": true } },
-            )
-            .await
-            .map_err(|e| Error::mongo(PENDING_COLLECTION, e))?;
-        Ok(())
+    }
+
+    /// What became of the push, seen after it queued when there had been `since` folds:
+    /// `None` while it is queued.
+    fn outcome(&self, since: i64) -> Option<Folded> {
+        if self.alone {
+            Some(Folded::Alone)
+        } else if self.folds > since {
+            Some(Folded::Done)
+        } else {
+            None
+        }
     }
 }
 
-/// `NamespaceExists`: a collection created twice.
-const NAMESPACE_EXISTS: i32 = 48;
-
-/// One fold of a parent, run by the push whose entry is `mine`.
-struct FoldSteps<'s, 'a> {
+/// The queue of one parent, as one push (`mine`) uses it.
+struct Queue<'s, 'a> {
     subset: &'s RawSubset<'a>,
     parent: &'s Bson,
     group: &'static str,
     mine: ObjectId,
-    /// The entries the last attempt took.
-    taken: Mutex<Vec<ObjectId>>,
 }
 
-impl FoldSteps<'_, '_> {
-    fn turn(&self) -> Document {
+impl Queue<'_, '_> {
+    fn filter(&self) -> Document {
         doc! { "_id": {
             "c": self.subset.store().collection_name(),
             "f": self.group,
@@ -267,129 +214,201 @@ impl FoldSteps<'_, '_> {
         } }
     }
 
-    /// What became of this push's entry, read from the majority-committed state (a fold that
-    /// a failover can still roll back has not written it); `None` while it is queued.
-    async fn look(&self) -> Result<Option<Folded>> {
-        let entry = self
-            .subset
-            .pending()
-            .find_one(doc! { "_id": self.mine })
-            .projection(doc! { "alone": 1 })
-            .read_concern(ReadConcern::majority())
+    /// The collection for writes outside a transaction: `w: majority`, whatever the store's
+    /// concern (see the module docs).
+    fn outside(&self) -> Collection<Document> {
+        let options = CollectionOptions::builder()
+            .write_concern(WriteConcern::majority())
+            .build();
+        self.subset
+            .store()
+            .database()
+            .collection_with_options(FOLDS_COLLECTION, options)
+    }
+
+    /// Appends this push's children to the queue.
+    async fn enqueue(&self, children: Vec<Bson>) -> mongodb::error::Result<Seen> {
+        let update = doc! {
+            "$push": { "q": { "i": self.mine, "c": children } },
+            "$setOnInsert": { "n": 0_i64 },
+        };
+        let seen = self
+            .outside()
+            .find_one_and_update(self.filter(), update)
+            .upsert(true)
+            .return_document(ReturnDocument::After)
+            .projection(doc! { "n": 1, "q.i": 1 })
+            .await?;
+        Ok(Seen::of(seen, self.mine))
+    }
+
+    /// Reads the parent's document with a write that the server holds until the fold in
+    /// flight, if any, ends.
+    async fn look(&self) -> Result<Seen> {
+        let seen = self
+            .outside()
+            .find_one_and_update(self.filter(), doc! { "$inc": { "w": 1 } })
+            .return_document(ReturnDocument::After)
+            .projection(doc! { "n": 1, "alone": { "$elemMatch": { "$eq": self.mine } } })
             .await
-            .map_err(|e| Error::mongo(PENDING_COLLECTION, e))?;
-        Ok(standing(entry.as_ref()))
+            .map_err(|e| Error::mongo(FOLDS_COLLECTION, e))?;
+        Ok(Seen::of(seen, self.mine))
     }
-}
 
-/// What became of a push, from its entry as read: `None` while it is queued.
-fn standing(entry: Option<&Document>) -> Option<Folded> {
-    match entry {
-        None => Some(Folded::Done),
-        Some(entry) if entry.get_bool("alone").unwrap_or(false) => Some(Folded::Alone),
-        Some(_) => None,
-    }
-}
-
-impl Steps for FoldSteps<'_, '_> {
-    type Output = Folded;
-
-    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<Folded> {
-        let s = self.subset;
-        let pending_error = |e| Error::mongo(PENDING_COLLECTION, e);
-        self.taken
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
-        // The turn first: a second fold of this parent conflicts here, before any other work.
-        ctx.run(
-            s.turns()
-                .update_one(self.turn(), doc! { "$inc": { "n": 1 } })
-                .upsert(true),
-        )
-        .await
-        .map_err(|e| Error::mongo(TURNS_COLLECTION, e))?;
-        let (collection, parent) = (s.store().collection_name(), self.parent.clone());
-        let pending = s.pending();
-        let queued = pending
-            .find(doc! { "c": collection, "f": self.group, "p": parent, "alone": { "$exists": false } })
-            .sort(doc! { "_id": 1 })
-            .limit(MOST_ENTRIES);
-        let entries = ctx.collect(queued).await.map_err(pending_error)?;
-        let ids: Vec<ObjectId> = entries
-            .iter()
-            .filter_map(|e| e.get_object_id("_id").ok())
-            .collect();
-        *self.taken.lock().unwrap_or_else(PoisonError::into_inner) = ids.clone();
-        if !ids.contains(&self.mine) {
-            // Taken by a fold that committed after this push looked, or marked to go alone.
-            let mine = pending
-                .find_one(doc! { "_id": self.mine })
-                .projection(doc! { "alone": 1 });
-            let mine = ctx.run(mine).await.map_err(pending_error)?;
-            if let Some(folded) = standing(mine.as_ref()) {
+    /// Waits until a fold has written this push, running folds when nobody else does.
+    async fn wait(&self, queued: Seen) -> Result<Folded> {
+        let since = queued.folds;
+        if !queued.first {
+            // The push first in the queue runs the next fold: wait for it, and give it a
+            // moment to start if the first look finds none in flight.
+            for _ in 0..2 {
+                if let Some(folded) = self.look().await?.outcome(since) {
+                    return Ok(folded);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        let store = self.subset.store();
+        loop {
+            let steps = FoldSteps {
+                queue: self,
+                since,
+                taken: Mutex::new(Vec::new()),
+            };
+            let error = match exec::execute(store, None, &steps).await {
+                Ok(folded) => return Ok(folded),
+                Err(e) => e,
+            };
+            let taken =
+                std::mem::take(&mut *steps.taken.lock().unwrap_or_else(PoisonError::into_inner));
+            if taken.is_empty() || is_transient(&error) {
+                // Nothing was taken: the error is the server's.
+                return Err(error);
+            }
+            // The fold could not write what it took together: each of those pushes writes its
+            // own children, and gets its own result.
+            tracing::debug!(%error, n = taken.len(), "fold failed, its pushes go alone");
+            self.set_aside(&taken).await?;
+            if let Some(folded) = self.look().await?.outcome(since) {
                 return Ok(folded);
             }
         }
-        if ids.is_empty() {
-            return Ok(Folded::Queued);
-        }
-        let batch = self.batch_of(&entries)?;
-        PushSteps::new(s, self.parent, &batch).run(ctx).await?;
-        let taken = pending.delete_many(doc! { "_id": { "$in": &ids } });
-        ctx.run(taken).await.map_err(pending_error)?;
-        Ok(if ids.contains(&self.mine) {
-            Folded::Done
-        } else {
-            Folded::Queued
-        })
     }
 
-    async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<Folded>> {
-        let s = self.subset;
-        s.store().folds.contend(s.group_key(self.parent));
-        // Outside a transaction, a write to a document that a transaction has written waits
-        // for that transaction to end: this waits for the fold in flight, if any. Any error
-        // (a failover) leaves the waiting to the backoff below.
-        let waited = s
-            .turns()
-            .update_one(self.turn(), doc! { "$inc": { "w": 1 } })
-            .upsert(true)
-            .await;
-        if waited.is_ok() {
-            if let Ok(Some(folded)) = self.look().await {
-                return Ok(Retry::Done(folded));
-            }
-        }
-        tracing::debug!(attempt, %error, "fold conflicted, retrying");
-        if attempt > 2 || waited.is_err() {
-            backoff(attempt.saturating_sub(2)).await;
-        }
-        Ok(Retry::Again)
+    /// Moves queued pushes out of the queue, to be written alone by their pushes.
+    async fn set_aside(&self, pushes: &[ObjectId]) -> Result<()> {
+        let update = doc! {
+            "$pull": { "q": { "i": { "$in": pushes } } },
+            "$push": { "alone": { "$each": pushes, "$slice": -ALONE_KEPT } },
+        };
+        self.outside()
+            .update_one(self.filter(), update)
+            .await
+            .map_err(|e| Error::mongo(FOLDS_COLLECTION, e))?;
+        Ok(())
+    }
+
+    /// Forgets this push once it was written alone.
+    async fn forget(&self) -> Result<()> {
+        self.outside()
+            .update_one(self.filter(), doc! { "$pull": { "alone": self.mine } })
+            .await
+            .map_err(|e| Error::mongo(FOLDS_COLLECTION, e))?;
+        Ok(())
     }
 }
 
-impl FoldSteps<'_, '_> {
-    /// The children of `entries`, prepared as this store writes them. An entry this store
-    /// cannot write, or that pushes a child another entry pushes too, fails the fold (its
-    /// entries then go alone).
-    fn batch_of(&self, entries: &[Document]) -> Result<Batch> {
-        let s = self.subset;
+/// One fold of a parent, run by a push that queued when there had been `since` folds.
+struct FoldSteps<'q, 's, 'a> {
+    queue: &'q Queue<'s, 'a>,
+    since: i64,
+    /// The pushes the last attempt took.
+    taken: Mutex<Vec<ObjectId>>,
+}
+
+impl Steps for FoldSteps<'_, '_, '_> {
+    type Output = Folded;
+
+    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<Folded> {
+        let q = self.queue;
+        let s = q.subset;
+        // Takes the queue and counts the fold in the first write: a second fold of this
+        // parent conflicts here, before any other work.
+        let folds = s
+            .store()
+            .database()
+            .collection::<Document>(FOLDS_COLLECTION);
+        let take = folds
+            .find_one_and_update(
+                q.filter(),
+                doc! { "$set": { "q": [] }, "$inc": { "n": 1_i64 } },
+            )
+            .return_document(ReturnDocument::Before);
+        let before = ctx
+            .run(take)
+            .await
+            .map_err(|e| Error::mongo(FOLDS_COLLECTION, e))?;
+        let Some(before) = before else {
+            return Ok(Folded::Alone);
+        };
+        let outcome = if Seen::of(Some(before.clone()), q.mine).alone {
+            Folded::Alone
+        } else {
+            // Taken now, or by a fold since it queued.
+            Folded::Done
+        };
+        let entries: Vec<(ObjectId, &Vec<Bson>)> = before
+            .get_array("q")
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|entry| {
+                let entry = entry.as_document()?;
+                Some((entry.get_object_id("i").ok()?, entry.get_array("c").ok()?))
+            })
+            .collect();
+        // What this library did not write is dropped from the queue: nobody waits for it.
+        *self.taken.lock().unwrap_or_else(PoisonError::into_inner) =
+            entries.iter().map(|(id, _)| *id).collect();
+        if entries.is_empty() {
+            return Ok(outcome);
+        }
+        // Every push taken is written, whoever's it is: the write above took it off the queue.
         let mut batch = Batch::new();
-        for entry in entries {
-            let malformed = || Error::MalformedChild {
-                collection: PENDING_COLLECTION.to_owned(),
-                id: Box::new(entry.get("_id").cloned().unwrap_or(Bson::Null)),
-                field: "children".to_owned(),
-                problem: "is not an array of documents".to_owned(),
-            };
-            for child in entry.get_array("children").map_err(|_| malformed())? {
+        for (id, children) in entries {
+            for child in children {
                 let Bson::Document(child) = child else {
-                    return Err(malformed());
+                    return Err(Error::MalformedChild {
+                        collection: FOLDS_COLLECTION.to_owned(),
+                        id: Box::new(Bson::ObjectId(id)),
+                        field: "c".to_owned(),
+                        problem: "is not an array of documents".to_owned(),
+                    });
                 };
-                batch.push(s.prepare(self.parent, child.clone())?);
+                batch.push(s.prepare(q.parent, child.clone())?);
             }
         }
-        Ok(batch)
+        PushSteps::new(s, q.parent, &batch).run(ctx).await?;
+        Ok(outcome)
+    }
+
+    async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<Folded>> {
+        let q = self.queue;
+        q.subset.store().folds.contend(q.subset.group_key(q.parent));
+        // Waits for the fold in flight, if any; a failover's error leaves the waiting to the
+        // backoff below.
+        match q.look().await {
+            Ok(seen) => {
+                if let Some(folded) = seen.outcome(self.since) {
+                    return Ok(Retry::Done(folded));
+                }
+                if attempt > 2 {
+                    backoff(attempt - 2).await;
+                }
+            }
+            Err(_) => backoff(attempt).await,
+        }
+        tracing::debug!(attempt, %error, "fold conflicted, retrying");
+        Ok(Retry::Again)
     }
 }

@@ -65,7 +65,7 @@ mod views;
 
 pub use bulk::{BulkProgress, BulkReport, JOB_COLLECTION};
 pub use definition::{DEFINITIONS_COLLECTION, MARKER};
-pub use fold::{PENDING_COLLECTION, TURNS_COLLECTION};
+pub use fold::FOLDS_COLLECTION;
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
     DEFAULT_TOKEN_COLLECTION,
