@@ -63,13 +63,23 @@ impl FailPoint {
     /// reached the caller (that the fail point fired).
     async fn once<T>(
         &self,
+        case: (WriteMode, &str, Fault),
+        call: impl IntoFuture<Output = subset::Result<T>>,
+    ) -> subset::Result<T> {
+        self.times(1, case, call).await
+    }
+
+    /// As [`FailPoint::once`], failing the first `times` such commands.
+    async fn times<T>(
+        &self,
+        times: i32,
         (mode, command, fault): (WriteMode, &str, Fault),
         call: impl IntoFuture<Output = subset::Result<T>>,
     ) -> subset::Result<T> {
         let mut data = fault.data();
         data.insert("failCommands", vec![command]);
         data.insert("appName", self.app.as_str());
-        self.configure(doc! { "mode": { "times": 1 }, "data": data })
+        self.configure(doc! { "mode": { "times": times }, "data": data })
             .await;
         let result = call.await;
         self.configure(doc! { "mode": "off" }).await;
@@ -323,6 +333,85 @@ async fn an_update_under_each_fault_at_each_step_ends_replaced_once() {
 async fn a_push_under_each_fault_at_each_step_ends_in_one_copy_counted_once() {
     for (mode, command, fault) in cases(&["insert", "update"]) {
         println!("{}", push_under(mode, command, fault).await);
+    }
+}
+
+/// A push to a parent contended across processes (folded, see `tests/fold.rs`) under one fault
+/// at one step: its queue append (`findAndModify`), or the fold's parent update, child insert
+/// or commit. A fatal fault in the fold sets the push aside to be written alone, so there it
+/// fails twice, to reach the caller. After a retry of the same call: one copy, counted once,
+/// nothing left queued.
+async fn folded_push_under(command: &str, fault: Fault) -> String {
+    let mode = WriteMode::Transactional;
+    let (store, point) = faulty(mode).await;
+    let product = Product::named("faults");
+    store.insert(&product).await.unwrap();
+    let reviews = store.subset(Product::RECENT_REVIEWS);
+    // Contended from now on, in this store: the pushes below are folded.
+    let (pusher, id) = (store.clone(), product.id);
+    common::folded(&store, &product.id, async move {
+        let warm_up = Review::at(0);
+        pusher
+            .subset(Product::RECENT_REVIEWS)
+            .push(&id, &warm_up)
+            .await
+    })
+    .await
+    .unwrap();
+    let review = Review::at(1);
+    let times = if command != "findAndModify" && matches!(fault, Fault::Fatal) {
+        2
+    } else {
+        1
+    };
+    let first = point
+        .times(
+            times,
+            (mode, command, fault),
+            reviews.push(&product.id, &review),
+        )
+        .await;
+    let outcome = outcome(&first);
+    let after_first = stored(&store, &product.id, &review.id).await;
+    if first.is_ok() {
+        assert_eq!(
+            after_first,
+            (1, 1, 2),
+            "{command} {fault:?}: acknowledged is whole"
+        );
+    } else {
+        assert_eq!(
+            after_first.0 + after_first.1 as u64,
+            0,
+            "{command} {fault:?}: nothing written"
+        );
+    }
+    reviews.push(&product.id, &review).await.unwrap();
+    assert_eq!(
+        stored(&store, &product.id, &review.id).await,
+        (1, 1, 2),
+        "{command} {fault:?}: first call {outcome}, then {after_first:?}; after a retry: one copy, embedded once, counted once"
+    );
+    assert!(
+        common::queued(&store, &product.id).await.is_empty(),
+        "{command} {fault:?}: left queued"
+    );
+    format!("folded: {command} {fault:?}: {outcome}; then {after_first:?}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_folded_push_under_each_fault_at_each_step_ends_in_one_copy_counted_once() {
+    let steps = ["findAndModify", "update", "insert", "commitTransaction"];
+    let faults = [
+        Fault::ClosedConnection,
+        Fault::Transient,
+        Fault::Fatal,
+        Fault::WriteConcern,
+    ];
+    for command in steps {
+        for fault in faults {
+            println!("{}", folded_push_under(command, fault).await);
+        }
     }
 }
 

@@ -362,3 +362,56 @@ pub async fn absent_ids(
 pub fn external_server() -> bool {
     std::env::var_os("MONGODB_URI").is_some_and(|v| !v.is_empty())
 }
+
+/// The document `parent`'s pushes queue in, if it has one.
+pub async fn folds(store: &Store<Product>, parent: &ObjectId) -> Option<Document> {
+    let folds = store
+        .database()
+        .collection::<Document>(subset::repair::FOLDS_COLLECTION);
+    folds.find_one(doc! { "_id.p": parent }).await.unwrap()
+}
+
+/// The pushes queued for `parent`.
+pub async fn queued(store: &Store<Product>, parent: &ObjectId) -> Vec<Bson> {
+    folds(store, parent)
+        .await
+        .and_then(|d| d.get_array("q").ok().cloned())
+        .unwrap_or_default()
+}
+
+/// Runs `push` while another transaction holds `parent`, so that the push conflicts and is
+/// folded; lets go of the parent once the push has queued.
+pub async fn folded<F>(store: &Store<Product>, parent: &ObjectId, push: F) -> subset::Result<()>
+where
+    F: std::future::Future<Output = subset::Result<()>> + Send + 'static,
+{
+    let before = queued(store, parent).await.len();
+    let client = store.database().client();
+    let mut holder = client.start_session().await.unwrap();
+    holder.start_transaction().await.unwrap();
+    store
+        .database()
+        .collection::<Document>("products")
+        .update_one(doc! { "_id": parent }, doc! { "$set": { "held": true } })
+        .session(&mut holder)
+        .await
+        .unwrap();
+    let push = tokio::spawn(push);
+    wait_for(|| async { queued(store, parent).await.len() > before }).await;
+    holder.commit_transaction().await.unwrap();
+    push.await.unwrap()
+}
+
+pub async fn wait_for<F, Fut>(mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..500 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("waited 5 s");
+}

@@ -48,7 +48,10 @@ use crate::error::{Error, Result};
 pub const FOLDS_COLLECTION: &str = "subset_folds";
 
 /// How long a parent stays contended after its last conflict.
-const CONTENDED_FOR: Duration = Duration::from_secs(2);
+const CONTENDED_FOR: Duration = Duration::from_secs(5);
+
+/// How long a queued push lets the push first in the queue start its fold before it looks.
+const LEAD_TIME: Duration = Duration::from_millis(1);
 
 /// Pushes whose children take more than this (as BSON) are written alone: the queue of a
 /// parent is one document.
@@ -109,13 +112,13 @@ impl<'a> RawSubset<'a> {
 
     /// Writes `batch` through the folds of `parent` (see the module docs).
     pub(super) async fn push_folded(&self, parent: &Bson, batch: &Batch) -> Result<()> {
+        if super::bson_len(batch.iter().map(|p| &p.stored)) > LARGEST_ENTRY {
+            return self.push_alone(parent, batch, None, false).await;
+        }
         let children: Vec<Bson> = batch
             .iter()
             .map(|p| Bson::Document(p.stored.clone()))
             .collect();
-        if super::bson_len(batch.iter().map(|p| &p.stored)) > LARGEST_ENTRY {
-            return self.push_alone(parent, batch, None, false).await;
-        }
         let queue = Queue {
             subset: self,
             parent,
@@ -128,9 +131,11 @@ impl<'a> RawSubset<'a> {
             Err(e) if driver_error::is_too_large(&e) => {
                 return self.push_alone(parent, batch, None, false).await
             }
-            Err(e) => return Err(Error::mongo(FOLDS_COLLECTION, e)),
+            // A write-concern error or a lost connection: it may be queued, and written by the
+            // next fold.
+            Err(e) => return Err(Error::mongo(FOLDS_COLLECTION, e).into_unknown()),
         };
-        match queue.wait(queued).await? {
+        match queue.wait(queued).await.map_err(still_queued)? {
             Folded::Done => Ok(()),
             Folded::Alone => {
                 let result = self.push_alone(parent, batch, None, false).await;
@@ -138,6 +143,17 @@ impl<'a> RawSubset<'a> {
                 result
             }
         }
+    }
+}
+
+/// An error of a push after it queued: the next fold of its parent may still write it.
+fn still_queued(error: Error) -> Error {
+    match error {
+        Error::Mongo { collection, source }
+        | Error::TransactionTimeout {
+            collection, source, ..
+        } => Error::OutcomeUnknown { collection, source },
+        other => other,
     }
 }
 
@@ -152,7 +168,7 @@ struct Seen {
 }
 
 impl Seen {
-    fn of(document: Option<Document>, mine: ObjectId) -> Seen {
+    fn of(document: Option<&Document>, mine: ObjectId) -> Seen {
         let Some(document) = document else {
             // Deleted by someone: whatever it held, writing alone is safe (a child already
             // stored is found, not stored again).
@@ -239,7 +255,7 @@ impl Queue<'_, '_> {
             .return_document(ReturnDocument::After)
             .projection(doc! { "n": 1, "q.i": 1 })
             .await?;
-        Ok(Seen::of(seen, self.mine))
+        Ok(Seen::of(seen.as_ref(), self.mine))
     }
 
     /// Reads the parent's document with a write that the server holds until the fold in
@@ -252,20 +268,20 @@ impl Queue<'_, '_> {
             .projection(doc! { "n": 1, "alone": { "$elemMatch": { "$eq": self.mine } } })
             .await
             .map_err(|e| Error::mongo(FOLDS_COLLECTION, e))?;
-        Ok(Seen::of(seen, self.mine))
+        Ok(Seen::of(seen.as_ref(), self.mine))
     }
 
     /// Waits until a fold has written this push, running folds when nobody else does.
     async fn wait(&self, queued: Seen) -> Result<Folded> {
         let since = queued.folds;
         if !queued.first {
-            // The push first in the queue runs the next fold: wait for it, and give it a
-            // moment to start if the first look finds none in flight.
+            // The push first in the queue runs the next fold: give it a moment to start, so
+            // that the look waits for it rather than finding none in flight.
             for _ in 0..2 {
+                tokio::time::sleep(LEAD_TIME).await;
                 if let Some(folded) = self.look().await?.outcome(since) {
                     return Ok(folded);
                 }
-                tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
         let store = self.subset.store();
@@ -351,7 +367,7 @@ impl Steps for FoldSteps<'_, '_, '_> {
         let Some(before) = before else {
             return Ok(Folded::Alone);
         };
-        let outcome = if Seen::of(Some(before.clone()), q.mine).alone {
+        let outcome = if Seen::of(Some(&before), q.mine).alone {
             Folded::Alone
         } else {
             // Taken now, or by a fold since it queued.
