@@ -14,23 +14,25 @@
 //!    every child taken as one push does. An acknowledged push is thus in the child collection
 //!    and the subset, counted once, as a push in its own transaction is, and a fold cut off by a
 //!    crash or a failover leaves the queue as it was.
-//! 3. The other pushes wait with a write to the same document outside a transaction: the
-//!    server holds it until the fold in flight ends, so the waiting costs no retries and ends
-//!    when it should. A fold counted after a push queued has taken it; if none was, the push
-//!    runs a fold itself. Two folds that meet conflict on the document's first write, and the
-//!    loser waits the same way.
+//! 3. The other pushes wait to hear of the next fold from a change stream on the collection
+//!    (one per store, see `watch.rs`): a fold counted after a push queued has taken it. A push
+//!    that hears nothing for [`HEARD_WITHIN`] looks itself, with a write to the same document
+//!    outside a transaction, which the server holds until the fold in flight ends; if no fold
+//!    has taken it, it runs one. Two folds that meet conflict on the document's first write,
+//!    and the loser waits the same way.
 //!
 //! So a hot parent sees one transaction at a time, each carrying every push that queued while
-//! the last one ran, and a push costs two writes of its own besides its share of a fold. A
+//! the last one ran, and a push costs one write of its own besides its share of a fold. A
 //! fold that cannot write what it took (a duplicate child, a parent gone, a child a view
 //! refuses) sets those pushes aside, and each writes its children alone, getting its own
-//! result. Queue writes and waits use `w: majority`: a push is not acknowledged on a fold that
-//! a failover can still roll back.
+//! result. Queue writes and looks use `w: majority`, and a change stream shows only
+//! majority-committed changes: a push is not acknowledged on a fold that a failover can still
+//! roll back. A set-aside is counted too, so that a push that hears of one looks.
 //!
 //! A push cut off after queueing (its process gone) is written by the next fold of its parent.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::bson::oid::ObjectId;
@@ -44,14 +46,16 @@ use super::push::{Batch, PushSteps};
 use super::{driver_error, RawSubset};
 use crate::error::{Error, Result};
 
+mod watch;
+
 /// One document per folded parent: its queue, and how many folds it has had.
 pub const FOLDS_COLLECTION: &str = "subset_folds";
 
 /// How long a parent stays contended after its last conflict.
 const CONTENDED_FOR: Duration = Duration::from_secs(5);
 
-/// How long a queued push lets the push first in the queue start its fold before it looks.
-const LEAD_TIME: Duration = Duration::from_millis(1);
+/// How long a queued push waits to hear of a fold before it looks itself.
+const HEARD_WITHIN: Duration = Duration::from_millis(50);
 
 /// Pushes whose children take more than this (as BSON) are written alone: the queue of a
 /// parent is one document.
@@ -61,10 +65,11 @@ const LARGEST_ENTRY: i64 = 256 * 1024;
 /// never forgotten otherwise).
 const ALONE_KEPT: i32 = 1_000;
 
-/// The contended parents of a store (shared by the clones of a store).
+/// The contended parents of a store, and the folds heard of (shared by the clones of a store).
 #[derive(Default)]
 pub(crate) struct Folds {
     contended: Mutex<HashMap<Key, Instant>>,
+    heard: Arc<watch::Heard>,
 }
 
 impl Folds {
@@ -125,6 +130,12 @@ impl<'a> RawSubset<'a> {
             group: self.group_key(parent).0,
             mine: ObjectId::new(),
         };
+        let store = self.store();
+        let heard =
+            store
+                .folds
+                .heard
+                .listen(store.database(), store.collection_name(), &queue.id());
         let queued = match queue.enqueue(children).await {
             Ok(queued) => queued,
             // The queue is full.
@@ -135,7 +146,7 @@ impl<'a> RawSubset<'a> {
             // next fold.
             Err(e) => return Err(Error::mongo(FOLDS_COLLECTION, e).into_unknown()),
         };
-        match queue.wait(queued).await.map_err(still_queued)? {
+        match queue.wait(queued, heard).await.map_err(still_queued)? {
             Folded::Done => Ok(()),
             Folded::Alone => {
                 let result = self.push_alone(parent, batch, None, false).await;
@@ -161,6 +172,8 @@ fn still_queued(error: Error) -> Error {
 struct Seen {
     /// Folds so far.
     folds: i64,
+    /// Set-asides so far.
+    asides: i64,
     /// Whether the push is first in the queue.
     first: bool,
     /// Whether the push is set aside.
@@ -174,11 +187,12 @@ impl Seen {
             // stored is found, not stored again).
             return Seen {
                 folds: 0,
+                asides: 0,
                 first: false,
                 alone: true,
             };
         };
-        let folds = match document.get("n") {
+        let count = |name| match document.get(name) {
             Some(Bson::Int32(n)) => i64::from(*n),
             Some(Bson::Int64(n)) => *n,
             _ => 0,
@@ -194,7 +208,8 @@ impl Seen {
             .get_array("alone")
             .is_ok_and(|alone| alone.contains(&Bson::ObjectId(mine)));
         Seen {
-            folds,
+            folds: count("n"),
+            asides: count("a"),
             first,
             alone,
         }
@@ -222,12 +237,17 @@ struct Queue<'s, 'a> {
 }
 
 impl Queue<'_, '_> {
-    fn filter(&self) -> Document {
-        doc! { "_id": {
+    /// The `_id` of the parent's document.
+    fn id(&self) -> Document {
+        doc! {
             "c": self.subset.store().collection_name(),
             "f": self.group,
             "p": self.parent.clone(),
-        } }
+        }
+    }
+
+    fn filter(&self) -> Document {
+        doc! { "_id": self.id() }
     }
 
     /// The collection for writes outside a transaction: `w: majority`, whatever the store's
@@ -242,7 +262,9 @@ impl Queue<'_, '_> {
             .collection_with_options(FOLDS_COLLECTION, options)
     }
 
-    /// Appends this push's children to the queue.
+    /// Appends this push's children to the queue. With `w: majority`, although a fold's
+    /// majority would cover this write: after a failover, a push that saw an entry of its own
+    /// rolled back must not take a fold on the new primary for the fold of its children.
     async fn enqueue(&self, children: Vec<Bson>) -> mongodb::error::Result<Seen> {
         let update = doc! {
             "$push": { "q": { "i": self.mine, "c": children } },
@@ -253,7 +275,7 @@ impl Queue<'_, '_> {
             .find_one_and_update(self.filter(), update)
             .upsert(true)
             .return_document(ReturnDocument::After)
-            .projection(doc! { "n": 1, "q.i": 1 })
+            .projection(doc! { "n": 1, "a": 1, "q.i": 1 })
             .await?;
         Ok(Seen::of(seen.as_ref(), self.mine))
     }
@@ -272,16 +294,25 @@ impl Queue<'_, '_> {
     }
 
     /// Waits until a fold has written this push, running folds when nobody else does.
-    async fn wait(&self, queued: Seen) -> Result<Folded> {
+    async fn wait(
+        &self,
+        queued: Seen,
+        mut heard: tokio::sync::watch::Receiver<watch::Counts>,
+    ) -> Result<Folded> {
         let since = queued.folds;
         if !queued.first {
-            // The push first in the queue runs the next fold: give it a moment to start, so
-            // that the look waits for it rather than finding none in flight.
-            for _ in 0..2 {
-                tokio::time::sleep(LEAD_TIME).await;
-                if let Some(folded) = self.look().await?.outcome(since) {
-                    return Ok(folded);
-                }
+            // The push first in the queue runs the next fold: hear of it, or look.
+            let news = |(folds, asides): &watch::Counts| *folds > since || *asides > queued.asides;
+            let heard = tokio::time::timeout(HEARD_WITHIN, heard.wait_for(news))
+                .await
+                .ok()
+                .and_then(|counts| counts.ok().map(|counts| *counts));
+            // A fold and no set-aside since it queued: taken.
+            if heard.is_some_and(|(_, asides)| asides <= queued.asides) {
+                return Ok(Folded::Done);
+            }
+            if let Some(folded) = self.look().await?.outcome(since) {
+                return Ok(folded);
             }
         }
         let store = self.subset.store();
@@ -316,6 +347,7 @@ impl Queue<'_, '_> {
         let update = doc! {
             "$pull": { "q": { "i": { "$in": pushes } } },
             "$push": { "alone": { "$each": pushes, "$slice": -ALONE_KEPT } },
+            "$inc": { "a": 1_i64 },
         };
         self.outside()
             .update_one(self.filter(), update)
