@@ -116,15 +116,23 @@ pub(crate) fn after_branches(spec: &SubsetSpec, prefix: &str, after: &[Bson]) ->
 fn keyset_branches(spec: &SubsetSpec, prefix: &str, position: &[Bson], side: Side) -> Vec<Bson> {
     let mut branches = Vec::with_capacity(position.len());
     let mut equal = Document::new();
-    for (key, value) in spec.order().zip(position) {
+    let mut keys = spec.order().zip(position).peekable();
+    while let Some((key, value)) = keys.next() {
         // A key compares the other way when it descends, and again when the page reads back.
         let op = match (key.direction, side) {
             (Direction::Asc, Side::After) | (Direction::Desc, Side::Before) => "$gt",
             (Direction::Desc, Side::After) | (Direction::Asc, Side::Before) => "$lt",
         };
         let path = format!("{prefix}{}", key.field);
+        let comparison = doc! { op: value.clone() };
+        if keys.peek().is_none() {
+            // No key follows to need the equalities: the last branch takes them, uncopied.
+            equal.insert(path, comparison);
+            branches.push(Bson::Document(equal));
+            break;
+        }
         let mut branch = equal.clone();
-        branch.insert(path.clone(), doc! { op: value.clone() });
+        branch.insert(path.clone(), comparison);
         branches.push(Bson::Document(branch));
         // `$eq`, not a bare value: a forged cursor value such as `{"$ne": null}` stays a value.
         equal.insert(path, doc! { "$eq": value.clone() });

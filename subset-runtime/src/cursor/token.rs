@@ -1,6 +1,7 @@
 //! The cursor and its token: what a cursor holds, and the URL-safe string it travels as
 //! (`Display`/`FromStr`, and serde as that string).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -29,7 +30,9 @@ const VERSION: i32 = 1;
 /// on use.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cursor {
-    pub(crate) field: String,
+    /// Borrowed from the descriptor in the cursors a page makes (one per child, so none
+    /// allocates its field's name); owned in one read from a token.
+    pub(crate) field: Cow<'static, str>,
     pub(crate) parent: Bson,
     pub(crate) position: Vec<Bson>,
 }
@@ -39,7 +42,7 @@ impl Cursor {
     pub fn encode(&self) -> String {
         let token = doc! {
             "v": VERSION,
-            "f": &self.field,
+            "f": &*self.field,
             "p": self.parent.clone(),
             "k": self.position.clone(),
         };
@@ -91,7 +94,7 @@ impl Cursor {
             return Err(invalid("the token holds a sort value that is not a scalar"));
         }
         Ok(Cursor {
-            field,
+            field: Cow::Owned(field),
             parent,
             position,
         })

@@ -1,6 +1,8 @@
 //! Merged pagination: the first page from the embedded subset, later pages by keyset on
 //! (sort keys, `_id`) from the child collection; and the whole collection as a stream.
 
+use std::borrow::Cow;
+
 use crate::bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use futures::stream::BoxStream;
 use mongodb::ClientSession;
@@ -125,11 +127,10 @@ impl RawSubset<'_> {
             } else {
                 cursors.last()
             };
-            let served = farthest.map(|c| c.position.clone());
-            let odd = served
-                .as_ref()
-                .is_some_and(|s| cursor.check_brackets(spec, s).is_err());
+            let served = farthest.map(|c| c.position.as_slice());
+            let odd = served.is_some_and(|s| cursor.check_brackets(spec, s).is_err());
             if !more || odd {
+                let served = served.map(<[Bson]>::to_vec);
                 self.report_misfit(ctx, parent, cursor, served).await?;
             }
         }
@@ -313,7 +314,7 @@ impl RawSubset<'_> {
             });
         }
         Ok(Cursor {
-            field: self.spec.field.to_owned(),
+            field: Cow::Borrowed(self.spec.field),
             parent: parent.clone(),
             position,
         })
