@@ -5,11 +5,12 @@
 //!
 //! In transactions, pushes to one parent conflict: the server lets one commit and aborts the
 //! others, which retry. Within one process the store queues pushes to a parent that has a
-//! transaction in flight and runs them together in the next one (group commit). Processes do not
-//! share that queue: their pushes conflict and spread out by the backoff (exponential, full
-//! jitter). For those configurations the benchmark starts copies of itself in a worker mode
-//! (`--hot-worker`) against the same server, starts them at once, and gathers their latencies
-//! and acknowledged pushes from their output.
+//! transaction in flight and runs them together in the next one (group commit). Across
+//! processes, a parent whose push transaction conflicted is folded: pushes queue in its document
+//! of `subset_folds` and one transaction at a time writes every push queued (see the
+//! consistency guide). For those configurations the benchmark starts copies of itself in a
+//! worker mode (`--hot-worker`) against the same server, starts them at once, and gathers their
+//! latencies and acknowledged pushes from their output.
 //!
 //! Around each run the server's transaction counters (`serverStatus`) give the transactions
 //! committed and aborted per push. The library counts its retries nowhere (each is a `tracing`
