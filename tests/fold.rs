@@ -115,10 +115,7 @@ async fn a_push_cut_off_after_queueing_is_written_by_the_next_fold() {
     store
         .database()
         .collection::<Document>("products")
-        .update_one(
-            doc! { "_id": product.id },
-            doc! { "$set": { "held": true } },
-        )
+        .update_one(doc! { "_id": product.id }, doc! { "$inc": { "held": 1 } })
         .session(&mut holder)
         .await
         .unwrap();

@@ -392,7 +392,9 @@ where
     store
         .database()
         .collection::<Document>("products")
-        .update_one(doc! { "_id": parent }, doc! { "$set": { "held": true } })
+        // An increment: a `$set` of the value a field already has writes nothing, and holds
+        // nothing.
+        .update_one(doc! { "_id": parent }, doc! { "$inc": { "held": 1 } })
         .session(&mut holder)
         .await
         .unwrap();
