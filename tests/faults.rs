@@ -348,16 +348,9 @@ async fn folded_push_under(command: &str, fault: Fault) -> String {
     store.insert(&product).await.unwrap();
     let reviews = store.subset(Product::RECENT_REVIEWS);
     // Contended from now on, in this store: the pushes below are folded.
-    let (pusher, id) = (store.clone(), product.id);
-    common::folded(&store, &product.id, async move {
-        let warm_up = Review::at(0);
-        pusher
-            .subset(Product::RECENT_REVIEWS)
-            .push(&id, &warm_up)
-            .await
-    })
-    .await
-    .unwrap();
+    common::folded(&store, &product.id, &Review::at(0))
+        .await
+        .unwrap();
     let review = Review::at(1);
     let times = if command != "findAndModify" && matches!(fault, Fault::Fatal) {
         2

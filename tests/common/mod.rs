@@ -379,15 +379,9 @@ pub async fn queued(store: &Store<Product>, parent: &ObjectId) -> Vec<Bson> {
         .unwrap_or_default()
 }
 
-/// Runs `push` while another transaction holds `parent`, so that the push conflicts and is
-/// folded; lets go of the parent once the push has queued.
-pub async fn folded<F>(store: &Store<Product>, parent: &ObjectId, push: F) -> subset::Result<()>
-where
-    F: std::future::Future<Output = subset::Result<()>> + Send + 'static,
-{
-    let before = queued(store, parent).await.len();
-    let client = store.database().client();
-    let mut holder = client.start_session().await.unwrap();
+/// A transaction that holds `parent` until it is committed: every other write to it conflicts.
+pub async fn hold(store: &Store<Product>, parent: &ObjectId) -> mongodb::ClientSession {
+    let mut holder = store.database().client().start_session().await.unwrap();
     holder.start_transaction().await.unwrap();
     store
         .database()
@@ -398,7 +392,25 @@ where
         .session(&mut holder)
         .await
         .unwrap();
-    let push = tokio::spawn(push);
+    holder
+}
+
+/// Pushes `review` to `parent` while another transaction holds the parent, so that the push
+/// conflicts and is folded; lets go of the parent once the push has queued.
+pub async fn folded(
+    store: &Store<Product>,
+    parent: &ObjectId,
+    review: &Review,
+) -> subset::Result<()> {
+    let before = queued(store, parent).await.len();
+    let mut holder = hold(store, parent).await;
+    let (pusher, id, review) = (store.clone(), *parent, review.clone());
+    let push = tokio::spawn(async move {
+        pusher
+            .subset(Product::RECENT_REVIEWS)
+            .push(&id, &review)
+            .await
+    });
     wait_for(|| async { queued(store, parent).await.len() > before }).await;
     holder.commit_transaction().await.unwrap();
     push.await.unwrap()

@@ -49,11 +49,14 @@ pub(crate) trait Steps: Sync {
         error: Error,
     ) -> impl Future<Output = Result<Retry<Self::Output>>> + Send {
         let _ = error;
-        async move {
-            backoff(attempt).await;
-            Ok(Retry::Again)
-        }
+        again_after_backoff(attempt)
     }
+}
+
+/// [`Steps::before_retry`]'s default: a jittered backoff, then another attempt.
+pub(super) async fn again_after_backoff<T>(attempt: u32) -> Result<Retry<T>> {
+    backoff(attempt).await;
+    Ok(Retry::Again)
 }
 
 /// What a transaction of ours does after a transient error (see [`Steps::before_retry`]).

@@ -234,8 +234,7 @@ impl Steps for PushSteps<'_, '_> {
             s.store().folds.contend(s.group_key(self.parent));
             return Err(error);
         }
-        exec::backoff(attempt).await;
-        Ok(Retry::Again)
+        exec::again_after_backoff(attempt).await
     }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
