@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
 use subset::bson::{doc, DateTime, Document, RawDocumentBuf};
 use subset::testkit::{MongoServer, Topology};
-use subset::{Child, PageRequest, Parent, Store};
+use subset::{Child, PageRequest, Store, Subset};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Review {
@@ -37,7 +37,7 @@ struct ReviewPreview {
     date: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "shops")]
 struct Shop {
     #[serde(rename = "_id")]
@@ -118,7 +118,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = Store::<Shop>::new(&db);
     store.ensure_indexes().await?;
     store.insert(&shop).await?;
-    let handle = store.subset(Shop::REVIEWS);
+    let handle = store.children(Shop::REVIEWS);
     handle.push_many(&shop.id, &reviews).await?;
 
     let page = store.get(&shop.id).await?.ok_or("shop vanished")?;

@@ -17,7 +17,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::testkit::{MongoServer, Topology};
-use subset::{Child, PageRequest, Parent, Store};
+use subset::{Child, PageRequest, Store, Subset};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
 struct Review {
@@ -44,7 +44,7 @@ struct ReviewPreview {
     date: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -222,7 +222,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     reviews.shuffle(&mut rng);
     // Typed by the whole review; a push through it updates all three views in one update.
-    let handle = store.subset(Product::LATEST);
+    let handle = store.children(Product::LATEST);
     for review in &reviews {
         handle.push(&product.id, review).await?;
     }

@@ -2,7 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
-pub use subset_derive::{Child, Parent};
+pub use subset_derive::{Child, Subset};
 pub use subset_runtime::*;
 
 // The `subset-testkit` crate, whose own docs render as this module's.

@@ -13,7 +13,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::bson_compat;
-use subset::{repair::SweepOptions, Child, Error, PageRequest, Store};
+use subset::{Child, Error, PageRequest, Store};
 
 /// Writes `doc` straight through the driver into `collection`.
 async fn raw_insert(store: &Store<Product>, collection: &str, doc: Document) {
@@ -31,7 +31,7 @@ async fn product_with(store: &Store<Product>, n: i64) -> Product {
     store.insert(&product).await.unwrap();
     let batch: Vec<Review> = (1..=n).map(Review::at).collect();
     store
-        .subset(Product::RECENT_REVIEWS)
+        .children(Product::RECENT_REVIEWS)
         .push_many(&product.id, &batch)
         .await
         .unwrap();
@@ -83,7 +83,7 @@ fn assert_malformed_child(err: &Error, collection: &str, id: &Bson, field: &str)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_subset_field_of_the_wrong_shape_fails_reconcile_check_and_the_sweeps() {
     for store in stores::<Product>().await {
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let cases = [
             (
                 Bson::String("oops".into()),
@@ -125,10 +125,7 @@ async fn a_subset_field_of_the_wrong_shape_fails_reconcile_check_and_the_sweeps(
             let from_reconcile = reviews.reconcile(&product.id).await.unwrap_err();
             assert_malformed_parent(&from_reconcile, product.id, field, problem);
             // The sweeps go past it and report it, naming it.
-            for sweep in [
-                store.check_all(&SweepOptions::default(), |_| {}).await,
-                store.reconcile_all(&SweepOptions::default(), |_| {}).await,
-            ] {
+            for sweep in [store.check_all().await, store.reconcile_all().await] {
                 let report = sweep.unwrap();
                 assert_eq!(report.progress.failed, 1);
                 let [failure] = report.failures.as_slice() else {
@@ -163,7 +160,7 @@ async fn a_subset_field_of_the_wrong_shape_fails_reconcile_check_and_the_sweeps(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_subset_field_is_an_error_to_read_and_drift_to_reconcile() {
     for store in stores::<Product>().await {
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let product = product_with(&store, 7).await;
         let parents = store.database().collection::<Document>("products");
         parents
@@ -204,7 +201,7 @@ async fn a_missing_subset_field_is_an_error_to_read_and_drift_to_reconcile() {
 async fn a_count_of_the_wrong_type_is_named_refused_by_push_and_recounted_by_reconcile() {
     for store in stores::<Product>().await {
         let mode = store.mode().await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let product = product_with(&store, 3).await;
         let parents = store.database().collection::<Document>("products");
         parents
@@ -241,7 +238,7 @@ async fn a_count_of_the_wrong_type_is_named_refused_by_push_and_recounted_by_rec
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_children_are_named_on_every_read_path() {
     let store = Store::<Product>::new(&replica_db().await);
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let product = product_with(&store, 8).await;
     let date = DateTime::from_millis(100);
     // Newer than every good child, so they rank first; each wrong in one way.
@@ -316,7 +313,7 @@ async fn malformed_children_are_named_on_every_read_path() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sort_key_of_the_wrong_type_is_named_by_all_and_by_a_collection_page() {
     let store = Store::<Product>::new(&replica_db().await);
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let product = product_with(&store, 12).await;
     // A date stored as a string by some other writer. MongoDB sorts every string before every
     // date, so in `date desc` order it comes last.
@@ -355,7 +352,7 @@ async fn a_sort_key_of_the_wrong_type_is_named_by_all_and_by_a_collection_page()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_child_without_its_parent_key_is_invisible_and_its_id_is_refused() {
     for store in stores::<Product>().await {
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let product = product_with(&store, 2).await;
         // No parent key at all, and the parent's id as a string rather than an ObjectId.
         let orphan = Review::at(50);
@@ -413,7 +410,7 @@ struct Tag {
     note: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "boards")]
 struct Board {
     #[serde(rename = "_id")]
@@ -472,7 +469,7 @@ async fn hostile_strings_round_trip_verbatim() {
             tag_count: 0,
         };
         store.insert(&board).await.unwrap();
-        let tags = store.subset(Board::TAGS);
+        let tags = store.children(Board::TAGS);
         let all_tags: Vec<Tag> = strings
             .iter()
             .enumerate()
@@ -551,7 +548,7 @@ async fn hostile_strings_round_trip_verbatim() {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "accounts")]
 struct Account {
     #[serde(rename = "_id")]
@@ -563,7 +560,7 @@ struct Account {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_parent_id_that_cannot_be_bson_is_a_typed_error() {
     let store = Store::<Account>::new(&replica_db().await);
-    let entries = store.subset(Account::RECENT);
+    let entries = store.children(Account::RECENT);
     // BSON has no unsigned 64-bit integer; this one does not fit an int64.
     let id = u64::MAX;
     let is_id_error =
@@ -600,7 +597,7 @@ async fn a_parent_id_that_cannot_be_bson_is_a_typed_error() {
 async fn a_parent_id_of_the_wrong_bson_type_finds_no_parent() {
     for store in stores::<Product>().await {
         let product = product_with(&store, 2).await;
-        let raw = store.raw().subset(Product::RECENT_REVIEWS.spec());
+        let raw = store.raw().children(Product::RECENT_REVIEWS.spec());
         // The right hex, the wrong type: a string is not the ObjectId.
         let wrong = Bson::String(product.id.to_hex());
         let child = bson_compat::to_document(&Review::at(5)).unwrap();
@@ -629,7 +626,7 @@ async fn a_parent_id_of_the_wrong_bson_type_finds_no_parent() {
         // Nothing was left in the child collection, and the real parent is untouched.
         assert_eq!(
             store
-                .subset(Product::RECENT_REVIEWS)
+                .children(Product::RECENT_REVIEWS)
                 .count(&product.id)
                 .await
                 .unwrap(),
@@ -652,7 +649,7 @@ async fn a_sort_key_of_the_wrong_type_is_reported_by_keyset_pages_not_skipped() 
         store.ensure_indexes().await.unwrap();
         let product = Product::named("mistyped");
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let batch: Vec<Review> = (0..12).map(Review::at).collect();
         reviews.push_many(&product.id, &batch).await.unwrap();
         // Written by someone else, with the date as a string: `$lt: <date>` never matches it.
@@ -707,7 +704,7 @@ async fn a_forged_cursor_value_is_a_value_not_an_operator() {
     let store = Store::<Product>::new(&replica_db().await);
     let product = Product::named("forged");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let batch: Vec<Review> = (0..12).map(Review::at).collect();
     reviews.push_many(&product.id, &batch).await.unwrap();
     // A cursor whose date is `{"$ne": null}`: read as an operator it would match every child.
@@ -780,9 +777,9 @@ fn every_single_byte_flip_of_a_token_is_rejected_or_a_whole_cursor() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_id_that_would_act_as_an_operator_is_refused_before_any_query() {
     let store = Store::<Product>::new(&replica_db().await);
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let (victim, other) = (product_with(&store, 3).await, product_with(&store, 2).await);
-    let raw = store.raw().subset(Product::RECENT_REVIEWS.spec());
+    let raw = store.raw().children(Product::RECENT_REVIEWS.spec());
     let hostile = [
         Bson::Document(doc! { "$ne": null }),
         Bson::Document(doc! { "$exists": true }),

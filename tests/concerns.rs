@@ -84,7 +84,7 @@ async fn the_librarys_transactions_set_their_own_concerns() {
     store.insert(&product).await.unwrap();
     log.lock().unwrap().clear();
     store
-        .subset(Product::RECENT_REVIEWS)
+        .children(Product::RECENT_REVIEWS)
         .push(&product.id, &Review::at(1))
         .await
         .unwrap();
@@ -104,7 +104,7 @@ async fn the_librarys_transactions_set_their_own_concerns() {
     let store = Store::<Product>::new(&db)
         .with_write_concern(WriteConcern::builder().w(Acknowledgment::Nodes(1)).build());
     store
-        .subset(Product::RECENT_REVIEWS)
+        .children(Product::RECENT_REVIEWS)
         .push(&product.id, &Review::at(2))
         .await
         .unwrap();
@@ -126,7 +126,7 @@ async fn a_callers_transaction_keeps_the_callers_concerns() {
         .unwrap();
     log.lock().unwrap().clear();
     store
-        .subset(Product::RECENT_REVIEWS)
+        .children(Product::RECENT_REVIEWS)
         .push(&product.id, &Review::at(1))
         .session(&mut session)
         .await
@@ -148,7 +148,7 @@ async fn a_stores_read_concern_goes_on_every_read_outside_a_transaction() {
             Some("majority"),
         ),
     ] {
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         log.lock().unwrap().clear();
         store.get(&product.id).await.unwrap();
         reviews

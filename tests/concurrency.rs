@@ -15,7 +15,7 @@ use common::*;
 use rand::Rng;
 use subset::bson;
 use subset::bson_compat;
-use subset::{repair::SweepOptions, Error, Store, WriteMode};
+use subset::{Error, Store, WriteMode};
 
 const TASKS: usize = 8;
 const PARENTS: usize = 3;
@@ -55,7 +55,7 @@ async fn mixed_writers(store: &Store<Product>, ids: &[ObjectId]) -> Arc<Tally> {
     for t in 0..TASKS {
         let (store, ids, pool, tally) = (store.clone(), ids.to_vec(), pool.clone(), tally.clone());
         tasks.push(tokio::spawn(async move {
-            let reviews = store.subset(Product::RECENT_REVIEWS);
+            let reviews = store.children(Product::RECENT_REVIEWS);
             let mut n = 0_usize;
             while Instant::now() < until {
                 n += 1;
@@ -116,7 +116,7 @@ async fn mixed_writers(store: &Store<Product>, ids: &[ObjectId]) -> Arc<Tally> {
 
 /// Drift per parent as `check` sees it, in words, empty when every subset is exact.
 async fn drifts(store: &Store<Product>, ids: &[ObjectId]) -> Vec<String> {
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let mut found = Vec::new();
     for id in ids {
         let drift = reviews.check(id).await.unwrap();
@@ -185,7 +185,7 @@ async fn reconcile_never_overwrites_a_pushed_child(store: Store<Product>) {
     for _ in 0..4 {
         let (store, ids, clock, acked) = (store.clone(), ids.clone(), clock.clone(), acked.clone());
         pushers.push(tokio::spawn(async move {
-            let reviews = store.subset(Product::RECENT_REVIEWS);
+            let reviews = store.children(Product::RECENT_REVIEWS);
             let parents = store.database().collection::<Document>("products");
             let mut n = 0;
             while Instant::now() < until {
@@ -227,7 +227,7 @@ async fn reconcile_never_overwrites_a_pushed_child(store: Store<Product>) {
             fixes.clone(),
         );
         reconcilers.push(tokio::spawn(async move {
-            let reviews = store.subset(Product::RECENT_REVIEWS);
+            let reviews = store.children(Product::RECENT_REVIEWS);
             let mut n = r;
             while Instant::now() < until {
                 n += 1;
@@ -255,7 +255,7 @@ async fn reconcile_never_overwrites_a_pushed_child(store: Store<Product>) {
         absent_ids(store.database(), "reviews", &ids_acked).await,
         Vec::<ObjectId>::new()
     );
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let mut count_drift = Vec::new();
     for id in &ids {
         let drift = reviews.check(id).await.unwrap();
@@ -279,7 +279,7 @@ async fn reconcile_never_overwrites_a_pushed_child(store: Store<Product>) {
     match mode {
         // One transaction per push and per reconcile: nothing to drift.
         WriteMode::Transactional => assert_eq!(count_drift, []),
-        // Documented on `RawSubset::reconcile`: a reconcile that counts a child whose push has
+        // Documented on `raw::Children::reconcile`: a reconcile that counts a child whose push has
         // not yet updated the parent leaves the count one high per such child, and the next
         // reconcile corrects it. Never low, and never a wrong array.
         WriteMode::Ordered => {
@@ -289,10 +289,7 @@ async fn reconcile_never_overwrites_a_pushed_child(store: Store<Product>) {
                     .all(|(stored, actual)| *stored as u64 >= *actual),
                 "{count_drift:?}"
             );
-            store
-                .reconcile_all(&SweepOptions::default(), |_| {})
-                .await
-                .unwrap();
+            store.reconcile_all().await.unwrap();
             for id in &ids {
                 assert_subset_true(&store, Product::RECENT_REVIEWS, &Bson::ObjectId(*id)).await;
             }

@@ -18,7 +18,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
 use subset::bson::{Bson, DateTime};
-use subset::{repair::SweepOptions, Child, Parent, Store, SubsetField, WriteMode};
+use subset::{Child, Store, Subset, SubsetField, WriteMode};
 use subset_testkit::{skip, MongoServer, Topology};
 
 const WRITERS: usize = 4;
@@ -61,7 +61,7 @@ struct MarkPreview {
 }
 
 /// Three views of the marks, two counts and two sums: every one can drift in a crash.
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "shelves")]
 struct Shelf {
     #[serde(rename = "_id")]
@@ -103,7 +103,7 @@ impl ExpectedOrder<Mark> for Shelf {
 }
 
 /// A parent type the writers push into, through `FIELD`.
-trait Crashed: Parent<Id = ObjectId> + ExpectedOrder<Self::Kid> {
+trait Crashed: Subset<Id = ObjectId> + ExpectedOrder<Self::Kid> {
     type Kid: Child<Id = ObjectId> + Clone;
     const FIELD: SubsetField<Self, Self::Kid>;
     /// The child collection.
@@ -158,7 +158,7 @@ impl Crashed for Shelf {
     }
 }
 
-async fn store_at<P: Parent>(uri: &str, db: &str) -> Store<P> {
+async fn store_at<P: Subset>(uri: &str, db: &str) -> Store<P> {
     let client = mongodb::Client::with_uri_str(uri).await.unwrap();
     Store::new(&client.database(db))
 }
@@ -215,7 +215,7 @@ async fn crash_run<P: Crashed>(
                 // error, and a push is idempotent.
                 let deadline = Instant::now() + PUSH_TIMEOUT;
                 loop {
-                    let result = store.subset(P::FIELD).push(&parent, &review).await;
+                    let result = store.children(P::FIELD).push(&parent, &review).await;
                     match result {
                         Ok(()) => {
                             log.ack(w, parent, P::child_id(&review));
@@ -310,7 +310,7 @@ async fn assert_no_acknowledged_child_lost<P: Crashed>(run: &Run<P>) {
         "{} acknowledged children lost: {lost:?}",
         lost.len()
     );
-    let reviews = run.store.subset(P::FIELD);
+    let reviews = run.store.children(P::FIELD);
     for parent in &run.parents {
         let acked = acks.iter().filter(|a| a.parent == *parent).count() as u64;
         // Exactly: a retried push never stores a second copy.
@@ -346,11 +346,7 @@ async fn standalone_crash<P: Crashed>() {
     // embedded and not counted; the writers' retries put every such child back into its subset
     // (but cannot know to count it). Never an embedded child missing from the collection, never
     // a count too high.
-    let before = run
-        .store
-        .check_all(&SweepOptions::default(), |_| {})
-        .await
-        .unwrap();
+    let before = run.store.check_all().await.unwrap();
     eprintln!(
         "standalone: check_all after the crashes: {} of {} parents drifted",
         before.progress.drifted, before.progress.checked
@@ -384,18 +380,10 @@ async fn standalone_crash<P: Crashed>() {
     }
     assert_eq!(before.progress.fixed, 0, "check_all changes nothing");
 
-    let repaired = run
-        .store
-        .reconcile_all(&SweepOptions::default(), |_| {})
-        .await
-        .unwrap();
+    let repaired = run.store.reconcile_all().await.unwrap();
     assert_eq!(repaired.progress.drifted, before.progress.drifted);
     assert_eq!(repaired.progress.fixed, before.progress.drifted);
-    let after = run
-        .store
-        .check_all(&SweepOptions::default(), |_| {})
-        .await
-        .unwrap();
+    let after = run.store.check_all().await.unwrap();
     assert_eq!(after.progress.drifted, 0, "{:?}", after.drifts);
     for parent in &run.parents {
         assert_subset_true(&run.store, P::FIELD, &Bson::ObjectId(*parent)).await;
@@ -411,11 +399,7 @@ async fn a_replica_set_crash_loses_nothing_acknowledged_and_leaves_no_drift() {
     let run = crash_run::<Product>(&mut server, 2, WriteMode::Transactional).await;
     assert_no_acknowledged_child_lost(&run).await;
     // Without any reconcile.
-    let report = run
-        .store
-        .check_all(&SweepOptions::default(), |_| {})
-        .await
-        .unwrap();
+    let report = run.store.check_all().await.unwrap();
     assert_eq!(report.progress.checked, PARENTS as u64);
     assert_eq!(report.progress.drifted, 0, "{:?}", report.drifts);
     for parent in &run.parents {

@@ -17,7 +17,7 @@ use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use rand::Rng;
 use subset::bson::{doc, Bson, Document};
-use subset::{repair::SweepOptions, Store, WriteMode};
+use subset::{Store, WriteMode};
 use subset_testkit::{skip, ReplicaSet};
 
 /// How long each phase may take before the test gives up on it.
@@ -101,7 +101,7 @@ async fn acknowledged_pushes_survive_a_stepdown_and_a_primary_crash() {
         let (store, log, stop, parents) =
             (store.clone(), log.clone(), stop.clone(), parents.clone());
         writers.push(tokio::spawn(async move {
-            let reviews = store.subset(Product::RECENT_REVIEWS);
+            let reviews = store.children(Product::RECENT_REVIEWS);
             let mut n = 0_usize;
             while !stop.load(Ordering::Relaxed) {
                 let parent = parents[(w + n) % PARENTS];
@@ -212,13 +212,10 @@ async fn acknowledged_pushes_survive_a_stepdown_and_a_primary_crash() {
     );
 
     // No drift, without any reconcile: every subset and count exact.
-    let report = store
-        .check_all(&SweepOptions::default(), |_| {})
-        .await
-        .unwrap();
+    let report = store.check_all().await.unwrap();
     assert_eq!(report.progress.checked, PARENTS as u64);
     assert_eq!(report.progress.drifted, 0, "{:?}", report.drifts);
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let mut total = 0;
     for parent in &parents {
         assert_subset_true(&store, Product::RECENT_REVIEWS, &Bson::ObjectId(*parent)).await;

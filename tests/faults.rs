@@ -171,7 +171,7 @@ async fn push_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let review = Review::at(1);
     let first = point
         .once((mode, command, fault), reviews.push(&product.id, &review))
@@ -210,7 +210,7 @@ async fn remove_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let (gone, kept) = (Review::at(1), Review::at(2));
     reviews
         .push_many(&product.id, &[gone.clone(), kept.clone()])
@@ -291,7 +291,7 @@ async fn update_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let (moved, other) = (Review::at(1), Review::at(2));
     reviews
         .push_many(&product.id, &[moved.clone(), other.clone()])
@@ -346,7 +346,7 @@ async fn folded_push_under(command: &str, fault: Fault) -> String {
     let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     // Contended from now on, in this store: the pushes below are folded.
     common::folded(&store, &product.id, &Review::at(0))
         .await
@@ -429,7 +429,7 @@ async fn push_many_under(mode: WriteMode, command: &str, fault: Fault) -> String
     let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let batch: Vec<Review> = (1..=3).map(Review::at).collect();
     let first = point
         .once(
@@ -491,7 +491,7 @@ async fn reconcile_under(mode: WriteMode, command: &str, fault: Fault) -> String
     let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let review = Review::at(1);
     let mut raw = subset::bson_compat::to_document(&review).unwrap();
     raw.insert("product_id", product.id);
@@ -571,7 +571,7 @@ async fn patch_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let (patched, other) = (Review::at(1), Review::at(2));
     reviews
         .push_many(&product.id, &[patched.clone(), other.clone()])
@@ -632,7 +632,7 @@ async fn move_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     let (from, to) = (Product::named("from"), Product::named("to"));
     store.insert(&from).await.unwrap();
     store.insert(&to).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let review = Review::at(1);
     reviews.push(&from.id, &review).await.unwrap();
     let first = point
@@ -688,7 +688,7 @@ async fn a_write_cut_off_twice_is_an_unknown_outcome_and_its_retry_ends_whole() 
         let (store, point) = faulty(mode).await;
         let product = Product::named("faults");
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let review = Review::at(1);
         let mut data = Fault::ClosedConnection.data();
         data.insert("failCommands", vec![command]);

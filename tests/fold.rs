@@ -49,7 +49,7 @@ async fn pushes_from_many_processes_to_one_parent_each_land_once() {
         for t in 0..TASKS {
             let (store, id) = (store.clone(), product.id);
             tasks.push(tokio::spawn(async move {
-                let reviews = store.subset(Product::RECENT_REVIEWS);
+                let reviews = store.children(Product::RECENT_REVIEWS);
                 let mut pushed = Vec::new();
                 for n in 0..PUSHES {
                     let review = Review::at(((s * TASKS + t) * PUSHES + n) as i64);
@@ -108,7 +108,7 @@ async fn a_push_cut_off_after_queueing_is_written_by_the_next_fold() {
     let lost = Review::at(1);
     let (pusher, id, r) = (store.clone(), product.id, lost.clone());
     let push =
-        tokio::spawn(async move { pusher.subset(Product::RECENT_REVIEWS).push(&id, &r).await });
+        tokio::spawn(async move { pusher.children(Product::RECENT_REVIEWS).push(&id, &r).await });
     wait_for(|| async { !queued(store, &product.id).await.is_empty() }).await;
     push.abort();
     let _ = push.await;
@@ -139,7 +139,7 @@ async fn a_fold_that_cannot_write_an_entry_writes_each_push_alone() {
     let (product, other) = (Product::named("folded"), Product::named("owner"));
     store.insert(&product).await.unwrap();
     store.insert(&other).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     // A queued push nobody can write, as another program might leave in the queue.
     let garbage = ObjectId::new();
     store

@@ -25,7 +25,7 @@ use subset::bson;
 use subset::bson_compat;
 use subset::{
     follow::CatchUp, follow::FollowOptions, follow::FollowStats, follow::FollowUpdate,
-    follow::Follower, follow::DEFAULT_TOKEN_COLLECTION, Child, Error, Store, Subset,
+    follow::Follower, follow::DEFAULT_TOKEN_COLLECTION, Child, Children, Error, Store,
 };
 
 /// Parents written to in each test.
@@ -41,7 +41,7 @@ fn options(name: &str) -> FollowOptions {
 
 /// `PARENTS` products made with the library, plus a sentinel one, each with a few reviews.
 async fn seeded(store: &Store<Product>) -> (Vec<ObjectId>, ObjectId) {
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let mut ids = Vec::new();
     for i in 0..=PARENTS {
         let product = Product::named(&format!("product {i}"));
@@ -463,7 +463,7 @@ async fn library_writes_cost_no_second_write_and_interleave_with_external_ones()
     seen.wait_started(1).await;
 
     // The library alone: every push is already right when its event arrives.
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let mut pushes = 0;
     for (i, parent) in parents.iter().enumerate() {
         for k in 0..4 {
@@ -494,7 +494,7 @@ async fn library_writes_cost_no_second_write_and_interleave_with_external_ones()
     for w in 0..4 {
         let (store, parents, count) = (store.clone(), parents.clone(), library_pushes.clone());
         tasks.push(tokio::spawn(async move {
-            let reviews: Subset<'_, Product, Review> = store.subset(Product::RECENT_REVIEWS);
+            let reviews: Children<'_, Product, Review> = store.children(Product::RECENT_REVIEWS);
             let mut rng = StdRng::seed_from_u64(100 + w);
             while Instant::now() < until {
                 let parent = parents[rng.random_range(0..parents.len())];
@@ -791,7 +791,7 @@ struct Score {
     points: i32,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "players")]
 struct Player {
     #[serde(rename = "_id")]
@@ -1178,7 +1178,7 @@ struct EntryPreview {
 
 /// Two views of one collection and key: the best entries as previews, and the best live ones
 /// with their own count and sum.
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "tables")]
 struct Table {
     #[serde(rename = "_id")]
@@ -1269,7 +1269,7 @@ async fn views_previews_and_filters_follow_external_writes() {
     let deadline = Instant::now() + CATCH_UP;
     let options = subset::repair::SweepOptions::default();
     loop {
-        let report = store.check_all(&options, |_| {}).await.unwrap();
+        let report = store.check_all().options(options.clone()).await.unwrap();
         if report.progress.drifted == 0 {
             break;
         }

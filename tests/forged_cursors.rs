@@ -17,8 +17,8 @@ use mongodb::options::ClientOptions;
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::{
-    raw::RawStore, spec::ParentSpec, spec::SortValues, spec::SpecBuilder, spec::SubsetSpec, Child,
-    Cursor, Error, PageRequest, Parent, Store,
+    raw, spec::ParentSpec, spec::SortValues, spec::SpecBuilder, spec::SubsetSpec, Child, Cursor,
+    Error, PageRequest, Store, Subset,
 };
 use subset_testkit::{MongoServer, Topology};
 
@@ -108,8 +108,8 @@ fn assert_invalid<T: std::fmt::Debug>(outcome: Result<T, Error>, key: &str, name
 
 /// The products collection, with no subset field of its own: these tests page through it with
 /// one descriptor or another.
-fn products(store: &Store<Product>) -> RawStore {
-    RawStore::new(store.database(), ParentSpec::leak("products", Vec::new()))
+fn products(store: &Store<Product>) -> raw::Store {
+    raw::Store::new(store.database(), ParentSpec::leak("products", Vec::new()))
 }
 
 /// The same product's reviews, described at run time: no Rust types.
@@ -153,7 +153,7 @@ async fn setup() -> (
     store.insert(&product).await.unwrap();
     let batch: Vec<Review> = (0..12).map(Review::at).collect();
     store
-        .subset(Product::RECENT_REVIEWS)
+        .children(Product::RECENT_REVIEWS)
         .push_many(&product.id, &batch)
         .await
         .unwrap();
@@ -182,7 +182,7 @@ fn the_derive_records_each_keys_values() {
         score: u8,
         label: String,
     }
-    #[derive(Serialize, Deserialize, Parent)]
+    #[derive(Serialize, Deserialize, Subset)]
     #[subset(collection = "polls")]
     struct Poll {
         #[serde(rename = "_id")]
@@ -205,7 +205,7 @@ fn the_derive_records_each_keys_values() {
 #[tokio::test(flavor = "multi_thread")]
 async fn forged_positions_are_invalid_cursors_before_any_query() {
     let (store, product, batch, log) = setup().await;
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     for (position, key, named) in forged_positions(batch[3].id) {
         let outcome = match forge(product.id, position.clone()).parse::<Cursor>() {
             Ok(cursor) => {
@@ -244,7 +244,7 @@ async fn forged_positions_are_invalid_cursors_before_any_query() {
 async fn forged_positions_are_invalid_cursors_for_a_runtime_descriptor() {
     let (store, product, batch, _) = setup().await;
     let raw = products(&store);
-    let reviews = raw.subset(runtime_spec());
+    let reviews = raw.children(runtime_spec());
     let parent = Bson::ObjectId(product.id);
     for (position, key, named) in forged_positions(batch[3].id) {
         let outcome = match forge(product.id, position.clone()).parse::<Cursor>() {
@@ -304,8 +304,8 @@ async fn a_string_date_is_still_named_by_both_descriptors() {
     let (store, product, _, _) = setup().await;
     let bad = insert_string_date(&store, &product).await;
     let raw = products(&store);
-    let runtime = raw.subset(runtime_spec());
-    let typed = raw.subset(Product::RECENT_REVIEWS.spec());
+    let runtime = raw.children(runtime_spec());
+    let typed = raw.children(Product::RECENT_REVIEWS.spec());
     let parent = Bson::ObjectId(product.id);
     for reviews in [typed, runtime] {
         let mut request = PageRequest::first(5);
@@ -330,7 +330,7 @@ async fn a_string_date_is_still_named_by_both_descriptors() {
         ],
     );
     let err = store
-        .subset(Product::RECENT_REVIEWS)
+        .children(Product::RECENT_REVIEWS)
         .page(&product.id, &PageRequest::after(cursor.parse().unwrap(), 5))
         .await
         .unwrap_err();
@@ -349,7 +349,7 @@ async fn an_empty_last_page_takes_its_reference_from_the_cursors_own_child() {
         .build()
         .unwrap();
     let raw = products(&store);
-    let reviews = raw.subset(spec);
+    let reviews = raw.children(spec);
     let parent = Bson::ObjectId(product.id);
     // Larger than `keep`: from the child collection, the string first, then dates 0..=4.
     let first = reviews.page(&parent, &PageRequest::first(6)).await.unwrap();

@@ -40,7 +40,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use subset::bson::oid::ObjectId;
 use subset::bson::{doc, Bson, DateTime, Document};
-use subset::{Error, PageRequest, Parent, Store};
+use subset::{Error, PageRequest, Store, Subset};
 use subset_testkit::{skip, ReplicaSet};
 
 /// Concurrent clients.
@@ -229,7 +229,7 @@ async fn run_client(
     stop: Arc<AtomicBool>,
 ) -> Vec<Call> {
     let mut rng = StdRng::seed_from_u64(seed ^ ((task as u64 + 1) << 32));
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let mut calls = Vec::new();
     // The children this client pushed that may exist.
     let mut mine: Vec<(ObjectId, Review)> = Vec::new();
@@ -586,7 +586,7 @@ async fn read_final(store: &Store<Product>, parents: &[ObjectId]) -> Final {
         )
         .await
         .expect("a majority write after the history");
-    let spec = store.subset(Product::RECENT_REVIEWS).spec();
+    let spec = store.children(Product::RECENT_REVIEWS).spec();
     let docs: Vec<Document> = majority
         .collection::<Document>(spec.child_collection)
         .find(doc! {})
@@ -624,7 +624,7 @@ async fn read_final(store: &Store<Product>, parents: &[ObjectId]) -> Final {
             .collect();
         stored.push((*parent, count, embedded));
     }
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let mut drifted = Vec::new();
     for parent in parents {
         let drift = reviews.check(parent).await.expect("check a product's view");
@@ -1231,7 +1231,7 @@ async fn histories_under_faults_lose_nothing_acknowledged_with_majority() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long: run with cargo test --features subset/testkit --test history -- --ignored"]
+#[ignore = "long: run with cargo test --features mongodb-subset/testkit --test history -- --ignored"]
 async fn long_histories_under_faults() {
     histories(LONG_ROUNDS).await;
 }

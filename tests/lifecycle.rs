@@ -15,7 +15,7 @@ async fn with_reviews(store: &Store<Product>, dates: &[i64]) -> (Product, Vec<Re
     store.insert(&product).await.unwrap();
     let reviews: Vec<Review> = dates.iter().map(|d| Review::at(*d)).collect();
     store
-        .subset(Product::RECENT_REVIEWS)
+        .children(Product::RECENT_REVIEWS)
         .push_many(&product.id, &reviews)
         .await
         .unwrap();
@@ -33,7 +33,7 @@ fn dates(p: &Product) -> Vec<i64> {
 async fn remove_backfills_the_next_child_and_empties_cleanly() {
     for store in stores::<Product>().await {
         let (product, reviews) = with_reviews(&store, &[1, 2, 3, 4, 5, 6, 7]).await;
-        let handle = store.subset(Product::RECENT_REVIEWS);
+        let handle = store.children(Product::RECENT_REVIEWS);
         let id = Bson::ObjectId(product.id);
         // An embedded child goes: the evicted 2 comes back.
         handle.remove(&product.id, &reviews[5].id).await.unwrap();
@@ -70,7 +70,7 @@ async fn remove_backfills_the_next_child_and_empties_cleanly() {
 async fn update_moves_a_child_in_and_out_of_the_subset() {
     for store in stores::<Product>().await {
         let (product, reviews) = with_reviews(&store, &[10, 20, 30, 40, 50, 60, 70]).await;
-        let handle = store.subset(Product::RECENT_REVIEWS);
+        let handle = store.children(Product::RECENT_REVIEWS);
         // Content change, same rank: the embedded copy follows.
         let mut edited = reviews[6].clone();
         edited.author = "edited".into();
@@ -102,7 +102,7 @@ async fn update_moves_a_child_in_and_out_of_the_subset() {
 async fn reconcile_repairs_every_kind_of_drift_and_reports_it() {
     for store in stores::<Product>().await {
         let (product, reviews) = with_reviews(&store, &[1, 2, 3, 4, 5, 6, 7]).await;
-        let handle = store.subset(Product::RECENT_REVIEWS);
+        let handle = store.children(Product::RECENT_REVIEWS);
         let parents = store.database().collection::<Document>("products");
         // Drift as a crash or a careless writer leaves it: a stale and a duplicated copy, a
         // hole, and a wrong count.
@@ -115,10 +115,7 @@ async fn reconcile_repairs_every_kind_of_drift_and_reports_it() {
             )
             .await
             .unwrap();
-        let report = store
-            .check_all(&SweepOptions::default(), |_| {})
-            .await
-            .unwrap();
+        let report = store.check_all().await.unwrap();
         assert_eq!(report.progress.checked, 1);
         assert_eq!(report.progress.drifted, 1);
         assert_eq!(report.progress.fixed, 0);
@@ -132,10 +129,7 @@ async fn reconcile_repairs_every_kind_of_drift_and_reports_it() {
         assert!(drift.fixed && !drift.is_clean());
         assert_subset_true(&store, Product::RECENT_REVIEWS, &Bson::ObjectId(product.id)).await;
         assert!(handle.reconcile(&product.id).await.unwrap().is_clean());
-        let report = store
-            .reconcile_all(&SweepOptions::default(), |_| {})
-            .await
-            .unwrap();
+        let report = store.reconcile_all().await.unwrap();
         assert_eq!((report.progress.drifted, report.progress.fixed), (0, 0));
     }
 }
@@ -161,7 +155,9 @@ async fn reconcile_all_walks_every_parent_in_batches() {
     }
     let mut calls = 0;
     let report = store
-        .reconcile_all(&SweepOptions::default().batch_size(5), |p| {
+        .reconcile_all()
+        .options(SweepOptions::default().batch_size(5))
+        .progress(|p| {
             calls += 1;
             assert!(p.checked <= 23);
         })
@@ -212,7 +208,7 @@ async fn the_server_rejects_an_uncapped_push_once_the_schema_is_installed() {
         "{err}"
     );
     // The library's own writes keep working.
-    let handle = store.subset(Product::RECENT_REVIEWS);
+    let handle = store.children(Product::RECENT_REVIEWS);
     handle.push(&product.id, &Review::at(10)).await.unwrap();
     let got = store.get(&product.id).await.unwrap().unwrap();
     assert_eq!(got.recent_reviews.len(), 5);

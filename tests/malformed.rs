@@ -13,8 +13,7 @@ use common::{replica_db, stores};
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::follow::FollowOptions;
-use subset::repair::SweepOptions;
-use subset::{Child, Parent, Store};
+use subset::{Child, Store, Subset};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Vote {
@@ -25,7 +24,7 @@ struct Vote {
     stars: i64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "polls")]
 struct Poll {
     #[serde(rename = "_id")]
@@ -79,7 +78,7 @@ async fn seeded(store: &Store<Poll>) -> (Poll, Vec<(Bson, &'static str)>) {
     store.insert(&poll).await.unwrap();
     let good: Vec<Vote> = (1..=3).map(vote).collect();
     store
-        .subset(Poll::LATEST)
+        .children(Poll::LATEST)
         .push_many(&poll.id, &good)
         .await
         .unwrap();
@@ -141,7 +140,7 @@ fn assert_reported(found: &[(Bson, String)], malformed: &[(Bson, &str)]) {
 async fn reconcile_leaves_malformed_children_out_and_reports_each() {
     for store in stores::<Poll>().await {
         let (poll, malformed) = seeded(&store).await;
-        let latest = store.subset(Poll::LATEST);
+        let latest = store.children(Poll::LATEST);
         let drift = latest.reconcile(&poll.id).await.unwrap();
         let found: Vec<(Bson, String)> = drift
             .malformed
@@ -158,7 +157,7 @@ async fn reconcile_leaves_malformed_children_out_and_reports_each() {
             .problem;
         assert!(problem.contains("date"), "{problem}");
         store
-            .subset(Poll::VERIFIED)
+            .children(Poll::VERIFIED)
             .reconcile(&poll.id)
             .await
             .unwrap();
@@ -168,10 +167,7 @@ async fn reconcile_leaves_malformed_children_out_and_reports_each() {
         assert!(drift.is_in_sync() && !drift.is_clean(), "{drift:?}");
         assert_eq!(drift.malformed.len(), 4, "{drift:?}");
         // A sweep counts them, and the parent is not "drifted" once its subsets are true.
-        let report = store
-            .check_all(&SweepOptions::default(), |_| {})
-            .await
-            .unwrap();
+        let report = store.check_all().await.unwrap();
         assert_eq!(
             (report.progress.drifted, report.progress.malformed),
             (0, 8),
@@ -184,7 +180,7 @@ async fn reconcile_leaves_malformed_children_out_and_reports_each() {
 async fn a_remove_never_backfills_a_malformed_child() {
     for store in stores::<Poll>().await {
         let (poll, _) = seeded(&store).await;
-        let latest = store.subset(Poll::LATEST);
+        let latest = store.children(Poll::LATEST);
         latest.reconcile(&poll.id).await.unwrap();
         let got = store.get(&poll.id).await.unwrap().unwrap();
         // Removing a good vote backfills from the collection: the malformed ones stay out.

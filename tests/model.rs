@@ -27,9 +27,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde::{Deserialize, Serialize};
 use subset::bson;
-use subset::{
-    repair::SweepOptions, Child, Cursor, Error, PageRequest, Parent, Store, SubsetField, WriteMode,
-};
+use subset::{Child, Cursor, Error, PageRequest, Store, Subset, SubsetField, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
@@ -54,7 +52,7 @@ struct NotePreview {
 
 // Latest day first; on the same day the lowest score first; then `_id` ascending (the direction
 // of the last key).
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "boards")]
 struct Short {
     #[serde(rename = "_id")]
@@ -74,7 +72,7 @@ struct Short {
 }
 
 /// The same order at a `keep` where pushes try the head first (32 and up).
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "long_boards")]
 struct Long {
     #[serde(rename = "_id")]
@@ -95,7 +93,7 @@ struct Long {
 
 /// Three views of one child collection and key: `top` as `Short` keeps it, the best scores as
 /// previews, and the latest flagged notes as previews with their own count and sum.
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "viewed_boards")]
 struct Viewed {
     #[serde(rename = "_id")]
@@ -143,7 +141,7 @@ struct View {
 }
 
 /// A parent type the property runs over, with the sizes that make its cap matter.
-trait Board: Parent<Id = i32> {
+trait Board: Subset<Id = i32> {
     const FIELD: SubsetField<Self, Note>;
     /// The field's `keep`, as the model cuts the list.
     const KEEP: usize;
@@ -432,7 +430,7 @@ async fn run_case<B: Board>(store: &Store<B>, steps: &[(Op, u32)]) -> Tally {
     for parent in 0..B::PARENTS {
         store.insert(&B::empty(board_id(parent))).await.unwrap();
     }
-    let notes = store.subset(B::FIELD);
+    let notes = store.children(B::FIELD);
     let mut model = Model::default();
     let mut tally = Tally {
         cases: 1,
@@ -594,10 +592,7 @@ async fn run_case<B: Board>(store: &Store<B>, steps: &[(Op, u32)]) -> Tally {
             tally.over_cap = 1;
         }
     }
-    let report = store
-        .check_all(&SweepOptions::default(), |_| {})
-        .await
-        .unwrap();
+    let report = store.check_all().await.unwrap();
     assert_eq!(report.progress.checked, B::PARENTS as u64);
     assert_eq!(report.progress.drifted, 0, "{:?}", report.drifts);
     tally
@@ -656,7 +651,7 @@ async fn check_parent<B: Board>(
     }
 
     // Every page, following cursors through their URL-safe encoding.
-    let notes = store.subset(B::FIELD);
+    let notes = store.children(B::FIELD);
     let mut paged = Vec::new();
     let mut request = PageRequest::first(size);
     let mut pages = 0;
@@ -727,7 +722,7 @@ async fn check_view<B: Board>(
         .iter()
         .find(|s| s.field == view.field)
         .expect("the view's descriptor");
-    let handle = store.raw().subset(spec);
+    let handle = store.raw().children(spec);
     let id = raw.get("_id").unwrap().clone();
     let mut paged: Vec<i64> = Vec::new();
     let mut request = PageRequest::first(size);

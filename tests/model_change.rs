@@ -22,7 +22,7 @@ use subset::bson;
 use subset::raw::ChildPatch;
 use subset::repair::SweepOptions;
 use subset::spec::SubsetSpec;
-use subset::{Child, PageRequest, Parent, Store, WriteMode};
+use subset::{Child, PageRequest, Store, Subset, WriteMode};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
 struct Comment {
@@ -47,7 +47,7 @@ struct CommentPreview {
 /// `comments` under `movie_id`.
 macro_rules! movie {
     ($name:ident { $($field:tt)* }) => {
-        #[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+        #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
         #[subset(collection = "movies")]
         struct $name {
             #[serde(rename = "_id")]
@@ -160,7 +160,7 @@ async fn truth(
 
 /// Checks every view of `parent` as `store` reads it (`get`, raw and typed, and the first
 /// page) against the child collection, in `session`'s snapshot if given.
-async fn assert_read_right<P: Parent<Id = ObjectId>>(
+async fn assert_read_right<P: Subset<Id = ObjectId>>(
     store: &Store<P>,
     parent: &Bson,
     mut session: Option<&mut mongodb::ClientSession>,
@@ -198,7 +198,7 @@ async fn assert_read_right<P: Parent<Id = ObjectId>>(
                 sum.parent
             );
         }
-        let subset = store.raw().subset(spec);
+        let subset = store.raw().children(spec);
         let request = PageRequest::first(spec.keep);
         let page = match session.as_deref_mut() {
             Some(s) => subset.page(parent, &request).session(s).await,
@@ -228,10 +228,10 @@ async fn assert_read_right<P: Parent<Id = ObjectId>>(
 }
 
 /// One writer of one model: pushes, removes and patches on random parents.
-async fn write<P: Parent>(store: &Store<P>, parents: &[Bson], seed: u64) {
+async fn write<P: Subset>(store: &Store<P>, parents: &[Bson], seed: u64) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let spec = &P::SUBSETS[0];
-    let subset = store.raw().subset(spec);
+    let subset = store.raw().children(spec);
     let comments = store.database().collection::<Document>("comments");
     for _ in 0..OPS_PER_ROUND {
         let parent = &parents[rng.random_range(0..parents.len())];
@@ -272,7 +272,7 @@ async fn write<P: Parent>(store: &Store<P>, parents: &[Bson], seed: u64) {
 }
 
 /// Reads every parent through both stores, in transactions' snapshots, until `stop`.
-async fn read_while<A: Parent<Id = ObjectId>, B: Parent<Id = ObjectId>>(
+async fn read_while<A: Subset<Id = ObjectId>, B: Subset<Id = ObjectId>>(
     old: &Store<A>,
     new: &Store<B>,
     parents: &[Bson],
@@ -297,7 +297,7 @@ async fn read_while<A: Parent<Id = ObjectId>, B: Parent<Id = ObjectId>>(
     reads
 }
 
-async fn live_change<Old: Parent<Id = ObjectId>, New: Parent<Id = ObjectId>>(mode: WriteMode) {
+async fn live_change<Old: Subset<Id = ObjectId>, New: Subset<Id = ObjectId>>(mode: WriteMode) {
     let db = common::replica_db().await;
     let old = Store::<Old>::new(&db).with_mode(mode);
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
@@ -314,7 +314,7 @@ async fn live_change<Old: Parent<Id = ObjectId>, New: Parent<Id = ObjectId>>(mod
             .collect();
         if !children.is_empty() {
             old.raw()
-                .subset(&Old::SUBSETS[0])
+                .children(&Old::SUBSETS[0])
                 .push(&id, children)
                 .await
                 .unwrap();
@@ -328,7 +328,7 @@ async fn live_change<Old: Parent<Id = ObjectId>, New: Parent<Id = ObjectId>>(mod
         assert_read_right(&new, parent, None).await;
     }
     let options = SweepOptions::default().batch_size(4).concurrency(2);
-    let check = new.check_all(&options, |_| {}).await.unwrap();
+    let check = new.check_all().options(options.clone()).await.unwrap();
     assert_eq!(check.progress.outdated, PARENTS as u64);
     for round in 0..ROUNDS {
         let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -340,7 +340,7 @@ async fn live_change<Old: Parent<Id = ObjectId>, New: Parent<Id = ObjectId>>(mod
         };
         let rebuild = async {
             // Cut off part way in the first rounds, as a killed process would be.
-            let run = new.rebuild(&options, |_| {});
+            let run = new.rebuild().options(options.clone());
             if round + 1 < ROUNDS {
                 let cut = Duration::from_millis(20 + 40 * round as u64);
                 let _ = tokio::time::timeout(cut, run).await;
@@ -370,14 +370,14 @@ async fn live_change<Old: Parent<Id = ObjectId>, New: Parent<Id = ObjectId>>(mod
         }
     }
     // The old code is gone: one rebuild finishes what its writes left.
-    let report = new.rebuild(&options, |_| {}).await.unwrap();
+    let report = new.rebuild().options(options.clone()).await.unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     if mode == WriteMode::Ordered {
         reconcile_counts(&new, &parents).await;
     }
-    let again = new.rebuild(&options, |_| {}).await.unwrap();
+    let again = new.rebuild().options(options.clone()).await.unwrap();
     assert_eq!(again.progress.checked, 0, "nothing is left to rebuild");
-    let check = new.check_all(&options, |_| {}).await.unwrap();
+    let check = new.check_all().options(options.clone()).await.unwrap();
     assert_eq!(
         (check.progress.drifted, check.progress.outdated),
         (0, 0),
@@ -389,10 +389,10 @@ async fn live_change<Old: Parent<Id = ObjectId>, New: Parent<Id = ObjectId>>(mod
         assert_read_right(&old, parent, None).await;
     }
     // A rollback: the old model's rebuild makes it current again.
-    old.rebuild(&options, |_| {}).await.unwrap();
-    let check = old.check_all(&options, |_| {}).await.unwrap();
+    old.rebuild().options(options.clone()).await.unwrap();
+    let check = old.check_all().options(options.clone()).await.unwrap();
     assert_eq!((check.progress.drifted, check.progress.outdated), (0, 0));
-    let check = new.check_all(&options, |_| {}).await.unwrap();
+    let check = new.check_all().options(options.clone()).await.unwrap();
     let expected = if same_model::<Old, New>() {
         0
     } else {
@@ -414,10 +414,10 @@ async fn live_change<Old: Parent<Id = ObjectId>, New: Parent<Id = ObjectId>>(mod
 /// reconcile once the writers are quiet, of the parents built under `store`'s model (the
 /// others it would rebuild, which `rebuild` is for). Every other difference is left for the
 /// checks to find.
-async fn reconcile_counts<P: Parent>(store: &Store<P>, parents: &[Bson]) {
+async fn reconcile_counts<P: Subset>(store: &Store<P>, parents: &[Bson]) {
     for parent in parents {
         for spec in P::SUBSETS {
-            let subset = store.raw().subset(spec);
+            let subset = store.raw().children(spec);
             let drift = subset.check(parent).await.unwrap();
             let counts_only = drift.missing.is_empty()
                 && drift.stale.is_empty()
@@ -434,7 +434,7 @@ async fn reconcile_counts<P: Parent>(store: &Store<P>, parents: &[Bson]) {
     }
 }
 
-fn same_model<A: Parent, B: Parent>() -> bool {
+fn same_model<A: Subset, B: Subset>() -> bool {
     A::SUBSETS == B::SUBSETS
 }
 
@@ -531,7 +531,7 @@ async fn parents_carry_the_definition_they_were_built_under() {
 /// cannot rebuild.
 #[tokio::test]
 async fn a_store_of_some_fields_leaves_the_definition_alone() {
-    use subset::raw::RawStore;
+    use subset::raw;
     use subset::spec::ParentSpec;
 
     let db = common::replica_db().await;
@@ -544,7 +544,7 @@ async fn a_store_of_some_fields_leaves_the_definition_alone() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
     let children: Vec<Document> = (0..8).map(|_| comment(&mut rng, &id)).collect();
     app.raw()
-        .subset(&Latest6::SUBSETS[0])
+        .children(&Latest6::SUBSETS[0])
         .push(&id, children)
         .await
         .unwrap();
@@ -552,12 +552,13 @@ async fn a_store_of_some_fields_leaves_the_definition_alone() {
 
     // Given the application's own definition of the field: nothing outdated, and a reconcile
     // leaves the marker as it is.
-    let same = RawStore::for_fields(&db, ParentSpec::leak("movies", vec![Latest6::SUBSETS[0]]));
+    let same = raw::Store::for_fields(&db, ParentSpec::leak("movies", vec![Latest6::SUBSETS[0]]));
     let check = same.check_all(&options, |_| {}).await.unwrap();
     assert_eq!((check.progress.drifted, check.progress.outdated), (0, 0));
     same.reconcile_all(&options, |_| {}).await.unwrap();
     assert_eq!(
-        app.check_all(&options, |_| {})
+        app.check_all()
+            .options(options.clone())
             .await
             .unwrap()
             .progress
@@ -567,24 +568,25 @@ async fn a_store_of_some_fields_leaves_the_definition_alone() {
 
     // Given another `keep`: the parent is outdated for it, and its writes leave the view to the
     // application (marked as built under none), which reads it right meanwhile.
-    let other = RawStore::for_fields(&db, ParentSpec::leak("movies", vec![Latest3::SUBSETS[0]]));
+    let other = raw::Store::for_fields(&db, ParentSpec::leak("movies", vec![Latest3::SUBSETS[0]]));
     let check = other.check_all(&options, |_| {}).await.unwrap();
     assert_eq!(check.progress.outdated, 1);
     other
-        .subset(&Latest3::SUBSETS[0])
+        .children(&Latest3::SUBSETS[0])
         .push(&id, vec![comment(&mut rng, &id)])
         .await
         .unwrap();
     assert_read_right(&app, &id, None).await;
     assert_eq!(
-        app.check_all(&options, |_| {})
+        app.check_all()
+            .options(options.clone())
             .await
             .unwrap()
             .progress
             .outdated,
         1
     );
-    app.rebuild(&options, |_| {}).await.unwrap();
+    app.rebuild().options(options.clone()).await.unwrap();
     assert_read_right(&app, &id, None).await;
     let refused = other.rebuild(&options, |_| {}).await.unwrap_err();
     assert!(
@@ -609,7 +611,7 @@ async fn reads_of_outdated_parents_cost_a_query_more_until_the_rebuild() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
     let children: Vec<Document> = (0..6).map(|_| comment(&mut rng, &parent)).collect();
     old.raw()
-        .subset(&Latest3::SUBSETS[0])
+        .children(&Latest3::SUBSETS[0])
         .push(&parent, children)
         .await
         .unwrap();
@@ -632,7 +634,7 @@ async fn reads_of_outdated_parents_cost_a_query_more_until_the_rebuild() {
             ("find".to_owned(), "comments".to_owned())
         ]
     );
-    new.rebuild(&SweepOptions::default(), |_| {}).await.unwrap();
+    new.rebuild().await.unwrap();
     commands(&log);
     new.get(&id).await.unwrap().unwrap();
     assert_eq!(commands(&log).len(), 1, "one query after the rebuild");
@@ -640,7 +642,7 @@ async fn reads_of_outdated_parents_cost_a_query_more_until_the_rebuild() {
 
     // A larger `keep`: the 3 stored of the 6 children are not enough for a first page of 6.
     let longer = Store::<Latest6>::new(&db);
-    let latest = longer.raw().subset(&Latest6::SUBSETS[0]);
+    let latest = longer.raw().children(&Latest6::SUBSETS[0]);
     commands(&log);
     latest.page(&parent, &PageRequest::first(6)).await.unwrap();
     let page = commands(&log);
@@ -649,10 +651,7 @@ async fn reads_of_outdated_parents_cost_a_query_more_until_the_rebuild() {
         2,
         "the parent, then the child collection: {page:?}"
     );
-    longer
-        .rebuild(&SweepOptions::default(), |_| {})
-        .await
-        .unwrap();
+    longer.rebuild().await.unwrap();
     commands(&log);
     latest.page(&parent, &PageRequest::first(6)).await.unwrap();
     assert_eq!(commands(&log), [("find".to_owned(), "movies".to_owned())]);
@@ -695,20 +694,20 @@ async fn unmarked_parents_gain_the_view_they_lack() {
             assert_read_right(&store, parent, None).await;
         }
         let options = SweepOptions::default();
-        let check = store.check_all(&options, |_| {}).await.unwrap();
+        let check = store.check_all().options(options.clone()).await.unwrap();
         assert_eq!(check.progress.outdated, 6, "{mode:?}");
         // A push builds the view it lacks.
         let first = &parents[0];
         store
             .raw()
-            .subset(&WithFirst::SUBSETS[0])
+            .children(&WithFirst::SUBSETS[0])
             .push(first, vec![comment(&mut rng, first)])
             .await
             .unwrap();
         assert_read_right(&store, first, None).await;
-        let report = store.rebuild(&options, |_| {}).await.unwrap();
+        let report = store.rebuild().options(options.clone()).await.unwrap();
         assert_eq!(report.progress.fixed, 5, "{mode:?}: the other parents");
-        let check = store.check_all(&options, |_| {}).await.unwrap();
+        let check = store.check_all().options(options.clone()).await.unwrap();
         assert_eq!((check.progress.drifted, check.progress.outdated), (0, 0));
         for parent in &parents {
             assert_read_right(&store, parent, None).await;

@@ -1,4 +1,4 @@
-//! Children that change after they are written: partial updates (`Subset::patch`: votes, edits,
+//! Children that change after they are written: partial updates (`Children::patch`: votes, edits,
 //! moderation flags) and moves to another parent, kept true in every view of the child (whole
 //! copies, previews, an order by the voted field, filtered views, counts and sums), alone and
 //! under concurrent writers, in both write modes.
@@ -12,7 +12,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use subset::bson::{doc, Bson, DateTime, Document};
 use subset::repair::SweepOptions;
-use subset::{Child, Error, Parent, Store, WriteMode};
+use subset::{Child, Error, Store, Subset, WriteMode};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 pub struct Review {
@@ -38,7 +38,7 @@ pub struct ReviewPreview {
     pub helpful: i64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "patch_products")]
 pub struct Product {
     #[serde(rename = "_id")]
@@ -134,7 +134,7 @@ async fn assert_true(store: &Store<Product>, product: i32, when: &str) {
     ] {
         let drift = store
             .raw()
-            .subset(field)
+            .children(field)
             .check(&Bson::Int32(product))
             .await
             .unwrap();
@@ -151,7 +151,7 @@ async fn seeded(store: &Store<Product>, id: i32, n: i32) {
     store.insert(&product(id)).await.unwrap();
     let reviews: Vec<Review> = (1..=n).map(review).collect();
     store
-        .subset(Product::LATEST)
+        .children(Product::LATEST)
         .push_many(&id, &reviews)
         .await
         .unwrap();
@@ -180,7 +180,7 @@ async fn a_vote_an_edit_and_a_flag_reach_every_copy() {
     for store in common::stores::<Product>().await {
         let mode = store.mode().await.unwrap();
         seeded(&store, 1, 6).await;
-        let reviews = store.subset(Product::LATEST);
+        let reviews = store.children(Product::LATEST);
         assert_true(&store, 1, "seeded").await;
 
         // A vote on an old review: it enters the "most helpful" view, and the sum moves by one.
@@ -262,7 +262,7 @@ async fn a_vote_an_edit_and_a_flag_reach_every_copy() {
 async fn a_patch_that_cannot_apply_writes_nothing() {
     for store in common::stores::<Product>().await {
         seeded(&store, 2, 3).await;
-        let reviews = store.subset(Product::VERIFIED);
+        let reviews = store.children(Product::VERIFIED);
         let before = stored(&store, 2).await;
         // Only the patch is wrong: a field twice.
         let twice = reviews
@@ -297,7 +297,7 @@ async fn a_patch_that_cannot_apply_writes_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_patch_no_view_shows_does_not_write_the_parent() {
     /// Only previews, none of which holds `text`, and no order, filter or sum by it.
-    #[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+    #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
     #[subset(collection = "patch_previews_only")]
     struct Shelf {
         #[serde(rename = "_id")]
@@ -328,7 +328,7 @@ async fn a_patch_no_view_shows_does_not_write_the_parent() {
             visible: Vec::new(),
         };
         store.insert(&shelf).await.unwrap();
-        let reviews = store.subset(Shelf::BEST);
+        let reviews = store.children(Shelf::BEST);
         reviews
             .push_many(&1, &(1..=3).map(review).collect::<Vec<_>>())
             .await
@@ -374,7 +374,7 @@ async fn a_patch_no_view_shows_does_not_write_the_parent() {
         for view in [Shelf::BEST.spec(), Shelf::VISIBLE.spec()] {
             let drift = store
                 .raw()
-                .subset(view)
+                .children(view)
                 .check(&Bson::Int32(1))
                 .await
                 .unwrap();
@@ -399,7 +399,7 @@ async fn concurrent_votes_all_count_and_leave_the_views_exact() {
         let writers = (0..WRITERS).map(|w| {
             let store = store.clone();
             async move {
-                let reviews = store.subset(Product::MOST_HELPFUL);
+                let reviews = store.children(Product::MOST_HELPFUL);
                 for v in 0..VOTES {
                     // Most votes go to the hot reviews (two of them old, so they climb into
                     // the view), some to the others; a few are taken back.
@@ -458,7 +458,7 @@ async fn flags_flip_under_concurrent_pushes_and_removes() {
         let pushers = (0..2).map(|w| {
             let store = store.clone();
             async move {
-                let reviews = store.subset(Product::LATEST);
+                let reviews = store.children(Product::LATEST);
                 for n in 0..20 {
                     reviews.push(&4, &review(100 + w * 100 + n)).await?;
                 }
@@ -468,7 +468,7 @@ async fn flags_flip_under_concurrent_pushes_and_removes() {
         let removers = (0..2).map(|w| {
             let store = store.clone();
             async move {
-                let reviews = store.subset(Product::VISIBLE);
+                let reviews = store.children(Product::VISIBLE);
                 for id in (1..=10).filter(|id| id % 4 == w) {
                     reviews.remove(&4, &id).await?;
                 }
@@ -478,7 +478,7 @@ async fn flags_flip_under_concurrent_pushes_and_removes() {
         let moderators = (0..2).map(|w| {
             let store = store.clone();
             async move {
-                let reviews = store.subset(Product::VERIFIED);
+                let reviews = store.children(Product::VERIFIED);
                 for n in 0..20 {
                     // Flags on reviews no remover takes (ids 3 and 7 are 4k+3) and on the new.
                     let id = if n % 2 == 0 {
@@ -508,7 +508,7 @@ async fn flags_flip_under_concurrent_pushes_and_removes() {
         try_join_all(all).await.unwrap();
         assert_true(&store, 4, "after flips, pushes and removes").await;
         let p = parent(&store, 4).await;
-        let total = store.subset(Product::LATEST).count(&4).await.unwrap();
+        let total = store.children(Product::LATEST).count(&4).await.unwrap();
         assert_eq!(p.total as u64, total, "{mode:?}");
         store.delete(&4).await.unwrap();
     }
@@ -520,7 +520,7 @@ async fn moves_keep_both_parents_true_under_concurrent_pushes() {
         let mode = store.mode().await.unwrap();
         seeded(&store, 5, 8).await;
         store.insert(&product(6)).await.unwrap();
-        let reviews = store.subset(Product::LATEST);
+        let reviews = store.children(Product::LATEST);
         // The newest review, embedded everywhere, moves: the old parent backfills.
         reviews.move_child(&5, &8, &6).await.unwrap();
         let (old, new) = (parent(&store, 5).await, parent(&store, 6).await);
@@ -551,7 +551,7 @@ async fn moves_keep_both_parents_true_under_concurrent_pushes() {
         let pushers = [5, 6].map(|p| {
             let store = store.clone();
             async move {
-                let reviews = store.subset(Product::VISIBLE);
+                let reviews = store.children(Product::VISIBLE);
                 for n in 0..15 {
                     reviews.push(&p, &review(1_000 * p + n)).await?;
                 }
@@ -561,7 +561,7 @@ async fn moves_keep_both_parents_true_under_concurrent_pushes() {
         let movers = [(5, 6), (6, 5)].map(|(from, to)| {
             let store = store.clone();
             async move {
-                let reviews = store.subset(Product::MOST_HELPFUL);
+                let reviews = store.children(Product::MOST_HELPFUL);
                 for n in 0..8 {
                     // Reviews pushed to `from` above, moved once they are there.
                     let id = 1_000 * from + n;
@@ -620,10 +620,7 @@ async fn spammed(store: &Store<Product>) {
 /// Every view of every product agrees with the child collection.
 async fn assert_all_true(store: &Store<Product>, when: &str) {
     let mode = store.mode().await.unwrap();
-    let report = store
-        .check_all(&SweepOptions::default(), |_| {})
-        .await
-        .unwrap();
+    let report = store.check_all().await.unwrap();
     assert_eq!(report.progress.checked, PRODUCTS as u64, "{mode:?}, {when}");
     assert!(
         report.drifts.is_empty() && report.failures.is_empty(),
@@ -665,8 +662,8 @@ async fn removal_by_filter_killed_and_rerun_ends_as_one_run() {
         spammed(&store).await;
         println!("{mode:?}: seeded in {:.2?}", t.elapsed());
         let spam = doc! { "author": "spammer" };
-        let reviews = store.subset(Product::VISIBLE);
-        let before = reviews.raw().count_where(&spam).await.unwrap();
+        let reviews = store.children(Product::VISIBLE);
+        let before = reviews.count_where(spam.clone()).await.unwrap();
         let spam_count = u64::from(PRODUCTS as u32) + u64::from(PRODUCTS as u32) / 10;
         assert_eq!(
             (before.parents, before.children),
@@ -678,12 +675,12 @@ async fn removal_by_filter_killed_and_rerun_ends_as_one_run() {
             let store = store.clone();
             let (spam, options) = (spam.clone(), options.clone());
             async move {
-                let reviews = store.subset(Product::VISIBLE);
-                let _ = reviews.remove_where(&spam, &options, |_| {}).await;
+                let reviews = store.children(Product::VISIBLE);
+                let _ = reviews.remove_where(spam).options(options).await;
             }
         })
         .await;
-        let left = reviews.raw().count_where(&spam).await.unwrap();
+        let left = reviews.count_where(spam.clone()).await.unwrap();
         println!(
             "{mode:?}: {cut} of 3 runs killed mid-way, {} parents left",
             left.parents
@@ -696,7 +693,9 @@ async fn removal_by_filter_killed_and_rerun_ends_as_one_run() {
         let mut batches = 0;
         let t = Instant::now();
         let report = reviews
-            .remove_where(&spam, &options, |_| batches += 1)
+            .remove_where(spam.clone())
+            .options(options.clone())
+            .progress(|_| batches += 1)
             .await
             .unwrap();
         println!(
@@ -711,7 +710,7 @@ async fn removal_by_filter_killed_and_rerun_ends_as_one_run() {
         );
         assert_eq!(report.progress.children, left.children, "{mode:?}");
         assert!(batches > 0 || left.parents == 0);
-        let gone = reviews.raw().count_where(&spam).await.unwrap();
+        let gone = reviews.count_where(spam.clone()).await.unwrap();
         assert_eq!(gone.children, 0, "{mode:?}");
         let p = parent(&store, 10).await;
         assert_eq!(p.total, 2, "{mode:?}: product 10 lost two reviews");
@@ -730,7 +729,8 @@ async fn removal_by_filter_killed_and_rerun_ends_as_one_run() {
         // Anonymising by filter: the author changes in the children and in every copy.
         let ann = doc! { "author": "author 13" };
         let report = reviews
-            .patch_where(ann.clone(), &options, |_| {})
+            .patch_where(ann.clone())
+            .options(options.clone())
             .set(Review::AUTHOR, "anonymous".to_owned())
             .await
             .unwrap();
@@ -749,7 +749,7 @@ async fn removal_by_filter_killed_and_rerun_ends_as_one_run() {
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_votes_no_view_ranks_by_are_exact_in_every_copy() {
     /// The latest reviews whole: a vote changes a copy in place, never the order.
-    #[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+    #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
     #[subset(collection = "patch_latest_only")]
     struct Latest {
         #[serde(rename = "_id")]
@@ -778,7 +778,7 @@ async fn concurrent_votes_no_view_ranks_by_are_exact_in_every_copy() {
         let writers = (0..WRITERS).map(|w| {
             let store = store.clone();
             async move {
-                let reviews = store.subset(Latest::LATEST);
+                let reviews = store.children(Latest::LATEST);
                 for v in 0..VOTES {
                     let id = (w * 7 + v) % REVIEWS + 1;
                     reviews.patch(&1, &id).inc(Review::HELPFUL, 1).await?;
@@ -817,7 +817,7 @@ async fn concurrent_votes_no_view_ranks_by_are_exact_in_every_copy() {
                 copy.id
             );
         }
-        let drift = store.subset(Latest::LATEST).check(&1).await.unwrap();
+        let drift = store.children(Latest::LATEST).check(&1).await.unwrap();
         assert!(drift.is_clean(), "{mode:?}: {drift:?}");
     }
 }

@@ -14,11 +14,11 @@ use bson::{Bson, DateTime};
 use common::*;
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
-use subset::{Child, Cursor, Error, Page, PageRequest, Parent, Store, Subset};
+use subset::{Child, Children, Cursor, Error, Page, PageRequest, Store, Subset};
 
 /// Every page of `size` read forward from the first, as served.
-async fn forward_pages<P: Parent, C: Child>(
-    handle: &Subset<'_, P, C>,
+async fn forward_pages<P: Subset, C: Child>(
+    handle: &Children<'_, P, C>,
     id: &P::Id,
     size: u32,
 ) -> Vec<Page<C>> {
@@ -38,8 +38,8 @@ async fn forward_pages<P: Parent, C: Child>(
 
 /// Every page of `size` read backward from `request` (a `last` or `before` request), as served
 /// (the last page first).
-async fn backward_pages<P: Parent, C: Child>(
-    handle: &Subset<'_, P, C>,
+async fn backward_pages<P: Subset, C: Child>(
+    handle: &Children<'_, P, C>,
     id: &P::Id,
     mut request: PageRequest,
 ) -> Vec<Page<C>> {
@@ -106,7 +106,7 @@ fn assert_well_formed(page: &Page<Review>) {
 async fn product_with(store: &Store<Product>, n: i64) -> (Product, Vec<ObjectId>) {
     let product = Product::named("both ways");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let batch: Vec<Review> = (0..n)
         .map(|i| Review::at((i * 7_919) % (n / 3 + 1)))
         .collect();
@@ -126,7 +126,7 @@ async fn forward_then_backward_visits_the_same_children_in_reverse() {
     for store in stores::<Product>().await {
         let mode = store.mode().await.unwrap();
         let (product, expected) = product_with(&store, 61).await;
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let mut reversed = expected.clone();
         reversed.reverse();
         for size in [1, 2, 4, 5, 6, 7, 20, 61, 100] {
@@ -179,7 +179,7 @@ async fn both_walks_stay_exact_while_children_are_pushed_between_and_during_page
     for store in stores::<Product>().await {
         let mode = store.mode().await.unwrap();
         let (product, expected) = product_with(&store, 150).await;
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
 
         // A writer pushing children that rank anywhere (newest, oldest, among the originals)
         // for as long as the walks go on.
@@ -187,7 +187,7 @@ async fn both_walks_stay_exact_while_children_are_pushed_between_and_during_page
         let writer = {
             let (store, stop, id) = (store.clone(), stop.clone(), product.id);
             tokio::spawn(async move {
-                let reviews = store.subset(Product::RECENT_REVIEWS);
+                let reviews = store.children(Product::RECENT_REVIEWS);
                 let mut round = 0_i64;
                 while !stop.load(Atomic::Relaxed) && round < 300 {
                     round += 1;
@@ -286,7 +286,7 @@ async fn both_walks_stay_exact_while_children_are_pushed_between_and_during_page
 async fn backward_edge_cases() {
     for store in stores::<Product>().await {
         let mode = store.mode().await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         // 12 children with distinct dates, `keep = 5`: the head is expected[..5].
         let product = Product::named("edges");
         store.insert(&product).await.unwrap();
@@ -413,7 +413,7 @@ async fn backward_edge_cases() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_child_no_keyset_reaches_is_named_at_either_end_of_a_walk() {
     let store = Store::<Product>::new(&replica_db().await);
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let (product, expected) = product_with(&store, 12).await;
     let cursor = reviews
         .page(&product.id, &PageRequest::first(12))
@@ -471,7 +471,7 @@ async fn a_child_no_keyset_reaches_is_named_at_either_end_of_a_walk() {
 async fn equal_sort_keys_are_ordered_by_id_and_served_once_both_ways() {
     for store in stores::<Product>().await {
         let mode = store.mode().await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let product = Product::named("ties");
         store.insert(&product).await.unwrap();
         // Every child on the same date: only `_id` orders them.
@@ -498,7 +498,7 @@ struct Ticket {
     opened: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "queues")]
 struct Queue {
     #[serde(rename = "_id")]
@@ -525,7 +525,7 @@ async fn two_sort_keys_in_mixed_directions_page_right_both_ways() {
             open: Vec::new(),
         };
         store.insert(&queue).await.unwrap();
-        let tickets = store.subset(Queue::OPEN);
+        let tickets = store.children(Queue::OPEN);
         // 4 priorities × 4 dates, each pair two or three times: ties on one key, on both.
         let batch: Vec<Ticket> = (0..40)
             .map(|i| Ticket {
@@ -567,7 +567,7 @@ async fn two_sort_keys_in_mixed_directions_page_right_both_ways() {
 async fn cursors_and_pages_round_trip_through_serde() {
     let store = Store::<Product>::new(&replica_db().await);
     let (product, expected) = product_with(&store, 20).await;
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let page = reviews
         .page(&product.id, &PageRequest::first(7))
         .await
@@ -660,7 +660,7 @@ mod graphql {
                         (None, None, first, _) => PageRequest::first(first.unwrap_or(10) as u32),
                     };
                     let page = store
-                        .subset(Product::RECENT_REVIEWS)
+                        .children(Product::RECENT_REVIEWS)
                         .page(&product, &request)
                         .await?;
                     let page = page.map(|r: Review| ReviewNode {
@@ -757,7 +757,7 @@ proptest! {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
             let store = Store::<Product>::new(&replica_db().await);
-            let reviews = store.subset(Product::RECENT_REVIEWS);
+            let reviews = store.children(Product::RECENT_REVIEWS);
             let product = Product::named("prop");
             store.insert(&product).await.unwrap();
             let batch: Vec<Review> = dates.iter().map(|d| Review::at(*d)).collect();

@@ -10,7 +10,7 @@ use subset::{Cursor, Error, Page, PageRequest, Store};
 
 /// Reads every page of `size` and returns the ids in the order served.
 async fn read_all(store: &Store<Product>, id: &ObjectId, size: u32) -> Vec<ObjectId> {
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let mut out = Vec::new();
     let mut request = PageRequest::first(size);
     loop {
@@ -31,7 +31,7 @@ async fn read_all(store: &Store<Product>, id: &ObjectId, size: u32) -> Vec<Objec
 async fn product_with(store: &Store<Product>, n: i64) -> (Product, Vec<ObjectId>) {
     let product = Product::named("paged");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     // Dates with many ties (n / 3 distinct values), pushed in a scrambled order.
     let batch: Vec<Review> = (0..n)
         .map(|i| Review::at((i * 7_919) % (n / 3 + 1)))
@@ -58,7 +58,7 @@ async fn every_page_size_serves_each_child_exactly_once() {
         assert_eq!(got, expected, "page size {size}");
     }
     let streamed: Vec<ObjectId> = store
-        .subset(Product::RECENT_REVIEWS)
+        .children(Product::RECENT_REVIEWS)
         .all(&product.id)
         .await
         .unwrap()
@@ -72,7 +72,7 @@ async fn every_page_size_serves_each_child_exactly_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn small_and_empty_subsets_end_cleanly() {
     let store = Store::<Product>::new(&replica_db().await);
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     for n in [0, 1, 4, 5, 6] {
         let product = Product::named("small");
         store.insert(&product).await.unwrap();
@@ -95,7 +95,7 @@ async fn small_and_empty_subsets_end_cleanly() {
 async fn pages_stay_exact_while_children_are_pushed_between_them() {
     let store = Store::<Product>::new(&replica_db().await);
     let (product, expected) = product_with(&store, 300).await;
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let mut seen = Vec::new();
     let mut request = PageRequest::first(5);
     let mut round = 0_i64;
@@ -143,7 +143,7 @@ async fn the_first_page_is_one_projected_query_on_the_parent() {
         .await
         .unwrap();
     let page = store
-        .subset(Product::RECENT_REVIEWS)
+        .children(Product::RECENT_REVIEWS)
         .page(&product.id, &PageRequest::first(5))
         .await
         .unwrap();
@@ -157,7 +157,7 @@ async fn bad_cursors_and_sizes_are_typed_errors() {
     let store = Store::<Product>::new(&replica_db().await);
     let (product, _) = product_with(&store, 20).await;
     let (other, _) = product_with(&store, 20).await;
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let next = reviews
         .page(&product.id, &PageRequest::first(5))
         .await

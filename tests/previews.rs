@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use subset::bson;
 
 use subset::{
-    raw::RawStore, spec::ParentSpec, spec::SpecBuilder, Child, Error, PageRequest, Parent, Store,
-    Subset, WriteMode,
+    raw, spec::ParentSpec, spec::SpecBuilder, Child, Children, Error, PageRequest, Store, Subset,
+    WriteMode,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
@@ -41,7 +41,7 @@ struct ReviewPreview {
     author: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "preview_shops")]
 struct Shop {
     #[serde(rename = "_id")]
@@ -62,7 +62,7 @@ struct Shop {
 }
 
 /// The same with a long subset, whose in-order pushes go to the head without `$sort`.
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "preview_malls")]
 struct Mall {
     #[serde(rename = "_id")]
@@ -150,7 +150,7 @@ async fn assert_previews_true(store: &Store<Shop>, id: &ObjectId, all: &[Review]
     }
     // The child collection holds whole reviews.
     let stored: Vec<Review> = store
-        .subset(Shop::LATEST)
+        .children(Shop::LATEST)
         .all(id)
         .await
         .unwrap()
@@ -165,7 +165,7 @@ async fn push_embeds_previews_and_stores_whole_children() {
     for store in stores::<Shop>().await {
         let parent = shop();
         store.insert(&parent).await.unwrap();
-        let reviews = store.subset(Shop::LATEST);
+        let reviews = store.children(Shop::LATEST);
         let mut all = vec![review(3)];
         reviews.push(&parent.id, &all[0]).await.unwrap();
         assert_previews_true(&store, &parent.id, &all).await;
@@ -187,7 +187,7 @@ async fn update_refreshes_a_preview_and_remove_backfills_one() {
     for store in stores::<Shop>().await {
         let parent = shop();
         store.insert(&parent).await.unwrap();
-        let reviews = store.subset(Shop::LATEST);
+        let reviews = store.children(Shop::LATEST);
         let mut all: Vec<Review> = (1..=6).map(|i| review(i * 10)).collect();
         reviews.push_many(&parent.id, &all).await.unwrap();
 
@@ -220,7 +220,7 @@ async fn pages_hold_whole_children_and_go_on_after_the_previews() {
     for store in stores::<Shop>().await {
         let parent = shop();
         store.insert(&parent).await.unwrap();
-        let reviews = store.subset(Shop::LATEST);
+        let reviews = store.children(Shop::LATEST);
         let mut all: Vec<Review> = (1..=11).map(review).collect();
         reviews.push_many(&parent.id, &all).await.unwrap();
         newest_first(&mut all);
@@ -295,7 +295,7 @@ async fn a_parent_inserted_with_previews_is_refused_and_nothing_is_written() {
         store.insert(&parent).await.unwrap();
         let all = vec![review(1), review(2)];
         store
-            .subset(Shop::LATEST)
+            .children(Shop::LATEST)
             .push_many(&parent.id, &all)
             .await
             .unwrap();
@@ -308,7 +308,7 @@ async fn reconcile_turns_whole_embedded_children_back_into_previews() {
     for store in stores::<Shop>().await {
         let parent = shop();
         store.insert(&parent).await.unwrap();
-        let reviews = store.subset(Shop::LATEST);
+        let reviews = store.children(Shop::LATEST);
         let mut all: Vec<Review> = (1..=5).map(review).collect();
         reviews.push_many(&parent.id, &all).await.unwrap();
         newest_first(&mut all);
@@ -345,7 +345,7 @@ async fn a_long_preview_subset_pushes_at_the_head() {
             latest: Vec::new(),
         };
         store.insert(&mall).await.unwrap();
-        let reviews = store.subset(Mall::LATEST);
+        let reviews = store.children(Mall::LATEST);
         let mut all: Vec<Review> = (1..=40).map(review).collect();
         for r in &all {
             reviews.push(&mall.id, r).await.unwrap();
@@ -380,13 +380,13 @@ async fn a_runtime_descriptor_embeds_the_fields_it_names() {
         let names: Vec<&str> = spec.embed.unwrap().iter().map(|f| f.bson).collect();
         assert_eq!(names, ["_id", "postedAt", "author"]);
         let store =
-            RawStore::new(&db, ParentSpec::leak("runtime_shops", vec![*spec])).with_mode(mode);
+            raw::Store::new(&db, ParentSpec::leak("runtime_shops", vec![*spec])).with_mode(mode);
         let id = Bson::ObjectId(ObjectId::new());
         store.insert(doc! { "_id": id.clone() }).await.unwrap();
         let children: Vec<Document> = (1..=3)
             .map(|i| subset::bson_compat::to_document(&review(i)).unwrap())
             .collect();
-        store.subset(spec).push(&id, children).await.unwrap();
+        store.children(spec).push(&id, children).await.unwrap();
         let parent = db
             .collection::<Document>("runtime_shops")
             .find_one(doc! { "_id": id.clone() })
@@ -404,12 +404,12 @@ async fn a_runtime_descriptor_embeds_the_fields_it_names() {
                 .collect();
             assert_eq!(keys, ["_id", "author", "postedAt"], "{mode:?}");
         }
-        assert!(store.subset(spec).check(&id).await.unwrap().is_clean());
+        assert!(store.children(spec).check(&id).await.unwrap().is_clean());
     }
 }
 
-/// `Subset` is the handle of whole reviews even though the field holds previews.
+/// `Children` is the handle of whole reviews even though the field holds previews.
 #[allow(dead_code)]
-fn the_handle_takes_whole_children(store: &Store<Shop>) -> Subset<'_, Shop, Review> {
-    store.subset(Shop::LATEST)
+fn the_handle_takes_whole_children(store: &Store<Shop>) -> Children<'_, Shop, Review> {
+    store.children(Shop::LATEST)
 }

@@ -8,7 +8,7 @@ use common::*;
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::bson_compat;
-use subset::{Child, Error, Parent, Store, WriteMode};
+use subset::{Child, Error, Store, Subset, WriteMode};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Score {
@@ -18,7 +18,7 @@ struct Score {
     at: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "players")]
 struct Player {
     #[serde(rename = "_id")]
@@ -40,7 +40,7 @@ struct OrderLine {
     unit_price: i64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[serde(rename_all = "camelCase")]
 #[subset(collection = "shops")]
 struct DeliveryShop {
@@ -82,7 +82,7 @@ async fn push_keeps_the_latest_sorted_and_counts_them() {
     for store in stores::<Product>().await {
         let product = Product::named("lamp");
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         // Reverse and shuffled insertion order: the subset is sorted by date, not by arrival.
         for millis in [5, 1, 9, 3, 7, 2, 8, 6, 4, 10] {
             reviews
@@ -108,7 +108,7 @@ async fn ties_are_broken_by_id_in_the_last_keys_direction() {
     for store in stores::<Product>().await {
         let product = Product::named("ties");
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         // Eight reviews at the same instant: `_id` desc decides, the largest ids stay.
         let mut same: Vec<Review> = (0..8).map(|_| Review::at(42)).collect();
         same.reverse();
@@ -130,8 +130,8 @@ async fn multi_key_sort_asc_and_desc_and_keep_one() {
     for store in stores::<Player>().await {
         let p = player("ada");
         store.insert(&p).await.unwrap();
-        let best = store.subset(Player::BEST);
-        let first = store.subset(Player::FIRST);
+        let best = store.children(Player::BEST);
+        let first = store.children(Player::FIRST);
         let scores = [
             (1, 50, 30),
             (2, 70, 20),
@@ -171,7 +171,7 @@ async fn camel_case_renames_reach_updates_sorts_and_indexes() {
             order_count: 0,
         };
         store.insert(&shop).await.unwrap();
-        let orders = store.subset(DeliveryShop::LATEST_ORDERS);
+        let orders = store.children(DeliveryShop::LATEST_ORDERS);
         for (millis, price) in [(3, 300), (1, 100), (2, 200)] {
             let line = OrderLine {
                 line_id: ObjectId::new(),
@@ -227,7 +227,7 @@ async fn a_retried_push_is_neither_duplicated_nor_counted_twice() {
     for store in stores::<Product>().await {
         let product = Product::named("retry");
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let review = Review::at(100);
         reviews.push(&product.id, &review).await.unwrap();
         reviews.push(&product.id, &review).await.unwrap();
@@ -259,7 +259,7 @@ async fn a_retry_after_a_crash_between_the_writes_restores_the_subset() {
         .insert_one(stored)
         .await
         .unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     reviews.push(&product.id, &review).await.unwrap();
     let got = store.get(&product.id).await.unwrap().unwrap();
     assert_eq!(got.recent_reviews, [review]);
@@ -281,7 +281,7 @@ async fn a_retry_after_a_crash_between_the_writes_restores_the_subset() {
 async fn a_push_to_a_missing_parent_leaves_nothing_behind() {
     for store in stores::<Product>().await {
         let missing = ObjectId::new();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         for result in [
             reviews.push(&missing, &Review::at(1)).await,
             reviews
@@ -312,7 +312,7 @@ async fn a_child_id_owned_by_another_parent_is_refused() {
         let (a, b) = (Product::named("a"), Product::named("b"));
         store.insert(&a).await.unwrap();
         store.insert(&b).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let review = Review::at(1);
         reviews.push(&a.id, &review).await.unwrap();
         let err = reviews.push(&b.id, &review).await.unwrap_err();
@@ -328,7 +328,7 @@ async fn push_many_is_one_batch_in_order() {
     for store in stores::<Product>().await {
         let product = Product::named("batch");
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let batch: Vec<Review> = (0..40).map(|i| Review::at((i * 7919) % 1000)).collect();
         reviews.push_many(&product.id, &batch).await.unwrap();
         reviews.push_many(&product.id, &[]).await.unwrap();
@@ -348,7 +348,7 @@ async fn sixteen_concurrent_writers_keep_the_subset_exact() {
             let store = store.clone();
             let id = product.id;
             writers.push(tokio::spawn(async move {
-                let reviews = store.subset(Product::RECENT_REVIEWS);
+                let reviews = store.children(Product::RECENT_REVIEWS);
                 // A small deterministic scramble of dates, with deliberate collisions.
                 let mut x = w * 2_654_435_761 + 1;
                 for _ in 0..200 {
@@ -361,7 +361,7 @@ async fn sixteen_concurrent_writers_keep_the_subset_exact() {
         for w in writers {
             w.await.unwrap();
         }
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         assert_eq!(reviews.count(&product.id).await.unwrap(), 3_200);
         let got = store.get(&product.id).await.unwrap().unwrap();
         assert_eq!(got.total_reviews, 3_200);
@@ -375,7 +375,7 @@ async fn the_standalone_server_uses_ordered_writes() {
     assert_eq!(store.mode().await.unwrap(), WriteMode::Ordered);
     let product = Product::named("standalone");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     for i in 0..12 {
         reviews.push(&product.id, &Review::at(i)).await.unwrap();
     }

@@ -13,7 +13,7 @@ use mongodb::options::ClientOptions;
 use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
 use subset::bson::DateTime;
-use subset::{Child, PageRequest, Parent, Store, WriteMode};
+use subset::{Child, PageRequest, Store, Subset, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
@@ -24,7 +24,7 @@ struct Review {
     date: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -47,7 +47,7 @@ struct Product {
 /// A long subset: at `keep = 32` and above a push tries the head first (`$position: 0`, no
 /// `$sort`, guarded by a filter on the stored head); below, as for `Product`, it sends the
 /// `$sort` update alone.
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "threads")]
 struct Thread {
     #[serde(rename = "_id")]
@@ -122,7 +122,7 @@ async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
     store.insert(&product).await.unwrap();
     let reviews: Vec<Review> = (0..50).map(review).collect();
     store
-        .subset(Product::RECENT_REVIEWS)
+        .children(Product::RECENT_REVIEWS)
         .push_many(&product.id, &reviews)
         .await
         .unwrap();
@@ -144,7 +144,7 @@ async fn long_subset(store: &Store<Product>, log: &Log) -> (Store<Thread>, Objec
     threads.insert(&thread).await.unwrap();
     let replies: Vec<Review> = (0..50).map(review).collect();
     threads
-        .subset(Thread::RECENT_REPLIES)
+        .children(Thread::RECENT_REPLIES)
         .push_many(&thread.id, &replies)
         .await
         .unwrap();
@@ -154,7 +154,7 @@ async fn long_subset(store: &Store<Product>, log: &Log) -> (Store<Thread>, Objec
 
 async fn reads_are_one_command(topology: Topology) {
     let (store, product, log) = setup(topology).await;
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
 
     let got = store.get(&product.id).await.unwrap().unwrap();
     assert_eq!(got.recent_reviews.len(), 10);
@@ -214,7 +214,7 @@ async fn push_on_a_standalone_is_insert_then_update() {
         WriteMode::Ordered => store,
         WriteMode::Transactional => store.with_mode(WriteMode::Ordered),
     };
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
 
     reviews.push(&product.id, &review(1_000)).await.unwrap();
     assert_eq!(log.take(), ["insert", "update"], "push");
@@ -230,7 +230,7 @@ async fn push_on_a_standalone_is_insert_then_update() {
     // At keep 32 a push into the head is one update (`$position: 0`); behind the head the
     // guarded update matches nothing, and the sorting one follows.
     let (threads, thread) = long_subset(&store, &log).await;
-    let replies = threads.subset(Thread::RECENT_REPLIES);
+    let replies = threads.children(Thread::RECENT_REPLIES);
     replies.push(&thread, &review(1_000)).await.unwrap();
     assert_eq!(log.take(), ["insert", "update"], "long push");
     replies.push(&thread, &review(10)).await.unwrap();
@@ -247,7 +247,7 @@ async fn push_on_a_replica_set_is_one_transaction_of_three_commands() {
     // The test kit hands out a replica set or a sharded cluster for `Topology::ReplicaSet`, even
     // at `MONGODB_URI` (a standalone there is an error), so the store must detect transactions.
     assert_eq!(store.mode().await.unwrap(), WriteMode::Transactional);
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
 
     // The fewest a transaction allows: the two writes, then `commitTransaction`. Starting a
     // transaction sends nothing (the driver attaches `startTransaction` to the first write),
@@ -309,7 +309,7 @@ async fn push_on_a_replica_set_is_one_transaction_of_three_commands() {
     // At keep 32 a push into the head is one update (`$position: 0`); behind the head the
     // guarded update matches nothing, and the sorting one follows in the same transaction.
     let (threads, thread) = long_subset(&store, &log).await;
-    let replies = threads.subset(Thread::RECENT_REPLIES);
+    let replies = threads.children(Thread::RECENT_REPLIES);
     replies.push(&thread, &review(1_000)).await.unwrap();
     assert_eq!(
         log.take(),

@@ -905,7 +905,7 @@ async fn assert_shows(service: &Service, product: &str, model: &[Review], when: 
         let drift = service
             .store
             .raw()
-            .subset(view)
+            .children(view)
             .check(&Bson::ObjectId(oid(product)))
             .await
             .unwrap();

@@ -43,7 +43,7 @@ async fn a_push_in_an_aborted_caller_transaction_leaves_nothing() {
     for store in replica_stores().await {
         let product = Product::named("grinder");
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let mut session = store.database().client().start_session().await.unwrap();
         session.start_transaction().await.unwrap();
         reviews
@@ -76,7 +76,7 @@ async fn a_push_in_a_committed_caller_transaction_is_there_once() {
     for store in replica_stores().await {
         let product = Product::named("grinder");
         let review = Review::at(1);
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let mut session = store.database().client().start_session().await.unwrap();
         session.start_transaction().await.unwrap();
         // The caller's own write, the parent and the push: all or nothing.
@@ -120,7 +120,7 @@ async fn remove_update_reconcile_and_delete_follow_the_caller_transaction() {
     for store in replica_stores().await {
         let product = Product::named("grinder");
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let all: Vec<Review> = (0..7).map(Review::at).collect();
         reviews.push_many(&product.id, &all).await.unwrap();
         let before = stored(&store, &product.id).await;
@@ -165,7 +165,7 @@ async fn a_failed_push_in_a_caller_transaction_is_the_callers_to_abort() {
     let store = Store::<Product>::new(&replica_db().await);
     let product = Product::named("grinder");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let mut session = store.database().client().start_session().await.unwrap();
     session.start_transaction().await.unwrap();
     reviews
@@ -193,7 +193,7 @@ async fn a_session_without_a_transaction_runs_each_write_as_it_would_alone() {
         Store::<Product>::new(&standalone_db().await),
     ] {
         let product = Product::named("grinder");
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let mut session = store.database().client().start_session().await.unwrap();
         store.insert(&product).session(&mut session).await.unwrap();
         let review = Review::at(5);
@@ -234,7 +234,7 @@ async fn reads_in_the_callers_transaction_see_its_own_writes_and_nobody_else_doe
     for store in replica_stores().await {
         let product = Product::named("grinder");
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let pushed: Vec<Review> = (1..=8).map(Review::at).collect();
         let mut session = store.database().client().start_session().await.unwrap();
         session.start_transaction().await.unwrap();

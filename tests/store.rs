@@ -31,7 +31,7 @@ async fn insert_embeds_the_top_keep_and_stores_every_child() {
         // A second insert of the same parent fails and changes nothing.
         let err = store.insert(&product).await.unwrap_err();
         assert!(matches!(err, Error::ParentExists { .. }), "{err}");
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         assert_eq!(reviews.count(&product.id).await.unwrap(), 12);
         assert_subset_true(&store, Product::RECENT_REVIEWS, &Bson::ObjectId(product.id)).await;
     }
@@ -46,7 +46,7 @@ async fn get_of_a_missing_parent_is_none_and_delete_removes_everything() {
             store.insert(p).await.unwrap();
             let batch: Vec<Review> = (0..9).map(Review::at).collect();
             store
-                .subset(Product::RECENT_REVIEWS)
+                .children(Product::RECENT_REVIEWS)
                 .push_many(&p.id, &batch)
                 .await
                 .unwrap();
@@ -54,7 +54,7 @@ async fn get_of_a_missing_parent_is_none_and_delete_removes_everything() {
         assert!(store.delete(&gone.id).await.unwrap());
         assert!(!store.delete(&gone.id).await.unwrap());
         assert!(store.get(&gone.id).await.unwrap().is_none());
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         assert_eq!(reviews.count(&gone.id).await.unwrap(), 0);
         assert_eq!(reviews.count(&keep.id).await.unwrap(), 9);
     }
@@ -91,7 +91,7 @@ async fn a_deep_page_reads_only_its_own_index_keys() {
     store.ensure_indexes().await.unwrap();
     let product = Product::named("deep");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     // Ties on date, so the keyset needs both of its branches.
     let batch: Vec<Review> = (0..1_000).map(|i| Review::at(i / 4)).collect();
     reviews.push_many(&product.id, &batch).await.unwrap();
@@ -146,7 +146,7 @@ async fn raw_parent(store: &Store<Product>, doc: Document) {
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_parents_are_typed_errors_naming_document_and_field() {
     let store = Store::<Product>::new(&replica_db().await);
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let good = bson_compat::to_document(&Review::at(1)).unwrap();
     // Without the subset field and without a marker, a parent was written around the library,
     // or before the field was added to the model: the child collection answers for it.
@@ -216,7 +216,7 @@ async fn malformed_children_in_the_collection_name_their_id_and_field() {
     let store = Store::<Product>::new(&replica_db().await);
     let product = Product::named("bad children");
     store.insert(&product).await.unwrap();
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let batch: Vec<Review> = (0..10).map(Review::at).collect();
     reviews.push_many(&product.id, &batch).await.unwrap();
     let bad = ObjectId::new();
@@ -252,7 +252,7 @@ async fn malformed_children_in_the_collection_name_their_id_and_field() {
 #[tokio::test(flavor = "multi_thread")]
 async fn children_of_no_parent_are_counted_by_kind_with_their_ids() {
     let store = Store::<Product>::new(&replica_db().await);
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let product = Product::named("lamp");
     store.insert(&product).await.unwrap();
     reviews

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subset::bson;
 
-use subset::{follow::FollowOptions, follow::FollowUpdate, Child, Parent, Store};
+use subset::{follow::FollowOptions, follow::FollowUpdate, Child, Store, Subset};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Rating {
@@ -25,7 +25,7 @@ struct Rating {
     date: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "rated_products")]
 struct Rated {
     #[serde(rename = "_id")]
@@ -109,7 +109,7 @@ async fn push_remove_and_update_keep_every_sum_true() {
     for store in stores::<Rated>().await {
         let parent = Rated::new();
         store.insert(&parent).await.unwrap();
-        let ratings = store.subset(Rated::RECENT);
+        let ratings = store.children(Rated::RECENT);
         let first = rating(1, 4);
         ratings.push(&parent.id, &first).await.unwrap();
         let got = assert_sums_true(&store, &parent.id).await;
@@ -143,7 +143,7 @@ async fn removing_the_last_child_brings_the_sums_to_zero() {
     for store in stores::<Rated>().await {
         let parent = Rated::new();
         store.insert(&parent).await.unwrap();
-        let ratings = store.subset(Rated::RECENT);
+        let ratings = store.children(Rated::RECENT);
         let only = rating(1, 3);
         ratings.push(&parent.id, &only).await.unwrap();
         let got = store.get(&parent.id).await.unwrap().unwrap();
@@ -163,7 +163,7 @@ async fn reconcile_repairs_a_tampered_sum_and_check_reports_it() {
     for store in stores::<Rated>().await {
         let parent = Rated::new();
         store.insert(&parent).await.unwrap();
-        let ratings = store.subset(Rated::RECENT);
+        let ratings = store.children(Rated::RECENT);
         let children: Vec<Rating> = (1..6).map(|i| rating(i, i as i32)).collect();
         ratings.push_many(&parent.id, &children).await.unwrap();
         store
@@ -201,7 +201,7 @@ async fn a_stored_child_without_a_number_is_reported_and_adds_nothing() {
     let store = stores::<Rated>().await.remove(0);
     let parent = Rated::new();
     store.insert(&parent).await.unwrap();
-    let ratings = store.subset(Rated::RECENT);
+    let ratings = store.children(Rated::RECENT);
     ratings.push(&parent.id, &rating(1, 2)).await.unwrap();
     let bad = ObjectId::new();
     store
@@ -304,7 +304,7 @@ async fn the_follower_keeps_the_sums_of_children_written_around_the_library() {
     }
     follower.stop().await.unwrap();
     assert!(store
-        .subset(Rated::RECENT)
+        .children(Rated::RECENT)
         .check(&parent.id)
         .await
         .unwrap()
@@ -336,7 +336,7 @@ fn is_zero(n: &i64) -> bool {
 
 /// The fields the engine writes itself may be left out by serde: an insert stores the array,
 /// the count and the sum whatever the struct serializes, and pushes add to them.
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "voted_products")]
 struct Voted {
     #[serde(rename = "_id")]
@@ -377,7 +377,7 @@ async fn counts_and_sums_serde_leaves_out_are_written_by_the_engine() {
         assert_eq!(raw.get("total"), Some(&Bson::Int64(0)));
         assert_eq!(raw.get("stars_total"), Some(&Bson::Int64(0)));
 
-        let votes = store.subset(Voted::BEST);
+        let votes = store.children(Voted::BEST);
         for (millis, stars) in [(1, 3), (2, 5), (3, 4)] {
             let vote = Vote {
                 id: ObjectId::new(),

@@ -41,7 +41,7 @@ async fn every_mode() -> Vec<Store<Product>> {
 /// The product with a long subset: from `keep = 32` up a push tries the head first
 /// (`$position: 0`, guarded), so a too-large push fails in that update rather than in the
 /// `$sort` one.
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "long_products")]
 struct LongProduct {
     #[serde(rename = "_id")]
@@ -110,7 +110,7 @@ async fn a_push_that_outgrows_the_parent_fails_typed_and_leaves_nothing() {
     for store in every_mode().await {
         let product = big_product();
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         reviews.push(&product.id, &Review::at(1)).await.unwrap();
         let before = state(&store, product.id).await;
 
@@ -154,7 +154,7 @@ async fn a_head_push_that_outgrows_a_long_subset_fails_typed_and_leaves_nothing(
             total_reviews: 0,
         };
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(LongProduct::RECENT_REVIEWS);
+        let reviews = store.children(LongProduct::RECENT_REVIEWS);
         let spec = LongProduct::RECENT_REVIEWS.spec();
         let state = || async {
             let children: Vec<Bson> = store
@@ -191,7 +191,7 @@ async fn an_update_that_outgrows_the_parent_is_undone() {
     for store in every_mode().await {
         let product = big_product();
         store.insert(&product).await.unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         let review = Review::at(1);
         reviews.push(&product.id, &review).await.unwrap();
         let before = state(&store, product.id).await;
@@ -237,7 +237,7 @@ async fn an_insert_whose_subset_cannot_fit_is_undone_and_reconcile_names_it() {
             .insert_one(raw)
             .await
             .unwrap();
-        let reviews = store.subset(Product::RECENT_REVIEWS);
+        let reviews = store.children(Product::RECENT_REVIEWS);
         for _ in 0..2 {
             let err = reviews.reconcile(&product.id).await.unwrap_err();
             assert_too_large(&err, product.id);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::CommandLog;
 use subset::bson::{doc, Bson, DateTime, Document};
-use subset::{raw::RawStore, spec::ParentSpec, spec::SpecBuilder, spec::SubsetSpec, WriteMode};
+use subset::{raw, spec::ParentSpec, spec::SpecBuilder, spec::SubsetSpec, WriteMode};
 
 const PARENTS: &str = "view_boards";
 const CHILDREN: &str = "view_posts";
@@ -113,7 +113,7 @@ fn expected(posts: &[Post]) -> Vec<(&'static str, Vec<i32>, Vec<&'static str>)> 
     ]
 }
 
-async fn assert_views_true(store: &RawStore, board: &Bson, posts: &[Post], when: &str) {
+async fn assert_views_true(store: &raw::Store, board: &Bson, posts: &[Post], when: &str) {
     let mode = store.mode().await.unwrap();
     let parent = store
         .database()
@@ -164,16 +164,16 @@ async fn assert_views_true(store: &RawStore, board: &Bson, posts: &[Post], when:
         assert_eq!(got, want, "{mode:?} {when}: `{field}`");
     }
     for spec in store.spec().subsets {
-        let drift = store.subset(spec).check(board).await.unwrap();
+        let drift = store.children(spec).check(board).await.unwrap();
         assert!(drift.is_clean(), "{mode:?} {when}: {drift:?}");
     }
 }
 
 /// A store over the board with every view, on a client that records each command.
-async fn store(mode: WriteMode) -> (RawStore, CommandLog) {
+async fn store(mode: WriteMode) -> (raw::Store, CommandLog) {
     let (db, log) = common::recorded_replica_db().await;
     let spec = ParentSpec::leak(PARENTS, views());
-    let store = RawStore::new(&db, spec).with_mode(mode);
+    let store = raw::Store::new(&db, spec).with_mode(mode);
     store.mode().await.unwrap();
     (store, log)
 }
@@ -194,8 +194,8 @@ async fn every_write_keeps_every_view_true() {
         assert_views_true(&store, &board, &posts, "after insert").await;
 
         // A push through any view is one update of the parent, whatever the views.
-        let latest = store.subset(&store.spec().subsets[0]);
-        let verified = store.subset(&store.spec().subsets[2]);
+        let latest = store.children(&store.spec().subsets[0]);
+        let verified = store.children(&store.spec().subsets[2]);
         log.lock().unwrap().clear();
         verified
             .push(&board, vec![Post::new(4).doc()])
@@ -265,13 +265,13 @@ async fn each_view_pages_its_own_children_in_its_own_order() {
     let board = Bson::Int32(2);
     store.insert(doc! { "_id": board.clone() }).await.unwrap();
     let posts: Vec<Post> = (1..=20).map(Post::new).collect();
-    let latest = store.subset(&store.spec().subsets[0]);
+    let latest = store.children(&store.spec().subsets[0]);
     latest
         .push(&board, posts.iter().map(Post::doc).collect())
         .await
         .unwrap();
     for (i, (field, _, _)) in expected(&posts).into_iter().enumerate() {
-        let view = store.subset(&store.spec().subsets[i]);
+        let view = store.children(&store.spec().subsets[i]);
         // The whole view, in its order: the model's with no cap.
         let mut want: Vec<&Post> = posts
             .iter()
@@ -323,7 +323,7 @@ async fn each_view_pages_its_own_children_in_its_own_order() {
     assert_eq!(ours.len(), 4, "{indexes:?}");
     for spec in store.spec().subsets {
         assert!(
-            store.subset(spec).has_index().await.unwrap(),
+            store.children(spec).has_index().await.unwrap(),
             "{}",
             spec.field
         );
@@ -331,7 +331,7 @@ async fn each_view_pages_its_own_children_in_its_own_order() {
 
     // A later page of a filtered view is an index scan of its own index, in order: no sort
     // stage, and no document read that the page does not return.
-    let verified = store.subset(&store.spec().subsets[2]);
+    let verified = store.children(&store.spec().subsets[2]);
     let first = verified
         .page(&board, &subset::PageRequest::first(2))
         .await
@@ -416,7 +416,7 @@ async fn reconcile_repairs_every_view_and_check_names_each() {
         let board = Bson::Int32(3);
         store.insert(doc! { "_id": board.clone() }).await.unwrap();
         let posts: Vec<Post> = (1..=8).map(Post::new).collect();
-        let latest = store.subset(&store.spec().subsets[0]);
+        let latest = store.children(&store.spec().subsets[0]);
         latest
             .push(&board, posts.iter().map(Post::doc).collect())
             .await
@@ -432,7 +432,7 @@ async fn reconcile_repairs_every_view_and_check_names_each() {
             .await
             .unwrap();
         for spec in store.spec().subsets {
-            let drift = store.subset(spec).check(&board).await.unwrap();
+            let drift = store.children(spec).check(&board).await.unwrap();
             assert_eq!(
                 drift.is_clean(),
                 matches!(spec.field, "best" | "newest"),
@@ -450,7 +450,7 @@ async fn reconcile_repairs_every_view_and_check_names_each() {
 }
 
 /// The posts of `board` as the child collection holds them: the truth the views must show.
-async fn stored_posts(store: &RawStore, board: &Bson) -> Vec<Post> {
+async fn stored_posts(store: &raw::Store, board: &Bson) -> Vec<Post> {
     use futures::TryStreamExt;
     let docs: Vec<Document> = store
         .database()
@@ -504,7 +504,7 @@ async fn eight_writers_leave_every_view_exact() {
                             rng.random_range(0..30_i64),
                         )
                     };
-                    let handle = store.subset(&store.spec().subsets[view]);
+                    let handle = store.children(&store.spec().subsets[view]);
                     let board = &boards[b];
                     let result = if roll < 50 {
                         let mut post = Post::new(next.fetch_add(1, Ordering::Relaxed));

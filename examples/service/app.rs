@@ -33,7 +33,7 @@ use bson::{Bson, DateTime};
 use serde::{Deserialize, Serialize};
 use serde_path_to_error::Segment;
 use subset::bson;
-use subset::{Child, Cursor, Page, PageRequest, Parent, Store, Subset};
+use subset::{Child, Children, Cursor, Page, PageRequest, Store, Subset};
 
 /// A review as stored: in the `reviews` collection, and in its product while it is among the
 /// latest five or the three most helpful visible ones.
@@ -66,7 +66,7 @@ pub struct Review {
 ///
 /// Both views are filtered by `!hidden`: a review a moderator hides leaves them (the next one
 /// moves up) and is no longer counted; shown again, it is back in its place.
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 pub struct Product {
     /// The product's `_id`.
@@ -455,10 +455,10 @@ impl ReviewBody {
 
 // ---- handlers ----
 
-type Reviews<'a> = Subset<'a, Product, Review>;
+type Reviews<'a> = Children<'a, Product, Review>;
 
 fn reviews_of(store: &Store<Product>) -> Reviews<'_> {
-    store.subset(Product::RECENT_REVIEWS)
+    store.children(Product::RECENT_REVIEWS)
 }
 
 async fn create_product(

@@ -67,7 +67,7 @@ pub async fn run(db: &Database, batch: usize, rounds: usize, seed: u64) -> Res<R
     let rates = schedule
         .run(async |turn| {
             let store = fresh(db, &data).await?;
-            let handle = store.subset(Product::RECENT_REVIEWS);
+            let handle = store.children(Product::RECENT_REVIEWS);
             let ((), ms) = time(async {
                 if turn.side == 0 {
                     for (i, r) in reviews.iter().enumerate() {

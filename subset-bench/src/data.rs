@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use subset::bson;
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 /// The parent collection of the fully embedded layout: every review inside its product.
 pub const EMBEDDED: &str = "products_embedded";
@@ -39,7 +39,7 @@ pub struct Review {
 }
 
 /// The subset layout's product: the library's model.
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 pub struct Product {
     #[serde(rename = "_id")]

@@ -19,7 +19,7 @@
 //!
 //! After each run the collections are checked against the pushes acknowledged so far, with the
 //! driver alone: each acknowledged review stored once, under its parent, no other review stored,
-//! each parent's count and embedded `_id`s consistent with that; then `Subset::check` compares
+//! each parent's count and embedded `_id`s consistent with that; then `Children::check` compares
 //! every touched parent's subset with the child collection.
 
 use std::collections::{HashMap, HashSet};
@@ -186,7 +186,7 @@ pub struct Result {
     pub checked_pushes: u64,
     /// Runs checked.
     pub checked_runs: usize,
-    /// Parents `Subset::check` found clean, over all checks.
+    /// Parents `Children::check` found clean, over all checks.
     pub checked_parents: usize,
     /// Wall-clock seconds of the whole experiment.
     pub total_secs: f64,
@@ -235,7 +235,7 @@ impl Task for Pusher {
         };
         let review = fresh_review(&self.data, self.task, self.n);
         self.n += 1;
-        let handle = self.store.subset(Product::RECENT_REVIEWS);
+        let handle = self.store.children(Product::RECENT_REVIEWS);
         handle.push(&parent_id(parent), &review).await?;
         self.acked
             .lock()
@@ -384,7 +384,7 @@ impl Ledger {
 
     /// Adds one run's acknowledged pushes and checks the collections: with the driver alone,
     /// that each of them is stored once under its parent and nothing else is stored, and each
-    /// parent's count and embedded `_id`s agree with that; then `Subset::check` on every parent
+    /// parent's count and embedded `_id`s agree with that; then `Children::check` on every parent
     /// the run touched (its subset is the top [`KEEP`] of the child collection, in order).
     async fn check(
         &mut self,
@@ -481,7 +481,7 @@ impl Ledger {
             return Err(what(format!("{seen} parents of {PARENTS}")));
         }
         // The library's own comparison of each touched subset with the child collection.
-        let handle = store.subset(Product::RECENT_REVIEWS);
+        let handle = store.children(Product::RECENT_REVIEWS);
         for &i in &touched {
             let drift = handle.check(&parent_id(i)).await?;
             if !drift.is_clean() {

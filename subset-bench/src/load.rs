@@ -86,7 +86,7 @@ pub async fn load(db: &Database, data: &DataSet, tasks: usize) -> Res<Duration> 
         .map(|i| data.chunks(i))
         .max()
         .unwrap_or(0);
-    let handle = store.subset(Product::RECENT_REVIEWS);
+    let handle = store.children(Product::RECENT_REVIEWS);
     let jobs = (0..rounds).flat_map(|c| {
         (0..data.products)
             .filter(move |&i| c < data.chunks(i))

@@ -44,8 +44,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use subset::bson;
-use subset::repair::SweepOptions;
-use subset::{PageRequest, Parent, Store, WriteMode};
+use subset::{PageRequest, Store, Subset, WriteMode};
 
 use crate::data::{DataSet, Review};
 use crate::measure::{time, Run, Runs, Turn};
@@ -77,7 +76,7 @@ const COPY: &str = "model_change_as_written";
 macro_rules! product {
     ($(#[$doc:meta])* $name:ident { $($field:tt)* }) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+        #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
         #[subset(collection = "model_change")]
         pub struct $name {
             #[serde(rename = "_id")]
@@ -147,7 +146,7 @@ product!(
 pub enum Read {
     /// `Store::get`, keep 10.
     GetKeep,
-    /// `Subset::page` of the first 10, keep 10.
+    /// `Children::page` of the first 10, keep 10.
     PageKeep,
     /// `Store::get`, the old view and the new one.
     GetView,
@@ -326,9 +325,9 @@ struct Bench {
 }
 
 /// `Store::rebuild` of `store`'s model, `model` in errors; no parent may fail.
-async fn rebuild<P: Parent>(store: &Store<P>, model: &str) -> Res<Rebuilt> {
+async fn rebuild<P: Subset>(store: &Store<P>, model: &str) -> Res<Rebuilt> {
     let started = Instant::now();
-    let report = store.rebuild(&SweepOptions::default(), |_| {}).await?;
+    let report = store.rebuild().await?;
     let secs = started.elapsed().as_secs_f64();
     let p = report.progress;
     if p.failed != 0 || !report.failures.is_empty() {
@@ -352,9 +351,9 @@ async fn rebuild<P: Parent>(store: &Store<P>, model: &str) -> Res<Rebuilt> {
 
 /// `Store::check_all` of `store`'s model, which must find no parent drifted, outdated or
 /// failed; returns its seconds.
-async fn check_clean<P: Parent>(store: &Store<P>, model: &str) -> Res<f64> {
+async fn check_clean<P: Subset>(store: &Store<P>, model: &str) -> Res<f64> {
     let started = Instant::now();
-    let check = store.check_all(&SweepOptions::default(), |_| {}).await?;
+    let check = store.check_all().await?;
     let secs = started.elapsed().as_secs_f64();
     let c = check.progress;
     if c.drifted != 0 || c.outdated != 0 || c.failed != 0 || !check.failures.is_empty() {
@@ -479,7 +478,7 @@ impl Bench {
                 Ok(ms)
             }
             Read::PageKeep => {
-                let handle = self.keep.subset(Keep10::RECENT);
+                let handle = self.keep.children(Keep10::RECENT);
                 let request = PageRequest::first(PAGE as u32);
                 let (page, ms) = time(handle.page(&id, &request)).await?;
                 self.checked.fetch_add(1, Ordering::Relaxed);
@@ -604,7 +603,7 @@ impl Bench {
             let (store, data, stop) = (self.keep.clone(), self.data, stop.clone());
             let first = self.pushed.fetch_add(1 << 32, Ordering::Relaxed);
             async move {
-                let handle = store.subset(Keep10::RECENT);
+                let handle = store.children(Keep10::RECENT);
                 let mut rng = StdRng::seed_from_u64(data.seed ^ first);
                 let mut pushes = 0_u64;
                 let started = Instant::now();
@@ -693,11 +692,7 @@ pub async fn run(
 
     // What the new model's check sees before any rebuild.
     let check_started = Instant::now();
-    let check = bench
-        .keep_ordered
-        .check_all(&SweepOptions::default(), |_| {})
-        .await?
-        .progress;
+    let check = bench.keep_ordered.check_all().await?.progress;
     let first_check = FirstCheck {
         checked: check.checked,
         outdated: check.outdated,

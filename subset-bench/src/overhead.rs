@@ -91,7 +91,7 @@ impl Bench {
 
     async fn library(&self, op: Op, i: usize, input: &[Review]) -> Res<()> {
         let id = self.ids[i];
-        let handle = self.store.subset(Product::RECENT_REVIEWS);
+        let handle = self.store.children(Product::RECENT_REVIEWS);
         match op {
             Op::Get => {
                 self.store.get(&id).await?.ok_or("missing product")?;
@@ -249,7 +249,7 @@ async fn setup(db: &Database, seed: u64) -> Res<Bench> {
     let store = Store::<Product>::new(db);
     store.ensure_indexes().await?;
     let mode = store.mode().await?;
-    let handle = store.subset(Product::RECENT_REVIEWS);
+    let handle = store.children(Product::RECENT_REVIEWS);
     let mut ids = Vec::with_capacity(PRODUCTS);
     let mut after = Vec::with_capacity(PRODUCTS);
     for i in 0..PRODUCTS {

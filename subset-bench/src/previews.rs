@@ -17,7 +17,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use subset::bson;
-use subset::{spec::SubsetSpec, Child, Parent, Store, SubsetField};
+use subset::{spec::SubsetSpec, Child, Store, Subset, SubsetField};
 
 use crate::data::{sentence, DataSet, ProductInfo, Review, PAGE_REVIEWS};
 use crate::measure::{closed_loop, side_by_side, Rounds, Run, Runs, Task, Turn};
@@ -48,7 +48,7 @@ pub struct ReviewPreview {
 }
 
 /// The product embedding its 10 latest reviews whole.
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "previews_whole")]
 pub struct WholeProduct {
     #[serde(rename = "_id")]
@@ -70,7 +70,7 @@ pub struct WholeProduct {
 
 /// The same product embedding previews of its 10 latest reviews; the child collection holds
 /// the whole reviews.
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "previews_preview")]
 pub struct PreviewProduct {
     #[serde(rename = "_id")]
@@ -91,7 +91,7 @@ pub struct PreviewProduct {
 }
 
 /// What the experiment needs of either parent type.
-trait Page: Parent<Id = ObjectId> {
+trait Page: Subset<Id = ObjectId> {
     /// The subset field, typed by the whole review in both layouts.
     const FIELD: SubsetField<Self, Review>;
     /// The layout's name in the report.
@@ -195,7 +195,7 @@ fn long(data: &DataSet, mut review: Review, i: usize, k: u64) -> Review {
 }
 
 /// The one subset field of `P`.
-fn spec<P: Parent>() -> Res<&'static SubsetSpec> {
+fn spec<P: Subset>() -> Res<&'static SubsetSpec> {
     P::SUBSETS.first().ok_or_else(|| "no subset field".into())
 }
 
@@ -208,7 +208,7 @@ impl<P: Page> Side<P> {
         for i in 0..data.products {
             store.insert(&P::empty(data.info(i))).await?;
         }
-        let handle = store.subset(P::FIELD);
+        let handle = store.children(P::FIELD);
         futures::stream::iter(ids.iter().zip(reviews))
             .map(|(id, r)| handle.push_many(id, r).into_future())
             .buffer_unordered(LOAD_TASKS)
@@ -277,7 +277,7 @@ impl<P: Page> Side<P> {
 
     /// Pushes `review` into product `i`'s full subset.
     async fn push(&self, i: usize, review: &Review) -> Res<()> {
-        let handle = self.store.subset(P::FIELD);
+        let handle = self.store.children(P::FIELD);
         handle.push(&self.ids[i % self.ids.len()], review).await?;
         Ok(())
     }

@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::bson_compat;
-use subset::{Parent, Store, SubsetField};
+use subset::{Store, Subset, SubsetField};
 
 use crate::data::{DataSet, Review};
 use crate::measure::{time, Rounds, Run};
@@ -30,7 +30,7 @@ use crate::Res;
 
 // The derive takes `keep` as a literal: one small parent type per size.
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "keep_5")]
 pub struct Keep5 {
     #[serde(rename = "_id")]
@@ -46,7 +46,7 @@ pub struct Keep5 {
     pub total_reviews: i64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "keep_100")]
 pub struct Keep100 {
     #[serde(rename = "_id")]
@@ -62,7 +62,7 @@ pub struct Keep100 {
     pub total_reviews: i64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "keep_1000")]
 pub struct Keep1000 {
     #[serde(rename = "_id")]
@@ -140,14 +140,14 @@ const APPEND: &str = "keep_append";
 const APPEND_REVIEWS: &str = "keep_append_reviews";
 
 /// One size: its parents, and how to push.
-struct Size<P: Parent<Id = ObjectId>> {
+struct Size<P: Subset<Id = ObjectId>> {
     keep: usize,
     store: Store<P>,
     field: SubsetField<P, Review>,
     parents: Vec<ObjectId>,
 }
 
-impl<P: Parent<Id = ObjectId>> Size<P> {
+impl<P: Subset<Id = ObjectId>> Size<P> {
     /// Writes [`PARENTS`] parents, each with a full subset of `keep` children.
     async fn prepare(db: &Database, keep: usize, field: SubsetField<P, Review>) -> Res<Self> {
         let store = Store::<P>::new(db);
@@ -166,7 +166,7 @@ impl<P: Parent<Id = ObjectId>> Size<P> {
         db.collection::<Document>(P::COLLECTION)
             .insert_many(docs)
             .await?;
-        let handle = store.subset(field);
+        let handle = store.children(field);
         for (i, id) in parents.iter().enumerate() {
             let children: Vec<Review> = (0..keep)
                 .map(|k| {
@@ -187,7 +187,7 @@ impl<P: Parent<Id = ObjectId>> Size<P> {
 
     /// `n` pushes of each kind, alternating, to the parents in turn: (in order, out of order).
     async fn pushes(&self, n: usize, round: usize, rng: &mut StdRng) -> Res<(Run, Run)> {
-        let handle = self.store.subset(self.field);
+        let handle = self.store.children(self.field);
         let data = DataSet {
             products: PARENTS,
             min_reviews: 1,

@@ -389,7 +389,7 @@ impl Report {
             "\nChecked after every run ({} runs), with the driver alone: {} acknowledged pushes \
              (warm-up included), each stored once in the review collection under its parent, and \
              no other review stored; every parent's count equal to the pushes acknowledged to it, \
-             its embedded `_id`s distinct and min(10, pushes) many. Then `Subset::check` on every \
+             its embedded `_id`s distinct and min(10, pushes) many. Then `Children::check` on every \
              parent a run touched ({} checks): each subset the top 10 of the review collection, in \
              order, with the right count. All clean (a failed check stops the experiment).\n",
             h.checked_runs,
@@ -607,7 +607,7 @@ impl Report {
              `$inc` on the same targets. Votes: those that returned without error, warm-up \
              included, all rounds; lost: those minus what the stored `helpful` counts grew by. \
              Stale copies: per round, embedded reviews that differ from the review collection at \
-             the end, or are missing from their view (`Subset::check`), \"+ order\" when a view \
+             the end, or are missing from their view (`Children::check`), \"+ order\" when a view \
              was also out of order.\n"
         );
         let _ = writeln!(
@@ -747,7 +747,7 @@ impl Report {
         let _ = writeln!(
             w,
             "**Reads.** One task reads random products through the new model's store, `Store::get` \
-             and the first `Subset::page` of {}: {} reads of each kind while every product is \
+             and the first `Children::page` of {}: {} reads of each kind while every product is \
              built under the old model (outdated), and as many right after the new model's \
              `Store::rebuild` (rebuilt), in each round, the kinds interleaved, after {} \
              unrecorded reads of each. p50 and p99 are the median (min–max) over the rounds of \
@@ -1044,7 +1044,7 @@ impl Report {
                 w,
                 "Every review of a random product; fully embedded pages are `$slice` offsets into \
                  the array, the others keyset pages on the review collection (the subset's through \
-                 `Subset::page`, the referenced layout's by hand).\n"
+                 `Children::page`, the referenced layout's by hand).\n"
             );
             let _ = writeln!(
                 w,

@@ -70,7 +70,7 @@ pub async fn count(
     take();
 
     let id = data.product_id(0);
-    let handle = ctx.store.subset(Product::RECENT_REVIEWS);
+    let handle = ctx.store.children(Product::RECENT_REVIEWS);
     let mut counts = Vec::new();
     ctx.store.get(&id).await?;
     counts.push(take());

@@ -2,7 +2,7 @@
 //! review, over the 100 reviews of one product, and over one review each of 100 products, each
 //! vote written one of three ways:
 //!
-//! - through the library, `Subset::patch(..).inc(Review::HELPFUL, 1)`, in transactions and in
+//! - through the library, `Children::patch(..).inc(Review::HELPFUL, 1)`, in transactions and in
 //!   ordered writes: `findOneAndUpdate` on the review, then the same `$inc` on the embedded
 //!   copy (or, in a view ordered by `helpful`, the view recomputed);
 //! - by hand, a driver `$inc` on the review alone, which leaves the embedded copy stale;
@@ -15,7 +15,7 @@
 //!
 //! Every run starts from the same freshly written products. It counts the votes that returned
 //! without error, warm-up included, compares them with how much the stored `helpful` counts
-//! grew, and checks every embedded copy against the review collection (`Subset::check`).
+//! grew, and checks every embedded copy against the review collection (`Children::check`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use subset::bson;
-use subset::{Parent, Store, SubsetField, WriteMode};
+use subset::{Store, Subset, SubsetField, WriteMode};
 
 use crate::data::{DataSet, ProductInfo, Review};
 use crate::measure::{closed_loop, Rounds, Run, Task};
@@ -49,7 +49,7 @@ pub const KEEP: usize = 5;
 const START_MILLIS: i64 = 1_704_067_200_000;
 
 /// A product embedding its 5 latest reviews whole: a vote does not change their order.
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "votes_latest")]
 pub struct LatestProduct {
     #[serde(rename = "_id")]
@@ -68,7 +68,7 @@ pub struct LatestProduct {
 }
 
 /// A product embedding its 5 most helpful reviews whole: a vote may re-rank them.
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "votes_helpful")]
 pub struct HelpfulProduct {
     #[serde(rename = "_id")]
@@ -87,7 +87,7 @@ pub struct HelpfulProduct {
 }
 
 /// What the experiment needs of either product type.
-trait Voted: Parent<Id = ObjectId> + Send + Sync + 'static {
+trait Voted: Subset<Id = ObjectId> + Send + Sync + 'static {
     const FIELD: SubsetField<Self, Review>;
     fn new(info: &ProductInfo, reviews: Vec<Review>) -> Self;
 }
@@ -145,7 +145,7 @@ impl Targets {
 /// How a vote is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Way {
-    /// `Subset::patch(..).inc(Review::HELPFUL, 1)` in this write mode.
+    /// `Children::patch(..).inc(Review::HELPFUL, 1)` in this write mode.
     Library(WriteMode),
     /// `update_one({_id}, {$inc: {helpful: 1}})` on the review alone.
     HandInc,
@@ -398,7 +398,7 @@ impl<P: Voted> Task for Voter<P> {
         let (parent, child) = self.targets[self.rng.random_range(0..self.targets.len())];
         match self.way {
             Way::Library(_) => {
-                let reviews = self.store.subset(P::FIELD);
+                let reviews = self.store.children(P::FIELD);
                 reviews
                     .patch(&parent, &child)
                     .inc(Review::HELPFUL, 1)
@@ -516,7 +516,7 @@ impl<'f, P: Voted> Bench<'f, P> {
         let server = Counters::read(db).await?.since(start);
         let counted = self.stored().await? - before;
         let (mut stale, mut misordered) = (0, false);
-        let handle = self.store.subset(P::FIELD);
+        let handle = self.store.children(P::FIELD);
         for product in self.fixtures.products(targets) {
             let drift = handle.check(&product.info.id).await?;
             stale += drift.changed.len() + drift.missing.len();

@@ -177,7 +177,7 @@ impl Ctx {
                     self.store.clone()
                 };
                 store
-                    .subset(Product::RECENT_REVIEWS)
+                    .children(Product::RECENT_REVIEWS)
                     .push(&id, &review)
                     .await?;
             }
@@ -218,7 +218,7 @@ impl Ctx {
                 }
             },
             Layout::Subset => {
-                let handle = self.store.subset(Product::RECENT_REVIEWS);
+                let handle = self.store.children(Product::RECENT_REVIEWS);
                 let mut request = PageRequest::first(SIZE as u32);
                 loop {
                     let page = handle.page(&id, &request).await?;

@@ -1,6 +1,6 @@
 //! `subset remove --where` and `subset patch --where`: the engine's jobs by filter
-//! (`RawSubset::remove_where`, `RawSubset::patch_where`) over one subset described by flags, with
-//! a dry run (`RawSubset::count_where`), a progress bar, and the parents that failed listed.
+//! (`raw::Children::remove_where`, `raw::Children::patch_where`) over one subset described by flags, with
+//! a dry run (`raw::Children::count_where`), a progress bar, and the parents that failed listed.
 //!
 //! Both are resumable in the engine: each parent is changed whole in a transaction, or on a
 //! standalone server between the entries of a journal (in `subset_jobs`) that a rerun of the
@@ -12,7 +12,7 @@ use mongodb::Database;
 use serde_json::{json, Map, Value};
 use subset_runtime::bson::{Bson, Document};
 use subset_runtime::bulk::{BulkProgress, BulkReport};
-use subset_runtime::raw::{ChildPatch, RawStore};
+use subset_runtime::raw::{self, ChildPatch};
 use subset_runtime::repair::SweepOptions;
 use subset_runtime::spec::{ParentSpec, SubsetSpec};
 use subset_runtime::Error;
@@ -115,8 +115,8 @@ pub async fn run(
     scan::require_collection(db, &subset.parent).await?;
     // A misspelt `--child` would otherwise match nothing and look like a success.
     scan::require_collection(db, &subset.child).await?;
-    let store = RawStore::for_fields(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
-    let handle = store.subset(spec);
+    let store = raw::Store::for_fields(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
+    let handle = store.children(spec);
     let patch = job.patch();
     if let Some(patch) = &patch {
         // Refused before anything is written or counted.

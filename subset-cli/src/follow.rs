@@ -8,8 +8,8 @@ use indicatif::ProgressBar;
 use mongodb::Database;
 use serde_json::{json, Value};
 use subset_runtime::{
-    follow::CatchUp, follow::FollowOptions, follow::FollowStats, follow::FollowUpdate,
-    raw::RawStore, repair::SweepOptions, spec::ParentSpec, spec::SubsetSpec,
+    follow::CatchUp, follow::FollowOptions, follow::FollowStats, follow::FollowUpdate, raw,
+    repair::SweepOptions, spec::ParentSpec, spec::SubsetSpec,
 };
 
 use crate::args::FollowArgs;
@@ -26,9 +26,9 @@ pub async fn run(
     let subset = &args.subset;
     let json = subset.conn.json;
     scan::require_collection(db, &subset.parent).await?;
-    let store = RawStore::for_fields(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
+    let store = raw::Store::for_fields(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
     // Every reconcile reads the top `keep` of one parent: without the index, a scan each time.
-    let handle = store.subset(spec);
+    let handle = store.children(spec);
     if !handle.has_index().await? {
         handle.ensure_index().await?;
     }

@@ -4,7 +4,7 @@
 //! child that matches a filter.
 //!
 //! The tool works at the BSON level, with collections and fields named by flags, on the same
-//! engine as `#[derive(Parent)]` (`subset_runtime::raw::RawStore`): a collection it migrates is one the
+//! engine as `#[derive(Subset)]` (`subset_runtime::raw::Store`): a collection it migrates is one the
 //! derive can use, and its reconcile is the derive's reconcile.
 //!
 //! Exit codes: 0 on success, 1 when a command finds problems (drift, invalid documents), 2 on

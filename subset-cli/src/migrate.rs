@@ -23,7 +23,7 @@ use serde_json::json;
 use subset_runtime::__private::{embedded_projection, InsertFailure};
 use subset_runtime::bson::oid::ObjectId;
 use subset_runtime::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
-use subset_runtime::raw::RawStore;
+use subset_runtime::raw;
 use subset_runtime::repair::{Orphans, SweepOptions};
 use subset_runtime::spec::{ParentSpec, SubsetSpec};
 
@@ -105,8 +105,8 @@ pub async fn run(
             ))
         })?;
     }
-    let store = RawStore::for_fields(db, ParentSpec::leak(a.parent.clone(), vec![*spec]));
-    let subset = store.subset(spec);
+    let store = raw::Store::for_fields(db, ParentSpec::leak(a.parent.clone(), vec![*spec]));
+    let subset = store.children(spec);
     let orphans = subset.orphans().await?;
     if args.dry_run {
         let built = if survey.absent > 0 {
@@ -312,7 +312,7 @@ fn raw_id(raw: &RawDocumentBuf) -> Bson {
 }
 
 /// Migrates one parent; see the module docs for the steps.
-async fn migrate_one(store: &RawStore, spec: &SubsetSpec, id: &Bson) -> Result<One, CliError> {
+async fn migrate_one(store: &raw::Store, spec: &SubsetSpec, id: &Bson) -> Result<One, CliError> {
     let parents = store
         .database()
         .collection::<RawDocumentBuf>(store.collection_name());
@@ -399,7 +399,7 @@ async fn migrate_one(store: &RawStore, spec: &SubsetSpec, id: &Bson) -> Result<O
             return Ok(One::Invalid(invalid));
         }
         // Step 3.
-        store.subset(spec).reconcile(id).await?;
+        store.children(spec).reconcile(id).await?;
         return Ok(One::Done {
             inserted,
             already: already.count,
@@ -423,7 +423,7 @@ struct Already {
 /// Inserts the elements into the child collection with the parent key, unordered, ignoring the
 /// duplicates an earlier run left. Returns (inserted, already there).
 async fn copy_children(
-    store: &RawStore,
+    store: &raw::Store,
     spec: &SubsetSpec,
     parent: &Bson,
     elements: Vec<Document>,

@@ -6,7 +6,7 @@ use mongodb::Database;
 use serde_json::{json, Value};
 use subset_runtime::bson::{doc, Bson, Document};
 use subset_runtime::repair::{Drift, Orphans, ParentFailure, SweepOptions, SweepReport};
-use subset_runtime::{raw::RawStore, spec::ParentSpec, spec::SubsetSpec, Error};
+use subset_runtime::{raw, spec::ParentSpec, spec::SubsetSpec, Error};
 
 use crate::args::SubsetArgs;
 use crate::error::{is_connection, CliError, Invalid};
@@ -47,8 +47,8 @@ pub async fn run(
 ) -> Result<Outcome, CliError> {
     let json = args.conn.json;
     scan::require_collection(db, &args.parent).await?;
-    let store = RawStore::for_fields(db, ParentSpec::leak(args.parent.clone(), vec![*spec]));
-    let subset = store.subset(spec);
+    let store = raw::Store::for_fields(db, ParentSpec::leak(args.parent.clone(), vec![*spec]));
+    let subset = store.children(spec);
     let mut index = subset.has_index().await?;
     let index_created = mode == Mode::Reconcile && !index;
     if index_created {

@@ -15,7 +15,7 @@ use crate::serde_attr;
 /// Which derive is reading the input.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Derive {
-    /// `#[derive(Parent)]` on a parent.
+    /// `#[derive(Subset)]` on a parent.
     Parent,
     /// `#[derive(Child)]` on a child.
     Child,

@@ -12,7 +12,7 @@ use crate::ctxt::Ctxt;
 use crate::fallback;
 use crate::valid::{self, Child, Parent, Subset};
 
-/// `#[derive(Parent)]`: the expansion, or the errors plus a stub impl.
+/// `#[derive(Subset)]`: the expansion, or the errors plus a stub impl.
 pub(crate) fn derive_parent(input: &DeriveInput) -> TokenStream {
     try_subset(input).unwrap_or_else(|error| fallback::subset(input, error))
 }
@@ -74,11 +74,11 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
     quote! {
         const _: () = {
             #[automatically_derived]
-            impl #impl_generics ::subset::__private::Parent for #ident #ty_generics #where_clause {
+            impl #impl_generics ::subset::__private::Subset for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
                 const COLLECTION: &'static ::core::primitive::str = #collection;
                 const SUBSETS: &'static [::subset::__private::SubsetSpec] = #subsets;
-                fn id(&self) -> &<Self as ::subset::__private::Parent>::Id {
+                fn id(&self) -> &<Self as ::subset::__private::Subset>::Id {
                     &self.#id_member
                 }
             }
@@ -493,7 +493,7 @@ fn subsets(parent: &Parent<'_>, generic: bool) -> TokenStream {
     subsets
 }
 
-/// The associated constant `Parent::FIELD_NAME` for one subset field.
+/// The associated constant `Subset::FIELD_NAME` for one subset field.
 fn subset_const(cont: &Container<'_>, index: usize, subset: &Subset<'_>) -> TokenStream {
     let vis = cont.vis;
     let name = &subset.const_ident;
@@ -719,7 +719,7 @@ fn field_consts(child: &Child<'_>) -> TokenStream {
             quote!(::subset::__private::patch::Mutable)
         };
         let doc = format!(
-            "The field `{}` (stored as `{bson}`), for `Subset::patch`.",
+            "The field `{}` (stored as `{bson}`), for `Children::patch`.",
             field.rust_name
         );
         quote! {

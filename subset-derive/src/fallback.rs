@@ -13,7 +13,7 @@ use crate::case::field_to_screaming_snake_case;
 use crate::expand::full_type;
 use crate::serde_attr;
 
-/// The errors, a stub `Parent` impl, and a constant for each field that carries `#[subset]` and
+/// The errors, a stub `Subset` impl, and a constant for each field that carries `#[subset]` and
 /// is a `Vec`.
 pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
     let errors = error.into_compile_error();
@@ -72,11 +72,11 @@ pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
         #errors
         const _: () = {
             #[automatically_derived]
-            impl #impl_generics ::subset::__private::Parent for #ident #ty_generics #where_clause {
+            impl #impl_generics ::subset::__private::Subset for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
                 const COLLECTION: &'static ::core::primitive::str = "";
                 const SUBSETS: &'static [::subset::__private::SubsetSpec] = &[];
-                fn id(&self) -> &<Self as ::subset::__private::Parent>::Id {
+                fn id(&self) -> &<Self as ::subset::__private::Subset>::Id {
                     #id_body
                 }
             }

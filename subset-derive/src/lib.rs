@@ -1,6 +1,6 @@
-//! Implementation detail of the `subset` crate: the `Parent` and `Child` derives.
+//! Implementation detail of the `subset` crate: the `Subset` and `Child` derives.
 //!
-//! Use them through [`subset`](https://docs.rs/subset), which re-exports them next to the traits
+//! Use them through [`subset`](https://docs.rs/mongodb-subset), which re-exports them next to the traits
 //! they implement and documents their attributes. Nothing in this crate is a stable API of its
 //! own.
 //!
@@ -21,10 +21,10 @@ mod valid;
 use proc_macro::TokenStream;
 use syn::{parse_macro_input, DeriveInput};
 
-/// Implements `subset::Parent` for a struct with capped, sorted, embedded children.
+/// Implements `subset::Subset` for a struct with capped, sorted, embedded children.
 ///
 /// ```text
-/// #[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+/// #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 /// #[subset(collection = "products")]
 /// struct Product {
 ///     #[serde(rename = "_id")]
@@ -39,10 +39,10 @@ use syn::{parse_macro_input, DeriveInput};
 ///
 /// Its keys (`collection` on the struct; `child`, `keep`, `sort`, `key`, `count`, `sum` and
 /// `filter` on each `Vec<C>` field) are described in the
-/// [attribute table](https://docs.rs/subset/latest/subset/#attributes) of the `subset` crate.
+/// [attribute table](https://docs.rs/mongodb-subset/latest/subset/#attributes) of the `subset` crate.
 ///
 /// The parent needs a field stored as `_id` (named `_id` or renamed to it with serde); its type is
-/// `Parent::Id`. BSON names follow serde's `rename` and `rename_all`. The child type `C` must
+/// `Subset::Id`. BSON names follow serde's `rename` and `rename_all`. The child type `C` must
 /// derive [`Child`](derive@Child).
 ///
 /// `C` may be a preview (`#[subset(preview_of = Review)]`, see [`Child`](derive@Child)): the
@@ -77,7 +77,7 @@ use syn::{parse_macro_input, DeriveInput};
 /// sum's field is checked on `C` itself, so there a preview must hold the fields its sums add
 /// up, and an unknown child field is rustc's "no field" error.) `docs/guide/serde.md` lists how
 /// each serde attribute is followed or refused.
-#[proc_macro_derive(Parent, attributes(subset))]
+#[proc_macro_derive(Subset, attributes(subset))]
 pub fn derive_parent(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     expand::derive_parent(&input).into()
@@ -121,7 +121,7 @@ pub fn derive_parent(input: TokenStream) -> TokenStream {
 /// ```
 ///
 /// `preview_of` is the one key of `#[subset(...)]` on a child, in the same
-/// [attribute table](https://docs.rs/subset/latest/subset/#attributes).
+/// [attribute table](https://docs.rs/mongodb-subset/latest/subset/#attributes).
 ///
 /// A preview's `Child::Full` is `Review` and its `Child::EMBED` lists its fields (a plain
 /// child's `Full` is itself, and its `EMBED` is `None`). Fields are matched with the full type's

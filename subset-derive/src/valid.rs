@@ -14,7 +14,7 @@ use crate::attr::{self, Sort};
 use crate::case::{collection_suggestion, field_to_screaming_snake_case};
 use crate::ctxt::Ctxt;
 
-/// A checked `#[derive(Parent)]` input.
+/// A checked `#[derive(Subset)]` input.
 pub(crate) struct Parent<'a> {
     pub(crate) cont: &'a Container<'a>,
     pub(crate) collection: &'a LitStr,
@@ -168,7 +168,7 @@ fn preview(ctxt: &Ctxt, cont: &Container<'_>, full: &Type) {
 }
 
 /// The `_id` is stored always and as its type, and reads back as it is stored: the engine finds
-/// documents by it, serializing `Parent::Id` or `Child::Id` itself (a `push(&id, …)`, a
+/// documents by it, serializing `Subset::Id` or `Child::Id` itself (a `push(&id, …)`, a
 /// `remove(&id, …)`), and never lets the server generate one.
 fn stored_id(ctxt: &Ctxt, id: &Field<'_>, what: &str) {
     let name = &id.rust_name;
@@ -258,7 +258,7 @@ pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<
     let collection = cont.attrs.collection.value();
     if cont.attrs.collection.is_missing() {
         let message = format!(
-            "`#[derive(Parent)]` on `{}` needs the parent collection: `#[subset(collection = \"{}\")]`",
+            "`#[derive(Subset)]` on `{}` needs the parent collection: `#[subset(collection = \"{}\")]`",
             cont.name,
             collection_suggestion(&cont.name)
         );

@@ -1,6 +1,6 @@
 //! What the derives check at compile time, and the types a field can have: the traits a sort
 //! key, a count, a sum and a filter field must implement, and the hidden constant functions and
-//! never-called checks that `#[derive(Parent)]` and `#[derive(Child)]` emit (through
+//! never-called checks that `#[derive(Subset)]` and `#[derive(Child)]` emit (through
 //! `__private`), each failing the build with a message that names the field at fault.
 
 use std::marker::PhantomData;

@@ -8,7 +8,7 @@ use crate::bson::{Bson, Document, RawDocument};
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
-use crate::model::{Parent, SubsetSpec};
+use crate::model::{Subset, SubsetSpec};
 
 /// The `_id` of a stored document, or `null` when it has none (in an error message only).
 pub(crate) fn id_of(doc: &RawDocument) -> Bson {
@@ -42,7 +42,7 @@ pub(crate) fn child<C: DeserializeOwned>(
 /// A subset field must be present and an array of documents, even where the Rust field has
 /// `#[serde(default)]`: a parent without it was not written by this library, and serving an
 /// empty first page for it would hide the children in the child collection.
-pub(crate) fn parent<P: Parent>(raw: &RawDocument) -> Result<P> {
+pub(crate) fn parent<P: Subset>(raw: &RawDocument) -> Result<P> {
     // Only presence and type here, one lookup per field; the elements are checked by the decode
     // itself, and walked for a precise message only when it fails.
     for spec in P::SUBSETS {

@@ -1,9 +1,9 @@
-//! Runtime of the [`subset`](https://docs.rs/subset) crate: the MongoDB glue behind
-//! `#[derive(Parent)]`.
+//! Runtime of the [`subset`](https://docs.rs/mongodb-subset) crate: the MongoDB glue behind
+//! `#[derive(Subset)]`.
 //!
-//! Use it through the [`subset`](https://docs.rs/subset) facade crate, which re-exports this
+//! Use it through the [`subset`](https://docs.rs/mongodb-subset) facade crate, which re-exports this
 //! crate's items and holds the guide. The derive emits descriptors
-//! ([`SubsetSpec`](spec::SubsetSpec)) and the small [`Parent`] and [`Child`] impls; everything
+//! ([`SubsetSpec`](spec::SubsetSpec)) and the small [`Subset`] and [`Child`] impls; everything
 //! that talks to the database is generic code here.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -12,6 +12,7 @@
 mod action;
 pub mod bson_compat;
 mod checks;
+mod children;
 mod cursor;
 mod decode;
 mod dynamic;
@@ -20,33 +21,34 @@ mod engine;
 mod error;
 #[cfg(feature = "async-graphql")]
 mod graphql;
+mod job;
 mod model;
 mod order;
 pub mod patch;
 mod store;
-mod subset;
 mod values;
 
 pub use action::Action;
+pub use children::Children;
 pub use cursor::{Cursor, Page, PageRequest};
 pub use engine::WriteMode;
 pub use error::{Error, Result};
-pub use model::{Child, Parent, SubsetField};
+pub use job::Job;
+pub use model::{Child, Subset, SubsetField};
 /// The `bson` crate of the driver: bson 2 with the default `bson-2` feature, bson 3 with `bson-3`
 /// (which wins when both are on, as in the driver). Name bson through this path (or
 /// `mongodb::bson`) so that your types and this crate's agree.
 pub use mongodb::bson;
 pub use store::Store;
-pub use subset::Subset;
 
-/// The BSON-level engine under [`Store`] and [`Subset`]: the same operations on documents, for
+/// The BSON-level engine under [`Store`] and [`Children`]: the same operations on documents, for
 /// models known only at run time (the command-line tool's) and code that holds no Rust types.
 pub mod raw {
-    pub use crate::engine::{ChildPatch, RawStore, RawSubset};
+    pub use crate::engine::{ChildPatch, RawChildren as Children, RawStore as Store};
 }
 
 /// Removing or patching every child that matches a filter, across parents
-/// ([`Subset::remove_where`], [`Subset::patch_where`]): what such a job reports, and where it
+/// ([`Children::remove_where`], [`Children::patch_where`]): what such a job reports, and where it
 /// keeps the journal that makes it resumable without transactions.
 pub mod bulk {
     pub use crate::engine::{BulkProgress, BulkReport, JOB_COLLECTION};
@@ -61,7 +63,7 @@ pub mod follow {
     };
 }
 
-/// Checking and repairing subsets: what [`Subset::check`] and [`Subset::reconcile`] find on
+/// Checking and repairing subsets: what [`Children::check`] and [`Children::reconcile`] find on
 /// one parent ([`Drift`](repair::Drift)), and the sweep over every parent
 /// ([`Store::check_all`], [`Store::reconcile_all`]), the children that belong to no parent
 /// ([`Orphans`](repair::Orphans)), and rebuilding parents after a change of the model
@@ -104,7 +106,7 @@ pub mod __private {
     pub use crate::engine::driver_error::{InsertFailure, DUPLICATE_KEY};
     pub use crate::engine::query::embedded_projection;
     pub use crate::model::{
-        Child, Direction, FieldName, FilterSpec, Parent, SortKey, SubsetField, SubsetSpec, SumSpec,
+        Child, Direction, FieldName, FilterSpec, SortKey, Subset, SubsetField, SubsetSpec, SumSpec,
     };
     pub use crate::patch;
     pub use crate::values::SortValues;

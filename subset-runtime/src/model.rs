@@ -1,4 +1,4 @@
-//! What `#[derive(Parent)]` and `#[derive(Child)]` describe: the parent and child traits and the
+//! What `#[derive(Subset)]` and `#[derive(Child)]` describe: the parent and child traits and the
 //! static descriptors of each subset field.
 
 use std::fmt;
@@ -11,9 +11,9 @@ use crate::values::SortValues;
 
 /// A parent document type: one collection, an `_id`, and one or more subset fields.
 ///
-/// Implemented by `#[derive(Parent)]`; implementing it by hand is possible but the derive checks
+/// Implemented by `#[derive(Subset)]`; implementing it by hand is possible but the derive checks
 /// at compile time what a hand-written impl would only find out at run time.
-pub trait Parent: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
+pub trait Subset: Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     /// The type of the parent's `_id`.
     type Id: Serialize + Send + Sync + fmt::Debug;
 
@@ -252,8 +252,8 @@ impl SubsetSpec {
 
 /// A typed reference to one subset field of `P` whose children are `C`.
 ///
-/// `#[derive(Parent)]` generates one as an associated constant per subset field, named after the
-/// field in upper case (`Product::RECENT_REVIEWS`); pass it to [`crate::Store::subset`].
+/// `#[derive(Subset)]` generates one as an associated constant per subset field, named after the
+/// field in upper case (`Product::RECENT_REVIEWS`); pass it to [`crate::Store::children`].
 pub struct SubsetField<P, C> {
     index: usize,
     _types: PhantomData<fn() -> (P, C)>,
@@ -271,7 +271,7 @@ impl<P, C> SubsetField<P, C> {
     }
 }
 
-impl<P: Parent, C> SubsetField<P, C> {
+impl<P: Subset, C> SubsetField<P, C> {
     /// The field's descriptor.
     pub fn spec(&self) -> &'static SubsetSpec {
         &P::SUBSETS[self.index]

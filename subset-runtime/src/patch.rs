@@ -1,13 +1,13 @@
-//! Typed partial updates: [`Subset::patch`](crate::Subset::patch) sets, unsets and increments
+//! Typed partial updates: [`Children::patch`](crate::Children::patch) sets, unsets and increments
 //! fields of one child, named by the constants `#[derive(Child)]` generates (`Review::HELPFUL`),
 //! in the child collection and in every embedded copy.
 //!
 //! ```no_run
 //! # use subset_runtime as subset;
-//! # use subset::{Child, Parent, Subset};
+//! # use subset::{Child, Subset, Children};
 //! # use subset::patch::Field;
-//! # async fn demo<P: Parent<Id = i32>, R: Child<Id = i32>>(
-//! #     reviews: Subset<'_, P, R>, helpful: Field<R, i32>, hidden: Field<R, bool>,
+//! # async fn demo<P: Subset<Id = i32>, R: Child<Id = i32>>(
+//! #     reviews: Children<'_, P, R>, helpful: Field<R, i32>, hidden: Field<R, bool>,
 //! # ) -> subset::Result<()> {
 //! // One "helpful" vote: `$inc` on the review and on each embedded copy, in one transaction.
 //! reviews.patch(&7, &42).inc(helpful, 1).await?;
@@ -26,8 +26,9 @@ use mongodb::ClientSession;
 use serde::Serialize;
 
 use crate::bson::{Bson, Document};
-use crate::engine::{BulkProgress, BulkReport, ChildPatch, RawSubset, SweepOptions};
+use crate::engine::{BulkProgress, BulkReport, ChildPatch, RawChildren, SweepOptions};
 use crate::error::{Error, Result};
+use crate::job::Progress;
 use crate::model::Child;
 
 /// One stored field of child type `C`, whose Rust type is `T`: the constants `#[derive(Child)]`
@@ -124,15 +125,15 @@ pub trait Unset {}
 impl<T> Unset for Option<T> {}
 
 /// A change to some fields of one child, or of every child matching a filter, run when
-/// awaited: [`Subset::patch`](crate::Subset::patch) (target [`One`]) and
-/// [`Subset::patch_where`](crate::Subset::patch_where) (target [`Matching`]).
+/// awaited: [`Children::patch`](crate::Children::patch) (target [`One`]) and
+/// [`Children::patch_where`](crate::Children::patch_where) (target [`Matching`]).
 ///
 /// Built with [`Patch::set`], [`Patch::unset`], and for one child [`Patch::inc`] and
 /// [`Patch::dec`], each taking a field constant of the child type; [`Patch::session`] runs a
 /// patch of one child in the caller's session, as [`crate::Action::session`] does.
 #[must_use = "a patch does nothing until it is awaited"]
 pub struct Patch<'a, C, T = One<'a>> {
-    raw: RawSubset<'a>,
+    raw: RawChildren<'a>,
     patch: ChildPatch,
     /// The first value that did not serialize, reported when awaited.
     error: Option<Error>,
@@ -140,22 +141,22 @@ pub struct Patch<'a, C, T = One<'a>> {
     _child: PhantomData<fn() -> C>,
 }
 
-/// The target of [`Subset::patch`](crate::Subset::patch): one child of one parent.
+/// The target of [`Children::patch`](crate::Children::patch): one child of one parent.
 pub struct One<'a> {
     ids: Result<(Bson, Bson)>,
     session: Option<&'a mut ClientSession>,
 }
 
-/// The target of [`Subset::patch_where`](crate::Subset::patch_where): every child that matches
+/// The target of [`Children::patch_where`](crate::Children::patch_where): every child that matches
 /// a filter, across parents.
 pub struct Matching<'a> {
     filter: Document,
     options: SweepOptions,
-    progress: Box<dyn FnMut(&BulkProgress) + Send + 'a>,
+    progress: Progress<'a, BulkProgress>,
 }
 
 impl<'a, C: Child, T> Patch<'a, C, T> {
-    pub(crate) fn new(raw: RawSubset<'a>, target: T) -> Self {
+    pub(crate) fn new(raw: RawChildren<'a>, target: T) -> Self {
         Patch {
             raw,
             patch: ChildPatch::new(),
@@ -197,7 +198,7 @@ impl<'a, C: Child, T> Patch<'a, C, T> {
 }
 
 impl<'a, C: Child> Patch<'a, C, One<'a>> {
-    pub(crate) fn one(raw: RawSubset<'a>, ids: Result<(Bson, Bson)>) -> Self {
+    pub(crate) fn one(raw: RawChildren<'a>, ids: Result<(Bson, Bson)>) -> Self {
         Patch::new(raw, One { ids, session: None })
     }
 
@@ -236,18 +237,25 @@ impl<'a, C: Child> Patch<'a, C, One<'a>> {
 }
 
 impl<'a, C: Child> Patch<'a, C, Matching<'a>> {
-    pub(crate) fn matching(
-        raw: RawSubset<'a>,
-        filter: Document,
-        options: &SweepOptions,
-        progress: impl FnMut(&BulkProgress) + Send + 'a,
-    ) -> Self {
+    pub(crate) fn matching(raw: RawChildren<'a>, filter: Document) -> Self {
         let target = Matching {
             filter,
-            options: options.clone(),
-            progress: Box::new(progress),
+            options: SweepOptions::default(),
+            progress: Box::new(|_| {}),
         };
         Patch::new(raw, target)
+    }
+
+    /// How many parents are read per batch and visited at once, as [`crate::Job::options`].
+    pub fn options(mut self, options: SweepOptions) -> Self {
+        self.target.options = options;
+        self
+    }
+
+    /// Calls `progress` after each batch of parents, as [`crate::Job::progress`].
+    pub fn progress(mut self, progress: impl FnMut(&BulkProgress) + Send + 'a) -> Self {
+        self.target.progress = Box::new(progress);
+        self
     }
 }
 

@@ -5,12 +5,11 @@ use std::marker::PhantomData;
 use mongodb::Database;
 
 use crate::action::Action;
-use crate::engine::{
-    Follow, FollowOptions, RawStore, SweepOptions, SweepProgress, SweepReport, WriteMode,
-};
+use crate::children::Children;
+use crate::engine::{Follow, FollowOptions, RawStore, SweepProgress, SweepReport, WriteMode};
 use crate::error::Result;
-use crate::model::{Child, Parent, SubsetField};
-use crate::subset::Subset;
+use crate::job::Job;
+use crate::model::{Child, Subset, SubsetField};
 use crate::{decode, encode};
 
 /// The store of parent type `P`: its collection, its child collections, and the write mode.
@@ -39,7 +38,7 @@ impl<P> std::fmt::Debug for Store<P> {
     }
 }
 
-impl<P: Parent> Store<P> {
+impl<P: Subset> Store<P> {
     /// A store on `db`. The write mode is detected from the server on first use.
     pub fn new(db: &Database) -> Self {
         Store {
@@ -98,9 +97,9 @@ impl<P: Parent> Store<P> {
         self.raw.mode().await
     }
 
-    /// The handle of one subset field: `store.subset(Product::RECENT_REVIEWS)`.
-    pub fn subset<C: Child>(&self, field: SubsetField<P, C>) -> Subset<'_, P, C> {
-        Subset::new(self.raw.subset(field.spec()))
+    /// The handle of one subset field: `store.children(Product::RECENT_REVIEWS)`.
+    pub fn children<C: Child>(&self, field: SubsetField<P, C>) -> Children<'_, P, C> {
+        Children::new(self.raw.children(field.spec()))
     }
 
     /// Inserts a new parent and all its children.
@@ -197,12 +196,10 @@ impl<P: Parent> Store<P> {
     /// # Errors
     ///
     /// [`crate::Error::Mongo`] when the parent collection itself cannot be scanned.
-    pub async fn reconcile_all(
-        &self,
-        options: &SweepOptions,
-        progress: impl FnMut(&SweepProgress),
-    ) -> Result<SweepReport> {
-        self.raw.reconcile_all(options, progress).await
+    pub fn reconcile_all(&self) -> Job<'_, SweepReport, SweepProgress> {
+        Job::new(move |options, progress| {
+            Box::pin(async move { self.raw.reconcile_all(&options, progress).await })
+        })
     }
 
     /// A follower that keeps this store's subsets true while other programs write its child
@@ -215,8 +212,8 @@ impl<P: Parent> Store<P> {
     /// standalone server, [`Store::reconcile_all`] on a schedule does.
     ///
     /// ```no_run
-    /// # use subset_runtime::{follow::FollowOptions, Parent, Store};
-    /// # async fn demo<P: Parent>(store: Store<P>) -> subset_runtime::Result<()> {
+    /// # use subset_runtime::{follow::FollowOptions, Store, Subset};
+    /// # async fn demo<P: Subset>(store: Store<P>) -> subset_runtime::Result<()> {
     /// let follower = store.follow(FollowOptions::new("reviews-sync")).spawn();
     /// // … until shutdown …
     /// let stats = follower.stop().await?;
@@ -238,12 +235,10 @@ impl<P: Parent> Store<P> {
     /// # Errors
     ///
     /// As [`Store::reconcile_all`].
-    pub async fn check_all(
-        &self,
-        options: &SweepOptions,
-        progress: impl FnMut(&SweepProgress),
-    ) -> Result<SweepReport> {
-        self.raw.check_all(options, progress).await
+    pub fn check_all(&self) -> Job<'_, SweepReport, SweepProgress> {
+        Job::new(move |options, progress| {
+            Box::pin(async move { self.raw.check_all(&options, progress).await })
+        })
     }
 
     /// Rebuilds, under this model, every parent whose subsets were built under another
@@ -262,12 +257,10 @@ impl<P: Parent> Store<P> {
     ///
     /// [`crate::Error::Mongo`] when the registry cannot be written or the parent collection
     /// scanned; a parent that fails is named in [`SweepReport::failures`].
-    pub async fn rebuild(
-        &self,
-        options: &SweepOptions,
-        progress: impl FnMut(&SweepProgress),
-    ) -> Result<SweepReport> {
-        self.raw.rebuild(options, progress).await
+    pub fn rebuild(&self) -> Job<'_, SweepReport, SweepProgress> {
+        Job::new(move |options, progress| {
+            Box::pin(async move { self.raw.rebuild(&options, progress).await })
+        })
     }
 
     /// Installs the server-side cap: a `$jsonSchema` validator on the parent collection with

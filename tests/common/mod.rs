@@ -7,7 +7,7 @@ use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::bson_compat;
-use subset::{Child, Parent, Store, Subset, SubsetField, WriteMode};
+use subset::{Child, Children, Store, Subset, SubsetField, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
@@ -30,7 +30,7 @@ impl Review {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "products")]
 pub struct Product {
     #[serde(rename = "_id")]
@@ -112,7 +112,7 @@ pub async fn standalone_db() -> mongodb::Database {
 }
 
 /// Both write paths on the replica set: transactions (detected) and ordered writes (forced).
-pub async fn stores<P: Parent>() -> Vec<Store<P>> {
+pub async fn stores<P: Subset>() -> Vec<Store<P>> {
     vec![
         Store::new(&replica_db().await),
         Store::new(&replica_db().await).with_mode(WriteMode::Ordered),
@@ -120,7 +120,7 @@ pub async fn stores<P: Parent>() -> Vec<Store<P>> {
 }
 
 /// The ids of the embedded subset, in stored order, read raw from the parent document.
-pub async fn embedded_ids<P: Parent>(store: &Store<P>, field: &str, id: &Bson) -> Vec<Bson> {
+pub async fn embedded_ids<P: Subset>(store: &Store<P>, field: &str, id: &Bson) -> Vec<Bson> {
     let parent = store
         .database()
         .collection::<Document>(P::COLLECTION)
@@ -157,8 +157,8 @@ impl ExpectedOrder<Review> for Product {
 
 /// The ids of every child of `parent` in the child collection, in the subset's order, sorted
 /// here by [`ExpectedOrder`] rather than by the server with the spec's sort.
-pub async fn collection_ids<P: Parent + ExpectedOrder<C>, C: Child>(
-    handle: &Subset<'_, P, C>,
+pub async fn collection_ids<P: Subset + ExpectedOrder<C>, C: Child>(
+    handle: &Children<'_, P, C>,
     store: &Store<P>,
     id: &Bson,
 ) -> Vec<Bson> {
@@ -185,12 +185,12 @@ pub async fn collection_ids<P: Parent + ExpectedOrder<C>, C: Child>(
 
 /// The invariant of the pattern: the embedded subset is exactly the first `keep` of the child
 /// collection in order, and the count (if kept) equals the collection's count.
-pub async fn assert_subset_true<P: Parent + ExpectedOrder<C>, C: Child>(
+pub async fn assert_subset_true<P: Subset + ExpectedOrder<C>, C: Child>(
     store: &Store<P>,
     field: SubsetField<P, C>,
     id: &Bson,
 ) {
-    let handle = store.subset(field);
+    let handle = store.children(field);
     let spec = handle.spec();
     let all = collection_ids(&handle, store, id).await;
     let embedded = embedded_ids(store, spec.field, id).await;
@@ -407,7 +407,7 @@ pub async fn folded(
     let (pusher, id, review) = (store.clone(), *parent, review.clone());
     let push = tokio::spawn(async move {
         pusher
-            .subset(Product::RECENT_REVIEWS)
+            .children(Product::RECENT_REVIEWS)
             .push(&id, &review)
             .await
     });

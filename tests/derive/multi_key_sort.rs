@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{spec::Direction, Child, Parent};
+use subset::{spec::Direction, Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -11,7 +11,7 @@ struct Review {
     created_at: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -26,7 +26,7 @@ struct Product {
 
 #[test]
 fn multi_key_sort() {
-    let sort = <Product as Parent>::SUBSETS[0].sort;
+    let sort = <Product as Subset>::SUBSETS[0].sort;
     let sort: Vec<_> = sort.iter().map(|k| (k.field, k.direction)).collect();
     assert_eq!(
         sort,
@@ -36,5 +36,5 @@ fn multi_key_sort() {
             ("_id", Direction::Desc),
         ]
     );
-    assert_eq!(<Product as Parent>::SUBSETS[0].keep, 10);
+    assert_eq!(<Product as Subset>::SUBSETS[0].keep, 10);
 }

@@ -29,7 +29,7 @@ pub struct Review<M> {
 }
 
 /// A product.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, subset::Parent)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, subset::Subset)]
 #[subset(collection = "products")]
 pub struct Product<T>
 where
@@ -48,7 +48,7 @@ where
 macro_rules! shop {
     ($name:ident, $collection:literal, $keep:literal) => {
         /// A shop.
-        #[derive(Serialize, Deserialize, subset::Parent)]
+        #[derive(Serialize, Deserialize, subset::Subset)]
         #[subset(collection = $collection)]
         pub struct $name {
             #[serde(rename = "_id")]
@@ -66,8 +66,8 @@ fn check<T>()
 where
     T: Clone + Default + Serialize + DeserializeOwned + Send + Sync + Unpin + 'static,
 {
-    use subset::Parent;
-    let spec = &<Product<T> as Parent>::SUBSETS[0];
+    use subset::Subset;
+    let spec = &<Product<T> as Subset>::SUBSETS[0];
     assert_eq!(spec.field, "best_reviews");
     assert_eq!(spec.keep, 3);
     assert_eq!(spec.sort[0].field, "rating");
@@ -76,13 +76,13 @@ where
 
 #[test]
 fn other_derives() {
-    use subset::{Child, Parent};
+    use subset::{Child, Subset};
     check::<String>();
     assert_eq!(<Review<u8> as Child>::FIELDS[0].bson, "_id");
-    assert_eq!(<Shop as Parent>::COLLECTION, "shops");
-    assert_eq!(<Shop as Parent>::SUBSETS[0].keep, 7);
-    assert_eq!(<Shop as Parent>::SUBSETS[0].key, "shop_id");
-    assert_eq!(Shop::REVIEWS.spec(), &<Shop as Parent>::SUBSETS[0]);
+    assert_eq!(<Shop as Subset>::COLLECTION, "shops");
+    assert_eq!(<Shop as Subset>::SUBSETS[0].keep, 7);
+    assert_eq!(<Shop as Subset>::SUBSETS[0].key, "shop_id");
+    assert_eq!(Shop::REVIEWS.spec(), &<Shop as Subset>::SUBSETS[0]);
 
     let id = ObjectId::new();
     let product = Product {

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{spec::FieldName, spec::SumSpec, Child, Parent, SubsetField};
+use subset::{spec::FieldName, spec::SumSpec, Child, Subset, SubsetField};
 
 #[derive(Serialize, Deserialize, Child)]
 #[serde(rename_all = "camelCase")]
@@ -26,7 +26,7 @@ struct ReviewPreview {
     created_at: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -52,7 +52,7 @@ struct Product {
 
 #[test]
 fn previews() {
-    let latest = &<Product as Parent>::SUBSETS[0];
+    let latest = &<Product as Subset>::SUBSETS[0];
     let names: Vec<&str> = latest.embed.unwrap().iter().map(|f| f.bson).collect();
     assert_eq!(names, ["_id", "authorName", "rating", "createdAt"]);
     assert_eq!(latest.sort[0].field, "createdAt");
@@ -86,7 +86,7 @@ fn previews() {
     assert_eq!(Product::LATEST.spec(), latest);
 
     // A child embedded whole.
-    assert_eq!(<Product as Parent>::SUBSETS[1].embed, None);
+    assert_eq!(<Product as Subset>::SUBSETS[1].embed, None);
     assert_eq!(<Review as Child>::EMBED, None);
     let _: SubsetField<Product, Review> = Product::BEST;
 }
@@ -109,7 +109,7 @@ struct NotePreview<T> {
 }
 
 // Generic on both sides: in a generic parent a sum's field is looked up on the preview.
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "boards")]
 struct Board<T> {
     #[serde(rename = "_id")]
@@ -127,7 +127,7 @@ struct Board<T> {
 
 #[test]
 fn generic_previews() {
-    let spec = &<Board<String> as Parent>::SUBSETS[0];
+    let spec = &<Board<String> as Subset>::SUBSETS[0];
     let names: Vec<&str> = spec.embed.unwrap().iter().map(|f| f.bson).collect();
     assert_eq!(names, ["_id", "rank", "extra"]);
     let _: SubsetField<Board<String>, Note<String>> = Board::<String>::TOP;

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{spec::Direction, spec::FieldName, Child, Parent};
+use subset::{spec::Direction, spec::FieldName, Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 #[serde(rename_all = "camelCase")]
@@ -20,7 +20,7 @@ struct Review {
     short_note: Option<String>,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[serde(rename_all = "camelCase")]
 #[subset(collection = "products")]
 struct Product {
@@ -68,7 +68,7 @@ fn renames() {
         ]
     );
 
-    let [recent, oldest] = <Product as Parent>::SUBSETS else {
+    let [recent, oldest] = <Product as Subset>::SUBSETS else {
         panic!("two subset fields");
     };
     assert_eq!(recent.field, "recentReviews");

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use subset::bson::{self, oid::ObjectId};
 use subset::spec::{CountField, FilterField, SortValues, SortableField, SumField};
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 /// A child in a module of its own, with a field of a type private to that module: the parent,
 /// elsewhere, names only the child's public fields.
@@ -120,7 +120,7 @@ fn is_zero(n: &i64) -> bool {
     *n == 0
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -162,7 +162,7 @@ struct Product {
 
 #[test]
 fn serde_attrs() {
-    let [best, verified, unflagged, ties, notes] = <Product as Parent>::SUBSETS else {
+    let [best, verified, unflagged, ties, notes] = <Product as Subset>::SUBSETS else {
         panic!("five subset fields");
     };
     let sort = |spec: &subset::spec::SubsetSpec| -> Vec<_> {

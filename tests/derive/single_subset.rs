@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{spec::Direction, Child, Parent};
+use subset::{spec::Direction, Child, Subset};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
 struct Review {
@@ -11,7 +11,7 @@ struct Review {
     date: bson::DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 pub struct Product {
     #[serde(rename = "_id")]
@@ -30,8 +30,8 @@ pub struct Product {
 
 #[test]
 fn single_subset() {
-    assert_eq!(<Product as Parent>::COLLECTION, "products");
-    let spec = &<Product as Parent>::SUBSETS[0];
+    assert_eq!(<Product as Subset>::COLLECTION, "products");
+    let spec = &<Product as Subset>::SUBSETS[0];
     assert_eq!(spec.field, "recent_reviews");
     assert_eq!(spec.rust_field, "recent_reviews");
     assert_eq!(spec.child_collection, "reviews");

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{spec::SumSpec, Child, Parent};
+use subset::{spec::SumSpec, Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 #[serde(rename_all = "camelCase")]
@@ -16,7 +16,7 @@ struct Vote {
 }
 
 // Every kind of sum the derive accepts, with serde renames on both sides.
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[serde(rename_all = "camelCase")]
 #[subset(collection = "polls")]
 struct Poll {
@@ -42,7 +42,7 @@ struct Poll {
 #[test]
 fn sums() {
     assert_eq!(
-        <Poll as Parent>::SUBSETS[0].sums,
+        <Poll as Subset>::SUBSETS[0].sums,
         [
             SumSpec {
                 parent: "ratingTotal",
@@ -62,5 +62,5 @@ fn sums() {
             },
         ]
     );
-    assert_eq!(<Poll as Parent>::SUBSETS[0].count, None);
+    assert_eq!(<Poll as Subset>::SUBSETS[0].count, None);
 }

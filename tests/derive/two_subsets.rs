@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, Parent, SubsetField};
+use subset::{Child, Subset, SubsetField};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Order {
@@ -17,7 +17,7 @@ struct Review {
     date: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "delivery_shops")]
 pub struct DeliveryShop {
     #[serde(rename = "_id")]
@@ -39,7 +39,7 @@ pub struct DeliveryShop {
 
 #[test]
 fn two_subsets() {
-    let specs = <DeliveryShop as Parent>::SUBSETS;
+    let specs = <DeliveryShop as Subset>::SUBSETS;
     assert_eq!(specs.len(), 3);
     assert_eq!(specs[0].child_collection, "orders");
     assert_eq!(specs[0].key, "delivery_shop_id");

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{spec::FilterSpec, Child, Parent, SubsetField};
+use subset::{spec::FilterSpec, Child, Subset, SubsetField};
 
 #[derive(Serialize, Deserialize, Child)]
 #[serde(rename_all = "camelCase")]
@@ -27,7 +27,7 @@ struct ReviewPreview {
     date: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -58,7 +58,7 @@ struct Product {
 
 #[test]
 fn views_of_one_collection_and_filters() {
-    let specs = <Product as Parent>::SUBSETS;
+    let specs = <Product as Subset>::SUBSETS;
     assert_eq!(specs.len(), 4);
     assert!(specs.iter().all(|s| s.same_children(&specs[0])));
     assert_eq!(specs[0].filter, None);

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 #[derive(Serialize, Deserialize)]
 struct Review {
@@ -18,7 +18,7 @@ struct Comment {
 }
 
 // One error, at `Review`: not one per check that reads its fields or compares its type.
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -14,7 +14,7 @@ fn from_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
     text.parse().map_err(serde::de::Error::custom)
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

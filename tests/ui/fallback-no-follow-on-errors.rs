@@ -1,8 +1,8 @@
-// After an error the derive still emits a stub `Parent` impl and the field constants, so code
+// After an error the derive still emits a stub `Subset` impl and the field constants, so code
 // using them reports nothing more than the one mistake.
 use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -11,7 +11,7 @@ struct Review {
     date: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -26,6 +26,6 @@ fn main() {
         reviews: Vec::new(),
     };
     let _: &ObjectId = product.id();
-    let _ = <Product as Parent>::SUBSETS;
+    let _ = <Product as Subset>::SUBSETS;
     let _ = Product::REVIEWS;
 }

@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
-use subset::Parent;
+use subset::Subset;
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 enum Product {
     Lamp,

@@ -1,8 +1,8 @@
 use subset::bson::oid::ObjectId;
 use serde::{Deserialize, Serialize};
-use subset::Parent;
+use subset::Subset;
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, Parent, Store};
+use subset::{Child, Store, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -12,7 +12,7 @@ struct Review {
     date: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -22,7 +22,7 @@ struct Product {
 }
 
 async fn edit(store: Store<Product>, product: ObjectId, review: ObjectId) {
-    let reviews = store.subset(Product::REVIEWS);
+    let reviews = store.children(Product::REVIEWS);
     let _ = reviews.patch(&product, &review).set(Review::ID, ObjectId::new()).await;
 }
 

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, Parent, Store};
+use subset::{Child, Store, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -12,7 +12,7 @@ struct Review {
     date: bson::DateTime,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -22,9 +22,8 @@ struct Product {
 }
 
 async fn edit(store: Store<Product>, product: ObjectId, review: ObjectId) {
-    let reviews = store.subset(Product::REVIEWS);
-    let options = subset::repair::SweepOptions::default();
-    let _ = reviews.patch_where(bson::doc! {}, &options, |_| {}).inc(Review::RATING, 1).await;
+    let reviews = store.children(Product::REVIEWS);
+    let _ = reviews.patch_where(bson::doc! {}).inc(Review::RATING, 1).await;
 }
 
 fn main() {}

@@ -2,7 +2,7 @@
 // `preview_of` type, so a parent's constant keeps its type and nothing more is reported.
 use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
-use subset::{Child, Parent, SubsetField};
+use subset::{Child, Subset, SubsetField};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -18,7 +18,7 @@ struct ReviewPreview {
     rating: i32,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -22,7 +22,7 @@ struct ReviewPreview {
 }
 
 // A parent embedding the preview: the mistake is still reported once, at the preview.
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

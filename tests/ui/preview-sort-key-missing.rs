@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -20,7 +20,7 @@ struct ReviewPreview {
     rating: i32,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

@@ -1,5 +1,5 @@
 use serde::{Deserialize, Serialize};
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -8,7 +8,7 @@ struct Review {
     date: i64,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 #[serde(deny_unknown_fields)]
 struct Product {

@@ -1,6 +1,6 @@
 use subset::bson::oid::ObjectId;
 use serde::{Deserialize, Serialize};
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 #[derive(Serialize, Deserialize)]
 struct Author {
@@ -14,7 +14,7 @@ struct Review {
     author: Author,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

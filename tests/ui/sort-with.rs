@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 mod as_text {
     use serde::{Deserialize, Deserializer, Serializer};
@@ -24,7 +24,7 @@ struct Review {
     rating: i32,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

@@ -1,6 +1,6 @@
 use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
@@ -10,7 +10,7 @@ struct Review {
     rating: i32,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

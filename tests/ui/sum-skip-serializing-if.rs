@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{Child, Parent};
+use subset::{Child, Subset};
 
 fn is_zero(n: &i32) -> bool {
     *n == 0
@@ -16,7 +16,7 @@ struct Review {
     votes: i32,
 }
 
-#[derive(Serialize, Deserialize, Parent)]
+#[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]

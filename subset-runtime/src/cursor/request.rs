@@ -5,7 +5,7 @@ use super::Cursor;
 #[cfg(doc)]
 use super::Page;
 
-/// The largest page [`crate::Subset::page`] serves.
+/// The largest page [`crate::Children::page`] serves.
 pub const MAX_PAGE_SIZE: u32 = 10_000;
 
 /// Which page to read: a size, a direction, and the cursor the page starts from, if any.

@@ -23,13 +23,13 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use futures::{StreamExt, TryStreamExt};
 use mongodb::options::ReturnDocument;
-use mongodb::Collection;
+use mongodb::{ClientSession, Collection};
 
 use super::exec::{self, Ctx, Steps};
 use super::patch::ChildPatch;
 use super::resync::CountFix;
 use super::sweep::{ParentFailure, SweepOptions};
-use super::{RawSubset, WriteMode};
+use super::{RawChildren, WriteMode};
 use crate::error::{Error, Result};
 
 /// The collection of the journals of jobs by filter in [`WriteMode::Ordered`]: one document per
@@ -53,7 +53,7 @@ pub struct BulkProgress {
     pub elapsed: Duration,
 }
 
-/// The result of a job by filter: [`RawSubset::remove_where`], [`RawSubset::patch_where`].
+/// The result of a job by filter: [`RawChildren::remove_where`], [`RawChildren::patch_where`].
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct BulkReport {
@@ -76,29 +76,48 @@ enum Change<'p> {
     Patch(&'p ChildPatch),
 }
 
-impl RawSubset<'_> {
+impl RawChildren<'_> {
     /// How many children match `filter` (a query on child fields), and under how many parents:
-    /// what [`RawSubset::remove_where`] or [`RawSubset::patch_where`] would change, without
+    /// what [`RawChildren::remove_where`] or [`RawChildren::patch_where`] would change, without
     /// changing it. Children of no parent (no key) are not counted.
     ///
     /// # Errors
     ///
     /// [`Error::Mongo`], for a filter the server refuses too.
     pub async fn count_where(&self, filter: &Document) -> Result<BulkProgress> {
+        self.count_where_in(filter, None).await
+    }
+
+    /// [`RawChildren::count_where`], in the caller's session if there is one.
+    pub(crate) async fn count_where_in(
+        &self,
+        filter: &Document,
+        session: Option<&mut ClientSession>,
+    ) -> Result<BulkProgress> {
         let key = format!("${}", self.spec().key);
         let pipeline = [
             doc! { "$match": self.matching(filter, None) },
             doc! { "$group": { "_id": key, "n": { "$sum": 1 } } },
             doc! { "$group": { "_id": Bson::Null, "parents": { "$sum": 1 }, "children": { "$sum": "$n" } } },
         ];
-        let found = self
-            .children::<Document>()
-            .aggregate(pipeline)
-            .await
-            .map_err(|e| self.mongo_child(e))?
-            .try_next()
-            .await
-            .map_err(|e| self.mongo_child(e))?;
+        let children = self.children::<Document>();
+        let aggregate = children.aggregate(pipeline);
+        let found = match session {
+            Some(session) => aggregate
+                .session(&mut *session)
+                .await
+                .map_err(|e| self.mongo_child(e))?
+                .next(session)
+                .await
+                .transpose()
+                .map_err(|e| self.mongo_child(e))?,
+            None => aggregate
+                .await
+                .map_err(|e| self.mongo_child(e))?
+                .try_next()
+                .await
+                .map_err(|e| self.mongo_child(e))?,
+        };
         let number = |field| {
             found
                 .as_ref()
@@ -142,14 +161,14 @@ impl RawSubset<'_> {
 
     /// Applies `patch` to every child that matches `filter`, across all parents, in the child
     /// collection and in every view (re-ranked, moved between filtered views, counts and sums
-    /// recounted), as [`RawSubset::remove_where`] does; anonymising a user's reviews is
+    /// recounted), as [`RawChildren::remove_where`] does; anonymising a user's reviews is
     /// `patch_where(&doc! { "author": "ann" }, &ChildPatch::new().set("author", "anonymous"))`.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPatch`] for a patch [`RawSubset::patch`] refuses, and for an `inc`: a
+    /// [`Error::InvalidPatch`] for a patch [`RawChildren::patch`] refuses, and for an `inc`: a
     /// rerun of a job cut off part way could not tell which children it already added to;
-    /// otherwise as [`RawSubset::remove_where`].
+    /// otherwise as [`RawChildren::remove_where`].
     pub async fn patch_where(
         &self,
         filter: &Document,
@@ -318,7 +337,7 @@ impl BulkReport {
 
 /// One parent's matching children removed or patched, and every view of it recomputed.
 struct WhereSteps<'s, 'a> {
-    subset: &'s RawSubset<'a>,
+    subset: &'s RawChildren<'a>,
     parent: &'s Bson,
     /// The parent's children that match.
     filter: Document,
@@ -373,13 +392,13 @@ impl WhereSteps<'_, '_> {
 }
 
 /// Every view of `parent` recomputed from the child collection, counts and sums recounted.
-async fn recount(s: &RawSubset<'_>, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
+async fn recount(s: &RawChildren<'_>, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
     s.resync_views(ctx, parent, |_| CountFix::Recount).await
 }
 
 /// A parent an earlier run left half done, finished.
 struct RecountSteps<'s, 'a> {
-    subset: &'s RawSubset<'a>,
+    subset: &'s RawChildren<'a>,
     parent: &'s Bson,
 }
 
@@ -401,7 +420,7 @@ struct Journal {
 
 impl Journal {
     /// The job's journal: the one an earlier run of the same job left, or a new one.
-    async fn open(s: &RawSubset<'_>, filter: &Document, change: Change<'_>) -> Result<Self> {
+    async fn open(s: &RawChildren<'_>, filter: &Document, change: Change<'_>) -> Result<Self> {
         let spec = s.spec();
         let (kind, patch) = match change {
             Change::Remove => ("remove", Bson::Null),

@@ -487,7 +487,7 @@ impl RawStore {
 
     /// The stored `parent` as a reader of this definition sees it: each view built under
     /// another definition replaced by what the child collection says
-    /// ([`crate::raw::RawSubset`]'s `computed`, a query or two per view), each built with a
+    /// ([`crate::raw::RawChildren`]'s `computed`, a query or two per view), each built with a
     /// larger `keep` cut to this one. A parent whose views are all this definition's is
     /// returned as it is, without a copy.
     pub(crate) async fn served(
@@ -528,7 +528,7 @@ impl RawStore {
             }
         }
         for spec in stale {
-            let fields = self.subset(spec).computed(ctx, &id).await?;
+            let fields = self.children(spec).computed(ctx, &id).await?;
             doc.extend(fields);
         }
         RawDocumentBuf::try_from(&doc).map_err(|e| malformed(format!("cannot be re-encoded: {e}")))
@@ -641,7 +641,7 @@ impl RawStore {
         let set = doc! { "$set": { MARKER: self.definition.marker().clone() } };
         if ctx.atomic() {
             for spec in self.spec().subsets {
-                self.subset(spec).rebuild_view(ctx, parent).await?;
+                self.children(spec).rebuild_view(ctx, parent).await?;
             }
             ctx.run(parents.update_one(doc! { "_id": parent.clone() }, set))
                 .await
@@ -657,7 +657,7 @@ impl RawStore {
             };
             let mut rebuilt = true;
             for spec in self.spec().subsets {
-                let drift = self.subset(spec).rebuild_view(ctx, parent).await?;
+                let drift = self.children(spec).rebuild_view(ctx, parent).await?;
                 rebuilt &= drift.fixed || drift.is_in_sync();
             }
             if !rebuilt {

@@ -179,7 +179,7 @@ impl InsertSteps<'_> {
                 // Named after the largest subset, the likeliest to have outgrown the document.
                 return Err(match largest {
                     Some((spec, _)) => {
-                        let subset = self.store.subset(spec);
+                        let subset = self.store.children(spec);
                         subset.too_large(e, self.id, bytes.max(0) as u64)
                     }
                     None => self.store.mongo(e),

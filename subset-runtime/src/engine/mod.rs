@@ -1,5 +1,5 @@
 //! The BSON-level engine: one implementation of the pattern's writes and reads, working on
-//! documents and descriptors. The typed [`crate::Store`] and [`crate::Subset`] are thin layers
+//! documents and descriptors. The typed [`crate::Store`] and [`crate::Children`] are thin layers
 //! over it; tools that know collections and fields only at run time use it directly.
 //!
 //! One file per operation, each written once as [`exec::Steps`] that the executor ([`exec`])
@@ -282,12 +282,12 @@ impl RawStore {
     }
 
     /// The engine of one subset field of this collection.
-    pub fn subset<'a>(&'a self, spec: &'a SubsetSpec) -> RawSubset<'a> {
+    pub fn children<'a>(&'a self, spec: &'a SubsetSpec) -> RawChildren<'a> {
         let views = self
             .views
             .of(spec)
             .unwrap_or_else(|| std::slice::from_ref(spec));
-        RawSubset {
+        RawChildren {
             store: self,
             spec,
             views,
@@ -328,25 +328,25 @@ impl RawStore {
 
 /// One subset field of a [`RawStore`]: the double write and merged pagination over documents.
 #[derive(Clone, Copy)]
-pub struct RawSubset<'a> {
+pub struct RawChildren<'a> {
     store: &'a RawStore,
     spec: &'a SubsetSpec,
-    /// Every view of the field's children, `spec` included (see [`RawSubset::views`]): its
+    /// Every view of the field's children, `spec` included (see [`RawChildren::views`]): its
     /// group in the store's table, or `spec` alone.
     views: &'a [SubsetSpec],
 }
 
-impl std::fmt::Debug for RawSubset<'_> {
+impl std::fmt::Debug for RawChildren<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Left out: the views follow from the store and the spec.
-        f.debug_struct("RawSubset")
+        f.debug_struct("RawChildren")
             .field("store", &self.store)
             .field("spec", &self.spec)
             .finish()
     }
 }
 
-impl<'a> RawSubset<'a> {
+impl<'a> RawChildren<'a> {
     /// The field's descriptor.
     pub fn spec(&self) -> &'a SubsetSpec {
         self.spec
@@ -362,14 +362,14 @@ impl<'a> RawSubset<'a> {
     /// store does not list it). A write of a child updates all of them.
     ///
     /// Found once, when the store was built; this walks that table.
-    pub fn views(&self) -> impl ExactSizeIterator<Item = RawSubset<'a>> + Clone + 'a {
+    pub fn views(&self) -> impl ExactSizeIterator<Item = RawChildren<'a>> + Clone + 'a {
         let (store, views) = (self.store, self.views);
         views
             .iter()
-            .map(move |spec| RawSubset { store, spec, views })
+            .map(move |spec| RawChildren { store, spec, views })
     }
 
-    /// The descriptors of [`RawSubset::views`], in the same order: what every per-view vector
+    /// The descriptors of [`RawChildren::views`], in the same order: what every per-view vector
     /// of a write is indexed by.
     pub(crate) fn view_specs(&self) -> &'a [SubsetSpec] {
         self.views

@@ -8,16 +8,16 @@ use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
-use super::RawSubset;
+use super::RawChildren;
 use crate::action::Action;
 use crate::error::{Error, Result};
 
-impl RawSubset<'_> {
-    /// Moves a child stored under `from` to `to`; see [`crate::Subset::move_child`].
+impl RawChildren<'_> {
+    /// Moves a child stored under `from` to `to`; see [`crate::Children::move_child`].
     ///
     /// # Errors
     ///
-    /// As [`crate::Subset::move_child`].
+    /// As [`crate::Children::move_child`].
     pub fn move_child<'r>(
         &'r self,
         from: &'r Bson,
@@ -48,9 +48,9 @@ impl RawSubset<'_> {
     }
 }
 
-/// [`RawSubset::move_child`].
+/// [`RawChildren::move_child`].
 struct MoveSteps<'s, 'a> {
-    subset: &'s RawSubset<'a>,
+    subset: &'s RawChildren<'a>,
     from: &'s Bson,
     child: &'s Bson,
     to: &'s Bson,

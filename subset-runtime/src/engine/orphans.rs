@@ -6,7 +6,7 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
 use super::exec::Ctx;
-use super::{RawStore, RawSubset};
+use super::{RawChildren, RawStore};
 use crate::action::Action;
 use crate::error::{Error, Result};
 
@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 const ORPHAN_SAMPLES: usize = 5;
 
 /// The children of a child collection that belong to no parent of a subset field; from
-/// [`RawSubset::orphans`](crate::raw::RawSubset::orphans).
+/// [`RawChildren::orphans`](crate::raw::RawChildren::orphans).
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Orphans {
@@ -36,7 +36,7 @@ impl Orphans {
     }
 }
 
-impl RawSubset<'_> {
+impl RawChildren<'_> {
     /// Counts the children of this field's child collection that belong to no parent, with a
     /// few of their `_id`s; see [`RawStore::orphans`].
     ///

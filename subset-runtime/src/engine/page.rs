@@ -9,19 +9,19 @@ use mongodb::ClientSession;
 
 use super::definition::{Standing, ViewState};
 use super::exec::Ctx;
-use super::{query, RawSubset};
+use super::{query, RawChildren};
 use crate::action::Action;
 use crate::cursor::{Anchor, Cursor, Page, PageRequest, MAX_PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::order::Side;
 use crate::{decode, order};
 
-impl RawSubset<'_> {
-    /// One page of children as raw documents; see [`crate::Subset::page`].
+impl RawChildren<'_> {
+    /// One page of children as raw documents; see [`crate::Children::page`].
     ///
     /// # Errors
     ///
-    /// As [`crate::Subset::page`].
+    /// As [`crate::Children::page`].
     pub fn page<'r>(
         &'r self,
         parent: &'r Bson,
@@ -153,7 +153,7 @@ impl RawSubset<'_> {
     /// was checked against before the query. Keys without a type (run-time descriptors) take
     /// theirs from a stored child, never from the cursor, so that a forged cursor cannot make
     /// healthy children look malformed: the last child `served`, or, when the last page is
-    /// empty, the one [`RawSubset::stored_position`] finds. When no child is malformed, a cursor
+    /// empty, the one [`RawChildren::stored_position`] finds. When no child is malformed, a cursor
     /// of other brackets than that child is [`Error::InvalidCursor`]: a genuine cursor is the
     /// position of a child, so over healthy children it has their brackets.
     async fn report_misfit(
@@ -293,7 +293,7 @@ impl RawSubset<'_> {
 
     /// The cursor of `child` (a child of `parent` or its embedded copy: anything that holds its
     /// sort keys and `_id`), which a page continues from either way; see
-    /// [`crate::Subset::cursor_of`].
+    /// [`crate::Children::cursor_of`].
     ///
     /// A child whose sort key is missing or null has no position a keyset comparison can
     /// continue from (`$lt: null` matches nothing), and one whose sort key has a type its Rust
@@ -320,11 +320,11 @@ impl RawSubset<'_> {
         })
     }
 
-    /// Every child of `parent` in order, as raw documents; see [`crate::Subset::all`].
+    /// Every child of `parent` in order, as raw documents; see [`crate::Children::all`].
     ///
     /// # Errors
     ///
-    /// As [`crate::Subset::all`].
+    /// As [`crate::Children::all`].
     pub fn all<'r>(
         &'r self,
         parent: &'r Bson,
@@ -332,7 +332,7 @@ impl RawSubset<'_> {
         Action::new(move |session| Box::pin(self.all_in(parent, session)))
     }
 
-    /// The stream of [`RawSubset::all`], read in the caller's session if given (which the
+    /// The stream of [`RawChildren::all`], read in the caller's session if given (which the
     /// stream then holds until it is dropped).
     #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field))]
     pub(crate) async fn all_in<'r>(
@@ -351,7 +351,7 @@ impl RawSubset<'_> {
             .await
     }
 
-    /// How many children `parent` has in the child collection; see [`crate::Subset::count`].
+    /// How many children `parent` has in the child collection; see [`crate::Children::count`].
     ///
     /// # Errors
     ///
@@ -360,7 +360,7 @@ impl RawSubset<'_> {
         Action::new(move |session| Box::pin(self.count_in(parent, session)))
     }
 
-    /// [`RawSubset::count`], in the caller's session if given.
+    /// [`RawChildren::count`], in the caller's session if given.
     #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field))]
     pub(crate) async fn count_in(
         &self,

@@ -9,7 +9,7 @@ use super::driver_error;
 use super::exec::{self, is_transient, Ctx, Retry, Steps};
 use super::push_update::ViewPush;
 use super::query;
-use super::{RawSubset, WriteMode};
+use super::{RawChildren, WriteMode};
 use crate::action::Action;
 use crate::error::{Error, Result};
 
@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 #[derive(Clone)]
 pub(super) struct Prepared {
     pub(super) id: Bson,
-    /// For each view of [`RawSubset::views`], in order: the whole child or its preview, or
+    /// For each view of [`RawChildren::views`], in order: the whole child or its preview, or
     /// `None` when the view's filter leaves the child out.
     pub(super) embedded: Vec<Option<Document>>,
     pub(super) stored: Document,
@@ -27,12 +27,12 @@ pub(super) struct Prepared {
 /// The children of one push.
 pub(super) type Batch = Vec<Prepared>;
 
-impl<'a> RawSubset<'a> {
-    /// Adds children (documents with an `_id`); see [`crate::Subset::push`].
+impl<'a> RawChildren<'a> {
+    /// Adds children (documents with an `_id`); see [`crate::Children::push`].
     ///
     /// # Errors
     ///
-    /// As [`crate::Subset::push`].
+    /// As [`crate::Children::push`].
     pub fn push<'r>(&'r self, parent: &'r Bson, children: Vec<Document>) -> Action<'r, ()> {
         Action::new(move |session| Box::pin(self.push_in(parent, children, session)))
     }
@@ -124,7 +124,7 @@ impl<'a> RawSubset<'a> {
         combiner.run(key.0, parent, batch, together, run).await
     }
 
-    /// `child` ready to be written into this field's [`RawSubset::views`].
+    /// `child` ready to be written into this field's [`RawChildren::views`].
     pub(super) fn prepare(&self, parent: &Bson, child: Document) -> Result<Prepared> {
         let id = child
             .get("_id")
@@ -201,7 +201,7 @@ impl<'a> RawSubset<'a> {
 
 /// The writes of one push.
 pub(super) struct PushSteps<'s, 'a> {
-    pub(super) subset: &'s RawSubset<'a>,
+    pub(super) subset: &'s RawChildren<'a>,
     pub(super) parent: &'s Bson,
     pub(super) batch: &'s [Prepared],
     /// Look for children of the batch already stored before writing (a retry), restoring them
@@ -213,8 +213,12 @@ pub(super) struct PushSteps<'s, 'a> {
 }
 
 impl<'s, 'a> PushSteps<'s, 'a> {
-    /// The writes of `batch`, optimistic (see [`RawSubset::push_alone`]).
-    pub(super) fn new(subset: &'s RawSubset<'a>, parent: &'s Bson, batch: &'s [Prepared]) -> Self {
+    /// The writes of `batch`, optimistic (see [`RawChildren::push_alone`]).
+    pub(super) fn new(
+        subset: &'s RawChildren<'a>,
+        parent: &'s Bson,
+        batch: &'s [Prepared],
+    ) -> Self {
         PushSteps {
             subset,
             parent,

@@ -17,7 +17,7 @@ use crate::bson::{doc, Bson, Document};
 use super::definition::{self, Standing};
 use super::exec::Ctx;
 use super::push::Prepared;
-use super::RawSubset;
+use super::RawChildren;
 use crate::error::Result;
 use crate::model::SubsetSpec;
 use crate::order;
@@ -29,7 +29,7 @@ use crate::order;
 /// 0.33 at 1000.
 const HEAD_PUSH_MIN_KEEP: u32 = 32;
 
-/// What a push puts into each view of the children ([`RawSubset::views`], in that order): the
+/// What a push puts into each view of the children ([`RawChildren::views`], in that order): the
 /// `_id` and embedded form of each child the view admits.
 pub(super) struct ViewPush<'p> {
     each: Vec<Vec<(&'p Bson, &'p Document)>>,
@@ -68,11 +68,11 @@ impl<'p> ViewPush<'p> {
     }
 }
 
-impl RawSubset<'_> {
+impl RawChildren<'_> {
     /// Pushes each view's children (`push`) into the parent, applying `inc` (to the counts and
-    /// the sums, see [`RawSubset::added_inc`]) in the same update; at the head when there is one
+    /// the sums, see [`RawChildren::added_inc`]) in the same update; at the head when there is one
     /// long view and the children go there. With `exclude`, a view whose field already holds
-    /// one of its children is not updated (see [`RawSubset::push_filter`]). The update is
+    /// one of its children is not updated (see [`RawChildren::push_filter`]). The update is
     /// conditional on the parent being built under the store's definition; when nothing
     /// matched, where the parent stands says why (the caller settles a [`Standing::Stale`]
     /// one once its children are stored).

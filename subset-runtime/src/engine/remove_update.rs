@@ -6,11 +6,11 @@ use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
-use super::{driver_error, RawSubset};
+use super::{driver_error, RawChildren};
 use crate::action::Action;
 use crate::error::{Error, Result};
 
-impl RawSubset<'_> {
+impl RawChildren<'_> {
     /// Removes a child from the child collection and from the subset, decrements the count (and
     /// takes its values off the sums) and,
     /// if the child was embedded, backfills the next child so the subset is again the top `keep`.
@@ -83,9 +83,9 @@ impl RawSubset<'_> {
     }
 }
 
-/// [`RawSubset::remove`] (no replacement) or [`RawSubset::update`].
+/// [`RawChildren::remove`] (no replacement) or [`RawChildren::update`].
 struct ChildSteps<'s, 'a> {
-    subset: &'s RawSubset<'a>,
+    subset: &'s RawChildren<'a>,
     parent: &'s Bson,
     child: &'s Bson,
     replacement: Option<&'s Document>,

@@ -7,19 +7,19 @@ use futures::TryStreamExt;
 use mongodb::options::IndexOptions;
 use mongodb::IndexModel;
 
-use super::{RawStore, RawSubset};
+use super::{RawChildren, RawStore};
 use crate::error::Result;
 use crate::order;
 
 impl RawStore {
-    /// Creates every subset field's child-collection index; see [`RawSubset::ensure_index`].
+    /// Creates every subset field's child-collection index; see [`RawChildren::ensure_index`].
     ///
     /// # Errors
     ///
-    /// As [`RawSubset::ensure_index`].
+    /// As [`RawChildren::ensure_index`].
     pub async fn ensure_indexes(&self) -> Result<()> {
         for spec in self.spec().subsets {
-            self.subset(spec).ensure_index().await?;
+            self.children(spec).ensure_index().await?;
         }
         Ok(())
     }
@@ -83,14 +83,14 @@ impl RawStore {
     }
 }
 
-impl RawSubset<'_> {
+impl RawChildren<'_> {
     /// The keys of the child-collection index that serves this field's pages:
     /// `{key: 1, <sort keys>, _id}`.
     pub fn index_keys(&self) -> Document {
         order::index_keys(self.spec)
     }
 
-    /// Creates the child-collection index [`RawSubset::index_keys`]; idempotent.
+    /// Creates the child-collection index [`RawChildren::index_keys`]; idempotent.
     ///
     /// # Errors
     ///
@@ -117,7 +117,7 @@ impl RawSubset<'_> {
         Ok(())
     }
 
-    /// Whether the child collection has an index with exactly [`RawSubset::index_keys`], under
+    /// Whether the child collection has an index with exactly [`RawChildren::index_keys`], under
     /// any name (`false` when the collection does not exist).
     ///
     /// # Errors

@@ -209,7 +209,7 @@ impl RawStore {
 
     /// Reconciles every parent's subsets, in `_id` order and batches, calling `progress` after
     /// each batch. Idempotent, and safe while writers run (see
-    /// [`crate::raw::RawSubset::reconcile`]). A parent that fails (a malformed one, say) is recorded in
+    /// [`crate::raw::RawChildren::reconcile`]). A parent that fails (a malformed one, say) is recorded in
     /// [`SweepReport::failures`] and the sweep goes on.
     ///
     /// # Errors
@@ -383,7 +383,7 @@ impl RawStore {
             let mut found = Vec::with_capacity(fields.len());
             if refused.is_empty() {
                 for spec in fields {
-                    let result = self.subset(spec).resync_in(&id, write, None).await;
+                    let result = self.children(spec).resync_in(&id, write, None).await;
                     found.push((spec.field.to_owned(), result));
                 }
             } else {

@@ -5,7 +5,7 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, DateTime};
 use serde::{Deserialize, Serialize};
 use subset::testkit::{MongoServer, Topology};
-use subset::{Child, Error, PageRequest, Parent, Store};
+use subset::{Child, Error, PageRequest, Store, Subset};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Review {
@@ -15,7 +15,7 @@ struct Review {
     date: DateTime,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Parent)]
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "products")]
 struct Product {
     #[serde(rename = "_id")]
@@ -65,7 +65,7 @@ async fn insert_push_get_and_page() {
     store.insert(&product).await.unwrap();
 
     // Seven pushes to a subset that keeps three.
-    let reviews = store.subset(Product::RECENT_REVIEWS);
+    let reviews = store.children(Product::RECENT_REVIEWS);
     let pushed: Vec<Review> = (1..=7)
         .map(|n| Review {
             id: ObjectId::new(),

@@ -43,7 +43,7 @@ use mongodb::Collection;
 use super::combine::{key_bytes, Key};
 use super::exec::{self, backoff, is_transient, Ctx, Retry, Steps};
 use super::push::{Batch, PushSteps};
-use super::{driver_error, RawSubset};
+use super::{driver_error, RawChildren};
 use crate::error::{Error, Result};
 
 mod watch;
@@ -107,7 +107,7 @@ pub(super) enum Folded {
     Alone,
 }
 
-impl<'a> RawSubset<'a> {
+impl<'a> RawChildren<'a> {
     /// The key pushes to `parent` through this field are grouped and folded by.
     pub(super) fn group_key(&self, parent: &Bson) -> Key {
         // The first view: pushes through any view of these children go together.
@@ -230,7 +230,7 @@ impl Seen {
 
 /// The queue of one parent, as one push (`mine`) uses it.
 struct Queue<'s, 'a> {
-    subset: &'s RawSubset<'a>,
+    subset: &'s RawChildren<'a>,
     parent: &'s Bson,
     group: &'static str,
     mine: ObjectId,

@@ -92,7 +92,7 @@ impl CollectionFollower<'_> {
                     // not saved, so the next start redoes it.
                     let (store, spec, key) = (store.clone(), self.fields[field], parent.clone());
                     let task = tokio::spawn(async move {
-                        store.subset(&spec).resync_in(&key, true, None).await
+                        store.children(&spec).resync_in(&key, true, None).await
                     });
                     async move {
                         match task.await {

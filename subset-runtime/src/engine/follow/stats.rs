@@ -15,7 +15,7 @@ pub struct FollowStats {
     pub events: u64,
     /// Batches applied (each followed by a saved resume token).
     pub batches: u64,
-    /// Parent resyncs run: one per parent and subset field a batch concerned, however many of
+    /// Subset resyncs run: one per parent and subset field a batch concerned, however many of
     /// its events named that parent.
     pub resynced: u64,
     /// Of those, the ones that found drift and rewrote the parent.
@@ -54,7 +54,7 @@ pub struct FollowBatch {
     pub collection: &'static str,
     /// Events in the batch.
     pub events: u64,
-    /// Parent resyncs run (distinct parent and field pairs).
+    /// Subset resyncs run (distinct parent and field pairs).
     pub resynced: u64,
     /// Of those, the ones that rewrote the parent.
     pub written: u64,

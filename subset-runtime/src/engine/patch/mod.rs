@@ -32,7 +32,7 @@ use crate::bson::Bson;
 use mongodb::ClientSession;
 
 use super::exec;
-use super::{RawSubset, WriteMode};
+use super::{RawChildren, WriteMode};
 use crate::action::Action;
 use crate::error::Result;
 // Only the docs link to it.
@@ -48,10 +48,10 @@ use steps::PatchSteps;
 /// The patches of one caller, as the group commit queues them: (child `_id`, patch).
 pub(super) type Batch = Vec<(Bson, ChildPatch)>;
 
-impl RawSubset<'_> {
+impl RawChildren<'_> {
     /// Changes some fields of a stored child (matched by `_id` under `parent`) in the child
     /// collection and in every embedded copy of it, in every view: see [`ChildPatch`] and
-    /// [`crate::Subset::patch`].
+    /// [`crate::Children::patch`].
     ///
     /// # Errors
     ///
@@ -66,7 +66,7 @@ impl RawSubset<'_> {
         Action::new(move |session| Box::pin(self.patch_in(parent, child, patch, session)))
     }
 
-    /// What [`RawSubset::patch`] checks before it writes anything: the patch names neither the
+    /// What [`RawChildren::patch`] checks before it writes anything: the patch names neither the
     /// `_id` nor the parent key nor one field twice, unsets or nulls no field a view of these
     /// children orders, filters or sums by, and increments by numbers.
     ///

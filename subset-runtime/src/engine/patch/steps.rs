@@ -9,11 +9,11 @@ use crate::engine::definition::Standing;
 use crate::engine::exec::{Ctx, Steps};
 use crate::engine::resync::CountFix;
 use crate::engine::sums::Num;
-use crate::engine::{driver_error, query, RawSubset};
+use crate::engine::{driver_error, query, RawChildren};
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
 
-/// [`RawSubset::patch`]: one or more patches of one parent's children, in order.
+/// [`RawChildren::patch`]: one or more patches of one parent's children, in order.
 ///
 /// Every child is changed first, then the views follow all of them at once: one parent update
 /// for every copy the patches change in place (and every sum they move), then one recompute
@@ -21,7 +21,7 @@ use crate::model::SubsetSpec;
 /// moved. A group commit of eight votes on one hot review is then one `findAndModify` (the
 /// votes composed into one `$inc`), one parent update and one commit.
 pub(super) struct PatchSteps<'s, 'a> {
-    pub(super) subset: &'s RawSubset<'a>,
+    pub(super) subset: &'s RawChildren<'a>,
     pub(super) parent: &'s Bson,
     pub(super) patches: &'s [(Bson, ChildPatch)],
 }
@@ -36,7 +36,7 @@ struct ParentWrite {
     /// The children changed in place, to write the update before one comes again (two
     /// filters on one element would conflict).
     copies: Vec<Bson>,
-    /// Per view (by index in [`RawSubset::views`]): the `$inc` of counts and sums of the
+    /// Per view (by index in [`RawChildren::views`]): the `$inc` of counts and sums of the
     /// patches that move a child in it, when one does.
     moved: Vec<Option<Document>>,
     /// Whether any parent update was sent.

@@ -17,7 +17,7 @@ use mongodb::ClientSession;
 
 use super::definition::{self, Standing};
 use super::exec::{self, Ctx, Steps};
-use super::{query, RawSubset};
+use super::{query, RawChildren};
 use crate::action::Action;
 use crate::error::Result;
 // Only the docs link to it.
@@ -52,7 +52,7 @@ pub(crate) enum CountFix {
     Recount,
 }
 
-impl RawSubset<'_> {
+impl RawChildren<'_> {
     /// Recomputes the subset (the top `keep` of the child collection), the count and the running
     /// sums, writes them if they differ, and reports what differed.
     ///
@@ -70,14 +70,14 @@ impl RawSubset<'_> {
         Action::new(move |session| Box::pin(self.resync_in(parent, true, session)))
     }
 
-    /// What [`RawSubset::reconcile`] would find, without writing anything.
+    /// What [`RawChildren::reconcile`] would find, without writing anything.
     ///
     /// In a transaction on a replica set, so that its reads see one snapshot and a push landing
     /// between them is not reported as drift.
     ///
     /// # Errors
     ///
-    /// As [`RawSubset::reconcile`].
+    /// As [`RawChildren::reconcile`].
     pub fn check<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
         Action::new(move |session| Box::pin(self.resync_in(parent, false, session)))
     }
@@ -104,7 +104,7 @@ impl RawSubset<'_> {
     /// The parent is read first: a push whose parent update lands after that read changes the
     /// array or the count, so the conditional update misses and we read again; a push whose
     /// child we counted but whose update comes after ours finds its child embedded and skips
-    /// (see `RawSubset::push_filter`).
+    /// (see `RawChildren::push_filter`).
     ///
     /// A parent built under another definition of the model is settled instead (see
     /// [`crate::engine::definition`]): every view rebuilt, or the parent marked for a rebuild,
@@ -168,7 +168,7 @@ impl RawSubset<'_> {
             .await
     }
 
-    /// [`RawSubset::resync`]; `marked`: whether the parent must be built under this store's
+    /// [`RawChildren::resync`]; `marked`: whether the parent must be built under this store's
     /// definition (every resync but a rebuild's).
     async fn resync_as(
         &self,
@@ -294,7 +294,7 @@ impl RawSubset<'_> {
     }
 }
 
-impl RawSubset<'_> {
+impl RawChildren<'_> {
     /// The children of `parent` that no subset may embed (see [`MalformedChild`]), up to
     /// [`malformed::MALFORMED_LISTED`]: one query over the parent's children.
     async fn malformed(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Vec<MalformedChild>> {
@@ -337,9 +337,9 @@ impl RawSubset<'_> {
     }
 }
 
-/// [`RawSubset::reconcile`] and [`RawSubset::check`].
+/// [`RawChildren::reconcile`] and [`RawChildren::check`].
 struct ResyncSteps<'s, 'a> {
-    subset: &'s RawSubset<'a>,
+    subset: &'s RawChildren<'a>,
     parent: &'s Bson,
     write: bool,
 }

@@ -4,10 +4,10 @@ use crate::bson::{doc, Bson, Document};
 
 use super::state::Totals;
 use crate::engine::exec::Ctx;
-use crate::engine::{sums, RawSubset};
+use crate::engine::{sums, RawChildren};
 use crate::error::Result;
 
-impl RawSubset<'_> {
+impl RawChildren<'_> {
     /// The count and every sum of `parent`'s children, in one `$group`. A summed field that is
     /// not a number adds nothing (the resync reports its child as malformed).
     ///

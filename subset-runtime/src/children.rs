@@ -7,28 +7,29 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::action::Action;
 use crate::cursor::{Cursor, Page, PageRequest};
-use crate::engine::{BulkProgress, BulkReport, Drift, RawSubset, SweepOptions};
+use crate::engine::{BulkProgress, BulkReport, Drift, RawChildren};
 use crate::error::Result;
-use crate::model::{Child, Parent, SubsetSpec};
+use crate::job::Job;
+use crate::model::{Child, Subset, SubsetSpec};
 use crate::{decode, encode};
 
-/// One subset field of one store: `store.subset(Product::RECENT_REVIEWS)`.
+/// One subset field of one store: `store.children(Product::RECENT_REVIEWS)`.
 ///
 /// Every method takes the parent's `_id`; the handle itself is a cheap pair of references.
-pub struct Subset<'a, P, C> {
-    raw: RawSubset<'a>,
+pub struct Children<'a, P, C> {
+    raw: RawChildren<'a>,
     _types: PhantomData<fn() -> (P, C)>,
 }
 
-impl<P, C> std::fmt::Debug for Subset<'_, P, C> {
+impl<P, C> std::fmt::Debug for Children<'_, P, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subset").field("raw", &self.raw).finish()
+        f.debug_struct("Children").field("raw", &self.raw).finish()
     }
 }
 
-impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
-    pub(crate) fn new(raw: RawSubset<'a>) -> Self {
-        Subset {
+impl<'a, P: Subset, C: Child> Children<'a, P, C> {
+    pub(crate) fn new(raw: RawChildren<'a>) -> Self {
+        Children {
             raw,
             _types: PhantomData,
         }
@@ -40,7 +41,7 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     }
 
     /// The BSON-level engine under this handle.
-    pub fn raw(&self) -> RawSubset<'a> {
+    pub fn raw(&self) -> RawChildren<'a> {
         self.raw
     }
 
@@ -86,7 +87,7 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     ///
     /// # Errors
     ///
-    /// As [`Subset::push`].
+    /// As [`Children::push`].
     pub fn push_many<'r>(&'r self, parent: &'r P::Id, children: &'r [C]) -> Action<'r, ()> {
         Action::new(move |session| {
             Box::pin(async move {
@@ -123,7 +124,7 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// A page always holds whole children. Where the field embeds previews
     /// ([`SubsetSpec::embed`]), the parent cannot serve one, so the first page too comes from the
     /// child collection; to go on right after the previews a page already showed, start from
-    /// the last one's cursor ([`Subset::cursor_of`]).
+    /// the last one's cursor ([`Children::cursor_of`]).
     ///
     /// # Errors
     ///
@@ -210,7 +211,7 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// The children of this field's child collection that belong to no parent (their key is
     /// missing, an array, or names no stored parent), counted by kind with a few `_id`s. No
     /// subset shows them and no per-parent check finds them; see
-    /// [`RawSubset::orphans`](crate::raw::RawSubset::orphans) for the query.
+    /// [`RawChildren::orphans`](crate::raw::RawChildren::orphans) for the query.
     ///
     /// # Errors
     ///
@@ -224,7 +225,7 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// every view of these children.
     ///
     /// One transaction on a replica set. On a standalone server the child is deleted first, so
-    /// a crash can leave its embedded copy behind, which [`Subset::reconcile`] removes; it can
+    /// a crash can leave its embedded copy behind, which [`Children::reconcile`] removes; it can
     /// never lose another child.
     ///
     /// # Errors
@@ -279,7 +280,7 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     ///   filters or sums a field the patch changes.
     ///
     /// On a standalone server the child is changed first; a crash before the parent update
-    /// leaves drift that [`Subset::reconcile`] repairs. There, two concurrent `set`s of one
+    /// leaves drift that [`Children::reconcile`] repairs. There, two concurrent `set`s of one
     /// embedded field can leave the copy at the value the child held first (increments are
     /// exact either way).
     ///
@@ -297,30 +298,29 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
 
     /// Sets or unsets fields of every child that matches `filter` (a query on child fields, by
     /// BSON name), across all parents, in the child collection and in every view: anonymising
-    /// every review of a user is `reviews.patch_where(doc! { "author": "ann" }, &options, |_|
-    /// {}).set(Review::AUTHOR, "anonymous".to_owned()).await?`. No `inc`: a rerun of a job cut
-    /// off part way could not tell which children it already added to.
+    /// every review of a user is `reviews.patch_where(doc! { "author": "ann" }).set(Review::AUTHOR,
+    /// "anonymous".to_owned()).await?`. No `inc`: a rerun of a job cut off part way could not
+    /// tell which children it already added to. [`Patch::options`](crate::patch::Patch::options)
+    /// and [`Patch::progress`](crate::patch::Patch::progress) are as on a [`Job`].
     ///
     /// Each parent's children and views change together; the job is resumable and reports what
-    /// it did, as [`Subset::remove_where`].
+    /// it did, as [`Children::remove_where`].
     ///
     /// # Errors
     ///
-    /// As [`Subset::remove_where`]; [`crate::Error::InvalidPatch`], [`crate::Error::Serialize`].
+    /// As [`Children::remove_where`]; [`crate::Error::InvalidPatch`], [`crate::Error::Serialize`].
     pub fn patch_where<'r>(
         &'r self,
         filter: crate::bson::Document,
-        options: &SweepOptions,
-        progress: impl FnMut(&BulkProgress) + Send + 'r,
     ) -> crate::patch::Patch<'r, C, crate::patch::Matching<'r>> {
-        crate::patch::Patch::matching(self.raw, filter, options, progress)
+        crate::patch::Patch::matching(self.raw, filter)
     }
 
     /// Removes every child that matches `filter` (a query on child fields, by BSON name: a
     /// user's right to be forgotten is `doc! { "author": "ann" }`), across all parents, from
     /// the child collection and from every view, each parent's views backfilled and its counts
-    /// and sums recounted; `progress` is called after each batch of parents
-    /// ([`SweepOptions::batch_size`]).
+    /// and sums recounted: a [`Job`], whose progress callback is called after each batch of
+    /// parents.
     ///
     /// Each parent is done in one transaction on a replica set. The job is resumable: killed at
     /// any point and run again with the same filter, it ends as one uninterrupted run would
@@ -333,13 +333,23 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     /// [`crate::Error::Mongo`] when the child collection cannot be read (a filter the server
     /// refuses, say); a parent that fails is listed in [`BulkReport::failures`] with its error
     /// and the job goes on.
-    pub async fn remove_where(
-        &self,
-        filter: &crate::bson::Document,
-        options: &SweepOptions,
-        progress: impl FnMut(&BulkProgress),
-    ) -> Result<BulkReport> {
-        self.raw.remove_where(filter, options, progress).await
+    pub fn remove_where(&self, filter: crate::bson::Document) -> Job<'_, BulkReport, BulkProgress> {
+        Job::new(move |options, progress| {
+            Box::pin(async move { self.raw.remove_where(&filter, &options, progress).await })
+        })
+    }
+
+    /// How many children match `filter`, and under how many parents: what
+    /// [`Children::remove_where`] or [`Children::patch_where`] would change, without changing
+    /// it (the dry run). Children of no parent are not counted.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Mongo`], for a filter the server refuses too.
+    pub fn count_where(&self, filter: crate::bson::Document) -> Action<'_, BulkProgress> {
+        Action::new(move |session| {
+            Box::pin(async move { self.raw.count_where_in(&filter, session).await })
+        })
     }
 
     /// Moves a child stored under `from` to the parent `to` (a review filed under the wrong
@@ -349,7 +359,7 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
     ///
     /// One transaction on a replica set. On a standalone server the child moves first, then
     /// `from` is fixed, then `to`: a crash in between leaves the child counted under the old
-    /// parent and not yet under the new one, which [`Subset::reconcile`] of each repairs; the
+    /// parent and not yet under the new one, which [`Children::reconcile`] of each repairs; the
     /// child itself is never lost. A move to the parent it is under changes nothing.
     ///
     /// # Errors
@@ -389,11 +399,11 @@ impl<'a, P: Parent, C: Child> Subset<'a, P, C> {
         })
     }
 
-    /// What [`Subset::reconcile`] would find, without changing anything.
+    /// What [`Children::reconcile`] would find, without changing anything.
     ///
     /// # Errors
     ///
-    /// As [`Subset::reconcile`].
+    /// As [`Children::reconcile`].
     pub fn check<'r>(&'r self, parent: &'r P::Id) -> Action<'r, Drift> {
         Action::new(move |session| {
             Box::pin(async move {
