@@ -821,3 +821,188 @@ async fn concurrent_votes_no_view_ranks_by_are_exact_in_every_copy() {
         assert!(drift.is_clean(), "{mode:?}: {drift:?}");
     }
 }
+
+/// `store` on a client of its own named `app`, so that a fail point can hold its commands
+/// alone.
+async fn on_own_client(store: &Store<Product>, app: &str) -> Store<Product> {
+    let server = subset_testkit::MongoServer::shared(subset_testkit::Topology::ReplicaSet)
+        .await
+        .unwrap();
+    let mut options = mongodb::options::ClientOptions::parse(server.uri())
+        .await
+        .unwrap();
+    options.app_name = Some(app.to_owned());
+    let client = mongodb::Client::with_options(options).unwrap();
+    let mode = store.mode().await.unwrap();
+    Store::new(&client.database(store.database().name())).with_mode(mode)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_by_child_id_read_the_parent_and_follow_a_move() {
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 11, 4).await;
+        store.insert(&product(12)).await.unwrap();
+        let reviews = store.children(Product::LATEST);
+
+        reviews
+            .patch_by_id(&3)
+            .inc(Review::HELPFUL, 2)
+            .await
+            .unwrap();
+        assert_eq!(stored(&store, 3).await.get_i64("helpful").unwrap(), 2);
+        assert_eq!(parent(&store, 11).await.votes, 2, "{mode:?}");
+        assert_true(&store, 11, "after a patch by id").await;
+
+        reviews.move_by_id(&3, &12).await.unwrap();
+        assert_eq!(stored(&store, 3).await.get_i32("product_id").unwrap(), 12);
+        assert_eq!(
+            (
+                parent(&store, 11).await.total,
+                parent(&store, 12).await.total
+            ),
+            (3, 1),
+            "{mode:?}"
+        );
+        assert_true(&store, 11, "after a move by id").await;
+        assert_true(&store, 12, "after a move by id").await;
+
+        // The errors the docs list: no such child, no such parent, nothing written.
+        let unknown = reviews.patch_by_id(&999).inc(Review::HELPFUL, 1).await;
+        assert!(
+            matches!(unknown, Err(Error::UnknownChild { .. })),
+            "{mode:?}: {unknown:?}"
+        );
+        let unknown = reviews.move_by_id(&999, &11).await;
+        assert!(
+            matches!(unknown, Err(Error::UnknownChild { .. })),
+            "{mode:?}: {unknown:?}"
+        );
+        let nowhere = reviews.move_by_id(&3, &99).await;
+        assert!(
+            matches!(nowhere, Err(Error::ParentNotFound { .. })),
+            "{mode:?}: {nowhere:?}"
+        );
+        let no_parent = reviews.patch(&77, &3).set(Review::HIDDEN, true).await;
+        assert!(
+            matches!(&no_parent, Err(Error::ParentNotFound { id, .. }) if **id == Bson::Int32(77)),
+            "{mode:?}: a patch under a missing parent: {no_parent:?}"
+        );
+        let no_child = reviews.patch(&11, &3).set(Review::HIDDEN, true).await;
+        assert!(
+            matches!(no_child, Err(Error::ChildNotFound { .. })),
+            "{mode:?}: a patch of a child stored elsewhere: {no_child:?}"
+        );
+        let no_parent = reviews.move_child(&77, &3, &11).await;
+        assert!(
+            matches!(no_parent, Err(Error::ParentNotFound { .. })),
+            "{mode:?}: a move from a missing parent: {no_parent:?}"
+        );
+        assert_eq!(stored(&store, 3).await.get_i32("product_id").unwrap(), 12);
+        assert!(!stored(&store, 3).await.get_bool("hidden").unwrap());
+
+        // The step between reading the parent and writing the child held open (the voter's
+        // child write blocked by the server) while the child moves back: the vote follows it.
+        let app = format!("by-id-{}", subset::bson::oid::ObjectId::new().to_hex());
+        let voter = on_own_client(&store, &app).await;
+        let admin = store.database().client().database("admin");
+        admin
+            .run_command(doc! {
+                "configureFailPoint": "failCommand",
+                "mode": { "times": 1 },
+                "data": {
+                    "failCommands": ["findAndModify"],
+                    "appName": app.as_str(),
+                    "blockConnection": true,
+                    "blockTimeMS": 800,
+                },
+            })
+            .await
+            .expect("failCommand (test commands on)");
+        let vote = tokio::spawn(async move {
+            voter
+                .children(Product::LATEST)
+                .patch_by_id(&3)
+                .inc(Review::HELPFUL, 1)
+                .await
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        reviews.move_by_id(&3, &11).await.unwrap();
+        assert!(
+            !vote.is_finished(),
+            "{mode:?}: the vote was not held across the move (the fail point did not fire)"
+        );
+        let voted = vote.await.unwrap();
+        admin
+            .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
+            .await
+            .unwrap();
+        voted.unwrap_or_else(|e| panic!("{mode:?}: the vote did not follow the move: {e}"));
+        let review = stored(&store, 3).await;
+        assert_eq!(review.get_i32("product_id").unwrap(), 11);
+        assert_eq!(
+            review.get_i64("helpful").unwrap(),
+            3,
+            "{mode:?}: counted once"
+        );
+        assert_eq!(
+            (
+                parent(&store, 11).await.votes,
+                parent(&store, 12).await.votes
+            ),
+            (3, 0),
+            "{mode:?}"
+        );
+        assert_true(&store, 11, "after a vote that followed a move").await;
+        assert_true(&store, 12, "after a vote that followed a move").await;
+        store.delete(&11).await.unwrap();
+        store.delete(&12).await.unwrap();
+    }
+}
+
+/// Every call across parents is a `Send` future with the same shape: usable in
+/// `tokio::time::timeout`, `select!` and `tokio::spawn` as it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_across_parents_are_send_and_awaitable_as_they_are() {
+    use std::time::Duration;
+    let store = Store::<Product>::new(&common::replica_db().await);
+    seeded(&store, 21, 3).await;
+    let wait = Duration::from_secs(60);
+    let reviews = store.children(Product::LATEST);
+    let filter = doc! { "author": "author 2" };
+    let dry = tokio::time::timeout(wait, reviews.count_where(filter.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((dry.parents, dry.children), (1, 1));
+    let checked = tokio::time::timeout(wait, store.check_all()).await.unwrap();
+    assert_eq!(checked.unwrap().progress.checked, 1);
+    let mut batches = 0;
+    tokio::select! {
+        report = store.reconcile_all().progress(|_| batches += 1) => {
+            assert!(report.unwrap().failures.is_empty());
+        }
+        () = tokio::time::sleep(wait) => panic!("reconcile_all did not end"),
+    }
+    assert_eq!(batches, 1);
+    let rebuilt = tokio::time::timeout(wait, store.rebuild()).await.unwrap();
+    assert!(rebuilt.unwrap().failures.is_empty());
+    let spawned = {
+        let store = store.clone();
+        let filter = filter.clone();
+        tokio::spawn(async move {
+            let reviews = store.children(Product::LATEST);
+            reviews
+                .patch_where(filter)
+                .set(Review::NOTE, None)
+                .progress(|p| assert!(p.children <= 1))
+                .await
+        })
+    };
+    assert_eq!(spawned.await.unwrap().unwrap().progress.children, 1);
+    let removed = tokio::spawn(async move {
+        let reviews = store.children(Product::LATEST);
+        reviews.remove_where(filter).await
+    });
+    assert_eq!(removed.await.unwrap().unwrap().progress.children, 1);
+}

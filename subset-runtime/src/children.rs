@@ -292,7 +292,33 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// [`crate::Error::Serialize`], [`crate::Error::Mongo`].
     pub fn patch<'r>(&'r self, parent: &'r P::Id, child: &'r C::Id) -> crate::patch::Patch<'r, C> {
         let ids = Self::parent_id(parent)
-            .and_then(|parent| Ok((parent, encode::id(child, "a child _id")?)));
+            .and_then(|parent| Ok((Some(parent), encode::id(child, "a child _id")?)));
+        crate::patch::Patch::one(self.raw, ids)
+    }
+
+    /// [`Children::patch`] of a child known by its `_id` alone (a "helpful" button knows the
+    /// review, not its product): the parent is read from the child collection, then the patch
+    /// runs as [`Children::patch`] does, with the same guarantees. A child moved to another
+    /// parent meanwhile is followed there.
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # use subset::{Child, Children, Subset};
+    /// # use subset::patch::Field;
+    /// # async fn demo<P: Subset<Id = i32>, R: Child<Id = i32>>(
+    /// #     reviews: Children<'_, P, R>, helpful: Field<R, i32>,
+    /// # ) -> subset::Result<()> {
+    /// reviews.patch_by_id(&42).inc(helpful, 1).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Children::patch`]; [`crate::Error::UnknownChild`] when no stored child has this
+    /// `_id` (or it carries no parent key).
+    pub fn patch_by_id<'r>(&'r self, child: &'r C::Id) -> crate::patch::Patch<'r, C> {
+        let ids = encode::id(child, "a child _id").map(|child| (None, child));
         crate::patch::Patch::one(self.raw, ids)
     }
 
@@ -378,6 +404,23 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
                 let child = encode::id(child, "a child _id")?;
                 let (from, to) = (Self::parent_id(from)?, Self::parent_id(to)?);
                 self.raw.move_in(&from, &child, &to, session).await
+            })
+        })
+    }
+
+    /// [`Children::move_child`] of a child known by its `_id` alone: the parent it moves from is
+    /// read from the child collection (and followed if another move lands first).
+    ///
+    /// # Errors
+    ///
+    /// As [`Children::move_child`]; [`crate::Error::UnknownChild`] when no stored child has
+    /// this `_id` (or it carries no parent key).
+    pub fn move_by_id<'r>(&'r self, child: &'r C::Id, to: &'r P::Id) -> Action<'r, ()> {
+        Action::new(move |session| {
+            Box::pin(async move {
+                let child = encode::id(child, "a child _id")?;
+                let to = Self::parent_id(to)?;
+                self.raw.move_by_id_in(&child, &to, session).await
             })
         })
     }

@@ -50,6 +50,17 @@ pub enum Error {
         id: Box<Bson>,
     },
 
+    /// A call by a child's `_id` alone ([`crate::Children::patch_by_id`],
+    /// [`crate::Children::move_by_id`]) named no stored child, or one that carries no parent
+    /// key.
+    #[error("child {id} not found under any parent in `{collection}`")]
+    UnknownChild {
+        /// The child collection.
+        collection: String,
+        /// The child's `_id`.
+        id: Box<Bson>,
+    },
+
     /// A child `_id` that is already in the child collection under another parent.
     #[error("child {id} in `{collection}` belongs to parent {owner}, not {parent}")]
     ChildOwnedElsewhere {

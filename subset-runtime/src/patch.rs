@@ -141,9 +141,11 @@ pub struct Patch<'a, C, T = One<'a>> {
     _child: PhantomData<fn() -> C>,
 }
 
-/// The target of [`Children::patch`](crate::Children::patch): one child of one parent.
+/// The target of [`Children::patch`](crate::Children::patch) and
+/// [`Children::patch_by_id`](crate::Children::patch_by_id): one child, under its parent (read
+/// from the child when not given).
 pub struct One<'a> {
-    ids: Result<(Bson, Bson)>,
+    ids: Result<(Option<Bson>, Bson)>,
     session: Option<&'a mut ClientSession>,
 }
 
@@ -198,7 +200,7 @@ impl<'a, C: Child, T> Patch<'a, C, T> {
 }
 
 impl<'a, C: Child> Patch<'a, C, One<'a>> {
-    pub(crate) fn one(raw: RawChildren<'a>, ids: Result<(Bson, Bson)>) -> Self {
+    pub(crate) fn one(raw: RawChildren<'a>, ids: Result<(Option<Bson>, Bson)>) -> Self {
         Patch::new(raw, One { ids, session: None })
     }
 
@@ -268,10 +270,17 @@ impl<'a, C: Child> IntoFuture for Patch<'a, C, One<'a>> {
             if let Some(error) = self.error {
                 return Err(error);
             }
-            let (parent, child) = self.target.ids?;
-            self.raw
-                .patch_in(&parent, &child, &self.patch, self.target.session)
-                .await
+            let session = self.target.session;
+            match self.target.ids? {
+                (Some(parent), child) => {
+                    let raw = self.raw;
+                    raw.patch_in(&parent, &child, &self.patch, session).await
+                }
+                (None, child) => {
+                    let raw = self.raw;
+                    raw.patch_by_id_in(&child, &self.patch, session).await
+                }
+            }
         })
     }
 }

@@ -40,6 +40,7 @@ use crate::error::{Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
 
 mod bulk;
+mod by_child;
 mod combine;
 mod definition;
 mod delete;
@@ -392,6 +393,35 @@ impl<'a> RawChildren<'a> {
         Error::ParentNotFound {
             collection: self.store.spec.collection.to_owned(),
             id: Box::new(parent.clone()),
+        }
+    }
+
+    /// Whether `parent` is stored, read in the step's session.
+    pub(crate) async fn has_parent(&self, ctx: &mut exec::Ctx<'_>, parent: &Bson) -> Result<bool> {
+        let parents = self.store.parents::<Document>();
+        let found = parents
+            .find_one(doc! { "_id": parent.clone() })
+            .projection(doc! { "_id": 1 });
+        let found = ctx.run(found).await.map_err(|e| self.store.mongo(e))?;
+        Ok(found.is_some())
+    }
+
+    /// The error for a child not stored under `parent`: [`Error::ParentNotFound`] when there is
+    /// no such parent, else [`Error::ChildNotFound`].
+    pub(crate) async fn child_not_found(
+        &self,
+        ctx: &mut exec::Ctx<'_>,
+        parent: &Bson,
+        child: &Bson,
+    ) -> Error {
+        match self.has_parent(ctx, parent).await {
+            Ok(false) => self.parent_not_found(parent),
+            Ok(true) => Error::ChildNotFound {
+                collection: self.spec.child_collection.to_owned(),
+                parent: Box::new(parent.clone()),
+                id: Box::new(child.clone()),
+            },
+            Err(e) => e,
         }
     }
 

@@ -10,7 +10,7 @@ use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
 use super::RawChildren;
 use crate::action::Action;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 impl RawChildren<'_> {
     /// Moves a child stored under `from` to `to`; see [`crate::Children::move_child`].
@@ -63,16 +63,7 @@ impl Steps for MoveSteps<'_, '_> {
         let s = self.subset;
         let spec = s.spec();
         // The new parent first, so that a move to nowhere changes nothing.
-        let parents = s.store().parents::<Document>();
-        let target = parents
-            .find_one(doc! { "_id": self.to.clone() })
-            .projection(doc! { "_id": 1 });
-        if ctx
-            .run(target)
-            .await
-            .map_err(|e| s.store().mongo(e))?
-            .is_none()
-        {
+        if !s.has_parent(ctx, self.to).await? {
             return Err(s.parent_not_found(self.to));
         }
         let filter = doc! { "_id": self.child.clone(), spec.key: self.from.clone() };
@@ -86,11 +77,7 @@ impl Steps for MoveSteps<'_, '_> {
             ctx.run(change).await
         };
         let Some(before) = before.map_err(|e| s.mongo_child(e))? else {
-            return Err(Error::ChildNotFound {
-                collection: spec.child_collection.to_owned(),
-                parent: Box::new(self.from.clone()),
-                id: Box::new(self.child.clone()),
-            });
+            return Err(s.child_not_found(ctx, self.from, self.child).await);
         };
         if self.from == self.to {
             return Ok(());

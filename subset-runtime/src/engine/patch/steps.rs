@@ -10,7 +10,7 @@ use crate::engine::exec::{Ctx, Steps};
 use crate::engine::resync::CountFix;
 use crate::engine::sums::Num;
 use crate::engine::{driver_error, query, RawChildren};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::SubsetSpec;
 
 /// [`RawChildren::patch`]: one or more patches of one parent's children, in order.
@@ -113,14 +113,10 @@ impl PatchSteps<'_, '_> {
         let change = children
             .find_one_and_update(filter, patch.update())
             .return_document(ReturnDocument::Before);
-        ctx.run(change)
-            .await
-            .map_err(|e| s.mongo_child(e))?
-            .ok_or_else(|| Error::ChildNotFound {
-                collection: spec.child_collection.to_owned(),
-                parent: Box::new(self.parent.clone()),
-                id: Box::new(child.clone()),
-            })
+        match ctx.run(change).await.map_err(|e| s.mongo_child(e))? {
+            Some(before) => Ok(before),
+            None => Err(s.child_not_found(ctx, self.parent, child).await),
+        }
     }
 
     /// Applies `patch` to each of `children` in the child collection, in one write: each must
@@ -147,11 +143,9 @@ impl PatchSteps<'_, '_> {
         let missing = children
             .iter()
             .find(|c| !found.iter().any(|f| f.get("_id") == Some(c)));
-        Err(Error::ChildNotFound {
-            collection: spec.child_collection.to_owned(),
-            parent: Box::new(self.parent.clone()),
-            id: Box::new(missing.unwrap_or(&children[0]).clone()),
-        })
+        Err(s
+            .child_not_found(ctx, self.parent, missing.unwrap_or(&children[0]))
+            .await)
     }
 
     /// Adds to `write` what every view needs after `patch` changed `child` from `before` to

@@ -1,0 +1,135 @@
+//! Calls by a child's `_id` alone (a "helpful" button knows the review, not its product): the
+//! parent key is read from the child collection, then the call on (parent, child) runs as it
+//! would have.
+//!
+//! A child moved to another parent between the read and the write is found missing under the
+//! parent read; the key is then read again and the call retried under the new parent, so a
+//! concurrent move makes the call neither fail nor land on the wrong parent. In the caller's
+//! transaction the read and the write see one snapshot, and the retry never happens.
+
+use std::future::Future;
+
+use mongodb::ClientSession;
+
+use super::patch::ChildPatch;
+use super::RawChildren;
+use crate::action::Action;
+use crate::bson::{doc, Bson, Document};
+use crate::error::{Error, Result};
+
+/// How many times a call follows a child that keeps moving before it reports what it found.
+const ATTEMPTS: usize = 4;
+
+impl RawChildren<'_> {
+    /// The parent a child is stored under, read from the child collection.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownChild`] when no child has this `_id`, or it carries no parent key;
+    /// [`Error::Mongo`].
+    pub async fn parent_of(&self, child: &Bson) -> Result<Bson> {
+        self.parent_of_in(child, None).await
+    }
+
+    async fn parent_of_in(
+        &self,
+        child: &Bson,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Bson> {
+        self.check_child_id(child)?;
+        let key = self.spec().key;
+        let children = self.children::<Document>();
+        let find = children
+            .find_one(doc! { "_id": child.clone() })
+            .projection(doc! { key: 1 });
+        let found = match session {
+            Some(session) => find.session(session).await,
+            None => find.await,
+        }
+        .map_err(|e| self.mongo_child(e))?;
+        found
+            .and_then(|mut found| found.remove(key))
+            .filter(|parent| !matches!(parent, Bson::Null))
+            .ok_or_else(|| Error::UnknownChild {
+                collection: self.spec().child_collection.to_owned(),
+                id: Box::new(child.clone()),
+            })
+    }
+
+    /// Runs `call` under the parent `child` is stored under, following it if it moves.
+    async fn under_parent<'s, F>(
+        &'s self,
+        child: &Bson,
+        mut caller: Option<&'s mut ClientSession>,
+        mut call: impl FnMut(Bson, Option<&'s mut ClientSession>) -> F,
+    ) -> Result<()>
+    where
+        F: Future<Output = (Result<()>, Option<&'s mut ClientSession>)>,
+    {
+        let mut parent = self.parent_of_in(child, caller.as_deref_mut()).await?;
+        for _ in 1..ATTEMPTS {
+            let (result, back) = call(parent.clone(), caller).await;
+            caller = back;
+            match result {
+                Err(Error::ChildNotFound { .. }) => {
+                    let now = self.parent_of_in(child, caller.as_deref_mut()).await?;
+                    if now == parent {
+                        return result;
+                    }
+                    parent = now;
+                }
+                other => return other,
+            }
+        }
+        call(parent, caller).await.0
+    }
+
+    /// [`RawChildren::patch`] of a child named by its `_id` alone; see
+    /// [`crate::Children::patch_by_id`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RawChildren::patch`], and [`Error::UnknownChild`].
+    pub fn patch_by_id<'r>(&'r self, child: &'r Bson, patch: &'r ChildPatch) -> Action<'r, ()> {
+        Action::new(move |session| Box::pin(self.patch_by_id_in(child, patch, session)))
+    }
+
+    pub(crate) async fn patch_by_id_in(
+        &self,
+        child: &Bson,
+        patch: &ChildPatch,
+        caller: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        self.check_patch(patch)?;
+        self.under_parent(child, caller, |parent, mut caller| async move {
+            let result = self
+                .patch_in(&parent, child, patch, caller.as_deref_mut())
+                .await;
+            (result, caller)
+        })
+        .await
+    }
+
+    /// [`RawChildren::move_child`] of a child named by its `_id` alone; see
+    /// [`crate::Children::move_by_id`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RawChildren::move_child`], and [`Error::UnknownChild`].
+    pub fn move_by_id<'r>(&'r self, child: &'r Bson, to: &'r Bson) -> Action<'r, ()> {
+        Action::new(move |session| Box::pin(self.move_by_id_in(child, to, session)))
+    }
+
+    pub(crate) async fn move_by_id_in(
+        &self,
+        child: &Bson,
+        to: &Bson,
+        caller: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        self.under_parent(child, caller, |from, mut caller| async move {
+            let result = self.move_in(&from, child, to, caller.as_deref_mut()).await;
+            (result, caller)
+        })
+        .await
+    }
+}
