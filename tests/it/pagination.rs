@@ -1,6 +1,6 @@
 //! Merged pagination: page 1 from the embedded subset, later pages by keyset, exactly once.
 
-mod common;
+use crate::common;
 
 use common::*;
 use futures::TryStreamExt;

@@ -1,7 +1,7 @@
 //! Running sums: `sum = "parent = child"` keeps parent fields equal to the sum of a child field,
 //! through push, push_many, remove, update and reconcile, in both write modes.
 
-mod common;
+use crate::common;
 
 use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};

@@ -4,7 +4,7 @@
 //! field; never a panic. (`tests/store.rs` covers `get` and `page` of malformed parents and
 //! `page`/`all` of a child of the wrong type.)
 
-mod common;
+use crate::common;
 
 use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};

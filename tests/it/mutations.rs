@@ -3,7 +3,7 @@
 //! copies, previews, an order by the voted field, filtered views, counts and sums), alone and
 //! under concurrent writers, in both write modes.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

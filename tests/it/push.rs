@@ -1,6 +1,6 @@
 //! The double write: capped `$push`, counts, retries, missing parents, concurrency.
 
-mod common;
+use crate::common;
 
 use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};

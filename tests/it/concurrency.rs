@@ -2,7 +2,7 @@
 //! conditional write of reconcile exists for (a reconcile that read the child collection must
 //! not overwrite a child pushed after it read).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -2,9 +2,9 @@
 //! over HTTP: the whole flow, bad input, missing and duplicate ids, concurrent posts, concurrent
 //! votes, moderation, and stored data of the wrong shape.
 
-#[path = "../examples/service/app.rs"]
+#[path = "../../examples/service/app.rs"]
 mod app;
-mod common;
+use crate::common;
 
 use std::cmp::Ordering;
 use std::collections::HashSet;

@@ -3,7 +3,7 @@
 //! database carry, a caller's transaction keeps the caller's, and a store's read concern goes on
 //! every read outside a transaction.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

@@ -3,7 +3,7 @@
 //! acknowledged child may be lost, the subsets must be exact without any reconcile, and writes
 //! must resume after each failover.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

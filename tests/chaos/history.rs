@@ -20,7 +20,7 @@
 //! `SUBSET_HISTORY_SEED=<seed>` replays the same faults and the same choices of calls (the
 //! timing, and so the interleaving, is the machine's).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::{Future, IntoFuture};

@@ -3,7 +3,7 @@
 //! the latest at the end of the walk for descriptors built at run time; never a `MalformedChild`
 //! blaming a healthy stored child, never a server error. A really malformed child is still named.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

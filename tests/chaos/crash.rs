@@ -7,7 +7,7 @@
 //! views of one collection (previews, a filtered view) and running sums, whose drift `check_all`
 //! must find in every view and sum.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

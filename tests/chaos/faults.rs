@@ -4,7 +4,7 @@
 //! the call returns, what is stored, and that a retry of the same call ends with exactly one copy
 //! of the child, counted once.
 
-mod common;
+use crate::common;
 
 use std::future::IntoFuture;
 

@@ -3,7 +3,7 @@
 //! follower embeds one (so `get` never fails on it); each reports it, naming the parent, the
 //! child and the field, and keeps the rest of the parent true.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

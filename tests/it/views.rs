@@ -3,7 +3,7 @@
 //! latest visible ones. Every write goes to every view; each view is checked against a model
 //! computed here from the child collection's contents, in both write modes.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

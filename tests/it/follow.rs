@@ -6,7 +6,7 @@
 //! Every end state is checked against the child collection sorted here, in Rust, with the
 //! order written out by hand (`date desc`, then `_id` desc), never with the engine's sort.
 
-mod common;
+use crate::common;
 
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU64, Ordering};

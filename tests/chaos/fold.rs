@@ -3,7 +3,7 @@
 //! transaction at a time writes every push queued).
 //! Each `Store::new` stands for a process here: stores built apart share no group commit.
 
-mod common;
+use crate::common;
 
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};

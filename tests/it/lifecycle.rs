@@ -1,7 +1,7 @@
 //! Keeping the copy true: remove with backfill, update with re-sort, reconcile, and the
 //! server-side cap.
 
-mod common;
+use crate::common;
 
 use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};

@@ -9,7 +9,7 @@
 //! leaves every parent built under it (a second rebuild finds nothing, `check_all` is clean),
 //! and a rollback (the old model's rebuild) is checked the same way.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

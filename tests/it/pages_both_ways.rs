@@ -2,7 +2,7 @@
 //! opposite directions, serve every child exactly once across the embedded→collection seam,
 //! and come back in the subset's order; in both write modes.
 
-mod common;
+use crate::common;
 
 use std::cmp::Ordering;
 use std::sync::atomic::{AtomicBool, Ordering as Atomic};

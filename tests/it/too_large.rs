@@ -2,7 +2,7 @@
 //! `Error::SubsetTooLarge`, naming the parent and the field, and leaves nothing behind in either
 //! write mode; `reconcile` reports it the same way.
 
-mod common;
+use crate::common;
 
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};

@@ -2,7 +2,7 @@
 //! the caller's commit or abort decides for all of it; every read in that session sees the
 //! transaction's own writes.
 
-mod common;
+use crate::common;
 
 use bson::{doc, Bson, Document};
 use common::{embedded_ids, replica_db, standalone_db, Product, Review};

@@ -2,7 +2,7 @@
 //! reviews while the child collection holds whole reviews with their bodies. Push, update,
 //! remove, reconcile and pages in both write modes.
 
-mod common;
+use crate::common;
 
 use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};

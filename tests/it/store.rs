@@ -1,7 +1,7 @@
 //! The parent store: insert with children, get, delete, indexes, and stored documents of the
 //! wrong shape.
 
-mod common;
+use crate::common;
 
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};

@@ -1,0 +1,28 @@
+//! The behaviour tests: one binary (one link of the driver, one shared `mongod` per topology,
+//! started by the first test that needs it), a module per feature, each test on a database of
+//! its own. The tests that kill, fail over or fault the server are in `tests/chaos/`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bad_input;
+mod concerns;
+mod concurrency;
+mod follow;
+mod forged_cursors;
+mod lifecycle;
+mod malformed;
+mod model;
+mod model_change;
+mod mutations;
+mod pages_both_ways;
+mod pagination;
+mod previews;
+mod push;
+mod round_trips;
+mod service;
+mod sessions;
+mod store;
+mod sums;
+mod too_large;
+mod views;
