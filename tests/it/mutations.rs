@@ -281,10 +281,11 @@ async fn a_patch_that_cannot_apply_writes_nothing() {
             matches!(missing, Err(Error::ChildNotFound { .. })),
             "{missing:?}"
         );
-        let elsewhere = reviews.patch(&3, &2).inc(Review::HELPFUL, 1).await;
+        // Under a product that does not exist: that is what the error names.
+        let nowhere = reviews.patch(&3, &2).inc(Review::HELPFUL, 1).await;
         assert!(
-            matches!(elsewhere, Err(Error::ChildNotFound { .. })),
-            "{elsewhere:?}"
+            matches!(nowhere, Err(Error::ParentNotFound { .. })),
+            "{nowhere:?}"
         );
         // An empty patch is a no-op.
         reviews.patch(&2, &2).await.unwrap();
