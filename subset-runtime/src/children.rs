@@ -197,7 +197,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     }
 
     /// The cursor of one child, or of its embedded preview, to page on from in either direction:
-    /// `PageRequest::after(subset.cursor_of(&id, last_preview)?, 20)` reads the 20 whole
+    /// `PageRequest::after(reviews.cursor_of(&id, last_preview)?, 20)` reads the 20 whole
     /// children that follow the previews a product page showed, none twice and none skipped,
     /// whatever was pushed meanwhile.
     ///
