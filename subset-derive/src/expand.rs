@@ -527,7 +527,7 @@ fn const_doc(subset: &Subset<'_>) -> String {
          parent's `{bson}` array, as `{child_ty}` values (the whole children, or previews of \
          them when `{child_ty}` is declared with `#[subset(preview_of = …)]`); every child is \
          stored whole, as `<{child_ty} as Child>::Full`, in the `{collection}` collection, whose \
-         `{key}` field holds the parent's `_id`.{count}\n\n Pass it to `Store::subset` to read \
+         `{key}` field holds the parent's `_id`.{count}\n\n Pass it to `Store::children` to read \
          and write these children.",
         rust = subset.field.rust_name,
         keep = subset.keep,

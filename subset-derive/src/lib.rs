@@ -21,7 +21,9 @@ mod valid;
 use proc_macro::TokenStream;
 use syn::{parse_macro_input, DeriveInput};
 
-/// Implements `subset::Subset` for a struct with capped, sorted, embedded children.
+/// Implements [`subset::Subset`](https://docs.rs/mongodb-subset/latest/subset/trait.Subset.html)
+/// for a struct that keeps the first `keep` of its children embedded, in order, while every child
+/// is stored in a collection of its own.
 ///
 /// ```text
 /// #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
@@ -37,53 +39,21 @@ use syn::{parse_macro_input, DeriveInput};
 /// }
 /// ```
 ///
-/// Its keys (`collection` on the struct; `child`, `keep`, `sort`, `key`, `count`, `sum` and
-/// `filter` on each `Vec<C>` field) are described in the
-/// [attribute table](https://docs.rs/mongodb-subset/latest/subset/#attributes) of the `subset` crate.
-///
-/// The parent needs a field stored as `_id` (named `_id` or renamed to it with serde); its type is
-/// `Subset::Id`. BSON names follow serde's `rename` and `rename_all`. The child type `C` must
-/// derive [`Child`](derive@Child).
-///
-/// `C` may be a preview (`#[subset(preview_of = Review)]`, see [`Child`](derive@Child)): the
-/// array then embeds previews `C` of the children, and the child collection holds them whole, as
-/// `<C as Child>::Full`. Sort keys name fields of `C`, which must hold every one of them since
-/// the server sorts the embedded array; sums name fields of the full type, which need not be in
-/// the preview.
-///
-/// Besides the impl, each subset field gets an associated constant named after it in
-/// SCREAMING_SNAKE_CASE, with the struct's visibility: `Product::RECENT_REVIEWS`, a
-/// `subset::SubsetField<Product, <C as Child>::Full>` (`SubsetField<Product, Review>` for
-/// `Vec<Review>` and for `Vec<ReviewPreview>` alike) to pass to `Store::subset`, which pushes,
-/// updates and pages full children.
-///
-/// At compile time the derive checks every attribute value (with the same rules and messages as
-/// the runtime's `SpecBuilder`), that each sort key is a field of the child (of the preview, for
-/// a preview) with a scalar type, that the count field is an integer, that each sum's fields are
-/// numbers (an integer sum only of an integer child field, never an `Option`), and that neither
-/// the child nor a preview's full type stores a field under the parent key; errors point at the
-/// attribute or string at fault, and a name that is no field is answered with the Rust field
-/// whose serde name it is, or the closest name. Every field the engine reads or writes must be
-/// stored always and as its type: a sort key, filter or summed field that is `skip`,
-/// `skip_serializing`, `flatten`, `skip_serializing_if`, `with` or `serialize_with` is refused
-/// with the reason, and so is an `_id` with `skip_serializing_if`, `skip_deserializing` or a
-/// `with` function, and a count or sum kept in the `_id`, in a subset field, in another
-/// subset's count or sum, or in a field with a `with`, `serialize_with` or `deserialize_with`
-/// function. Every field must read back under the name it is stored under (an `alias` will do),
-/// and one that `skip_serializing_if` may leave out must read back without it, unless the engine
-/// writes it itself (subset fields, counts, sums). Views of one child
-/// collection and key must hold one child type (or previews of it), and must differ in `keep`,
-/// filter or order, orders compared once the `_id` tie-breaker is added. (In a generic parent, a
-/// sum's field is checked on `C` itself, so there a preview must hold the fields its sums add
-/// up, and an unknown child field is rustc's "no field" error.) `docs/guide/serde.md` lists how
-/// each serde attribute is followed or refused.
+/// `Review` derives [`Child`](derive@Child). The keys of `#[subset(...)]`, and the constant
+/// `Product::RECENT_REVIEWS` the derive adds for the field, are in the
+/// [attribute table](https://docs.rs/mongodb-subset/latest/subset/#attributes); what it refuses at
+/// compile time, and why, is in
+/// [compile-time checks](https://docs.rs/mongodb-subset/latest/subset/guide/checks/index.html),
+/// and how it follows serde's attributes in
+/// [serde attributes](https://docs.rs/mongodb-subset/latest/subset/guide/serde/index.html).
 #[proc_macro_derive(Subset, attributes(subset))]
 pub fn derive_parent(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     expand::derive_parent(&input).into()
 }
 
-/// Implements `subset::Child` for the element type of a subset field.
+/// Implements [`subset::Child`](https://docs.rs/mongodb-subset/latest/subset/trait.Child.html) for
+/// the element type of a subset field.
 ///
 /// ```text
 /// #[derive(Debug, Clone, Serialize, Deserialize, Child)]

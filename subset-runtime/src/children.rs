@@ -77,6 +77,19 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// [`crate::Error::ChildOwnedElsewhere`] when the `_id` is stored under another parent,
     /// [`crate::Error::ChildWithoutId`], [`crate::Error::MalformedChild`] when a summed field is
     /// not a number, [`crate::Error::Serialize`], [`crate::Error::Mongo`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # use subset::{bson::oid::ObjectId, Child, Children, Subset};
+    /// # async fn demo<Product: Subset<Id = ObjectId>, Review: Child<Id = ObjectId>>(
+    /// #     reviews: Children<'_, Product, Review>, product_id: ObjectId, review: Review,
+    /// # ) -> subset::Result<()> {
+    /// reviews.push(&product_id, &review).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn push<'r>(&'r self, parent: &'r P::Id, child: &'r C) -> Action<'r, ()> {
         self.push_many(parent, std::slice::from_ref(child))
     }
@@ -88,6 +101,19 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// # Errors
     ///
     /// As [`Children::push`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # use subset::{bson::oid::ObjectId, Child, Children, Subset};
+    /// # async fn demo<Product: Subset<Id = ObjectId>, Review: Child<Id = ObjectId>>(
+    /// #     reviews: Children<'_, Product, Review>, product_id: ObjectId, imported: Vec<Review>,
+    /// # ) -> subset::Result<()> {
+    /// reviews.push_many(&product_id, &imported).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn push_many<'r>(&'r self, parent: &'r P::Id, children: &'r [C]) -> Action<'r, ()> {
         Action::new(move |session| {
             Box::pin(async move {
@@ -133,6 +159,27 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// [`crate::Error::MalformedParent`] / [`crate::Error::MalformedChild`] for stored documents of the wrong
     /// shape (a child on the page whose sort key is missing or null has no cursor, and is one),
     /// [`crate::Error::Mongo`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # use subset::{bson::oid::ObjectId, Child, Children, Subset};
+    /// # async fn demo<Product: Subset<Id = ObjectId>, Review: Child<Id = ObjectId>>(
+    /// #     reviews: Children<'_, Product, Review>, product_id: ObjectId, token: String,
+    /// # ) -> subset::Result<()> {
+    /// use subset::{Cursor, PageRequest};
+    ///
+    /// // The product page: the first 20 reviews, and the token of its "more reviews" link.
+    /// let page = reviews.page(&product_id, &PageRequest::first(20)).await?;
+    /// let more_link: Option<String> = page.next.as_ref().map(Cursor::encode);
+    ///
+    /// // The request behind that link: the 20 reviews after the last one shown.
+    /// let after = Cursor::decode(&token)?;
+    /// let more = reviews.page(&product_id, &PageRequest::after(after, 20)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn page<'r>(&'r self, parent: &'r P::Id, request: &'r PageRequest) -> Action<'r, Page<C>> {
         Action::new(move |session| {
             Box::pin(async move {
@@ -150,7 +197,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     }
 
     /// The cursor of one child, or of its embedded preview, to page on from in either direction:
-    /// `PageRequest::after(subset.cursor_of(&id, last_preview)?, 20)` reads the 20 whole
+    /// `PageRequest::after(reviews.cursor_of(&id, last_preview)?, 20)` reads the 20 whole
     /// children that follow the previews a product page showed, none twice and none skipped,
     /// whatever was pushed meanwhile.
     ///
@@ -211,7 +258,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// The children of this field's child collection that belong to no parent (their key is
     /// missing, an array, or names no stored parent), counted by kind with a few `_id`s. No
     /// subset shows them and no per-parent check finds them; see
-    /// [`RawChildren::orphans`](crate::raw::RawChildren::orphans) for the query.
+    /// [`raw::Children::orphans`](crate::raw::Children::orphans) for the query.
     ///
     /// # Errors
     ///
@@ -232,6 +279,23 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     ///
     /// [`crate::Error::ChildNotFound`] when no such child is stored under `parent` (nothing changes),
     /// [`crate::Error::ParentNotFound`], [`crate::Error::Mongo`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # use subset::{bson::oid::ObjectId, Child, Children, Subset};
+    /// # async fn demo<Product: Subset<Id = ObjectId>, Review: Child<Id = ObjectId>>(
+    /// #     reviews: Children<'_, Product, Review>, product_id: ObjectId, review_id: ObjectId,
+    /// # ) -> subset::Result<()> {
+    /// // A delete sent twice: the second finds nothing to remove.
+    /// match reviews.remove(&product_id, &review_id).await {
+    ///     Ok(()) | Err(subset::Error::ChildNotFound { .. }) => {}
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn remove<'r>(&'r self, parent: &'r P::Id, child: &'r C::Id) -> Action<'r, ()> {
         Action::new(move |session| {
             Box::pin(async move {
@@ -290,6 +354,21 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// nulls a field a view orders, filters or sums by (nothing is written);
     /// [`crate::Error::ChildNotFound`], [`crate::Error::ParentNotFound`],
     /// [`crate::Error::Serialize`], [`crate::Error::Mongo`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # trait Fields: Sized { const HELPFUL: subset::patch::Field<Self, i32>; }
+    /// # use subset::{bson::oid::ObjectId, Child, Children, Subset};
+    /// # async fn demo<Product: Subset<Id = ObjectId>, Review: Child<Id = ObjectId> + Fields>(
+    /// #     reviews: Children<'_, Product, Review>, product_id: ObjectId, review_id: ObjectId,
+    /// # ) -> subset::Result<()> {
+    /// // A "helpful" vote.
+    /// reviews.patch(&product_id, &review_id).inc(Review::HELPFUL, 1).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn patch<'r>(&'r self, parent: &'r P::Id, child: &'r C::Id) -> crate::patch::Patch<'r, C> {
         let ids = Self::parent_id(parent)
             .and_then(|parent| Ok((Some(parent), encode::id(child, "a child _id")?)));
@@ -447,6 +526,23 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// # Errors
     ///
     /// As [`Children::reconcile`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # use subset::{bson::oid::ObjectId, Child, Children, Subset};
+    /// # async fn demo<Product: Subset<Id = ObjectId>, Review: Child<Id = ObjectId>>(
+    /// #     reviews: Children<'_, Product, Review>, product_id: ObjectId,
+    /// # ) -> subset::Result<()> {
+    /// let drift = reviews.check(&product_id).await?;
+    /// if !drift.is_in_sync() {
+    ///     eprintln!("product {product_id}: {drift:?}");
+    ///     reviews.reconcile(&product_id).await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn check<'r>(&'r self, parent: &'r P::Id) -> Action<'r, Drift> {
         Action::new(move |session| {
             Box::pin(async move {

@@ -130,7 +130,7 @@ pub struct SortKey {
     pub values: SortValues,
 }
 
-/// A parent collection and its subset fields: what [`crate::raw::RawStore`] works on.
+/// A parent collection and its subset fields: what [`raw::Store`](crate::raw::Store) works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParentSpec {
     /// The parent collection.
@@ -253,7 +253,9 @@ impl SubsetSpec {
 /// A typed reference to one subset field of `P` whose children are `C`.
 ///
 /// `#[derive(Subset)]` generates one as an associated constant per subset field, named after the
-/// field in upper case (`Product::RECENT_REVIEWS`); pass it to [`crate::Store::children`].
+/// field in upper case (`Product::RECENT_REVIEWS`), with the struct's visibility; pass it to
+/// [`crate::Store::children`]. `C` is the type the child collection holds: `Review` for a
+/// `Vec<Review>` and for a `Vec<ReviewPreview>` of previews of it alike.
 pub struct SubsetField<P, C> {
     index: usize,
     _types: PhantomData<fn() -> (P, C)>,

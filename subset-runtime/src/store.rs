@@ -40,6 +40,19 @@ impl<P> std::fmt::Debug for Store<P> {
 
 impl<P: Subset> Store<P> {
     /// A store on `db`. The write mode is detected from the server on first use.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # async fn demo<Product: subset::Subset>() -> Result<(), Box<dyn std::error::Error>> {
+    /// use subset::Store;
+    ///
+    /// let client = mongodb::Client::with_uri_str("mongodb://localhost:27017").await?;
+    /// let store = Store::<Product>::new(&client.database("shop"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(db: &Database) -> Self {
         Store {
             raw: RawStore::new(db, P::SPEC),
@@ -58,7 +71,7 @@ impl<P: Subset> Store<P> {
 
     /// The same store with `concern` for the transactions it starts (default `w: majority`,
     /// whatever the client or database carries); see
-    /// [`RawStore::with_write_concern`](crate::raw::RawStore::with_write_concern).
+    /// [`raw::Store::with_write_concern`](crate::raw::Store::with_write_concern).
     pub fn with_write_concern(self, concern: mongodb::options::WriteConcern) -> Self {
         Store {
             raw: self.raw.with_write_concern(concern),
@@ -69,7 +82,7 @@ impl<P: Subset> Store<P> {
     /// The same store reading with `concern` outside transactions (`get`, pages, `count`,
     /// `all`): `majority` never shows a child a failover later rolls back, `local` (the
     /// default) is faster; see
-    /// [`RawStore::with_read_concern`](crate::raw::RawStore::with_read_concern).
+    /// [`raw::Store::with_read_concern`](crate::raw::Store::with_read_concern).
     pub fn with_read_concern(self, concern: mongodb::options::ReadConcern) -> Self {
         Store {
             raw: self.raw.with_read_concern(concern),
@@ -97,7 +110,19 @@ impl<P: Subset> Store<P> {
         self.raw.mode().await
     }
 
-    /// The handle of one subset field: `store.children(Product::RECENT_REVIEWS)`.
+    /// The handle of one subset field, named by the constant `#[derive(Subset)]` generates for it
+    /// (a [`SubsetField`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # use subset::{Child, Store, Subset, SubsetField};
+    /// # trait Fields<R>: Sized { const LATEST: SubsetField<Self, R>; }
+    /// # fn demo<Product: Subset + Fields<Review>, Review: Child>(store: Store<Product>) {
+    /// let reviews = store.children(Product::LATEST);
+    /// # }
+    /// ```
     pub fn children<C: Child>(&self, field: SubsetField<P, C>) -> Children<'_, P, C> {
         Children::new(self.raw.children(field.spec()))
     }
@@ -124,6 +149,18 @@ impl<P: Subset> Store<P> {
     /// for a child without a number in a summed field, [`crate::Error::PreviewsOnInsert`] for a
     /// preview field that is not empty, [`crate::Error::Serialize`] when the parent does not
     /// serialize.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # async fn demo<Product: subset::Subset>(
+    /// #     store: subset::Store<Product>, product: Product,
+    /// # ) -> subset::Result<()> {
+    /// store.insert(&product).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn insert<'a>(&'a self, parent: &'a P) -> Action<'a, ()> {
         Action::new(move |session| {
             Box::pin(async move {
@@ -148,6 +185,19 @@ impl<P: Subset> Store<P> {
     /// [`crate::Error::MalformedParent`] / [`crate::Error::MalformedChild`] when the stored
     /// document does not have the shape of `P` (naming the `_id` and the field),
     /// [`crate::Error::Mongo`] from the server.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # use subset::{bson::oid::ObjectId, Store, Subset};
+    /// # async fn demo<Product: Subset<Id = ObjectId>>(
+    /// #     store: Store<Product>, product_id: ObjectId,
+    /// # ) -> subset::Result<()> {
+    /// let product: Option<Product> = store.get(&product_id).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn get<'a>(&'a self, id: &'a P::Id) -> Action<'a, Option<P>> {
         Action::new(move |session| {
             Box::pin(async move {
@@ -206,25 +256,31 @@ impl<P: Subset> Store<P> {
     /// collections (imports, scripts, other services): it follows each child collection's
     /// change stream and resyncs the parents each change concerns, saving its place as it goes
     /// so that a restart misses nothing. Await it (with [`Follow::until`] for a graceful stop)
-    /// or [`Follow::spawn`] it; see [`RawStore::follow`] for what it needs and does.
+    /// or [`Follow::spawn`] it; see [`crate::raw::Store::follow`] for what it needs and does.
     ///
     /// Use it when writes outside this library are routine; for the occasional one, or on a
     /// standalone server, [`Store::reconcile_all`] on a schedule does.
     ///
+    /// # Errors
+    ///
+    /// When awaited: [`crate::Error::FollowUnsupported`] on a standalone server or where
+    /// `changeStreamPreAndPostImages` cannot be turned on; [`crate::Error::Mongo`].
+    ///
+    /// # Examples
+    ///
     /// ```no_run
-    /// # use subset_runtime::{follow::FollowOptions, Store, Subset};
-    /// # async fn demo<P: Subset>(store: Store<P>) -> subset_runtime::Result<()> {
+    /// # use subset_runtime as subset;
+    /// # async fn demo<Product: subset::Subset>(
+    /// #     store: subset::Store<Product>,
+    /// # ) -> subset::Result<()> {
+    /// use subset::follow::FollowOptions;
+    ///
     /// let follower = store.follow(FollowOptions::new("reviews-sync")).spawn();
     /// // … until shutdown …
     /// let stats = follower.stop().await?;
     /// # Ok(())
     /// # }
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// When awaited: [`crate::Error::FollowUnsupported`] on a standalone server or where
-    /// `changeStreamPreAndPostImages` cannot be turned on; [`crate::Error::Mongo`].
     pub fn follow(&self, options: FollowOptions) -> Follow {
         self.raw.follow(options)
     }
@@ -246,7 +302,7 @@ impl<P: Subset> Store<P> {
     /// added since), and makes this definition the one every writer converges to: the step
     /// after deploying a changed model, or after rolling one back. Resumable and safe while
     /// writers of both the old and the new code run; see
-    /// [`RawStore::rebuild`](crate::raw::RawStore::rebuild) and the guide's *Changing a model on
+    /// [`raw::Store::rebuild`](crate::raw::Store::rebuild) and the guide's *Changing a model on
     /// live data*.
     ///
     /// Until a parent is rebuilt (by this, or by a write of this model to it), `get` and first

@@ -143,9 +143,9 @@ type Observer = Arc<dyn Fn(&FollowUpdate<'_>) + Send + Sync>;
 ///
 /// ```no_run
 /// # use subset_runtime::follow::FollowOptions;
-/// # use subset_runtime::raw::RawStore;
+/// # use subset_runtime::raw;
 /// # async fn demo(
-/// #     store: RawStore,
+/// #     store: raw::Store,
 /// #     shutdown_signal: impl std::future::Future<Output = ()> + Send + 'static,
 /// # ) -> subset_runtime::Result<()> {
 /// // In a service: a task of its own, stopped (its place saved) at shutdown.
