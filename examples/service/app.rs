@@ -1,4 +1,4 @@
-//! The service's model, routes and error mapping; `main.rs` serves it and `tests/service.rs`
+//! The service's model, routes and error mapping; `main.rs` serves it and `tests/it/service.rs`
 //! starts the same router against the test server.
 //!
 //! | route | what |

@@ -1103,7 +1103,7 @@ impl Report {
             let _ = writeln!(
                 w,
                 "Commands sent per operation, from the driver's command monitoring (the driver's own \
-                 `hello`s excluded). `tests/round_trips.rs` asserts the library's counts.\n"
+                 `hello`s excluded). `tests/it/round_trips.rs` asserts the library's counts.\n"
             );
             let _ = write!(w, "| operation |");
             for (name, _) in &self.trips {

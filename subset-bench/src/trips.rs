@@ -1,5 +1,5 @@
 //! Experiment 3, round trips: the commands each operation sends, from the driver's command
-//! monitoring. `tests/round_trips.rs` asserts the same counts.
+//! monitoring. `tests/it/round_trips.rs` asserts the same counts.
 
 use std::sync::{Arc, Mutex};
 

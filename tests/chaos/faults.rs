@@ -336,7 +336,7 @@ async fn a_push_under_each_fault_at_each_step_ends_in_one_copy_counted_once() {
     }
 }
 
-/// A push to a parent contended across processes (folded, see `tests/fold.rs`) under one fault
+/// A push to a parent contended across processes (folded, see `tests/chaos/fold.rs`) under one fault
 /// at one step: its queue append (`findAndModify`), or the fold's parent update, child insert
 /// or commit. A fatal fault in the fold sets the push aside to be written alone, so there it
 /// fails twice, to reach the caller. After a retry of the same call: one copy, counted once,

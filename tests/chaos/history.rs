@@ -1231,7 +1231,7 @@ async fn histories_under_faults_lose_nothing_acknowledged_with_majority() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long: run with cargo test --features mongodb-subset/testkit --test history -- --ignored"]
+#[ignore = "long: run with cargo test --features mongodb-subset/testkit --test chaos history -- --ignored"]
 async fn long_histories_under_faults() {
     histories(LONG_ROUNDS).await;
 }

@@ -1,7 +1,7 @@
 //! Bad input: stored documents of the wrong shape on every read path (`get`, `page`, `all`,
 //! `reconcile`, `check`), strings that look like operators or paths, unicode and very long
 //! text, and parent ids of the wrong type. Typed errors naming the collection, the `_id` and the
-//! field; never a panic. (`tests/store.rs` covers `get` and `page` of malformed parents and
+//! field; never a panic. (`tests/it/store.rs` covers `get` and `page` of malformed parents and
 //! `page`/`all` of a child of the wrong type.)
 
 use crate::common;

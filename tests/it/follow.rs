@@ -1042,7 +1042,7 @@ async fn a_python_writer_is_followed() {
     assert!(stats.written > 0);
 }
 
-/// The follower's figures, run by hand: `cargo test --release --test follow -- --ignored
+/// The follower's figures, run by hand: `cargo test --release --test it follow -- --ignored
 /// --nocapture follow_figures`. The follower runs on one thread (a current-thread runtime);
 /// the server shares the machine.
 ///
