@@ -30,7 +30,7 @@ type Run<'a, T> =
 ///
 /// ```no_run
 /// # use subset_runtime as subset;
-/// # async fn demo(client: mongodb::Client, reviews: subset::raw::RawChildren<'_>, id: subset::bson::Bson, review: subset::bson::Document) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn demo(client: mongodb::Client, reviews: subset::raw::Children<'_>, id: subset::bson::Bson, review: subset::bson::Document) -> Result<(), Box<dyn std::error::Error>> {
 /// let mut session = client.start_session().await?;
 /// session.start_transaction().await?;
 /// // … the caller's own writes, with `.session(&mut session)` …

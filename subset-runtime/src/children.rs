@@ -211,7 +211,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// The children of this field's child collection that belong to no parent (their key is
     /// missing, an array, or names no stored parent), counted by kind with a few `_id`s. No
     /// subset shows them and no per-parent check finds them; see
-    /// [`RawChildren::orphans`](crate::raw::RawChildren::orphans) for the query.
+    /// [`raw::Children::orphans`](crate::raw::Children::orphans) for the query.
     ///
     /// # Errors
     ///

@@ -1,7 +1,7 @@
 //! Subset descriptors made at run time, from strings: for tools that learn the collections and
 //! fields from their configuration or command line instead of from a derive.
 //!
-//! The engine ([`crate::raw::RawStore`], [`crate::raw::RawChildren`]) takes the same [`SubsetSpec`] the derive
+//! The engine ([`crate::raw::Store`], [`crate::raw::Children`]) takes the same [`SubsetSpec`] the derive
 //! emits as a constant, whose names are `&'static str`. [`SpecBuilder::build`] gets there by
 //! leaking the strings it was given: a descriptor describes the program's configuration and lives
 //! as long as the program, so the few bytes are never reclaimed anyway, and the engine keeps one

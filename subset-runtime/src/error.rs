@@ -161,7 +161,7 @@ pub enum Error {
     },
 
     /// A rebuild asked of a store that knows only some fields of its model
-    /// ([`crate::raw::RawStore::for_fields`]): rebuilding under a partial definition would mark
+    /// ([`crate::raw::Store::for_fields`]): rebuilding under a partial definition would mark
     /// every parent as built without the fields it does not know. Rebuild with the store of
     /// the whole model ([`crate::Store::rebuild`]).
     #[error("`{collection}`: a store of some subset fields cannot rebuild parents; rebuild with the store of the whole model (`Store::rebuild`)")]
@@ -207,7 +207,7 @@ pub enum Error {
         bytes: u64,
     },
 
-    /// A follower ([`crate::raw::RawStore::follow`]) cannot run on this deployment or collection:
+    /// A follower ([`crate::raw::Store::follow`]) cannot run on this deployment or collection:
     /// change streams need a replica set or a sharded cluster, and telling the parent of a
     /// deleted child needs `changeStreamPreAndPostImages` (MongoDB 6.0 or later) on the child
     /// collection.

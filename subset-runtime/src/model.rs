@@ -130,7 +130,7 @@ pub struct SortKey {
     pub values: SortValues,
 }
 
-/// A parent collection and its subset fields: what [`crate::raw::RawStore`] works on.
+/// A parent collection and its subset fields: what [`crate::raw::Store`] works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParentSpec {
     /// The parent collection.

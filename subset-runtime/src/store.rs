@@ -58,7 +58,7 @@ impl<P: Subset> Store<P> {
 
     /// The same store with `concern` for the transactions it starts (default `w: majority`,
     /// whatever the client or database carries); see
-    /// [`RawStore::with_write_concern`](crate::raw::RawStore::with_write_concern).
+    /// [`raw::Store::with_write_concern`](crate::raw::Store::with_write_concern).
     pub fn with_write_concern(self, concern: mongodb::options::WriteConcern) -> Self {
         Store {
             raw: self.raw.with_write_concern(concern),
@@ -69,7 +69,7 @@ impl<P: Subset> Store<P> {
     /// The same store reading with `concern` outside transactions (`get`, pages, `count`,
     /// `all`): `majority` never shows a child a failover later rolls back, `local` (the
     /// default) is faster; see
-    /// [`RawStore::with_read_concern`](crate::raw::RawStore::with_read_concern).
+    /// [`raw::Store::with_read_concern`](crate::raw::Store::with_read_concern).
     pub fn with_read_concern(self, concern: mongodb::options::ReadConcern) -> Self {
         Store {
             raw: self.raw.with_read_concern(concern),
@@ -246,7 +246,7 @@ impl<P: Subset> Store<P> {
     /// added since), and makes this definition the one every writer converges to: the step
     /// after deploying a changed model, or after rolling one back. Resumable and safe while
     /// writers of both the old and the new code run; see
-    /// [`RawStore::rebuild`](crate::raw::RawStore::rebuild) and the guide's *Changing a model on
+    /// [`raw::Store::rebuild`](crate::raw::Store::rebuild) and the guide's *Changing a model on
     /// live data*.
     ///
     /// Until a parent is rebuilt (by this, or by a write of this model to it), `get` and first

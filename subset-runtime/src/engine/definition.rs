@@ -15,7 +15,7 @@
 //! without a marker were built under (`legacy`, the first registered: data written before
 //! markers existed, or by other programs). A store registers its definition on first use (its
 //! first write, or its first read of a parent without a marker); a definition never seen before becomes current (a deploy of new code), one seen before
-//! does not (an old process restarting during a rolling deploy). [`crate::raw::RawStore::rebuild`] makes
+//! does not (an old process restarting during a rolling deploy). [`crate::raw::Store::rebuild`] makes
 //! its definition current explicitly (after a rollback).
 //!
 //! **A write that finds a parent of another definition** (its conditional update matched
@@ -487,7 +487,7 @@ impl RawStore {
 
     /// The stored `parent` as a reader of this definition sees it: each view built under
     /// another definition replaced by what the child collection says
-    /// ([`crate::raw::RawChildren`]'s `computed`, a query or two per view), each built with a
+    /// ([`crate::raw::Children`]'s `computed`, a query or two per view), each built with a
     /// larger `keep` cut to this one. A parent whose views are all this definition's is
     /// returned as it is, without a copy.
     pub(crate) async fn served(

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 const ORPHAN_SAMPLES: usize = 5;
 
 /// The children of a child collection that belong to no parent of a subset field; from
-/// [`RawChildren::orphans`](crate::raw::RawChildren::orphans).
+/// [`raw::Children::orphans`](crate::raw::Children::orphans).
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Orphans {

@@ -55,7 +55,7 @@ impl RawChildren<'_> {
         let from = match &request.anchor {
             // A preview subset embeds parts of children, and a page holds whole ones.
             // From the child collection when the embedded subset was built under another
-            // definition of the model (see [`crate::raw::RawStore::rebuild`]).
+            // definition of the model (see [`crate::raw::Store::rebuild`]).
             Anchor::Start if request.size <= spec.keep && spec.embed.is_none() => {
                 if let Some(page) = self.embedded_page(ctx, parent, request, &decode).await? {
                     return Ok(page);

@@ -209,7 +209,7 @@ impl RawStore {
 
     /// Reconciles every parent's subsets, in `_id` order and batches, calling `progress` after
     /// each batch. Idempotent, and safe while writers run (see
-    /// [`crate::raw::RawChildren::reconcile`]). A parent that fails (a malformed one, say) is recorded in
+    /// [`crate::raw::Children::reconcile`]). A parent that fails (a malformed one, say) is recorded in
     /// [`SweepReport::failures`] and the sweep goes on.
     ///
     /// # Errors

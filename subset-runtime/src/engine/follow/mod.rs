@@ -143,7 +143,7 @@ type Observer = Arc<dyn Fn(&FollowUpdate<'_>) + Send + Sync>;
 ///
 /// ```no_run
 /// # use subset_runtime::follow::FollowOptions;
-/// # use subset_runtime::raw::RawStore;
+/// # use subset_runtime::raw::Store as RawStore;
 /// # async fn demo(
 /// #     store: RawStore,
 /// #     shutdown_signal: impl std::future::Future<Output = ()> + Send + 'static,

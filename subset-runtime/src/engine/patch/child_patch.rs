@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
 
 /// A change to some fields of one stored child, by BSON name: what
-/// [`RawChildren::patch`](crate::raw::RawChildren::patch)
+/// [`raw::Children::patch`](crate::raw::Children::patch)
 /// applies to the child and to its embedded copies. The typed API builds one from field
 /// constants (`Review::HELPFUL`) through [`crate::patch::Patch`].
 ///

@@ -36,7 +36,7 @@ pub struct Drift {
     /// Whether the parent's views were built under another definition of the model (another
     /// `keep`, order, filter, preview, count or sum; a view added since), or under none (a
     /// writer of an older definition changed a child of it). Nothing else is compared then:
-    /// a reconcile rebuilds every view of the parent, as [`crate::raw::RawStore::rebuild`]
+    /// a reconcile rebuilds every view of the parent, as [`crate::raw::Store::rebuild`]
     /// does, and reads compute such views from the child collection meanwhile.
     pub outdated: bool,
     /// Whether the parent was rewritten to fix what was found.

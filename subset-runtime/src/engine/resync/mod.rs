@@ -162,7 +162,7 @@ impl RawChildren<'_> {
 
     /// Rebuilds this view of `parent` from the child collection whatever definition it was
     /// built under, counts and sums included: a part of
-    /// [`crate::raw::RawStore::rebuild_parent`], which marks the parent after every view.
+    /// [`crate::raw::Store::rebuild_parent`], which marks the parent after every view.
     pub(crate) async fn rebuild_view(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Drift> {
         self.resync_as(ctx, parent, &CountFix::Recount, true, false)
             .await
