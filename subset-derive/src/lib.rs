@@ -62,8 +62,9 @@ use syn::{parse_macro_input, DeriveInput};
 /// a preview) with a scalar type, that the count field is an integer, that each sum's fields are
 /// numbers (an integer sum only of an integer child field, never an `Option`), and that neither
 /// the child nor a preview's full type stores a field under the parent key; errors point at the
-/// attribute or string at fault, and a name that is no field is answered with the Rust field
-/// whose serde name it is, or the closest name. Every field the engine reads or writes must be
+/// attribute or string at fault; a child field name that is no field is rustc's own "no field"
+/// error (so the child fields a parent names must be visible where it is declared), and one that
+/// is a field's serde name is also answered with that field. Every field the engine reads or writes must be
 /// stored always and as its type: a sort key, filter or summed field that is `skip`,
 /// `skip_serializing`, `flatten`, `skip_serializing_if`, `with` or `serialize_with` is refused
 /// with the reason, and so is an `_id` with `skip_serializing_if`, `skip_deserializing` or a
