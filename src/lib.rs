@@ -12,7 +12,7 @@ pub use subset_runtime::*;
 pub use subset_testkit as testkit;
 
 #[doc(hidden)]
-pub use subset_runtime::__private;
+pub use subset_runtime::__private010;
 
 // The guide: one page per module, each a Markdown file of `docs/guide/` (so that docs.rs shows
 // it and doc tests compile its examples). The modules hold no items.

@@ -1,8 +1,8 @@
 //! The command line, as clap reads it.
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use subset_runtime::__private::bson_type_name;
 use subset_runtime::bson::{Bson, Document};
+use subset_runtime::raw::bson_type_name;
 use subset_runtime::{spec::SpecBuilder, spec::SubsetSpec};
 
 use crate::bulk::Job;

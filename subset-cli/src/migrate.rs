@@ -20,10 +20,10 @@
 use futures::TryStreamExt;
 use mongodb::Database;
 use serde_json::json;
-use subset_runtime::__private::{embedded_projection, InsertFailure};
 use subset_runtime::bson::oid::ObjectId;
 use subset_runtime::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
 use subset_runtime::raw;
+use subset_runtime::raw::{embedded_projection, InsertFailure};
 use subset_runtime::repair::{Orphans, SweepOptions};
 use subset_runtime::spec::{ParentSpec, SubsetSpec};
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use bson::spec::ElementType;
 use bson::{RawBsonRef, RawDocument};
 use subset_runtime::bson;
-use subset_runtime::{__private::bson_type_name, spec::SubsetSpec};
+use subset_runtime::{raw::bson_type_name, spec::SubsetSpec};
 
 /// How many element positions a problem names.
 const NAMED: usize = 3;

@@ -24,7 +24,7 @@ pub(crate) enum Derive {
 impl Derive {
     fn name(self) -> &'static str {
         match self {
-            Derive::Parent => "Parent",
+            Derive::Parent => "Subset",
             Derive::Child => "Child",
         }
     }

@@ -2,15 +2,29 @@
 //! except the user's own types and fields: `::subset::…`, `::core::…`, locals `__subset_*`.
 
 use proc_macro2::{Ident, Literal, Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned, ToTokens, TokenStreamExt};
 use syn::spanned::Spanned;
-use syn::{parse_quote, DeriveInput, Generics, LitStr, Type};
+use syn::{parse_quote, DeriveInput, Generics, Type};
 
 use crate::ast::{show_type, Container, Derive};
 use crate::attr::Direction;
 use crate::ctxt::Ctxt;
 use crate::fallback;
 use crate::valid::{self, Child, Parent, Subset};
+
+/// The name of the runtime's hidden module for generated code: `__private` and the crate's
+/// version without dots, so that a derive never compiles against a runtime of another version
+/// (the two are released together, pinned to one another).
+const PRIVATE_MODULE: &str = "__private010";
+
+/// The hidden module's name as generated code writes it: `::subset::#Private::…`.
+pub(crate) struct Private;
+
+impl ToTokens for Private {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        tokens.append(Ident::new(PRIVATE_MODULE, Span::call_site()));
+    }
+}
 
 /// `#[derive(Subset)]`: the expansion, or the errors plus a stub impl.
 pub(crate) fn derive_parent(input: &DeriveInput) -> TokenStream {
@@ -60,25 +74,27 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
     let id_ty = parent.id.ty;
     let id_member = parent.id.ident;
     let collection = parent.collection.value();
-    // A parent with generic parameters cannot name its children's field types in a constant
-    // (see `Lookup`).
+    // A parent with generic parameters cannot name its children's field types in a constant,
+    // nor be named by a constant item (see `ConstChecks`).
     let generic = !cont.generics.params.is_empty();
-    let subsets = subsets(parent, generic);
+    let mut const_checks = ConstChecks::default();
+    let subsets = subsets(parent, generic, &mut const_checks);
     let consts = parent
         .subsets
         .iter()
         .enumerate()
         .map(|(index, subset)| subset_const(cont, index, subset));
     let checks = parent.subsets.iter().map(|subset| checks(subset, generic));
+    let (subsets, const_items) = const_checks.place(subsets, generic);
 
     quote! {
         const _: () = {
             #[automatically_derived]
-            impl #impl_generics ::subset::__private::Subset for #ident #ty_generics #where_clause {
+            impl #impl_generics ::subset::#Private::Subset for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
                 const COLLECTION: &'static ::core::primitive::str = #collection;
-                const SUBSETS: &'static [::subset::__private::SubsetSpec] = #subsets;
-                fn id(&self) -> &<Self as ::subset::__private::Subset>::Id {
+                const SUBSETS: &'static [::subset::#Private::SubsetSpec] = #subsets;
+                fn id(&self) -> &<Self as ::subset::#Private::Subset>::Id {
                     &self.#id_member
                 }
             }
@@ -96,140 +112,143 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
             ) #where_clause {
                 #(#checks)*
             }
+
+            #const_items
         };
     }
 }
 
-/// How the descriptor of one subset field names the child fields its strings name.
+/// The checks that only constant evaluation can make: what `#[derive(Child)]` recorded of how
+/// serde stores each child field a string names (`Child::__UNSTORED`, `Child::__ALTERED`, the
+/// BSON names in `Child::FIELDS`), a child field stored under the parent key, views of one
+/// collection with different child types or one order. Each is a statement that panics, with
+/// the message, in the generated code itself and spanned at the attribute it is about, so that
+/// the error points there and shows no frame of the runtime.
 ///
-/// In a parent that is not generic, each field is found in constant evaluation, by its index in
-/// the child's `FIELDS` (`field_index`), and its type inferred from `FieldOf<_, index, true>`:
-/// a name that is no field, or one serde does not always store as its type, fails there with a
-/// message of our own (the Rust field a BSON name belongs to, the closest name), and the type
-/// checks (a sort key's `SortableField`, a filter's `bool`, a sum's `SumField`) run on the type
-/// found, all in `SUBSETS`. In a generic parent, where a constant cannot name the parent's type
-/// parameters, the fields are accessed by name in the check function instead (see [`checks`]),
-/// so that rustc's "no field" error reports an unknown name, and `SUBSETS` refuses a field serde
-/// does not always store (`stored_bson_name`) once a build evaluates it for a concrete type.
-#[derive(Clone, Copy)]
-struct Lookup<'s> {
-    subset: &'s Subset<'s>,
+/// In a type without generic parameters each is a constant item of its own, which rustc
+/// evaluates as it checks the crate. A generic type cannot be named by such an item: there the
+/// statements run in the constant they guard (`SUBSETS`, `EMBED`), evaluated where a build uses
+/// it for concrete types.
+#[derive(Default)]
+struct ConstChecks {
+    checks: Vec<TokenStream>,
 }
 
-impl Lookup<'_> {
-    /// The `ChildField` of `name` in the lists `lists` (`FIELDS`, `UNSTORED`, `ALTERED` or their
-    /// `FULL_` forms) of `Described::<C>`, also checking that no field is stored under the
-    /// parent key (`key_message`). Spanned at the child type, where a missing `Child` impl and a
-    /// field under the parent key are reported.
-    fn field_in(&self, name: &str, full: bool, key_message: &str) -> TokenStream {
-        let child_ty = self.subset.child_ty;
-        let parent_key = &self.subset.key;
-        let (fields, unstored, altered) = lists(full);
-        let lookup = quote_spanned! {child_ty.span()=>
-            ::subset::__private::field_in(
-                ::subset::__private::Described::<#child_ty>::#fields,
-                ::subset::__private::Described::<#child_ty>::#unstored,
-                ::subset::__private::Described::<#child_ty>::#altered,
-                #name,
-                #parent_key,
-                #key_message,
-            )
-        };
-        // Unspanned, so that the lint on unused imports, which a constant resolved to the
-        // inherent impl leaves it, treats it as the macro's own.
-        quote!({
-            use ::subset::__private::DescribedFallback as _;
-            #lookup
-        })
+impl ConstChecks {
+    /// A check that fails the build with the `Option<Message>` that `problem` evaluates to, if
+    /// any.
+    fn problem(&mut self, problem: TokenStream, span: Span) {
+        self.checks.push(quote_spanned! {span=>
+            if let ::core::option::Option::Some(__subset_problem) = #problem {
+                ::core::panic!("{}", __subset_problem.text());
+            }
+        });
     }
 
-    /// The field `name` of `C` (or of its full type) as the generic arguments `Owner, _, I,
-    /// CHILD` of a `FieldOf` helper (`sort_values_at`, `filter_field_at`, `summed_at`), which
-    /// infers the field's type from the one `FieldOf<_, I, true>` impl of `Owner`. The index is
-    /// found in constant evaluation at `span` (see [`Lookup`]); `site` says what the parent does
-    /// with the field, for messages. For a type that is no `Child`, `CHILD` is false and every
-    /// type has `FieldOf<NotAChild, 0, false>`.
-    fn field_at(&self, name: &str, full: bool, site: &TokenStream, span: Span) -> TokenStream {
-        let child_ty = self.subset.child_ty;
-        let (fields, unstored, altered) = lists(full);
-        let is_child = if full {
-            quote!(FULL_IS_CHILD)
-        } else {
-            quote!(IS_CHILD)
-        };
-        let described = |item: TokenStream| {
-            quote_spanned! {span=>
-                {
-                    #[allow(unused_imports)]
-                    use ::subset::__private::DescribedFallback as _;
-                    ::subset::__private::Described::<#child_ty>::#item
-                }
+    /// A check that fails the build with the `Option<&str>` that `problem` evaluates to, if any.
+    fn reason(&mut self, problem: TokenStream, span: Span) {
+        self.checks.push(quote_spanned! {span=>
+            if let ::core::option::Option::Some(__subset_problem) = #problem {
+                ::core::panic!("{}", __subset_problem);
             }
-        };
-        let index = quote_spanned! {span=>
-            {
-                #[allow(unused_imports)]
-                use ::subset::__private::DescribedFallback as _;
-                ::subset::__private::field_index(
-                    ::subset::__private::Described::<#child_ty>::#is_child,
-                    ::subset::__private::Described::<#child_ty>::#fields,
-                    ::subset::__private::field_of(
-                        ::subset::__private::Described::<#child_ty>::#fields,
-                        ::subset::__private::Described::<#child_ty>::#unstored,
-                        ::subset::__private::Described::<#child_ty>::#altered,
-                        #name,
-                    ),
-                    #site,
-                )
+        });
+    }
+
+    /// A check that fails the build with `message` where `fails` is true.
+    fn message(&mut self, fails: TokenStream, message: &str, span: Span) {
+        self.checks.push(quote_spanned! {span=>
+            if #fails {
+                ::core::panic!("{}", #message);
             }
+        });
+    }
+
+    /// `value` (the guarded constant's expression), wrapped with the imports its lookups need,
+    /// and the items to add next to the impls: a constant item per check for a type without
+    /// generic parameters; for a generic one the checks become statements ahead of `value`.
+    fn place(self, value: TokenStream, generic: bool) -> (TokenStream, TokenStream) {
+        let imports = quote! {
+            #[allow(unused_imports)]
+            use ::subset::#Private::{DescribedFallback as _, SameTypeFallback as _};
         };
-        // The full type is named through `FullOf`, which needs no `Child` bound: a child type
-        // without `#[derive(Child)]` is reported once, elsewhere.
-        let owner = if full {
-            let child = described(quote!(IS_CHILD));
-            quote_spanned! {span=> <#child_ty as ::subset::__private::FullOf<#child>>::Full }
-        } else {
-            quote!(#child_ty)
-        };
-        let is_child = described(is_child);
-        quote_spanned! {span=> #owner, _, #index, #is_child }
+        let checks = self.checks;
+        let items = checks.iter().filter(|_| !generic).map(|check| {
+            quote! {
+                const _: () = {
+                    #imports
+                    #check
+                };
+            }
+        });
+        let items = quote!(#(#items)*);
+        let checks = checks.iter().filter(|_| generic);
+        let value = quote!({
+            #imports
+            #(#checks)*
+            #value
+        });
+        (value, items)
     }
 }
 
-/// The names of the `Described` lists of a child type, or of its full type.
-fn lists(full: bool) -> (Ident, Ident, Ident) {
-    let name = |n: &str| Ident::new(n, Span::call_site());
-    if full {
-        (
-            name("FULL_FIELDS"),
-            name("FULL_UNSTORED"),
-            name("FULL_ALTERED"),
-        )
-    } else {
-        (name("FIELDS"), name("UNSTORED"), name("ALTERED"))
-    }
+/// `::subset::#Private::Described::<C>::#item`, read through `DescribedFallback` where `C` is
+/// no `Child` (the generated code imports it next to each use).
+fn described(child_ty: &Type, item: &str) -> TokenStream {
+    let item = Ident::new(item, Span::call_site());
+    quote!(::subset::#Private::Described::<#child_ty>::#item)
+}
+
+/// The `ChildField` of `name` on `C` (or on its full type), from the `Described` lists.
+fn field_of(child_ty: &Type, name: &str, full: bool) -> TokenStream {
+    let prefix = if full { "FULL_" } else { "" };
+    let list = |list: &str| described(child_ty, &format!("{prefix}{list}"));
+    let (fields, unstored, altered) = (list("FIELDS"), list("UNSTORED"), list("ALTERED"));
+    quote!(::subset::#Private::field_of(#fields, #unstored, #altered, #name))
+}
+
+/// The check that serde stores the child field `name` as its type (and that the name is no BSON
+/// name in place of the Rust one): see `field_problem`.
+fn field_check(
+    checks: &mut ConstChecks,
+    child_ty: &Type,
+    name: &str,
+    full: bool,
+    role: TokenStream,
+    span: Span,
+) {
+    let prefix = if full { "FULL_" } else { "" };
+    let is_child = described(child_ty, &format!("{prefix}IS_CHILD"));
+    let fields = described(child_ty, &format!("{prefix}FIELDS"));
+    let found = field_of(child_ty, name, full);
+    let site = site(child_ty, name, full, role);
+    checks.problem(
+        quote!(::subset::#Private::field_problem(#is_child, #fields, #found, #site)),
+        span,
+    );
 }
 
 /// The `Site` of a child field that a parent's string names.
 fn site(child_ty: &Type, name: &str, full: bool, role: TokenStream) -> TokenStream {
-    let owner = if full {
-        quote!(FULL_NAME)
-    } else {
-        quote!(NAME)
-    };
-    quote!({
-        use ::subset::__private::DescribedFallback as _;
-        ::subset::__private::Site {
+    let owner = described(child_ty, if full { "FULL_NAME" } else { "NAME" });
+    let full_owner = described(child_ty, "FULL_NAME");
+    quote! {
+        ::subset::#Private::Site {
             field: #name,
-            owner: ::subset::__private::Described::<#child_ty>::#owner,
-            full_owner: ::subset::__private::Described::<#child_ty>::FULL_NAME,
+            owner: #owner,
+            full_owner: #full_owner,
             role: #role,
         }
-    })
+    }
 }
 
-/// The `SubsetSpec` literal of one subset field of `parent`, at `index`.
-fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
+/// The `SubsetSpec` literal of one subset field of `parent`, at `index`, and its constant checks.
+///
+/// In a parent that is not generic, a sort key's `SortValues` are read from the child's
+/// `FieldOf` impl for the field's index in `FIELDS`, found in constant evaluation; in a generic
+/// one, where a constant cannot name the parent's type parameters, from the field's type, by an
+/// accessor (`sort_values`). Either way the field is accessed by name, so an unknown name is
+/// rustc's "no field" error, and its type checked, in [`checks`] or in the accessor.
+fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChecks) -> TokenStream {
     let subset = &parent.subsets[index];
     let field = &subset.field.bson_name;
     let rust_field = &subset.field.rust_name;
@@ -237,7 +256,7 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
     let key = &subset.key;
     let keep = Literal::u32_unsuffixed(subset.keep);
     let child_ty = subset.child_ty;
-    let lookup = Lookup { subset };
+    let child_span = Span::mixed_site().located_at(child_ty.span());
     // The parent key is added to every stored child, so the child must not have a field of that
     // name: its value would be overwritten, and its embedded copy would never match the stored one.
     let key_message = format!(
@@ -246,6 +265,15 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
          `#[subset(key = \"...\")]`",
         subset.field.rust_name
     );
+    let (fields, full_fields) = (
+        described(child_ty, "FIELDS"),
+        described(child_ty, "FULL_FIELDS"),
+    );
+    checks.message(
+        quote!(::subset::#Private::stores(#fields, #key)),
+        &key_message,
+        child_span,
+    );
     // The same for a preview's full type, which the sums read and the child collection holds.
     let full_key_message = format!(
         "`{}` previews a type with a field stored as `{key}`, the field that holds the parent's \
@@ -253,60 +281,79 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
          with `#[subset(key = \"...\")]`",
         show_type(child_ty)
     );
-    let parent_key = &subset.key;
+    let embed = described(child_ty, "EMBED");
+    checks.message(
+        quote! {
+            #embed.is_some()
+                && !::subset::#Private::stores(#fields, #key)
+                && ::subset::#Private::stores(#full_fields, #key)
+        },
+        &full_key_message,
+        child_span,
+    );
     // Located at the sort string but resolved like macro-internal code: rustc points its errors
     // at the string, and does not suggest replacing the whole string with a bare field name (a
     // fix that would not compile).
     let sort_span = Span::mixed_site().located_at(subset.sort.lit.span());
-    let sort = subset.sort.keys.iter().map(|key| {
-        let name = &key.name;
-        let direction = match key.direction {
-            Direction::Asc => quote!(Asc),
-            Direction::Desc => quote!(Desc),
-        };
-        let site = site(
-            child_ty,
-            name,
-            false,
-            quote!(::subset::__private::Role::Sort),
-        );
-        let values = if generic {
-            // The field's type is inferred from the accessor; its `SortableField` bound is also
-            // the check that the field exists and can be a sort key.
-            let child = Ident::new("__subset_child", sort_span);
-            let mut member = key.ident.clone();
-            member.set_span(sort_span);
-            quote_spanned! {sort_span=>
-                ::subset::__private::sort_values::<#child_ty, _>(
-                    |#child: &#child_ty| &(*#child).#member
-                )
+    let sort = subset
+        .sort
+        .keys
+        .iter()
+        .map(|key| {
+            let name = &key.name;
+            let direction = match key.direction {
+                Direction::Asc => quote!(Asc),
+                Direction::Desc => quote!(Desc),
+            };
+            field_check(
+                checks,
+                child_ty,
+                name,
+                false,
+                quote!(::subset::#Private::Role::Sort),
+                sort_span,
+            );
+            let found = field_of(child_ty, name, false);
+            let values = if generic {
+                // The field's type is inferred from the accessor; its `SortableField` bound is also
+                // the check that the field exists and can be a sort key.
+                let child = Ident::new("__subset_child", sort_span);
+                let mut member = key.ident.clone();
+                member.set_span(sort_span);
+                quote_spanned! {sort_span=>
+                    ::subset::#Private::sort_values::<#child_ty, _>(
+                        |#child: &#child_ty| &(*#child).#member
+                    )
+                }
+            } else {
+                let is_child = described(child_ty, "IS_CHILD");
+                quote_spanned! {sort_span=>
+                    ::subset::#Private::sort_values_at::<
+                        #child_ty,
+                        _,
+                        {
+                            #[allow(unused_imports)]
+                            use ::subset::#Private::DescribedFallback as _;
+                            ::subset::#Private::field_index(#found)
+                        },
+                        {
+                            #[allow(unused_imports)]
+                            use ::subset::#Private::DescribedFallback as _;
+                            ::subset::#Private::field_found(#is_child, #found)
+                        },
+                    >()
+                }
+            };
+            quote! {
+                ::subset::#Private::SortKey {
+                    field: ::subset::#Private::bson_name(#found),
+                    direction: ::subset::#Private::Direction::#direction,
+                    values: #values,
+                }
             }
-        } else {
-            let args = lookup.field_at(name, false, &site, sort_span);
-            quote_spanned! {sort_span=> ::subset::__private::sort_values_at::<#args>() }
-        };
-        // The lookup is spanned at the child type: a child without `#[derive(Child)]`, or one
-        // with a field stored under the parent key, is reported there. The check that serde
-        // stores the field is spanned at the sort string, which names it.
-        //
-        // Only `#[derive(Child)]` sees the child's serde attributes, so the check reads what it
-        // recorded (`Child::__UNSTORED`, `Child::__ALTERED`) in constant evaluation and fails
-        // with a panic message, not a type error. (In a parent that is not generic, the field's
-        // `FieldOf` index already failed, with the same message, and this is never evaluated;
-        // in a generic one, the error appears only when a build evaluates `SUBSETS` for a
-        // concrete type, still at the sort string.)
-        let found = lookup.field_in(name, false, &key_message);
-        let field = quote_spanned! {sort_span=>
-            ::subset::__private::stored_bson_name(#found, #site)
-        };
-        quote_spanned! {child_ty.span()=>
-            ::subset::__private::SortKey {
-                field: #field,
-                direction: ::subset::__private::Direction::#direction,
-                values: #values,
-            }
-        }
-    });
+        })
+        .collect::<Vec<_>>();
+
     let count = match subset.count {
         Some((field, _)) => {
             let name = &field.bson_name;
@@ -316,129 +363,91 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
     };
     // A sum adds up, and a filter reads, the stored children, so both look their field up on the
     // full type (`Self` for a child that is not a preview), whose name the parent does not know.
-    let full_field = |name: &str, lit: &LitStr, site: &TokenStream| {
-        let found = lookup.field_in(name, true, &full_key_message);
-        let span = Span::mixed_site().located_at(lit.span());
-        quote_spanned! {span=>
-            ::subset::__private::stored_bson_name(#found, #site)
-        }
-    };
-    let sums = subset.sums.iter().map(|sum| {
-        let parent = &sum.parent.bson_name;
-        let name = &sum.child.child;
-        let site = site(child_ty, name, true, quote!(::subset::__private::Role::Sum));
-        let child = full_field(name, sum.lit, &site);
-        let child = if generic {
-            child
-        } else {
-            // The parent field's type must hold the sum of the child field's.
+    let sums = subset
+        .sums
+        .iter()
+        .map(|sum| {
+            let parent = &sum.parent.bson_name;
+            let name = &sum.child.child;
             let span = Span::mixed_site().located_at(sum.lit.span());
-            let args = lookup.field_at(name, true, &site, span);
-            let parent = Ident::new("__subset_parent", span);
-            let mut member = sum.parent.ident.clone();
-            member.set_span(span);
-            quote_spanned! {span=>
-                ::subset::__private::summed_at::<Self, _, #args>(
-                    |#parent: &Self| &(*#parent).#member,
-                    #child,
-                )
+            field_check(
+                checks,
+                child_ty,
+                name,
+                true,
+                quote!(::subset::#Private::Role::Sum),
+                span,
+            );
+            let child = field_of(child_ty, name, true);
+            quote! {
+                ::subset::#Private::SumSpec {
+                    parent: #parent,
+                    child: ::subset::#Private::bson_name(#child),
+                }
             }
-        };
-        quote! {
-            ::subset::__private::SumSpec { parent: #parent, child: #child }
-        }
-    });
+        })
+        .collect::<Vec<_>>();
+
     let filter = match subset.filter {
         None => quote!(::core::option::Option::None),
         Some(filter) => {
             let equals = filter.equals;
             let name = &filter.field;
-            let site = site(
+            let span = Span::mixed_site().located_at(filter.lit.span());
+            field_check(
+                checks,
                 child_ty,
                 name,
                 true,
-                quote!(::subset::__private::Role::Filter { equals: #equals }),
+                quote!(::subset::#Private::Role::Filter { equals: #equals }),
+                span,
             );
-            let field = full_field(name, &filter.lit, &site);
-            let field = if generic {
-                field
-            } else {
-                let span = Span::mixed_site().located_at(filter.lit.span());
-                let args = lookup.field_at(name, true, &site, span);
-                quote_spanned! {span=> ::subset::__private::filter_field_at::<#args>(#field) }
-            };
+            let field = field_of(child_ty, name, true);
             quote! {
-                ::core::option::Option::Some(::subset::__private::FilterSpec { field: #field, equals: #equals })
+                ::core::option::Option::Some(::subset::#Private::FilterSpec {
+                    field: ::subset::#Private::bson_name(#field),
+                    equals: #equals,
+                })
             }
         }
     };
-    let embed = quote_spanned! {child_ty.span()=>
-        ::subset::__private::embed(
-            ::subset::__private::Described::<#child_ty>::EMBED,
-            ::subset::__private::Described::<#child_ty>::FULL_FIELDS,
-            #parent_key,
-            #full_key_message,
-        )
-    };
-    let embed = quote!({
-        use ::subset::__private::DescribedFallback as _;
-        #embed
-    });
     // A view of the children of an earlier view stores the same full child type.
-    let child_collection = match parent.same_types.iter().find(|(_, later)| *later == index) {
-        None => quote!(#child_collection),
-        Some(&(earlier, _)) => {
-            let first = &parent.subsets[earlier];
-            let message = format!(
-                "`{later}` and `{earlier}` are views of the children in `{child_collection}` under key `{key}`, so they must hold one child type, but `{later_ty}` and `{earlier_ty}` store different ones (`<{later_ty} as Child>::Full` is not `<{earlier_ty} as Child>::Full`): give `{later}` the element type of `{earlier}`, or a preview of the type it stores (`#[subset(preview_of = …)]`), or its own children (another `child` collection, or `#[subset(key = \"{later}_{key}\")]`)",
-                later = subset.field.rust_name,
-                earlier = first.field.rust_name,
-                later_ty = show_type(child_ty),
-                earlier_ty = show_type(first.child_ty),
+    if let Some(&(earlier, _)) = parent.same_types.iter().find(|(_, later)| *later == index) {
+        let first = &parent.subsets[earlier];
+        let message = format!(
+            "`{later}` and `{earlier}` are views of the children in `{child_collection}` under key `{key}`, so they must hold one child type, but `{later_ty}` and `{earlier_ty}` store different ones (`<{later_ty} as Child>::Full` is not `<{earlier_ty} as Child>::Full`): give `{later}` the element type of `{earlier}`, or a preview of the type it stores (`#[subset(preview_of = …)]`), or its own children (another `child` collection, or `#[subset(key = \"{later}_{key}\")]`)",
+            later = subset.field.rust_name,
+            earlier = first.field.rust_name,
+            later_ty = show_type(child_ty),
+            earlier_ty = show_type(first.child_ty),
+        );
+        // In a parent that is not generic, the full types are named through `FullOf`, which
+        // needs no `Child` bound, so that an element type without `#[derive(Child)]` is
+        // reported once, elsewhere (and not compared). In a generic one, the impl's bounds
+        // make each a `Child`.
+        let same = if generic {
+            let (ours, theirs) = (full_type(child_ty), full_type(first.child_ty));
+            quote!(::subset::#Private::SameType::<#ours, #theirs>::SAME)
+        } else {
+            let full = |ty: &Type| {
+                let is_child = described(ty, "IS_CHILD");
+                quote!(<#ty as ::subset::#Private::FullOf<{
+                    #[allow(unused_imports)]
+                    use ::subset::#Private::DescribedFallback as _;
+                    #is_child
+                }>>::Full)
+            };
+            let (ours, theirs) = (full(child_ty), full(first.child_ty));
+            let (ours_child, theirs_child) = (
+                described(child_ty, "IS_CHILD"),
+                described(first.child_ty, "IS_CHILD"),
             );
-            let span = Span::mixed_site().located_at(child_ty.span());
-            // In a parent that is not generic, the full types are named through `FullOf`, which
-            // needs no `Child` bound, so that an element type without `#[derive(Child)]` is
-            // reported once, elsewhere (and not compared). In a generic one, the impl's bounds
-            // make each a `Child`.
-            let same = if generic {
-                let (ours, theirs) = (full_type(child_ty), full_type(first.child_ty));
-                quote_spanned! {span=> ::subset::__private::SameType::<#ours, #theirs>::SAME }
-            } else {
-                let is_child = |ty: &Type| {
-                    quote_spanned! {span=>
-                        {
-                            #[allow(unused_imports)]
-                            use ::subset::__private::DescribedFallback as _;
-                            ::subset::__private::Described::<#ty>::IS_CHILD
-                        }
-                    }
-                };
-                let full = |ty: &Type| {
-                    let is_child = is_child(ty);
-                    quote_spanned! {span=> <#ty as ::subset::__private::FullOf<#is_child>>::Full }
-                };
-                let (ours, theirs) = (full(child_ty), full(first.child_ty));
-                let (ours_child, theirs_child) = (is_child(child_ty), is_child(first.child_ty));
-                // `|`, not `||`: no branch, so that the descriptors stay one promoted constant.
-                quote_spanned! {span=>
-                    ::subset::__private::SameType::<#ours, #theirs>::SAME
-                        | !#ours_child
-                        | !#theirs_child
-                }
-            };
-            let check = quote_spanned! {span=>
-                ::subset::__private::one_child_type(#same, #message, #child_collection)
-            };
-            quote!({
-                #[allow(unused_imports)]
-                use ::subset::__private::SameTypeFallback as _;
-                #check
-            })
-        }
-    };
+            quote!(::subset::#Private::SameType::<#ours, #theirs>::SAME || !#ours_child || !#theirs_child)
+        };
+        checks.message(quote!(!(#same)), &message, child_span);
+    }
     quote! {
-        ::subset::__private::SubsetSpec {
+        ::subset::#Private::SubsetSpec {
             field: #field,
             rust_field: #rust_field,
             child_collection: #child_collection,
@@ -448,25 +457,30 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool) -> TokenStream {
             count: #count,
             sums: &[#(#sums),*],
             // The child's `_id` values, or any `_id` if the child type is not a `Child` (which
-            // `child_field` reports, once).
+            // is reported once elsewhere).
             id_values: {
-                use ::subset::__private::IdFallback as _;
-                ::subset::__private::ChildIds::<#child_ty>::VALUES
+                #[allow(unused_imports)]
+                use ::subset::#Private::IdFallback as _;
+                ::subset::#Private::ChildIds::<#child_ty>::VALUES
             },
             // The preview's fields, or `None` for whole children (and for a child type that is
-            // not a `Child`, reported once elsewhere); the preview's full type must not store a
-            // field under the parent key either.
-            embed: #embed,
+            // not a `Child`, reported once elsewhere).
+            embed: {
+                #[allow(unused_imports)]
+                use ::subset::#Private::DescribedFallback as _;
+                #embed
+            },
             filter: #filter,
         }
     }
 }
 
 /// `SUBSETS`: the descriptors, checked in constant evaluation for views of the same children
-/// with the same filter and `keep` whose orders are one once total (see `distinct_orders`).
-fn subsets(parent: &Parent<'_>, generic: bool) -> TokenStream {
-    let specs = (0..parent.subsets.len()).map(|index| spec(parent, index, generic));
+/// with the same filter and `keep` whose orders are one once total (see `same_order`).
+fn subsets(parent: &Parent<'_>, generic: bool, checks: &mut ConstChecks) -> TokenStream {
+    let specs = (0..parent.subsets.len()).map(|index| spec(parent, index, generic, checks));
     let mut subsets = quote!(&[#(#specs),*]);
+    let ident = parent.cont.ident;
     for &(earlier, later) in &parent.distinct_orders {
         let (first, second) = (&parent.subsets[earlier], &parent.subsets[later]);
         let message = format!(
@@ -483,28 +497,40 @@ fn subsets(parent: &Parent<'_>, generic: bool) -> TokenStream {
             Literal::usize_unsuffixed(earlier),
             Literal::usize_unsuffixed(later),
         );
-        // Dereferenced from behind a reference, so that the call is part of a constant the
-        // compiler evaluates as it checks the crate (a promoted constant, as the array is),
-        // not only where `SUBSETS` is used.
-        subsets = quote_spanned! {span=>
-            *&::subset::__private::distinct_orders(#subsets, #earlier, #later, #message)
-        };
+        if generic {
+            // No item can name a generic parent: the check wraps the descriptors themselves,
+            // dereferenced from behind a reference so that they stay one promoted constant.
+            subsets = quote_spanned! {span=>
+                *&::subset::#Private::distinct_orders(#subsets, #earlier, #later, #message)
+            };
+        } else {
+            checks.message(
+                quote! {
+                    ::subset::#Private::same_order(
+                        <#ident as ::subset::#Private::Subset>::SUBSETS,
+                        #earlier,
+                        #later,
+                    )
+                },
+                &message,
+                span,
+            );
+        }
     }
     subsets
 }
 
-/// The associated constant `Subset::FIELD_NAME` for one subset field.
 fn subset_const(cont: &Container<'_>, index: usize, subset: &Subset<'_>) -> TokenStream {
     let vis = cont.vis;
     let name = &subset.const_ident;
     let child_ty = subset.child_ty;
     let index = Literal::usize_unsuffixed(index);
     let doc = const_doc(subset);
-    let new = quote_spanned! {child_ty.span()=> ::subset::__private::SubsetField::__new(#index)};
+    let new = quote_spanned! {child_ty.span()=> ::subset::#Private::SubsetField::__new(#index)};
     let full = full_type(child_ty);
     quote! {
         #[doc = #doc]
-        #vis const #name: ::subset::__private::SubsetField<Self, #full> = #new;
+        #vis const #name: ::subset::#Private::SubsetField<Self, #full> = #new;
     }
 }
 
@@ -512,7 +538,7 @@ fn subset_const(cont: &Container<'_>, index: usize, subset: &Subset<'_>) -> Toke
 /// (`C` itself unless `C` is a preview). Spanned at `C`, where a `C` that is not a `Child` is
 /// reported; every use is spelled the same way, so that rustc reports it once.
 pub(crate) fn full_type(child_ty: &Type) -> TokenStream {
-    quote_spanned! {child_ty.span()=> <#child_ty as ::subset::__private::Child>::Full}
+    quote_spanned! {child_ty.span()=> <#child_ty as ::subset::#Private::Child>::Full}
 }
 
 fn const_doc(subset: &Subset<'_>) -> String {
@@ -548,14 +574,17 @@ fn check_parameter(at: Span) -> (TokenStream, Ident) {
     (quote_spanned!(at=> let #local = #param;), local)
 }
 
-/// The compile-time checks of one subset field that are type checks on the parent's fields:
-/// its count is an integer field. In a generic parent, also its sums (numeric fields on both
-/// sides, an integer sum only of integers) and its filter (a `bool`), by field access; in
-/// another, those are checked in `SUBSETS`, on the types `FieldOf` finds (see [`Lookup`]).
-/// (The sort keys are checked where the descriptor records their types, in [`spec`].)
+/// The compile-time checks of one subset field that are type checks, each spanned at the string
+/// that names the field: its count is an integer field, its sums add a numeric child field into
+/// a numeric parent field (an integer sum only of integers), its filter is a `bool` child field,
+/// and (in a parent that is not generic; see [`spec`]) its sort keys are scalar child fields.
+/// Each names the field, so that an unknown name is rustc's "no field" error, and checks its
+/// type with a method of the trait it must implement, whose message says what to write.
 ///
-/// In a generic parent the check function's `C: Child` bound keeps `<C as Child>::Full` from
-/// resolving to a struct, so there a sum's and a filter's field is looked up on `C` itself.
+/// A sum's and a filter's field is on the full type (`<C as FullOf<_>>::Full`, the type itself
+/// for one that is no `Child`, reported once elsewhere). In a generic parent the check
+/// function's `C: Child` bound keeps `<C as Child>::Full` from resolving to a struct, so there
+/// they are looked up on `C` itself.
 fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
     let count_check = subset.count.map(|(field, lit)| {
         let span = lit.span();
@@ -565,15 +594,33 @@ fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
         quote_spanned! {span=>
             {
                 #bind
-                ::subset::__private::assert_count(&#parent.#member);
+                <_ as ::subset::#Private::CountField>::__check(&(*#parent).#member);
             }
         }
     });
-    if !generic {
-        return quote!(#count_check);
-    }
     let child_ty = subset.child_ty;
-    let full = quote!(#child_ty);
+    let full = if generic {
+        quote!(#child_ty)
+    } else {
+        let is_child = described(child_ty, "IS_CHILD");
+        quote!(<#child_ty as ::subset::#Private::FullOf<{
+            #[allow(unused_imports)]
+            use ::subset::#Private::DescribedFallback as _;
+            #is_child
+        }>>::Full)
+    };
+    let sort_checks = subset.sort.keys.iter().filter(|_| !generic).map(|key| {
+        let span = Span::mixed_site().located_at(subset.sort.lit.span());
+        let child = Ident::new("__subset_child", span);
+        let mut member = key.ident.clone();
+        member.set_span(span);
+        quote_spanned! {span=>
+            {
+                let #child: &#child_ty = ::subset::#Private::nothing();
+                <_ as ::subset::#Private::SortableField>::__check(&(*#child).#member);
+            }
+        }
+    });
     let sum_checks = subset.sums.iter().map(|sum| {
         let span = Span::mixed_site().located_at(sum.lit.span());
         let (bind, parent) = check_parameter(sum.lit.span());
@@ -585,8 +632,11 @@ fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
         quote_spanned! {span=>
             {
                 #bind
-                let #child: &#full = ::subset::__private::nothing();
-                ::subset::__private::assert_sum(&(*#parent).#parent_member, &(*#child).#child_member);
+                let #child: &#full = ::subset::#Private::nothing();
+                <_ as ::subset::#Private::SumField<_>>::__check(
+                    &(*#child).#child_member,
+                    &(*#parent).#parent_member,
+                );
             }
         }
     });
@@ -596,12 +646,15 @@ fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
         let mut member = filter.ident.clone();
         member.set_span(span);
         quote_spanned! {span=>
-            let #child: &#full = ::subset::__private::nothing();
-            ::subset::__private::assert_filter(&(*#child).#member);
+            {
+                let #child: &#full = ::subset::#Private::nothing();
+                <_ as ::subset::#Private::FilterField>::__check(&(*#child).#member);
+            }
         }
     });
     quote! {
         #count_check
+        #(#sort_checks)*
         #(#sum_checks)*
         #filter_check
     }
@@ -615,7 +668,7 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
     let fields = child.fields.iter().map(|field| {
         let rust = &field.rust_name;
         let bson = &field.bson_name;
-        quote!(::subset::__private::FieldName { rust: #rust, bson: #bson })
+        quote!(::subset::#Private::FieldName { rust: #rust, bson: #bson })
     });
     let unstored = child.unstored.iter().map(|(field, attr)| {
         let rust = &field.rust_name;
@@ -625,8 +678,8 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
     // full type's `skip_serializing_if` and `with`.
     let altered = match child.full {
         Some(full) => quote!({
-            use ::subset::__private::DescribedFallback as _;
-            ::subset::__private::Described::<#full>::ALTERED
+            use ::subset::#Private::DescribedFallback as _;
+            ::subset::#Private::Described::<#full>::ALTERED
         }),
         None => {
             let altered = child.altered.iter().map(|(field, attr)| {
@@ -650,27 +703,35 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
         let ty = field.ty;
         quote! {
             #[automatically_derived]
-            impl #plain_impl ::subset::__private::FieldOf<#ty, #index, true> for #ident #plain_ty #plain_where {}
+            impl #plain_impl ::subset::#Private::FieldOf<#ty, #index, true> for #ident #plain_ty #plain_where {
+                // The type's values if it is a `SortableField` (a sort key's type is checked where
+                // the parent names it).
+                const SORT_VALUES: ::subset::#Private::SortValues = {
+                    #[allow(unused_imports)]
+                    use ::subset::#Private::IdFallback as _;
+                    ::subset::#Private::Probe::<#ty>::VALUES
+                };
+            }
         }
     });
     let full_of = quote! {
         #[automatically_derived]
-        impl #plain_impl ::subset::__private::FullOf<true> for #ident #plain_ty #plain_where {
+        impl #plain_impl ::subset::#Private::FullOf<true> for #ident #plain_ty #plain_where {
             type Full = #full;
         }
     };
     quote! {
         const _: () = {
             #[automatically_derived]
-            impl #impl_generics ::subset::__private::Child for #ident #ty_generics #where_clause {
+            impl #impl_generics ::subset::#Private::Child for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
                 type Full = #full;
-                const FIELDS: &'static [::subset::__private::FieldName] = &[#(#fields),*];
+                const FIELDS: &'static [::subset::#Private::FieldName] = &[#(#fields),*];
                 #embed
                 // The `_id` type's values if it is a `SortableField`, else any `_id`.
-                const ID_VALUES: ::subset::__private::SortValues = {
-                    use ::subset::__private::IdFallback as _;
-                    ::subset::__private::Probe::<#id_ty>::VALUES
+                const ID_VALUES: ::subset::#Private::SortValues = {
+                    use ::subset::#Private::IdFallback as _;
+                    ::subset::#Private::Probe::<#id_ty>::VALUES
                 };
                 const __UNSTORED: &'static [(&'static ::core::primitive::str, &'static ::core::primitive::str)] =
                     &[#(#unstored),*];
@@ -712,11 +773,11 @@ fn field_consts(child: &Child<'_>) -> TokenStream {
             .iter()
             .any(|(f, key)| std::ptr::eq(*f, *field) && *key != "skip_serializing_if");
         let access = if bson == "_id" {
-            quote!(::subset::__private::patch::Identity)
+            quote!(::subset::#Private::patch::Identity)
         } else if reformed {
-            quote!(::subset::__private::patch::Reformed)
+            quote!(::subset::#Private::patch::Reformed)
         } else {
-            quote!(::subset::__private::patch::Mutable)
+            quote!(::subset::#Private::patch::Mutable)
         };
         let doc = format!(
             "The field `{}` (stored as `{bson}`), for `Children::patch`.",
@@ -724,8 +785,8 @@ fn field_consts(child: &Child<'_>) -> TokenStream {
         );
         quote! {
             #[doc = #doc]
-            #vis const #name: ::subset::__private::patch::Field<Self, #ty, #access> =
-                ::subset::__private::patch::Field::__new(#bson);
+            #vis const #name: ::subset::#Private::patch::Field<Self, #ty, #access> =
+                ::subset::#Private::patch::Field::__new(#bson);
         }
     });
     quote! {
@@ -751,80 +812,82 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
     let full_name = show_type(full);
     let full_span = Span::mixed_site().located_at(full.span());
     let full_ty = quote_spanned!(full.span()=> #full);
+    let mut checks = ConstChecks::default();
     let not_preview = format!(
         "`{full_name}` is itself a preview: `preview_of` names the full child type, the one stored \
          in the child collection, which is the type `{full_name}` names in its own `preview_of`"
     );
-    let embed = child.fields.iter().enumerate().map(|(index, field)| {
-        let rust = &field.rust_name;
-        // The check of the full type goes in the list, where it is evaluated: see `full_type`.
-        let rust_value = if index == 0 {
-            quote_spanned! {full_span=>
-                ::subset::__private::full_type(
-                    ::subset::__private::Described::<#full>::EMBED,
-                    #not_preview,
-                    #rust,
-                )
-            }
-        } else {
-            quote!(#rust)
-        };
-        let bson = &field.bson_name;
-        let renamed = format!(
+    checks.message(
+        quote!(::subset::#Private::Described::<#full>::EMBED.is_some()),
+        &not_preview,
+        full_span,
+    );
+    let embed = child
+        .fields
+        .iter()
+        .map(|field| {
+            let rust = &field.rust_name;
+            let bson = &field.bson_name;
+            let renamed = format!(
             "preview field `{rust}` is stored as `{bson}`, but `{full_name}` stores its `{rust}` \
              under another name: give both the same BSON name (the same `#[serde(rename)]` on \
              the field and `#[serde(rename_all)]` on the struct)"
         );
-        let unstored = format!(
-            "preview field `{rust}` is never stored by `{full_name}` under its name (it is \
+            let unstored = format!(
+                "preview field `{rust}` is never stored by `{full_name}` under its name (it is \
              `#[serde(skip)]`, `skip_serializing` or `flatten` there): a preview embeds stored \
              fields only, remove `{rust}` from the preview or let `{full_name}` store it"
-        );
-        // What the preview field must read where the full type leaves it out or reforms it.
-        let sometimes = if field.reads_missing(&cont.serde) {
-            quote!(::core::option::Option::None)
-        } else {
-            let message = format!(
-                "preview field `{rust}` cannot read a `{full_name}` stored without it: \
+            );
+            // What the preview field must read where the full type leaves it out or reforms it.
+            let sometimes = if field.reads_missing(&cont.serde) {
+                quote!(::core::option::Option::None)
+            } else {
+                let message = format!(
+                    "preview field `{rust}` cannot read a `{full_name}` stored without it: \
                  `{full_name}` leaves `{rust}` out of some children (`skip_serializing_if`), so \
                  their embedded previews lack it; add `#[serde(default)]` to the preview field \
                  `{rust}`"
-            );
-            quote!(::core::option::Option::Some(#message))
-        };
-        let reformed = if field.serde.read_by().is_some() {
-            quote!(::core::option::Option::None)
-        } else {
-            let message = format!(
-                "preview field `{rust}` cannot read what `{full_name}` stores: `{full_name}` \
+                );
+                quote!(::core::option::Option::Some(#message))
+            };
+            let reformed = if field.serde.read_by().is_some() {
+                quote!(::core::option::Option::None)
+            } else {
+                let message = format!(
+                    "preview field `{rust}` cannot read what `{full_name}` stores: `{full_name}` \
                  stores `{rust}` through a function (`with` or `serialize_with`), and an embedded \
                  preview holds that stored form; give the preview field the same \
                  `#[serde(with = \"…\")]`, or a `deserialize_with` that reads it"
+                );
+                quote!(::core::option::Option::Some(#message))
+            };
+            let span = Span::mixed_site().located_at(field.ident.span());
+            checks.reason(
+                quote! {
+                    ::subset::#Private::preview_problem(
+                        ::subset::#Private::Described::<#full>::FIELDS,
+                        ::subset::#Private::Described::<#full>::UNSTORED,
+                        ::subset::#Private::Described::<#full>::ALTERED,
+                        #rust,
+                        #bson,
+                        #renamed,
+                        #unstored,
+                        #sometimes,
+                        #reformed,
+                    )
+                },
+                span,
             );
-            quote!(::core::option::Option::Some(#message))
-        };
-        let span = Span::mixed_site().located_at(field.ident.span());
-        let name = quote_spanned! {span=>
-            ::subset::__private::preview_bson_name(
-                ::subset::__private::Described::<#full>::FIELDS,
-                ::subset::__private::Described::<#full>::UNSTORED,
-                ::subset::__private::Described::<#full>::ALTERED,
-                #rust,
-                #bson,
-                #renamed,
-                #unstored,
-                #sometimes,
-                #reformed,
-            )
-        };
-        quote!(::subset::__private::FieldName { rust: #rust_value, bson: #name })
-    });
+            quote!(::subset::#Private::FieldName { rust: #rust, bson: #bson })
+        })
+        .collect::<Vec<_>>();
+
+    let embed = quote!(::core::option::Option::Some(&[#(#embed),*]));
+    let generic = !cont.generics.params.is_empty();
+    let (embed, const_items) = checks.place(embed, generic);
     let embed = quote! {
         // The fields an embedded preview keeps: `FIELDS`, each checked against the full type.
-        const EMBED: ::core::option::Option<&'static [::subset::__private::FieldName]> = {
-            use ::subset::__private::DescribedFallback as _;
-            ::core::option::Option::Some(&[#(#embed),*])
-        };
+        const EMBED: ::core::option::Option<&'static [::subset::#Private::FieldName]> = #embed;
     };
     let field_checks = child.fields.iter().map(|field| {
         let at_name = Span::mixed_site().located_at(field.ident.span());
@@ -837,13 +900,14 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
         // The parameters of the check function are named at the call site.
         let full_param = Ident::new("__subset_full", field.ident.span());
         let preview_param = Ident::new("__subset_preview", field.ty.span());
+        let same_type = Ident::new("__subset_same_type", Span::call_site());
         // A name the full type lacks is rustc's "no field" error, at the preview field's name;
         // another type is `PreviewField`'s message, at the preview field's type.
         let lookup = quote_spanned! {at_name=>
             let #full_field = &(*#full_param).#name_member;
         };
         let compare = quote_spanned! {at_ty=>
-            ::subset::__private::assert_preview_field(#full_field, &(*#preview_param).#ty_member);
+            #same_type(#full_field, &(*#preview_param).#ty_member);
         };
         quote!({ #lookup #compare })
     });
@@ -854,8 +918,18 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
             __subset_preview: &#ident #ty_generics,
             __subset_full: &#full,
         ) #where_clause {
+            // The full type's field comes first: with the preview's not yet known, the one impl
+            // of `PreviewField` cannot turn a mismatch into rustc's "mismatched types" before
+            // the bound is checked.
+            fn __subset_same_type<F: ?::core::marker::Sized, P>(_: &F, _: &P)
+            where
+                P: ::subset::#Private::PreviewField<F> + ?::core::marker::Sized,
+            {
+            }
             #(#field_checks)*
         }
+
+        #const_items
     };
     (full_ty, embed, check)
 }
@@ -872,8 +946,8 @@ fn with_bounds<'a>(cont: &Container<'_>, child_types: impl Iterator<Item = &'a T
     let (_, ty_generics, _) = cont.generics.split_for_impl();
     let where_clause = generics.make_where_clause();
     where_clause.predicates.push(parse_quote! {
-        #ident #ty_generics: ::subset::__private::serde::Serialize
-            + ::subset::__private::serde::de::DeserializeOwned
+        #ident #ty_generics: ::subset::#Private::serde::Serialize
+            + ::subset::#Private::serde::de::DeserializeOwned
             + ::core::marker::Send
             + ::core::marker::Sync
             + ::core::marker::Unpin
@@ -882,7 +956,16 @@ fn with_bounds<'a>(cont: &Container<'_>, child_types: impl Iterator<Item = &'a T
     for child_ty in child_types {
         where_clause
             .predicates
-            .push(parse_quote!(#child_ty: ::subset::__private::Child));
+            .push(parse_quote!(#child_ty: ::subset::#Private::Child));
     }
     generics
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_private_module_is_named_for_the_version() {
+        let version = env!("CARGO_PKG_VERSION").replace('.', "");
+        assert_eq!(super::PRIVATE_MODULE, format!("__private{version}"));
+    }
 }

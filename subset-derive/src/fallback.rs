@@ -10,7 +10,7 @@ use syn::{Data, DeriveInput, Fields, Ident, Lit, Token, Type};
 use crate::ast::{is_child_candidate, unraw, vec_element};
 use crate::attr::{ungroup_type, PREVIEW_OF, SUBSET};
 use crate::case::field_to_screaming_snake_case;
-use crate::expand::full_type;
+use crate::expand::{full_type, Private};
 use crate::serde_attr;
 
 /// The errors, a stub `Subset` impl, and a constant for each field that carries `#[subset]` and
@@ -54,7 +54,7 @@ pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
         .enumerate()
         .map(|(index, (name, child_ty))| {
             let new =
-                quote_spanned! {child_ty.span()=> ::subset::__private::SubsetField::__new(#index)};
+                quote_spanned! {child_ty.span()=> ::subset::#Private::SubsetField::__new(#index)};
             // What it will be once fixed; a field that holds no child type keeps its element
             // type, so that no error about it being no `Child` adds to the derive's.
             let full = if is_child_candidate(child_ty) {
@@ -64,7 +64,7 @@ pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
             };
             quote! {
                 #[doc(hidden)]
-                #vis const #name: ::subset::__private::SubsetField<Self, #full> = #new;
+                #vis const #name: ::subset::#Private::SubsetField<Self, #full> = #new;
             }
         });
 
@@ -72,11 +72,11 @@ pub(crate) fn subset(input: &DeriveInput, error: syn::Error) -> TokenStream {
         #errors
         const _: () = {
             #[automatically_derived]
-            impl #impl_generics ::subset::__private::Subset for #ident #ty_generics #where_clause {
+            impl #impl_generics ::subset::#Private::Subset for #ident #ty_generics #where_clause {
                 type Id = #id_ty;
                 const COLLECTION: &'static ::core::primitive::str = "";
-                const SUBSETS: &'static [::subset::__private::SubsetSpec] = &[];
-                fn id(&self) -> &<Self as ::subset::__private::Subset>::Id {
+                const SUBSETS: &'static [::subset::#Private::SubsetSpec] = &[];
+                fn id(&self) -> &<Self as ::subset::#Private::Subset>::Id {
                     #id_body
                 }
             }
@@ -101,10 +101,10 @@ pub(crate) fn child(input: &DeriveInput, error: syn::Error) -> TokenStream {
         #errors
         const _: () = {
             #[automatically_derived]
-            impl #impl_generics ::subset::__private::Child for #ident #ty_generics #where_clause {
+            impl #impl_generics ::subset::#Private::Child for #ident #ty_generics #where_clause {
                 type Id = ();
                 type Full = #full;
-                const FIELDS: &'static [::subset::__private::FieldName] = &[];
+                const FIELDS: &'static [::subset::#Private::FieldName] = &[];
                 const __STUB: ::core::primitive::bool = true;
             }
         };

@@ -1,14 +1,20 @@
 //! What the derives check at compile time, and the types a field can have: the traits a sort
-//! key, a count, a sum and a filter field must implement, and the hidden constant functions and
-//! never-called checks that `#[derive(Subset)]` and `#[derive(Child)]` emit (through
-//! `__private`), each failing the build with a message that names the field at fault.
+//! key, a count, a sum and a filter field must implement, and the hidden constant functions that
+//! `#[derive(Subset)]` and `#[derive(Child)]` call (through the hidden module of the crate root).
+//!
+//! rustc says what it can: the derives access each field a string names in a function that is
+//! never called, so that an unknown name is its "no field" error, and check the field's type with
+//! a method of the trait it must implement, whose `on_unimplemented` message says what to write.
+//! What only the other derive knows (how serde stores a child's fields) is read here, in
+//! constant evaluation: each function returns the problem, and the generated code panics with
+//! it, so that the error points at the attribute and names nothing of this crate.
 
 use std::marker::PhantomData;
 
 use crate::model::{Child, Direction, FieldName, SubsetSpec};
 use crate::values::SortValues;
 
-/// A child field found by Rust name: see [`field_in`].
+/// A child field found by Rust name: see [`field_of`].
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct ChildField {
@@ -20,46 +26,10 @@ pub struct ChildField {
     blocker: Option<&'static str>,
 }
 
-/// Looks up a child's Rust field; used by the derive in constant context, with
-/// [`stored_bson_name`] around it.
-#[doc(hidden)]
-pub const fn child_field<C: Child>(
-    rust: &'static str,
-    key: &str,
-    message: &'static str,
-) -> ChildField {
-    field_in(C::FIELDS, C::__UNSTORED, C::__ALTERED, rust, key, message)
-}
-
-/// [`child_field`] on a child's [`Child::FIELDS`], [`Child::__UNSTORED`] and
-/// [`Child::__ALTERED`] as read through [`Described`], so that a child type without
-/// `#[derive(Child)]` is reported once elsewhere.
-///
-/// An unknown name comes back unchanged, without an index: [`field_index`] reports it (or, in a
-/// generic parent, the compiler's "no field" error). It also fails the build with `message` when
-/// a child field is stored under the parent `key` (checked here rather than in a check of its
-/// own so that a child type without `#[derive(Child)]` is reported once).
-#[doc(hidden)]
-pub const fn field_in(
-    fields: &'static [FieldName],
-    unstored: &'static [(&'static str, &'static str)],
-    altered: &'static [(&'static str, &'static str)],
-    rust: &'static str,
-    key: &str,
-    message: &'static str,
-) -> ChildField {
-    let mut i = 0;
-    while i < fields.len() {
-        if str_eq(fields[i].bson, key) {
-            panic!("{}", message);
-        }
-        i += 1;
-    }
-    field_of(fields, unstored, altered, rust)
-}
-
-/// [`field_in`] without the check of the parent key, for [`field_index`]: that check is made
-/// once, in the descriptor.
+/// Looks up the Rust field `rust` of a child in its lists (its [`Child::FIELDS`],
+/// [`Child::__UNSTORED`] and [`Child::__ALTERED`], as read through [`Described`], so that a child
+/// type without `#[derive(Child)]` is reported once elsewhere). An unknown name comes back
+/// unchanged, without an index.
 #[doc(hidden)]
 pub const fn field_of(
     fields: &'static [FieldName],
@@ -122,7 +92,7 @@ pub enum Role {
 }
 
 /// A child field as a parent names it: which field, on which type, in which role. What the
-/// messages of [`stored_bson_name`] and [`field_index`] are made of.
+/// messages of [`field_problem`] are made of.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct Site {
@@ -245,117 +215,103 @@ impl Site {
             .push("`")
     }
 
-    /// The message for a name that is no stored field of `fields`.
-    const fn unknown(&self, fields: &'static [FieldName]) -> Message {
-        let m = Message::new()
-            .push("no field `")
-            .push(self.field)
-            .push("` on `")
-            .push(self.owner)
-            .push("` (`")
-            .push(self.key())
-            .push("` names its Rust fields): ");
-        // The BSON name of a field: the Rust name is what the grammar takes.
+    /// The message for a name that is no Rust field but the BSON name of one of `fields`, if it
+    /// is: the grammar takes Rust names. (Any other unknown name is rustc's "no field" error.)
+    const fn serde_name(&self, fields: &'static [FieldName]) -> Option<Message> {
         let mut i = 0;
         while i < fields.len() {
             if str_eq(fields[i].bson, self.field) {
-                return m
+                let m = Message::new()
                     .push("`")
                     .push(self.field)
                     .push("` is the serde name of `")
                     .push(fields[i].rust)
-                    .push("`, write `")
+                    .push("` on `")
+                    .push(self.owner)
+                    .push("`, and `")
+                    .push(self.key())
+                    .push("` names Rust fields: write `")
                     .push(fields[i].rust)
                     .push("`");
+                return Some(m);
             }
             i += 1;
         }
-        let mut best: Option<(usize, usize)> = None;
-        let mut i = 0;
-        while i < fields.len() {
-            if subset_spec::is_close(self.field, fields[i].rust) {
-                let distance = subset_spec::edit_distance(self.field, fields[i].rust);
-                let better = match best {
-                    Some((_, d)) => distance < d,
-                    None => true,
-                };
-                if better {
-                    best = Some((i, distance));
-                }
-            }
-            i += 1;
-        }
-        if let Some((i, _)) = best {
-            return m.push("did you mean `").push(fields[i].rust).push("`?");
-        }
-        let mut m = m.push("its stored fields are ");
-        let mut i = 0;
-        while i < fields.len() {
-            if i > 0 {
-                m = m.push(", ");
-            }
-            m = m.push("`").push(fields[i].rust).push("`");
-            i += 1;
-        }
-        m
+        None
     }
 }
 
-/// The BSON name of a child field a parent names at `site`; fails the build when serde does not
-/// always store it as its type (the field is `skip`, `skip_serializing`, `flatten`,
-/// `skip_serializing_if`, `with` or `serialize_with` on the child). Separate from [`field_in`]
-/// so that the derive can place this call, and so the error, at the string that names it.
+/// The BSON name of a child field found by [`field_of`].
 #[doc(hidden)]
-pub const fn stored_bson_name(field: ChildField, site: Site) -> &'static str {
-    if let Some(blocker) = field.blocker {
-        site.blocked(field.bson, blocker).fail();
-    }
+pub const fn bson_name(field: ChildField) -> &'static str {
     field.bson
 }
 
-/// The index in `fields` of the child field a parent names at `site`, for
-/// [`FieldOf`]: fails the build, with a message that says why, when there is no such stored
-/// field (suggesting the Rust field whose BSON name was written, or the closest name) or when
-/// serde does not always store it as its type (as [`stored_bson_name`]).
-///
-/// `is_child` is `false` when the type does not implement [`Child`] (reported once elsewhere):
-/// the index is then 0, and nothing more is reported (see [`FieldOf`]).
+/// What is wrong with the child field a parent names at `site`, for the derive to fail the build
+/// with, at the string that names it: serde does not always store it as its type (it is `skip`,
+/// `skip_serializing`, `flatten`, `skip_serializing_if`, `with` or `serialize_with` on the
+/// child), or the name is the BSON name of a field (the grammar takes Rust names). `None` for a
+/// name that is no field at all (the derive's field access makes that rustc's "no field"
+/// error), and when `is_child` is false: the type does not implement [`Child`], which is
+/// reported once elsewhere.
 #[doc(hidden)]
-pub const fn field_index(
+pub const fn field_problem(
     is_child: bool,
     fields: &'static [FieldName],
     field: ChildField,
     site: Site,
-) -> usize {
+) -> Option<Message> {
     if !is_child {
-        return 0;
+        return None;
     }
     if let Some(blocker) = field.blocker {
-        site.blocked(field.bson, blocker).fail();
+        return Some(site.blocked(field.bson, blocker));
     }
     match field.index {
-        Some(index) => index,
-        None => site.unknown(fields).fail(),
+        Some(_) => None,
+        None => site.serde_name(fields),
     }
 }
 
-/// `T` is the type of a child's `I`th field of [`Child::FIELDS`]: `#[derive(Child)]` implements
-/// it, with `CHILD` true, for each, so that a parent names a child field's type by the index
-/// [`field_index`] finds (the helpers [`sort_values_at`], [`filter_field_at`] and
-/// [`summed_at`] infer `T` from the one impl), with a message of its own for a name that is no
-/// field (a field access would fail with the compiler's "no field" error instead). The type is
-/// a parameter, not an associated type: an impl is then as visible as the field's type, so a
-/// public child may have fields of private types.
-///
-/// With `CHILD` false (`Described::<C>::IS_CHILD`: `C` is no [`Child`], or the stub impl of a
-/// derive that failed), every type has it, for [`NotAChild`], which passes every check: the
-/// one error about the child type is all that is reported.
+/// The index in the child's [`Child::FIELDS`] of a field found by [`field_of`], for
+/// [`FieldOf`]; 0 for a name that is no stored field, which [`field_found`] then turns into
+/// [`FieldOf`]'s `CHILD = false` (the derive reports the name elsewhere).
 #[doc(hidden)]
-pub trait FieldOf<T: ?Sized, const I: usize, const CHILD: bool> {}
+pub const fn field_index(field: ChildField) -> usize {
+    match field.index {
+        Some(index) => index,
+        None => 0,
+    }
+}
 
-impl<C: ?Sized, const I: usize> FieldOf<NotAChild, I, false> for C {}
+/// Whether `field` is a stored field of a type that is a [`Child`] (`is_child`): the `CHILD`
+/// argument of [`FieldOf`].
+#[doc(hidden)]
+pub const fn field_found(is_child: bool, field: ChildField) -> bool {
+    is_child && field.index.is_some()
+}
 
-/// [`Child::Full`] where `CHILD` (`Described::<C>::IS_CHILD`) is true, [`NotAChild`] where it
+/// `T` is the type of a child's `I`th field of [`Child::FIELDS`]: `#[derive(Child)]` implements
+/// it, with `CHILD` true, for each, so that a parent reads a sort key's [`SortValues`] by the
+/// index [`field_index`] finds (the helper [`sort_values_at`] infers `T` from the one impl). The
+/// type is a parameter, not an associated type: an impl is then as visible as the field's type,
+/// so a public child may have fields of private types.
+///
+/// With `CHILD` false (the name is no stored field, or the type is no [`Child`], each reported
+/// elsewhere), every type has it, for [`NotAChild`]: nothing more is reported.
+#[doc(hidden)]
+pub trait FieldOf<T: ?Sized, const I: usize, const CHILD: bool> {
+    /// The field's values: its type's [`SortableField::VALUES`] when the derive can tell
+    /// (whether the field can be a sort key is checked on the field itself, where the parent
+    /// names it).
+    const SORT_VALUES: SortValues;
+}
+
+impl<C: ?Sized, const I: usize> FieldOf<NotAChild, I, false> for C {
+    const SORT_VALUES: SortValues = SortValues::Scalar;
+}
+
+/// [`Child::Full`] where `CHILD` (`Described::<C>::IS_CHILD`) is true, the type itself where it
 /// is false: the full type a parent reads a sum's and a filter's field from, named without
 /// requiring `C: Child`, which is reported once elsewhere. `#[derive(Child)]` implements it.
 #[doc(hidden)]
@@ -365,11 +321,10 @@ pub trait FullOf<const CHILD: bool> {
 }
 
 impl<T: ?Sized> FullOf<false> for T {
-    type Full = NotAChild;
+    type Full = T;
 }
 
-/// What [`FieldOf`] and [`FullOf`] give for a type that is not a [`Child`]: it passes every
-/// check, so that the one error about the missing derive is all that is reported.
+/// What [`FieldOf`] gives for a name that is no stored field of a [`Child`].
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct NotAChild;
@@ -425,11 +380,6 @@ impl Message {
             // Whole strings are appended, so the text is valid UTF-8.
             Err(_) => "",
         }
-    }
-
-    /// Fails the build (in constant evaluation) with the message.
-    pub const fn fail(&self) -> ! {
-        panic!("{}", self.text())
     }
 }
 
@@ -502,56 +452,33 @@ pub trait DescribedFallback {
 
 impl<C: ?Sized> DescribedFallback for Described<C> {}
 
-/// A subset's [`SubsetSpec::embed`]: the child's [`Child::EMBED`]; for a preview, fails the
-/// build with `message` when its full type has a field stored under the parent `key` (the
-/// preview's own fields are checked by the sort keys' [`field_in`]).
+/// Whether one of `fields` is stored under `key`: the derive fails the build when a child
+/// field is stored under the parent key, which the library sets on every stored child.
 #[doc(hidden)]
-pub const fn embed(
-    embed: Option<&'static [FieldName]>,
-    full: &'static [FieldName],
-    key: &str,
-    message: &'static str,
-) -> Option<&'static [FieldName]> {
-    if embed.is_some() {
-        let mut i = 0;
-        while i < full.len() {
-            if str_eq(full[i].bson, key) {
-                panic!("{}", message);
-            }
-            i += 1;
+pub const fn stores(fields: &'static [FieldName], key: &str) -> bool {
+    let mut i = 0;
+    while i < fields.len() {
+        if str_eq(fields[i].bson, key) {
+            return true;
         }
+        i += 1;
     }
-    embed
+    false
 }
 
-/// Check emitted by `#[derive(Child)]` for `preview_of = F`: fails the build with `message` when
-/// `F` is itself a preview (`embed` is `F`'s [`Child::EMBED`]), else returns `rust`. It wraps a
-/// value of the preview's `EMBED` list, whose items rustc evaluates in every build: a call on a
-/// line of its own would be evaluated only where `EMBED` is used.
-#[doc(hidden)]
-pub const fn full_type(
-    embed: Option<&'static [FieldName]>,
-    message: &'static str,
-    rust: &'static str,
-) -> &'static str {
-    if embed.is_some() {
-        panic!("{}", message);
-    }
-    rust
-}
-
-/// The BSON name of a preview field, `bson`, checked against the full type's field of the same
-/// Rust name (`full`, `full_unstored`, `full_altered`: its [`Described`] lists): fails the build
-/// with `renamed` when the full type stores it under another name, `unstored` when it never
-/// stores it under its name (`skip`, `skip_serializing`, `flatten`), `sometimes` when it leaves
-/// it out of some children (`skip_serializing_if`) and the preview field cannot read a missing
-/// value (`None` when it can: it is an `Option` or `#[serde(default)]`), or `reformed` when it
-/// stores it through a function (`with`, `serialize_with`) and the preview field reads it as
-/// its plain type (`None` when it has a `with` or `deserialize_with` of its own). A name the
-/// full type lacks is left to the derive's type check, which reports it.
+/// What is wrong with a preview field, `rust` stored as `bson`, checked against the full type's
+/// field of the same Rust name (`full`, `full_unstored`, `full_altered`: its [`Described`]
+/// lists), for the derive to fail the build with at the preview field: `renamed` when the full
+/// type stores it under another name, `unstored` when it never stores it under its name
+/// (`skip`, `skip_serializing`, `flatten`), `sometimes` when it leaves it out of some children
+/// (`skip_serializing_if`) and the preview field cannot read a missing value (`None` when it
+/// can: it is an `Option` or `#[serde(default)]`), or `reformed` when it stores it through a
+/// function (`with`, `serialize_with`) and the preview field reads it as its plain type (`None`
+/// when it has a `with` or `deserialize_with` of its own). A name the full type lacks is left to
+/// the derive's field access, which rustc reports.
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
-pub const fn preview_bson_name(
+pub const fn preview_problem(
     full: &'static [FieldName],
     full_unstored: &'static [(&'static str, &'static str)],
     full_altered: &'static [(&'static str, &'static str)],
@@ -561,84 +488,45 @@ pub const fn preview_bson_name(
     unstored: &'static str,
     sometimes: Option<&'static str>,
     reformed: Option<&'static str>,
-) -> &'static str {
+) -> Option<&'static str> {
     let mut i = 0;
     while i < full.len() {
         if str_eq(full[i].rust, rust) && !str_eq(full[i].bson, bson) {
-            panic!("{}", renamed);
+            return Some(renamed);
         }
         i += 1;
     }
     if serde_key(full_unstored, rust).is_some() {
-        panic!("{}", unstored);
+        return Some(unstored);
     }
     match (serde_key(full_altered, rust), sometimes, reformed) {
-        (Some(key), Some(message), _) if str_eq(key, "skip_serializing_if") => {
-            panic!("{}", message)
-        }
-        (Some(key), _, Some(message)) if !str_eq(key, "skip_serializing_if") => {
-            panic!("{}", message)
-        }
-        _ => bson,
+        (Some(key), Some(message), _) if str_eq(key, "skip_serializing_if") => Some(message),
+        (Some(key), _, Some(message)) if !str_eq(key, "skip_serializing_if") => Some(message),
+        _ => None,
     }
 }
 
-/// A preview field's type is its full type's field's: the check `#[derive(Child)]` emits for
-/// each field of a preview (`P` the preview field's type, `F` the full type's).
+/// A preview field's type is its full type's field's: `#[derive(Child)]` checks it for each
+/// field of a preview (`Self` the preview field's type, `F` the full type's). Implemented only
+/// for `F` itself.
 #[diagnostic::on_unimplemented(
     message = "a preview field must have the type of the full child's field of the same name: `{Self}` here, `{F}` in the full child",
     label = "declare this field as `{F}`",
     note = "a preview embeds the full child's values as they are stored, so each of its fields has the type the full child gives it"
 )]
-#[doc(hidden)]
 pub trait PreviewField<F: ?Sized> {}
 
 impl<T: ?Sized> PreviewField<T> for T {}
 
-/// Compile-time check emitted by `#[derive(Child)]` for one preview field. The full type's field
-/// comes first: with `P` not yet known, the one impl of `PreviewField` cannot turn a mismatch into
-/// rustc's "mismatched types" before the bound is checked.
-#[doc(hidden)]
-pub fn assert_preview_field<F: ?Sized, P: PreviewField<F> + ?Sized>(_: &F, _: &P) {}
-
 /// The [`SortValues`] of a sort key: the field of type `T` (inferred) at index `I` of `C`'s
-/// [`Child::FIELDS`]; the bound is the check that the field can be a sort key.
+/// [`Child::FIELDS`].
 #[doc(hidden)]
 pub const fn sort_values_at<C, T, const I: usize, const CHILD: bool>() -> SortValues
 where
     C: FieldOf<T, I, CHILD> + ?Sized,
-    T: SortableField + ?Sized,
-{
-    T::VALUES
-}
-
-/// `bson`, the BSON name of a filtered view's field: the field of type `T` (inferred) at index
-/// `I` of the full child type `C`; the bound is the check that it is a `bool`.
-#[doc(hidden)]
-pub const fn filter_field_at<C, T, const I: usize, const CHILD: bool>(
-    bson: &'static str,
-) -> &'static str
-where
-    C: FieldOf<T, I, CHILD> + ?Sized,
-    T: FilterField + ?Sized,
-{
-    bson
-}
-
-/// `bson`, the BSON name of a summed child field: the field of type `T` (inferred) at index `I`
-/// of the full child type `C`; the bound is the check that the parent field's type `P` (inferred
-/// from the accessor `|parent| &parent.field`) can hold its running sum.
-#[doc(hidden)]
-pub const fn summed_at<X, P, C, T, const I: usize, const CHILD: bool>(
-    _: fn(&X) -> &P,
-    bson: &'static str,
-) -> &'static str
-where
-    P: SumField<T> + ?Sized,
-    C: FieldOf<T, I, CHILD> + ?Sized,
     T: ?Sized,
 {
-    bson
+    <C as FieldOf<T, I, CHILD>>::SORT_VALUES
 }
 
 /// A type in a probe's parameters, without owning one (and `Send`, `Sync` whatever it is).
@@ -664,26 +552,32 @@ pub trait SameTypeFallback {
 
 impl<A: ?Sized, B: ?Sized> SameTypeFallback for SameType<A, B> {}
 
-/// `collection`, the child collection of a view; fails the build with `message` unless `same`:
-/// whether its element type's [`Child::Full`] is that of an earlier view of the same children
-/// (the same collection and key), which a read through either would decode.
+/// Whether `specs[earlier]` and `specs[later]` sort their children in one order once both are
+/// made total as [`SubsetSpec::order`] makes them (the `_id` tie-breaker appended in the
+/// direction of the last key, and nothing after an `_id` counting, since no two children share
+/// one). The derive fails the build when they do for views of the same children with the same
+/// `keep` and filter, which would then always hold the same children.
 #[doc(hidden)]
-pub const fn one_child_type(
-    same: bool,
-    message: &'static str,
-    collection: &'static str,
-) -> &'static str {
-    if !same {
-        panic!("{}", message);
+pub const fn same_order(specs: &'static [SubsetSpec], earlier: usize, later: usize) -> bool {
+    let (a, b) = (specs[earlier].sort, specs[later].sort);
+    let (len_a, len_b) = (total_len(a), total_len(b));
+    if len_a != len_b {
+        return false;
     }
-    collection
+    let mut i = 0;
+    while i < len_a {
+        let ((field_a, dir_a), (field_b, dir_b)) = (total_key(a, i), total_key(b, i));
+        if !str_eq(field_a, field_b) || dir_a.as_i32() != dir_b.as_i32() {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
-/// `specs`; fails the build with `message` when `specs[earlier]` and `specs[later]` sort their
-/// children in one order once both are made total as [`SubsetSpec::order`] makes them (the
-/// `_id` tie-breaker appended in the direction of the last key, and nothing after an `_id`
-/// counting, since no two children share one). The derive calls it for views of the same
-/// children with the same `keep` and filter, which would then always hold the same children.
+/// `specs`; in a generic parent, where no constant item can name the parent, the derive's
+/// check of [`same_order`] in `SUBSETS` itself: fails the build with `message` when they sort
+/// in one order (evaluated where a build uses `SUBSETS` for a concrete type).
 #[doc(hidden)]
 pub const fn distinct_orders(
     specs: &'static [SubsetSpec],
@@ -691,20 +585,10 @@ pub const fn distinct_orders(
     later: usize,
     message: &'static str,
 ) -> &'static [SubsetSpec] {
-    let (a, b) = (specs[earlier].sort, specs[later].sort);
-    let (len_a, len_b) = (total_len(a), total_len(b));
-    if len_a != len_b {
-        return specs;
+    if same_order(specs, earlier, later) {
+        panic!("{}", message);
     }
-    let mut i = 0;
-    while i < len_a {
-        let ((field_a, dir_a), (field_b, dir_b)) = (total_key(a, i), total_key(b, i));
-        if !str_eq(field_a, field_b) || dir_a.as_i32() != dir_b.as_i32() {
-            return specs;
-        }
-        i += 1;
-    }
-    panic!("{}", message)
+    specs
 }
 
 /// The length of the total order of `sort`: up to its first `_id`, or one more for the `_id`
@@ -758,6 +642,12 @@ pub trait SortableField {
     /// The BSON values a field of this type holds once serialized (and reads back): a cursor
     /// position for this key must be one of them.
     const VALUES: SortValues;
+
+    /// The derive's check that a sort key's field has such a type, called as
+    /// `<_ as SortableField>::__check(&child.field)` in code that never runs, so that rustc
+    /// reports a type that is none at the sort string, with this trait's message.
+    #[doc(hidden)]
+    fn __check(&self) {}
 }
 
 /// Integer types that can hold a subset's child count.
@@ -766,7 +656,22 @@ pub trait SortableField {
     label = "the `count` field must be an integer",
     note = "declare the count field as `i64` (or `i32`, `u32`, `u64`) and mark it `#[serde(default)]`"
 )]
-pub trait CountField {}
+pub trait CountField {
+    /// The derive's check of the `count` field: see [`SortableField::__check`].
+    #[doc(hidden)]
+    fn __check(&self) {}
+}
+
+/// The traits behind [`CountField`] and [`FilterField`]: each is implemented for the types
+/// listed, and only for them. Through a blanket impl that rustc does not recommend, so that an
+/// error names the trait's own message and not a list of impls.
+mod sealed {
+    pub trait Count {}
+    pub trait Filter {}
+}
+
+#[diagnostic::do_not_recommend]
+impl<T: sealed::Count + ?Sized> CountField for T {}
 
 macro_rules! impl_sortable {
     ($($t:ty => $values:expr),* $(,)?) => {
@@ -796,14 +701,13 @@ impl_sortable!(
     crate::bson::DateTime => SortValues::DateTime, crate::bson::oid::ObjectId => SortValues::ObjectId,
     crate::bson::Decimal128 => SortValues::Decimal128, crate::bson::Timestamp => SortValues::Timestamp,
     crate::bson::Uuid => SortValues::Uuid,
-    NotAChild => SortValues::Scalar,
 );
 
 macro_rules! impl_marker {
-    ($trait:ident: $($t:ty),* $(,)?) => { $(impl $trait for $t {})* };
+    ($trait:path: $($t:ty),* $(,)?) => { $(impl $trait for $t {})* };
 }
 
-impl_marker!(CountField: i32, i64, u32, u64);
+impl_marker!(sealed::Count: i32, i64, u32, u64);
 
 /// Types a parent field can have to hold the running sum of a child field of type `C`: an
 /// integer for integer children (the sum stays exact), `f64` for any numeric child.
@@ -812,13 +716,17 @@ impl_marker!(CountField: i32, i64, u32, u64);
     label = "a `sum` adds up a required numeric child field (not an `Option`: every child must hold a number there) into a numeric parent field",
     note = "sum a required numeric child field (an integer up to `i64`/`u32`, or `f32`/`f64`) into an `i64` (or `i32`, `u32`) parent field for integers, an `f64` one for floats; mark the parent field `#[serde(default)]`"
 )]
-pub trait SumField<C: ?Sized> {}
+pub trait SumField<C: ?Sized> {
+    /// The derive's check of one `sum`, called as `<_ as SumField<_>>::__check(&child.field,
+    /// &parent.total)`: see [`SortableField::__check`]. The child field comes first, so that
+    /// rustc knows its type when it reports a parent field that cannot hold the sum.
+    #[doc(hidden)]
+    fn __check(_child: &C, _parent: &Self) {}
+}
 
 macro_rules! impl_sum {
     ($($parent:ty: $($child:ty),*;)*) => { $($(impl SumField<$child> for $parent {})*)* };
 }
-
-impl<P: ?Sized> SumField<NotAChild> for P {}
 
 impl_sum!(
     i32: i8, i16, i32, u8, u16;
@@ -827,17 +735,11 @@ impl_sum!(
     f64: i8, i16, i32, i64, u8, u16, u32, f32, f64;
 );
 
-/// A child to name fields of in the derive's never-called check function, so that a `sum`'s
-/// child field type is known directly from a field access.
+/// A value to name fields of in the derive's never-called check function.
 #[doc(hidden)]
-pub fn nothing<'a, T>() -> &'a T {
+pub fn nothing<'a, T: ?Sized>() -> &'a T {
     unreachable!("only named in a check function that is never called")
 }
-
-/// Compile-time check emitted by the derive for one `sum`: a parent field that can hold the sum
-/// of that child field.
-#[doc(hidden)]
-pub fn assert_sum<P: SumField<C> + ?Sized, C: ?Sized>(_: &P, _: &C) {}
 
 /// Types a filtered view's child field can have: `bool`, which every child holds (a child whose
 /// field is missing or null is in no filtered view, so an `Option` would hide it silently).
@@ -846,35 +748,21 @@ pub fn assert_sum<P: SumField<C> + ?Sized, C: ?Sized>(_: &P, _: &C) {}
     label = "a `filter` names a `bool` child field",
     note = "filter by a required `bool` child field: `filter = \"verified\"` keeps the children where it is true, `filter = \"!hidden\"` those where it is false"
 )]
-pub trait FilterField {}
+pub trait FilterField {
+    /// The derive's check of a view's `filter`: see [`SortableField::__check`].
+    #[doc(hidden)]
+    fn __check(&self) {}
+}
 
-impl FilterField for bool {}
+#[diagnostic::do_not_recommend]
+impl<T: sealed::Filter + ?Sized> FilterField for T {}
 
-impl FilterField for NotAChild {}
-
-/// Compile-time check emitted by the derive for a view's `filter`.
-#[doc(hidden)]
-pub fn assert_filter<T: FilterField + ?Sized>(_: &T) {}
-
-/// Compile-time check emitted by the derive for the `count` field.
-#[doc(hidden)]
-pub fn assert_count<T: CountField + ?Sized>(_: &T) {}
+impl sealed::Filter for bool {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{SortKey, TEST_SPEC};
-
-    /// The message a check fails with when called at run time (the test harness captures
-    /// what the panic prints).
-    fn failure(check: impl FnOnce() + std::panic::UnwindSafe) -> String {
-        let payload = std::panic::catch_unwind(check).expect_err("the check passed");
-        payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_default()
-    }
 
     const FIELDS: &[FieldName] = &[
         FieldName {
@@ -902,73 +790,45 @@ mod tests {
         }
     }
 
-    fn index(field: &'static str, role: Role) -> usize {
+    /// The message of the problem with `field` in `role`, if any.
+    fn problem(field: &'static str, role: Role) -> Option<String> {
         let found = field_of(FIELDS, UNSTORED, ALTERED, field);
-        field_index(true, FIELDS, found, site(field, role))
+        field_problem(true, FIELDS, found, site(field, role)).map(|m| m.text().to_owned())
     }
 
     #[test]
     fn fields_are_found_by_rust_name() {
-        assert_eq!(index("is_verified", Role::Sort), 1);
         let found = field_of(FIELDS, UNSTORED, ALTERED, "is_verified");
-        assert_eq!(
-            stored_bson_name(found, site("is_verified", Role::Sort)),
-            "isVerified"
-        );
+        assert_eq!((field_index(found), bson_name(found)), (1, "isVerified"));
+        assert!(field_found(true, found) && !field_found(false, found));
+        assert_eq!(problem("is_verified", Role::Sort), None);
         // Not a child: nothing is reported here.
         let found = field_of(&[], &[], &[], "nothing");
-        assert_eq!(
-            field_index(false, &[], found, site("nothing", Role::Sum)),
-            0
-        );
+        assert!(!field_found(true, found));
+        assert!(field_problem(false, &[], found, site("nothing", Role::Sum)).is_none());
     }
 
     #[test]
-    fn unknown_names_get_a_suggestion() {
+    fn serde_names_are_told_and_unknown_names_left_to_rustc() {
         assert_eq!(
-            failure(|| {
-                index("isVerified", Role::Filter { equals: true });
-            }),
-            "no field `isVerified` on `Review` (`filter` names its Rust fields): `isVerified` is the serde name of `is_verified`, write `is_verified`"
+            problem("isVerified", Role::Filter { equals: true }).as_deref(),
+            Some("`isVerified` is the serde name of `is_verified` on `Review`, and `filter` names Rust fields: write `is_verified`")
         );
-        assert_eq!(
-            failure(|| {
-                index("vote", Role::Sum);
-            }),
-            "no field `vote` on `Review` (`sum` names its Rust fields): did you mean `votes`?"
-        );
-        assert_eq!(
-            failure(|| {
-                index("date", Role::Sort);
-            }),
-            "no field `date` on `Review` (`sort` names its Rust fields): its stored fields are `id`, `is_verified`, `votes`"
-        );
+        assert_eq!(problem("vote", Role::Sum), None);
     }
 
     #[test]
     fn fields_stored_sometimes_or_never_are_refused() {
-        let message = failure(|| {
-            index("votes", Role::Filter { equals: false });
-        });
+        let message = problem("votes", Role::Filter { equals: false }).unwrap_or_default();
         assert!(
             message.starts_with("a filter field must always be stored: `votes` is `#[serde(skip_serializing_if)]` on `Review`")
                 && message.contains("a query for `votes: false` never matches a missing field"),
             "{message}"
         );
-        let message = failure(|| {
-            index("cached", Role::Sum);
-        });
+        let message = problem("cached", Role::Sum).unwrap_or_default();
         assert!(
             message.starts_with("`cached` cannot be summed: it is `#[serde(skip)]` on `Review`, so it is never stored"),
             "{message}"
-        );
-        // The same message from the descriptor's own lookup (a generic parent's only check).
-        let found = field_of(FIELDS, UNSTORED, ALTERED, "cached");
-        assert_eq!(
-            failure(move || {
-                stored_bson_name(found, site("cached", Role::Sum));
-            }),
-            message
         );
     }
 
@@ -992,10 +852,10 @@ mod tests {
         }
     }
 
-    /// Whether `distinct_orders` takes the two orders for one.
+    /// Whether `same_order` takes the two orders for one.
     fn one_order(a: &'static [SortKey], b: &'static [SortKey]) -> bool {
         let specs: &'static [SubsetSpec] = Box::leak(Box::new([with_sort(a), with_sort(b)]));
-        std::panic::catch_unwind(|| distinct_orders(specs, 0, 1, "same")).is_err()
+        same_order(specs, 0, 1)
     }
 
     #[test]
