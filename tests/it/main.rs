@@ -8,6 +8,7 @@ mod common;
 mod bad_input;
 mod concerns;
 mod concurrency;
+mod examples;
 mod follow;
 mod forged_cursors;
 mod lifecycle;

@@ -2,11 +2,11 @@
 //! what it shows, so a run that ends non-zero is a claim of it found false.
 //!
 //! Cargo builds the examples (not runs them) in `cargo test` when their required feature is on:
-//! `cargo test --features mongodb-subset/testkit`; `cargo test --test examples` builds only this
+//! `cargo test --features mongodb-subset/testkit`; `cargo test --test it` alone builds only this
 //! test, so build the examples first. This test runs the binaries it finds next to its own
-//! (`target/<profile>/examples/`), and fails when one is missing or older than its source. Each example starts its own `mongod` unless
-//! `MONGODB_URI` names a server; they run one at a time, so that latencies and lags they print
-//! are not each other's.
+//! (`target/<profile>/examples/`), and fails when one is missing or older than its source.
+//! Each example starts its own `mongod` unless `MONGODB_URI` names a server; they run one at a
+//! time, so that latencies and lags they print are not each other's.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,7 +21,7 @@ fn run(name: &str, line: &str) -> String {
     let _one = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    // This test is `target/<profile>/deps/examples-<hash>`; the examples are in
+    // This test is `target/<profile>/deps/it-<hash>`; the examples are in
     // `target/<profile>/examples/`.
     let exe = std::env::current_exe().expect("the test's own path");
     let profile = exe
@@ -35,10 +35,10 @@ fn run(name: &str, line: &str) -> String {
         binary.is_file(),
         "the example `{name}` is not built ({} is missing): the examples need the `testkit` \
          feature; build them with `cargo test --features mongodb-subset/testkit` (or `cargo \
-         build --examples --features mongodb-subset/testkit` before `--test examples`)",
+         build --examples --features mongodb-subset/testkit` before `--test it`)",
         binary.display()
     );
-    // `cargo test --test examples` builds this test alone: an example edited since its last
+    // `cargo test --test it` builds this test alone: an example edited since its last
     // build would run as it was.
     let source = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples")
