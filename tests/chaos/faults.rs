@@ -3,6 +3,10 @@
 //! a chosen step of a write: the child's insert, the parent's update, the commit. For each, what
 //! the call returns, what is stored, and that a retry of the same call ends with exactly one copy
 //! of the child, counted once.
+//!
+//! Each write runs twice: `sampled`, each step under one fault (the everyday run), and
+//! `every_fault`, every fault at every step, behind `ignore` (`.ci/run` runs it:
+//! `cargo test --features mongodb-subset/testkit --test chaos -- --ignored`).
 
 use crate::common;
 
@@ -250,21 +254,73 @@ async fn remove_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     format!("remove: {mode:?} {command} {fault:?}: {outcome}; then {after_first:?}")
 }
 
-/// Every case of a write whose commands are `steps`: each fault at each step and, in a
+/// Which cases of a write a test runs.
+#[derive(Debug, Clone, Copy)]
+enum Matrix {
+    /// The everyday run: each step of each write mode under one fault, the faults taken in
+    /// turn.
+    Sampled,
+    /// Every fault at every step (behind `ignore`; `.ci/run` runs it as its long step).
+    Every,
+}
+
+const FAULTS: [Fault; 4] = [
+    Fault::ClosedConnection,
+    Fault::Transient,
+    Fault::Fatal,
+    Fault::WriteConcern,
+];
+
+/// The cases of a write whose commands are `steps`: faults at each step and, in a
 /// transaction, at the commit; in both write modes.
-fn cases(steps: &[&'static str]) -> Vec<(WriteMode, &'static str, Fault)> {
-    let faults = [
-        Fault::ClosedConnection,
-        Fault::Transient,
-        Fault::Fatal,
-        Fault::WriteConcern,
-    ];
+fn cases(matrix: Matrix, steps: &[&'static str]) -> Vec<(WriteMode, &'static str, Fault)> {
     let transactional = steps.iter().copied().chain(["commitTransaction"]);
-    transactional
+    let at = transactional
         .map(|step| (WriteMode::Transactional, step))
-        .chain(steps.iter().map(|step| (WriteMode::Ordered, *step)))
-        .flat_map(|(mode, command)| faults.map(|fault| (mode, command, fault)))
-        .collect()
+        .chain(steps.iter().map(|step| (WriteMode::Ordered, *step)));
+    faulted(matrix, at)
+}
+
+/// Each of `at` under the faults `matrix` asks for.
+fn faulted<T: Copy>(
+    matrix: Matrix,
+    at: impl Iterator<Item = (T, &'static str)>,
+) -> Vec<(T, &'static str, Fault)> {
+    match matrix {
+        Matrix::Sampled => at
+            .enumerate()
+            .map(|(i, (mode, command))| (mode, command, FAULTS[i % FAULTS.len()]))
+            .collect(),
+        Matrix::Every => at
+            .flat_map(|(mode, command)| FAULTS.map(|fault| (mode, command, fault)))
+            .collect(),
+    }
+}
+
+/// A test of one write under faults, twice: `sampled` in the everyday run, `every_fault`
+/// (every fault at every step) behind `ignore`.
+macro_rules! under_faults {
+    ($(#[$doc:meta])* $name:ident, $steps:expr, $under:ident) => {
+        $(#[$doc])*
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread")]
+            async fn sampled() {
+                for (mode, command, fault) in cases(Matrix::Sampled, &$steps) {
+                    println!("{}", $under(mode, command, fault).await);
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread")]
+            #[ignore = "long: every fault at every step; .ci/run runs it"]
+            async fn every_fault() {
+                for (mode, command, fault) in cases(Matrix::Every, &$steps) {
+                    println!("{}", $under(mode, command, fault).await);
+                }
+            }
+        }
+    };
 }
 
 fn outcome(result: &subset::Result<()>) -> String {
@@ -278,12 +334,11 @@ fn outcome(result: &subset::Result<()>) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_remove_under_each_fault_at_each_step_ends_with_the_child_gone_once() {
-    for (mode, command, fault) in cases(&["findAndModify", "update"]) {
-        println!("{}", remove_under(mode, command, fault).await);
-    }
-}
+under_faults!(
+    a_remove_under_each_fault_at_each_step_ends_with_the_child_gone_once,
+    ["findAndModify", "update"],
+    remove_under
+);
 
 /// One update (a replacement that moves the child to the head) under one fault at one step:
 /// after a retry, the child is stored once, as replaced, and embedded first.
@@ -322,19 +377,17 @@ async fn update_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     format!("update: {mode:?} {command} {fault:?}: {outcome}; then {after_first:?}")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_update_under_each_fault_at_each_step_ends_replaced_once() {
-    for (mode, command, fault) in cases(&["findAndModify", "update"]) {
-        println!("{}", update_under(mode, command, fault).await);
-    }
-}
+under_faults!(
+    an_update_under_each_fault_at_each_step_ends_replaced_once,
+    ["findAndModify", "update"],
+    update_under
+);
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_push_under_each_fault_at_each_step_ends_in_one_copy_counted_once() {
-    for (mode, command, fault) in cases(&["insert", "update"]) {
-        println!("{}", push_under(mode, command, fault).await);
-    }
-}
+under_faults!(
+    a_push_under_each_fault_at_each_step_ends_in_one_copy_counted_once,
+    ["insert", "update"],
+    push_under
+);
 
 /// A push to a parent contended across processes (folded, see `tests/chaos/fold.rs`) under one fault
 /// at one step: its queue append (`findAndModify`), or the fold's parent update, child insert
@@ -392,17 +445,27 @@ async fn folded_push_under(command: &str, fault: Fault) -> String {
     format!("folded: {command} {fault:?}: {outcome}; then {after_first:?}")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_folded_push_under_each_fault_at_each_step_ends_in_one_copy_counted_once() {
+/// The fold's steps, each under faults: its queue append, the parent update, the child insert
+/// and the commit, all in a transaction of the fold.
+fn folded_cases(matrix: Matrix) -> Vec<((), &'static str, Fault)> {
     let steps = ["findAndModify", "update", "insert", "commitTransaction"];
-    let faults = [
-        Fault::ClosedConnection,
-        Fault::Transient,
-        Fault::Fatal,
-        Fault::WriteConcern,
-    ];
-    for command in steps {
-        for fault in faults {
+    faulted(matrix, steps.into_iter().map(|step| ((), step)))
+}
+
+mod a_folded_push_under_each_fault_at_each_step_ends_in_one_copy_counted_once {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn sampled() {
+        for ((), command, fault) in folded_cases(Matrix::Sampled) {
+            println!("{}", folded_push_under(command, fault).await);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    #[ignore = "long: every fault at every step; .ci/run runs it"]
+    async fn every_fault() {
+        for ((), command, fault) in folded_cases(Matrix::Every) {
             println!("{}", folded_push_under(command, fault).await);
         }
     }
@@ -449,12 +512,11 @@ async fn push_many_under(mode: WriteMode, command: &str, fault: Fault) -> String
     format!("push_many: {mode:?} {command} {fault:?}: {outcome}")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_batch_push_under_each_fault_at_each_step_ends_with_each_child_once() {
-    for (mode, command, fault) in cases(&["insert", "update"]) {
-        println!("{}", push_many_under(mode, command, fault).await);
-    }
-}
+under_faults!(
+    a_batch_push_under_each_fault_at_each_step_ends_with_each_child_once,
+    ["insert", "update"],
+    push_many_under
+);
 
 /// A delete of a parent with children under one fault at one step: after a retry, nothing of
 /// either is left.
@@ -478,12 +540,11 @@ async fn delete_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     format!("delete: {mode:?} {command} {fault:?}: {outcome}; then {after_first:?}")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_delete_under_each_fault_at_each_step_ends_with_nothing_left() {
-    for (mode, command, fault) in cases(&["delete"]) {
-        println!("{}", delete_under(mode, command, fault).await);
-    }
-}
+under_faults!(
+    a_delete_under_each_fault_at_each_step_ends_with_nothing_left,
+    ["delete"],
+    delete_under
+);
 
 /// A reconcile of a parent whose subset lost a child (written around the library) under one
 /// fault at one step: after a retry, the subset and count are true.
@@ -516,14 +577,10 @@ async fn reconcile_under(mode: WriteMode, command: &str, fault: Fault) -> String
     format!("reconcile: {mode:?} {command} {fault:?}: {outcome}")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_reconcile_under_each_fault_at_each_step_ends_true() {
-    // A reconcile writes only the parent: its steps are its reads (`find`), the update, the
-    // commit.
-    for (mode, command, fault) in cases(&["find", "update"]) {
-        println!("{}", reconcile_under(mode, command, fault).await);
-    }
-}
+under_faults!(
+    /// A reconcile writes only the parent: its steps are its reads (`find`), the update, the
+    /// commit.
+    a_reconcile_under_each_fault_at_each_step_ends_true, ["find", "update"], reconcile_under);
 
 /// An insert of a parent with children under one fault at one step: after a retry of the same
 /// call, the parent once with every child. (The retry of an insert that got through is
@@ -556,12 +613,11 @@ async fn insert_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_insert_under_each_fault_at_each_step_ends_with_the_parent_and_every_child() {
-    for (mode, command, fault) in cases(&["insert", "update"]) {
-        println!("{}", insert_under(mode, command, fault).await);
-    }
-}
+under_faults!(
+    an_insert_under_each_fault_at_each_step_ends_with_the_parent_and_every_child,
+    ["insert", "update"],
+    insert_under
+);
 
 /// A patch (a new date, which re-ranks the child, and a new author) under one fault at one
 /// step: a set is idempotent, so after a retry of the same call the child holds the new values
@@ -614,13 +670,9 @@ async fn patch_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     format!("patch: {mode:?} {command} {fault:?}: {outcome}")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_patch_under_each_fault_at_each_step_ends_patched_once() {
-    // The child's `findAndModify`, then the view's recompute: its reads and its update.
-    for (mode, command, fault) in cases(&["findAndModify", "find", "update"]) {
-        println!("{}", patch_under(mode, command, fault).await);
-    }
-}
+under_faults!(
+    /// The child's `findAndModify`, then the view's recompute: its reads and its update.
+    a_patch_under_each_fault_at_each_step_ends_patched_once, ["findAndModify", "find", "update"], patch_under);
 
 /// A move between two products under one fault at one step: after a retry (which finds the
 /// child moved, `ChildNotFound`, when the first got through), the child is the other
@@ -670,12 +722,11 @@ async fn move_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     format!("move: {mode:?} {command} {fault:?}: {outcome}; then {after_first:?}")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_move_under_each_fault_at_each_step_ends_under_the_new_parent() {
-    for (mode, command, fault) in cases(&["findAndModify", "update"]) {
-        println!("{}", move_under(mode, command, fault).await);
-    }
-}
+under_faults!(
+    a_move_under_each_fault_at_each_step_ends_under_the_new_parent,
+    ["findAndModify", "update"],
+    move_under
+);
 
 /// Without a transaction, a connection lost twice (the write, and the driver's one retry of
 /// it): nobody knows whether the child was written, and the error says so in its type. A retry
