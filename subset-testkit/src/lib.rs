@@ -38,7 +38,7 @@
 //!
 //! ```text
 //! [dev-dependencies]
-//! subset = { version = "0.1", features = ["testkit"] }
+//! mongodb-subset = { version = "0.1", features = ["testkit"] }
 //! subset-testkit = { version = "0.1", features = ["pypi-fallback"] }
 //! ```
 //!
