@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub use subset_derive::{Child, Subset};
+// Everything public of the runtime, the derives' hidden module included.
 pub use subset_runtime::*;
 
 // The `subset-testkit` crate, whose own docs render as this module's.
@@ -10,9 +11,6 @@ pub use subset_runtime::*;
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 #[doc(inline)]
 pub use subset_testkit as testkit;
-
-#[doc(hidden)]
-pub use subset_runtime::__private010;
 
 // The guide: one page per module, each a Markdown file of `docs/guide/` (so that docs.rs shows
 // it and doc tests compile its examples). The modules hold no items.
