@@ -1145,3 +1145,55 @@ async fn an_increment_past_its_type_is_refused_and_writes_nothing() {
         store.delete(&30).await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_patch_by_filter_with_nothing_to_do_or_a_refused_filter_leaves_nothing() {
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 31, 3).await;
+        let reviews = store.children(Product::LATEST);
+        let before = stored(&store, 2).await;
+
+        // Nothing to set or unset: no parent visited, none failed.
+        let report = reviews
+            .patch_where(doc! { "author": "author 2" })
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                report.progress.parents,
+                report.progress.children,
+                report.progress.failed
+            ),
+            (0, 0, 0),
+            "{mode:?}: {:?}",
+            report.failures
+        );
+        assert_eq!(stored(&store, 2).await, before);
+
+        // A filter the server refuses fails the job and leaves no journal.
+        let removed = reviews.remove_where(doc! { "$bogus": 1 }).await;
+        assert!(
+            matches!(removed, Err(Error::Mongo { .. })),
+            "{mode:?}: {removed:?}"
+        );
+        let patched = reviews
+            .patch_where(doc! { "$bogus": 1 })
+            .set(Review::HIDDEN, true)
+            .await;
+        assert!(
+            matches!(patched, Err(Error::Mongo { .. })),
+            "{mode:?}: {patched:?}"
+        );
+        let jobs = store
+            .database()
+            .collection::<Document>(subset::bulk::JOB_COLLECTION)
+            .count_documents(doc! {})
+            .await
+            .unwrap();
+        assert_eq!(jobs, 0, "{mode:?}: a refused job left its journal");
+        assert_eq!(parent(&store, 31).await.total, 3);
+        assert_true(&store, 31, "after refused jobs by filter").await;
+        store.delete(&31).await.unwrap();
+    }
+}
