@@ -183,7 +183,8 @@ pub enum Error {
 
     /// A patch ([`crate::raw::ChildPatch`]) that cannot be applied: it names the `_id`, the
     /// parent key or one field twice, takes away a field the subset orders, filters or sums
-    /// by, or increments by something that is not a number. Nothing is written.
+    /// by, increments by something that is not a number, or would take an integer field out
+    /// of its Rust type's range ([`crate::patch::Patch::inc`]). Nothing is written.
     #[error("invalid patch of a child in `{collection}`: field `{field}` {reason}")]
     InvalidPatch {
         /// The child collection.

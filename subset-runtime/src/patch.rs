@@ -26,7 +26,7 @@ use mongodb::ClientSession;
 use serde::Serialize;
 
 use crate::bson::{Bson, Document};
-use crate::engine::{BulkProgress, BulkReport, ChildPatch, RawChildren, SweepOptions};
+use crate::engine::{BulkProgress, BulkReport, ChildPatch, Range, RawChildren, SweepOptions};
 use crate::error::{Error, Result};
 use crate::job::Progress;
 use crate::model::Child;
@@ -106,13 +106,38 @@ impl Changeable for Mutable {}
     label = "not a number the server can increment",
     note = "increment an integer (up to `i64` or `u32`) or a float field; `set` a field of any other type, an `Option` included"
 )]
-pub trait Increment: Serialize {}
-
-macro_rules! increment {
-    ($($t:ty),*) => { $(impl Increment for $t {})* };
+pub trait Increment: Serialize {
+    /// The values an integer type holds, `(MIN, MAX)`; `None` for a float. An `inc` or `dec`
+    /// that would take a field out of them is refused: the server would store a value (an
+    /// int32 widened to an int64, a negative number) the field cannot read back.
+    const RANGE: Option<(i64, i64)>;
 }
 
-increment!(i8, i16, i32, i64, u8, u16, u32, f32, f64);
+macro_rules! increment {
+    ($($t:ty),*) => { $(impl Increment for $t {
+        // Each converts to `i64` without loss.
+        const RANGE: Option<(i64, i64)> = Some((<$t>::MIN as i64, <$t>::MAX as i64));
+    })* };
+}
+
+increment!(i8, i16, i32, i64, u8, u16, u32);
+
+impl Increment for f32 {
+    const RANGE: Option<(i64, i64)> = None;
+}
+
+impl Increment for f64 {
+    const RANGE: Option<(i64, i64)> = None;
+}
+
+/// `V`'s range, as the engine keeps an increment in it.
+fn range<V: Increment>() -> Option<Range> {
+    V::RANGE.map(|(min, max)| Range {
+        min,
+        max,
+        name: std::any::type_name::<V>(),
+    })
+}
 
 /// The field types `unset` takes: `Option`s, which read a missing field back as `None`.
 #[diagnostic::on_unimplemented(
@@ -204,29 +229,60 @@ impl<'a, C: Child> Patch<'a, C, One<'a>> {
         Patch::new(raw, One { ids, session: None })
     }
 
-    /// Adds `by` to `field` on the server, so that concurrent increments all count.
+    /// Adds `by` to `field` on the server, so that concurrent increments all count. The
+    /// increment is sent as the field is stored (an `i32` as an int32), so the server keeps
+    /// its BSON type.
+    ///
+    /// # Errors
+    ///
+    /// Awaited, [`Error::InvalidPatch`] naming the field, with nothing written, when the sum
+    /// would leave the range of the field's integer type (past `i32::MAX` for an `i32`, below
+    /// 0 for a `u8`): the server would store a value the field cannot read back (an int64
+    /// where an int32 was, a negative number).
     pub fn inc<V: Increment, A: Changeable>(mut self, field: Field<C, V, A>, by: V) -> Self {
         if let Some(by) = self.value(&by) {
-            self.patch = self.patch.inc(field.bson, by);
+            self.patch = self.patch.inc_within(field.bson, by, range::<V>());
         }
         self
     }
 
     /// Takes `by` off `field` on the server (an `inc` by `-by`; unsigned fields too).
+    ///
+    /// # Errors
+    ///
+    /// Awaited, [`Error::InvalidPatch`] naming the field, with nothing written, as for
+    /// [`Patch::inc`]: when the difference would leave the range of the field's type (below 0
+    /// for an unsigned one), and when `-by` does not fit the type `by` is stored as
+    /// (`i64::MIN`, `i32::MIN`), since the server would then change the stored type.
     pub fn dec<V: Increment, A: Changeable>(mut self, field: Field<C, V, A>, by: V) -> Self {
         if let Some(by) = self.value(&by) {
-            let negated = match by {
-                Bson::Int32(n) => n
-                    .checked_neg()
-                    .map_or(Bson::Int64(-i64::from(n)), Bson::Int32),
-                Bson::Int64(n) => n
-                    .checked_neg()
-                    .map_or(Bson::Double(-(n as f64)), Bson::Int64),
-                Bson::Double(f) => Bson::Double(-f),
+            let negated = match &by {
+                Bson::Int32(n) => n.checked_neg().map(Bson::Int32),
+                Bson::Int64(n) => n.checked_neg().map(Bson::Int64),
+                Bson::Double(f) => Some(Bson::Double(-f)),
                 // The other kinds are refused by the engine's check, naming the field.
-                other => other,
+                other => Some(other.clone()),
             };
-            self.patch = self.patch.inc(field.bson, negated);
+            match negated {
+                Some(negated) => {
+                    self.patch = self.patch.inc_within(field.bson, negated, range::<V>());
+                }
+                None => {
+                    let by = match by {
+                        Bson::Int32(n) => n.to_string(),
+                        Bson::Int64(n) => n.to_string(),
+                        other => other.to_string(),
+                    };
+                    self.error.get_or_insert(Error::InvalidPatch {
+                        collection: self.raw.spec().child_collection.to_owned(),
+                        field: field.bson.to_owned(),
+                        reason: format!(
+                            "is decremented by {by}, whose opposite its stored type cannot hold: \
+                             the server would store another type, which the field cannot read back"
+                        ),
+                    });
+                }
+            }
         }
         self
     }

@@ -26,6 +26,10 @@ pub struct Review {
     pub verified: bool,
     pub hidden: bool,
     pub note: Option<String>,
+    /// Times reported: no view orders, filters or sums by it. Reviews stored before it read as
+    /// 0.
+    #[serde(default)]
+    pub reports: u16,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
@@ -104,6 +108,7 @@ fn review(id: i32) -> Review {
         verified: id % 2 == 0,
         hidden: false,
         note: Some("first".into()),
+        reports: 0,
     }
 }
 
@@ -1006,4 +1011,189 @@ async fn calls_across_parents_are_send_and_awaitable_as_they_are() {
         reviews.remove_where(filter).await
     });
     assert_eq!(removed.await.unwrap().unwrap().progress.children, 1);
+}
+
+fn refused(result: &subset::Result<()>, name: &str) -> bool {
+    matches!(result, Err(Error::InvalidPatch { field, .. }) if field == name)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_increment_past_its_type_is_refused_and_writes_nothing() {
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 30, 3).await;
+        let reviews = store.children(Product::LATEST);
+        let products = store.database().collection::<Document>("patch_products");
+        let stored_parent = || async {
+            products
+                .find_one(doc! { "_id": 30 })
+                .await
+                .unwrap()
+                .expect("the product is stored")
+        };
+        let (child, copies) = (stored(&store, 3).await, stored_parent().await);
+
+        // Past `i32::MAX` the server would widen the rating to an int64.
+        let wide = reviews.patch(&30, &3).inc(Review::RATING, i32::MAX).await;
+        assert!(refused(&wide, "rating"), "{mode:?}: {wide:?}");
+        let Err(Error::InvalidPatch { reason, .. }) = &wide else {
+            unreachable!()
+        };
+        assert!(reason.contains("`i32`"), "{mode:?}: {reason}");
+        // `-i64::MIN` is no `i64`.
+        let negated = reviews.patch(&30, &3).dec(Review::HELPFUL, i64::MIN).await;
+        assert!(refused(&negated, "helpful"), "{mode:?}: {negated:?}");
+        // Both with a field that would have applied: nothing is written.
+        let mixed = reviews
+            .patch(&30, &3)
+            .set(Review::TEXT, "edited".to_owned())
+            .inc(Review::RATING, i32::MAX)
+            .await;
+        assert!(refused(&mixed, "rating"), "{mode:?}: {mixed:?}");
+        assert_eq!(stored(&store, 3).await, child, "{mode:?}");
+        assert_eq!(stored_parent().await, copies, "{mode:?}");
+        assert_eq!(parent(&store, 30).await.latest[0].rating, review(3).rating);
+
+        // Right up to the limit is fine, and stays an int32.
+        let rating = review(3).rating;
+        reviews
+            .patch(&30, &3)
+            .inc(Review::RATING, i32::MAX - rating)
+            .await
+            .unwrap();
+        assert_eq!(
+            stored(&store, 3).await.get("rating"),
+            Some(&Bson::Int32(i32::MAX))
+        );
+        let p = parent(&store, 30).await;
+        assert_eq!(p.latest[0].rating, i32::MAX, "{mode:?}");
+        assert_eq!(
+            p.stars,
+            [1, 2]
+                .map(|id| i64::from(review(id).rating))
+                .iter()
+                .sum::<i64>()
+                + i64::from(i32::MAX)
+        );
+        let more = reviews.patch(&30, &3).inc(Review::RATING, 1).await;
+        assert!(refused(&more, "rating"), "{mode:?}: {more:?}");
+        // Down to `i64::MIN` and not one below.
+        reviews
+            .patch(&30, &3)
+            .dec(Review::HELPFUL, i64::MAX)
+            .dec(Review::RATING, i32::MAX)
+            .await
+            .unwrap();
+        reviews
+            .patch(&30, &3)
+            .dec(Review::HELPFUL, 1)
+            .await
+            .unwrap();
+        let below = reviews.patch(&30, &3).dec(Review::HELPFUL, 1).await;
+        assert!(refused(&below, "helpful"), "{mode:?}: {below:?}");
+        let stored_review = stored(&store, 3).await;
+        assert_eq!(stored_review.get("helpful"), Some(&Bson::Int64(i64::MIN)));
+        assert_eq!(stored_review.get("rating"), Some(&Bson::Int32(0)));
+        assert_eq!(parent(&store, 30).await.latest[0].helpful, i64::MIN);
+        assert_true(&store, 30, "after increments to the limits").await;
+
+        // An unsigned field no view orders by (a patch that changes copies in place, by one
+        // `update` of its children in a transaction): nothing below 0 or past `u16::MAX`.
+        let under = reviews.patch(&30, &2).dec(Review::REPORTS, 1).await;
+        assert!(refused(&under, "reports"), "{mode:?}: {under:?}");
+        reviews
+            .patch(&30, &2)
+            .inc(Review::REPORTS, u16::MAX)
+            .await
+            .unwrap();
+        let over = reviews.patch(&30, &2).inc(Review::REPORTS, 1).await;
+        assert!(refused(&over, "reports"), "{mode:?}: {over:?}");
+        assert_eq!(
+            stored(&store, 2).await.get("reports"),
+            Some(&Bson::Int32(i32::from(u16::MAX)))
+        );
+        let p = parent(&store, 30).await;
+        assert_eq!(p.latest[1].reports, u16::MAX, "{mode:?}");
+        assert_true(&store, 30, "after increments of an unsigned field").await;
+
+        // A review stored without the field reads it as 0: an increment sets it, a decrement
+        // would make it negative.
+        let reviews_coll = store.database().collection::<Document>("patch_reviews");
+        reviews_coll
+            .update_one(doc! { "_id": 1 }, doc! { "$unset": { "reports": "" } })
+            .await
+            .unwrap();
+        let negative = reviews.patch(&30, &1).dec(Review::REPORTS, 2).await;
+        assert!(refused(&negative, "reports"), "{mode:?}: {negative:?}");
+        assert!(!stored(&store, 1).await.contains_key("reports"));
+        reviews
+            .patch(&30, &1)
+            .inc(Review::REPORTS, 2)
+            .await
+            .unwrap();
+        assert_eq!(
+            stored(&store, 1).await.get("reports"),
+            Some(&Bson::Int32(2))
+        );
+        assert_eq!(parent(&store, 30).await.latest[2].reports, 2, "{mode:?}");
+        assert_true(
+            &store,
+            30,
+            "after an increment of a field the review lacked",
+        )
+        .await;
+        store.delete(&30).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_patch_by_filter_with_nothing_to_do_or_a_refused_filter_leaves_nothing() {
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 31, 3).await;
+        let reviews = store.children(Product::LATEST);
+        let before = stored(&store, 2).await;
+
+        // Nothing to set or unset: no parent visited, none failed.
+        let report = reviews
+            .patch_where(doc! { "author": "author 2" })
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                report.progress.parents,
+                report.progress.children,
+                report.progress.failed
+            ),
+            (0, 0, 0),
+            "{mode:?}: {:?}",
+            report.failures
+        );
+        assert_eq!(stored(&store, 2).await, before);
+
+        // A filter the server refuses fails the job and leaves no journal.
+        let removed = reviews.remove_where(doc! { "$bogus": 1 }).await;
+        assert!(
+            matches!(removed, Err(Error::Mongo { .. })),
+            "{mode:?}: {removed:?}"
+        );
+        let patched = reviews
+            .patch_where(doc! { "$bogus": 1 })
+            .set(Review::HIDDEN, true)
+            .await;
+        assert!(
+            matches!(patched, Err(Error::Mongo { .. })),
+            "{mode:?}: {patched:?}"
+        );
+        let jobs = store
+            .database()
+            .collection::<Document>(subset::bulk::JOB_COLLECTION)
+            .count_documents(doc! {})
+            .await
+            .unwrap();
+        assert_eq!(jobs, 0, "{mode:?}: a refused job left its journal");
+        assert_eq!(parent(&store, 31).await.total, 3);
+        assert_true(&store, 31, "after refused jobs by filter").await;
+        store.delete(&31).await.unwrap();
+    }
 }

@@ -177,6 +177,9 @@ impl RawChildren<'_> {
         progress: impl FnMut(&BulkProgress),
     ) -> Result<BulkReport> {
         self.check_patch(patch)?;
+        if patch.is_empty() {
+            return Ok(BulkReport::default());
+        }
         if let Some(field) = patch.increments().next() {
             return Err(Error::InvalidPatch {
                 collection: self.spec().child_collection.to_owned(),
@@ -233,9 +236,20 @@ impl RawChildren<'_> {
         let batch_size = options.batch_size;
         let mut after: Option<Bson> = None;
         loop {
-            let parents = self
+            let parents = match self
                 .parents_matching(filter, after.as_ref(), batch_size)
-                .await?;
+                .await
+            {
+                Ok(parents) => parents,
+                Err(error) => {
+                    // A filter the server refuses: its journal, which lists nothing half
+                    // done, goes, so that refused jobs do not pile up.
+                    if let Some(journal) = journal {
+                        journal.discard_if_idle().await;
+                    }
+                    return Err(error);
+                }
+            };
             let Some(last) = parents.last().cloned() else {
                 break;
             };
@@ -474,6 +488,15 @@ impl Journal {
             .await
             .map(|_| ())
             .map_err(|e| Error::mongo(JOB_COLLECTION, e))
+    }
+
+    /// Deletes the journal when it lists no parent half done (it then holds nothing a rerun
+    /// needs); a failure to is logged, as the job's own error is the one to report.
+    async fn discard_if_idle(self) {
+        let idle = doc! { "_id": self.id.clone(), "pending": { "$size": 0 } };
+        if let Err(error) = self.jobs.delete_one(idle).await {
+            tracing::warn!(%error, "job by filter: its journal could not be deleted");
+        }
     }
 
     async fn close(self) -> Result<()> {

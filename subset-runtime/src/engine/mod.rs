@@ -73,6 +73,7 @@ pub use follow::{
 };
 pub use orphans::Orphans;
 pub use patch::ChildPatch;
+pub(crate) use patch::Range;
 pub use resync::{Drift, MalformedChild, SumDrift};
 pub use sweep::{ParentFailure, SweepOptions, SweepProgress, SweepReport};
 

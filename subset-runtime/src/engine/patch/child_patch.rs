@@ -1,7 +1,7 @@
 //! [`ChildPatch`]: a change to some fields of one child, by BSON name; what it may change, how
 //! two compose, and which views it concerns.
 
-use crate::bson::{Bson, Document};
+use crate::bson::{doc, Bson, Document};
 
 use crate::engine::sums::Num;
 use crate::error::{Error, Result};
@@ -28,7 +28,72 @@ pub struct ChildPatch {
 enum Op {
     Set(Bson),
     Unset,
-    Inc(Bson),
+    /// By a number, kept within the range of the field's Rust type when it has one.
+    Inc(Bson, Option<Range>),
+}
+
+/// The values an integer field's Rust type holds: an increment that would leave them is
+/// refused, since the server would store a value the field cannot read back (an int32 widened
+/// to an int64 past `i32::MAX`, a negative number in a `u8`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Range {
+    pub(crate) min: i64,
+    pub(crate) max: i64,
+    /// The Rust type, for messages.
+    pub(crate) name: &'static str,
+}
+
+impl Range {
+    fn holds(&self, n: i128) -> bool {
+        (i128::from(self.min)..=i128::from(self.max)).contains(&n)
+    }
+
+    /// The condition on the field under which adding `by` stays in range: `None` when any
+    /// value passes (`by` is 0, or not an integer). A child without the field gets `by`
+    /// itself, so it passes when `by` is in range.
+    fn guard(&self, by: &Bson) -> Option<Bson> {
+        let by = integer(by)?;
+        let (over, within, limit) = match by.cmp(&0) {
+            std::cmp::Ordering::Greater => ("$gt", "$lte", i128::from(self.max) - by),
+            std::cmp::Ordering::Less => ("$lt", "$gte", i128::from(self.min) - by),
+            std::cmp::Ordering::Equal => return None,
+        };
+        // Past `i64` only for a range no stored integer reaches: a double compares the same.
+        let limit = i64::try_from(limit).map_or(Bson::Double(limit as f64), Bson::Int64);
+        Some(if self.holds(by) {
+            Bson::Document(doc! { "$not": { over: limit } })
+        } else {
+            Bson::Document(doc! { within: limit })
+        })
+    }
+
+    /// Why adding `by` to `current` (`None`: the child has no such field) leaves the range, if
+    /// it does.
+    fn refuses(&self, current: Option<&Bson>, by: &Bson) -> Option<String> {
+        let by = integer(by)?;
+        let Range { min, max, name } = self;
+        let (from, to) = match current {
+            None => ("it is absent, so it would be set to".to_owned(), by),
+            Some(current) => {
+                let current = integer(current)?;
+                (format!("{current} + {by} ="), current + by)
+            }
+        };
+        (!self.holds(to)).then(|| {
+            format!(
+                "holds an `{name}`, from {min} to {max}: {from} {to} would leave that range, \
+                 and the server would store a value the field cannot read back"
+            )
+        })
+    }
+}
+
+fn integer(value: &Bson) -> Option<i128> {
+    match value {
+        Bson::Int32(n) => Some(i128::from(*n)),
+        Bson::Int64(n) => Some(i128::from(*n)),
+        _ => None,
+    }
 }
 
 impl ChildPatch {
@@ -52,7 +117,19 @@ impl ChildPatch {
     /// Adds `by` (an int32, int64 or double; negative to decrement) to `field`, which a child
     /// without it gets as `by`.
     pub fn inc(mut self, field: impl Into<String>, by: impl Into<Bson>) -> Self {
-        self.ops.push((field.into(), Op::Inc(by.into())));
+        self.ops.push((field.into(), Op::Inc(by.into(), None)));
+        self
+    }
+
+    /// [`ChildPatch::inc`] of a field whose Rust type holds `range` (`None` for a float): the
+    /// child is changed only where the result stays in it (see [`ChildPatch::guard`]).
+    pub(crate) fn inc_within(
+        mut self,
+        field: impl Into<String>,
+        by: Bson,
+        range: Option<Range>,
+    ) -> Self {
+        self.ops.push((field.into(), Op::Inc(by, range)));
         self
     }
 
@@ -78,7 +155,9 @@ impl ChildPatch {
     /// `$inc` after an `$inc` adds up; a `$set` or `$unset` after anything wins; an `$inc`
     /// after a `$set` of a number sets the sum; after an `$unset` it sets the increment);
     /// `None` when two fields overlap (one inside the other) or an `$inc` follows a `$set` of
-    /// something that is not a number, whose error the server must report.
+    /// something that is not a number, whose error the server must report, and when an
+    /// `$inc` kept in range could compose into one its caller would not see refused (see
+    /// [`within`]).
     pub(crate) fn then(&self, next: &ChildPatch) -> Option<ChildPatch> {
         let mut ops = self.ops.clone();
         for (field, op) in &next.ops {
@@ -96,9 +175,15 @@ impl ChildPatch {
             };
             let both = match (&ops[at].1, op) {
                 (_, Op::Set(_) | Op::Unset) => op.clone(),
-                (Op::Inc(a), Op::Inc(b)) => Op::Inc(plus(a, b)?),
-                (Op::Set(a), Op::Inc(b)) => Op::Set(plus(a, b)?),
-                (Op::Unset, Op::Inc(b)) => Op::Set(b.clone()),
+                (Op::Inc(a, ra), Op::Inc(b, rb)) if ra == rb => {
+                    Op::Inc(within(a, b, *rb, true)?, *rb)
+                }
+                (Op::Inc(..), Op::Inc(..)) => return None,
+                (Op::Set(a), Op::Inc(b, range)) => Op::Set(within(a, b, *range, false)?),
+                (Op::Unset, Op::Inc(b, range)) => match (range, integer(b)) {
+                    (Some(range), Some(by)) if !range.holds(by) => return None,
+                    _ => Op::Set(b.clone()),
+                },
             };
             ops[at].1 = both;
         }
@@ -109,7 +194,7 @@ impl ChildPatch {
     pub(crate) fn increments(&self) -> impl Iterator<Item = &str> + '_ {
         self.ops
             .iter()
-            .filter(|(_, op)| matches!(op, Op::Inc(_)))
+            .filter(|(_, op)| matches!(op, Op::Inc(..)))
             .map(|(field, _)| field.as_str())
     }
 
@@ -186,7 +271,7 @@ impl ChildPatch {
                     _ => {}
                 }
             }
-            if let Op::Inc(by) = op {
+            if let Op::Inc(by, _) = op {
                 if Num::of(by).is_none() {
                     return Err(invalid(
                         field,
@@ -210,8 +295,56 @@ impl ChildPatch {
             match op {
                 Op::Set(v) => update.set.insert(path, v.clone()),
                 Op::Unset => update.unset.insert(path, ""),
-                Op::Inc(by) => update.inc.insert(path, by.clone()),
+                Op::Inc(by, _) => update.inc.insert(path, by.clone()),
             };
+        }
+    }
+
+    /// What the child must match for the patch's increments to stay within the ranges of
+    /// their fields' Rust types (empty when none has one), added to the filter of its update:
+    /// a child that exists but misses it is one an increment would take out of range, which
+    /// [`ChildPatch::refusal`] explains.
+    pub(crate) fn guard(&self) -> Document {
+        let mut guard = Document::new();
+        for (field, op) in &self.ops {
+            if let Op::Inc(by, Some(range)) = op {
+                if let Some(condition) = range.guard(by) {
+                    guard.insert(field.clone(), condition);
+                }
+            }
+        }
+        guard
+    }
+
+    /// The field an increment would take out of range in one of `children` (as stored,
+    /// missing [`ChildPatch::guard`]), and why: for [`Error::InvalidPatch`]. Should they have
+    /// changed meanwhile so that none would, the first guarded field.
+    pub(crate) fn refusal(&self, children: &[Document]) -> (String, String) {
+        let mut first = None;
+        for (field, op) in &self.ops {
+            let Op::Inc(by, Some(range)) = op else {
+                continue;
+            };
+            if range.guard(by).is_none() {
+                continue;
+            }
+            let refused = children
+                .iter()
+                .find_map(|child| range.refuses(lookup(child, field), by));
+            if let Some(reason) = refused {
+                return (field.clone(), reason);
+            }
+            first.get_or_insert((field, integer(by).unwrap_or(0), range));
+        }
+        match first {
+            Some((field, by, Range { min, max, name })) => (
+                field.clone(),
+                format!(
+                    "holds an `{name}`, from {min} to {max}: adding {by} would leave that range, \
+                     and the server would store a value the field cannot read back"
+                ),
+            ),
+            None => (String::new(), "is incremented out of its range".to_owned()),
         }
     }
 
@@ -231,7 +364,7 @@ impl ChildPatch {
                         Op::Unset => {
                             at.remove(segment);
                         }
-                        Op::Inc(by) => {
+                        Op::Inc(by, _) => {
                             let old = at.get(segment).and_then(Num::of).unwrap_or(Num::Int(0));
                             let by = Num::of(by).unwrap_or(Num::Int(0));
                             at.insert(segment, old.add(by).into_bson());
@@ -280,6 +413,38 @@ impl Update {
         .map(|(operator, fields)| (operator.to_owned(), Bson::Document(fields)))
         .collect()
     }
+}
+
+/// `a + b` for composing patches, when adding `b` in `range` (see [`Range`]) to `a` gives
+/// what the two in turn would: the sum stays in range, and, for two increments (`both`), they
+/// go the same way, so that neither alone would be refused where the sum is not (`+1` at the
+/// maximum, then `-1`). The sum keeps `a`'s BSON type. `None`: the patches stay apart.
+fn within(a: &Bson, b: &Bson, range: Option<Range>, both: bool) -> Option<Bson> {
+    let Some(range) = range else {
+        return plus(a, b);
+    };
+    let (x, y) = (integer(a)?, integer(b)?);
+    if both && x.signum() * y.signum() < 0 {
+        return None;
+    }
+    let sum = x + y;
+    if !range.holds(sum) || (!both && !range.holds(x)) {
+        return None;
+    }
+    match a {
+        Bson::Int32(_) => i32::try_from(sum).ok().map(Bson::Int32),
+        _ => i64::try_from(sum).ok().map(Bson::Int64),
+    }
+}
+
+/// The value at dotted `path` in `doc`.
+fn lookup<'d>(doc: &'d Document, path: &str) -> Option<&'d Bson> {
+    let mut segments = path.split('.');
+    let mut at = doc.get(segments.next()?)?;
+    for segment in segments {
+        at = at.as_document()?.get(segment)?;
+    }
+    Some(at)
 }
 
 /// `a + b` as the server's `$inc` adds them: two int32s stay an int32 while the sum fits (so
@@ -469,6 +634,54 @@ mod tests {
             None
         );
         assert_eq!(ChildPatch::new().set("helpful", "x").then(&vote), None);
+    }
+
+    const I32: Range = Range {
+        min: i32::MIN as i64,
+        max: i32::MAX as i64,
+        name: "i32",
+    };
+    const U8: Range = Range {
+        min: 0,
+        max: 255,
+        name: "u8",
+    };
+
+    #[test]
+    fn increments_are_kept_in_their_range_by_the_filter() {
+        let up = ChildPatch::new().inc_within("rating", Bson::Int32(2), Some(I32));
+        let limit = i64::from(i32::MAX) - 2;
+        assert_eq!(up.guard(), doc! { "rating": { "$not": { "$gt": limit } } });
+        let (field, reason) = up.refusal(&[doc! { "rating": i32::MAX - 1 }]);
+        assert_eq!(field, "rating");
+        assert!(reason.contains("`i32`"), "{reason}");
+        assert!(reason.contains("2147483646 + 2 = 2147483648"), "{reason}");
+        // Below 0 for an unsigned field, a child without it included.
+        let down = ChildPatch::new().inc_within("reports", Bson::Int32(-3), Some(U8));
+        assert_eq!(down.guard(), doc! { "reports": { "$gte": 3_i64 } });
+        let (_, reason) = down.refusal(&[doc! {}]);
+        assert!(reason.contains("absent"), "{reason}");
+        // No range (a float, or the BSON-level `inc`) and no move: no condition.
+        assert_eq!(ChildPatch::new().inc("helpful", 1).guard(), doc! {});
+        let still = ChildPatch::new().inc_within("reports", Bson::Int32(0), Some(U8));
+        assert_eq!(still.guard(), doc! {});
+    }
+
+    #[test]
+    fn increments_in_range_compose_only_as_they_would_apply_in_turn() {
+        let inc = |by: i32| ChildPatch::new().inc_within("n", Bson::Int32(by), Some(U8));
+        assert_eq!(inc(1).then(&inc(1)), Some(inc(2)));
+        // `+1` at the maximum then `-1`: the first alone is refused, the sum would not be.
+        assert_eq!(inc(1).then(&inc(-1)), None);
+        assert_eq!(inc(200).then(&inc(100)), None);
+        let set = ChildPatch::new().set("n", 254);
+        assert_eq!(set.then(&inc(1)), Some(ChildPatch::new().set("n", 255)));
+        assert_eq!(set.then(&inc(2)), None);
+        let gone = ChildPatch::new().unset("n");
+        assert_eq!(gone.then(&inc(3)), Some(ChildPatch::new().set("n", 3)));
+        assert_eq!(gone.then(&inc(-3)), None);
+        // The BSON-level `inc` and a typed one of the same field stay apart.
+        assert_eq!(ChildPatch::new().inc("n", 1).then(&inc(1)), None);
     }
 
     #[test]

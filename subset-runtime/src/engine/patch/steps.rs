@@ -10,7 +10,7 @@ use crate::engine::exec::{Ctx, Steps};
 use crate::engine::resync::CountFix;
 use crate::engine::sums::Num;
 use crate::engine::{driver_error, query, RawChildren};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
 
 /// [`RawChildren::patch`]: one or more patches of one parent's children, in order.
@@ -99,7 +99,10 @@ impl Steps for PatchSteps<'_, '_> {
 }
 
 impl PatchSteps<'_, '_> {
-    /// Applies `patch` to the child in the child collection: the child as it was.
+    /// Applies `patch` to the child in the child collection: the child as it was. The update
+    /// matches only while each increment stays within its field's range (see
+    /// [`ChildPatch::guard`]); a child there that misses it is [`Error::InvalidPatch`], with
+    /// nothing written.
     async fn change(
         &self,
         ctx: &mut Ctx<'_>,
@@ -109,18 +112,29 @@ impl PatchSteps<'_, '_> {
         let s = self.subset;
         let spec = s.spec();
         let filter = doc! { "_id": child.clone(), spec.key: self.parent.clone() };
+        let guard = patch.guard();
+        let guarded = !guard.is_empty();
+        let mut within = filter.clone();
+        within.extend(guard);
         let children = s.children::<Document>();
         let change = children
-            .find_one_and_update(filter, patch.update())
+            .find_one_and_update(within, patch.update())
             .return_document(ReturnDocument::Before);
-        match ctx.run(change).await.map_err(|e| s.mongo_child(e))? {
-            Some(before) => Ok(before),
-            None => Err(s.child_not_found(ctx, self.parent, child).await),
+        if let Some(before) = ctx.run(change).await.map_err(|e| s.mongo_child(e))? {
+            return Ok(before);
         }
+        if guarded {
+            let found = children.find_one(filter);
+            if let Some(current) = ctx.run(found).await.map_err(|e| s.mongo_child(e))? {
+                return Err(out_of_range(s, patch, std::slice::from_ref(&current)));
+            }
+        }
+        Err(s.child_not_found(ctx, self.parent, child).await)
     }
 
     /// Applies `patch` to each of `children` in the child collection, in one write: each must
-    /// be there (else `ChildNotFound`, naming one that is not, which aborts the transaction).
+    /// be there (else `ChildNotFound`, naming one that is not) and stay in range (else
+    /// `InvalidPatch`, as [`PatchSteps::change`]), which aborts the transaction.
     async fn change_all(
         &self,
         ctx: &mut Ctx<'_>,
@@ -131,21 +145,30 @@ impl PatchSteps<'_, '_> {
         let spec = s.spec();
         let coll = s.children::<Document>();
         let filter = query::owned(spec, self.parent, children.to_vec());
+        let mut within = filter.clone();
+        within.extend(patch.guard());
         let changed = ctx
-            .run(coll.update_many(filter.clone(), patch.update()))
+            .run(coll.update_many(within, patch.update()))
             .await
             .map_err(|e| s.mongo_child(e))?;
         if changed.matched_count == children.len() as u64 {
             return Ok(());
         }
-        let found = coll.find(filter).projection(doc! { "_id": 1 });
-        let found = ctx.collect(found).await.map_err(|e| s.mongo_child(e))?;
+        let found = ctx
+            .collect(coll.find(filter))
+            .await
+            .map_err(|e| s.mongo_child(e))?;
         let missing = children
             .iter()
             .find(|c| !found.iter().any(|f| f.get("_id") == Some(c)));
-        Err(s
-            .child_not_found(ctx, self.parent, missing.unwrap_or(&children[0]))
-            .await)
+        match missing {
+            // Every child is there: an increment would leave its range in one (those that
+            // stay in it were changed, which the aborted transaction undoes).
+            None if !found.is_empty() => Err(out_of_range(s, patch, &found)),
+            _ => Err(s
+                .child_not_found(ctx, self.parent, missing.unwrap_or(&children[0]))
+                .await),
+        }
     }
 
     /// Adds to `write` what every view needs after `patch` changed `child` from `before` to
@@ -245,6 +268,17 @@ impl PatchSteps<'_, '_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The error of a patch whose increment would take one of `children` (as stored) out of its
+/// field's range.
+fn out_of_range(s: &RawChildren<'_>, patch: &ChildPatch, children: &[Document]) -> Error {
+    let (field, reason) = patch.refusal(children);
+    Error::InvalidPatch {
+        collection: s.spec().child_collection.to_owned(),
+        field,
+        reason,
     }
 }
 
