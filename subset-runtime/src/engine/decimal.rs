@@ -220,7 +220,11 @@ mod tests {
     }
 
     fn sum(a: &str, b: &str) -> String {
-        text(dec(a).add(dec(b)).unwrap_or_else(|| panic!("{a} + {b} overflows")))
+        text(
+            dec(a)
+                .add(dec(b))
+                .unwrap_or_else(|| panic!("{a} + {b} overflows")),
+        )
     }
 
     #[test]
@@ -241,8 +245,16 @@ mod tests {
                 exponent: 2
             }
         );
-        for t in ["0.10", "-7.25", "0E-6176", "9999999999999999999999999999999999E+6111"] {
-            assert_eq!(text(dec(t)), t.parse::<Decimal128>().map(|d| d.to_string()).unwrap());
+        for t in [
+            "0.10",
+            "-7.25",
+            "0E-6176",
+            "9999999999999999999999999999999999E+6111",
+        ] {
+            assert_eq!(
+                text(dec(t)),
+                t.parse::<Decimal128>().map(|d| d.to_string()).unwrap()
+            );
         }
         for special in ["NaN", "Infinity", "-Infinity"] {
             assert!(Dec::of(special.parse().unwrap()).is_none(), "{special}");
@@ -279,12 +291,21 @@ mod tests {
             "1234567890123456789012345678901236"
         );
         assert_eq!(
-            sum("1234567890123456789012345678901234", "0.5000000000000000000000000000000001"),
+            sum(
+                "1234567890123456789012345678901234",
+                "0.5000000000000000000000000000000001"
+            ),
             "1234567890123456789012345678901235"
         );
         // Far apart: the smaller only decides the rounding.
-        assert_eq!(sum("1E+50", "1E-50"), "1.000000000000000000000000000000000E+50");
-        assert_eq!(sum("1E+50", "-1E-50"), "1.000000000000000000000000000000000E+50");
+        assert_eq!(
+            sum("1E+50", "1E-50"),
+            "1.000000000000000000000000000000000E+50"
+        );
+        assert_eq!(
+            sum("1E+50", "-1E-50"),
+            "1.000000000000000000000000000000000E+50"
+        );
         assert!(dec("9.999999999999999999999999999999999E+6144")
             .add(dec("1E+6111"))
             .is_none());

@@ -226,16 +226,19 @@ mod tests {
         let dec = |text: &str| Bson::Decimal128(text.parse().expect("a decimal"));
         let (a, b) = (doc! { "v": dec("0.10") }, doc! { "v": dec("2.5") });
         // One child: its own value, for the server's `$inc` to add.
-        assert_eq!(inc(&SPEC, &[&a], &[]), doc! { "n": 1_i64, "total": dec("0.10") });
-        assert_eq!(inc(&SPEC, &[], &[&a]), doc! { "n": -1_i64, "total": dec("-0.10") });
+        assert_eq!(
+            inc(&SPEC, &[&a], &[]),
+            doc! { "n": 1_i64, "total": dec("0.10") }
+        );
+        assert_eq!(
+            inc(&SPEC, &[], &[&a]),
+            doc! { "n": -1_i64, "total": dec("-0.10") }
+        );
         // A replacement: the difference, exactly.
         assert_eq!(inc(&SPEC, &[&b], &[&a]), doc! { "total": dec("2.40") });
         assert_eq!(inc(&SPEC, &[&a], &[&a]), doc! {});
         let many: Vec<Document> = (0..1000).map(|_| a.clone()).collect();
-        assert_eq!(
-            totals(&SPEC, &many),
-            vec![("total", dec("100.00"))]
-        );
+        assert_eq!(totals(&SPEC, &many), vec![("total", dec("100.00"))]);
         let stored = dec("3.00");
         assert_eq!(like_stored(Bson::Int32(0), Some(&stored)), dec("0"));
         assert_eq!(like_stored(Bson::Int32(0), None), Bson::Int32(0));
