@@ -716,7 +716,7 @@ impl_marker!(sealed::Count: i32, i64, u32, u64);
 #[diagnostic::on_unimplemented(
     message = "a running sum of the child field's `{C}` cannot be kept in the parent field's `{Self}`",
     label = "a `sum` adds up a required numeric child field (not an `Option`: every child must hold a number there) into a numeric parent field",
-    note = "sum a required numeric child field (an integer up to `i64`/`u32`, or `f32`/`f64`) into an `i64` (or `i32`, `u32`) parent field for integers, an `f64` one for floats, and a `bson::Decimal128` child field into a `bson::Decimal128` parent field; mark the parent field `#[serde(default)]`"
+    note = "sum a required numeric child field (an integer up to `i64`/`u32`, or `f32`/`f64`) into an `i64` (or `i32`, `u32`) parent field for integers, an `f64` one for floats, and a `bson::Decimal128` child field into a `bson::Decimal128` parent field; mark an integer or float parent field `#[serde(default)]`"
 )]
 pub trait SumField<C: ?Sized> {
     /// The derive's check of one `sum`, called as `<_ as SumField<_>>::__check(&child.field,
@@ -735,8 +735,9 @@ impl_sum!(
     i64: i8, i16, i32, i64, u8, u16, u32;
     u32: u8, u16, u32;
     f64: i8, i16, i32, i64, u8, u16, u32, f32, f64;
-    crate::bson::Decimal128: crate::bson::Decimal128;
 );
+
+impl SumField<crate::bson::Decimal128> for crate::bson::Decimal128 {}
 
 /// A value to name fields of in the derive's never-called check function.
 #[doc(hidden)]
