@@ -106,7 +106,7 @@ impl Dec {
     /// The same number with no trailing zero in its coefficient (for comparison only: the
     /// exponent may leave the encodable range).
     fn trimmed(mut self) -> Dec {
-        while self.coefficient != 0 && self.coefficient % 10 == 0 {
+        while self.coefficient != 0 && self.coefficient.is_multiple_of(10) {
             self.coefficient /= 10;
             self.exponent += 1;
         }
@@ -144,7 +144,7 @@ impl Dec {
         // Shift the other down by the rest; what falls off only says "something below".
         let down = gap - up;
         let (mut low, inexact) = match 10u128.checked_pow(down) {
-            Some(p) => (lo.coefficient / p, lo.coefficient % p != 0),
+            Some(p) => (lo.coefficient / p, !lo.coefficient.is_multiple_of(p)),
             None => (0, lo.coefficient != 0),
         };
         let mut exponent = hi.exponent - up as i32;
@@ -179,7 +179,8 @@ fn round(negative: bool, mut coefficient: u128, mut exponent: i32) -> Option<Dec
         coefficient /= 10;
         exponent += 1;
     }
-    let up = first_dropped > 5 || (first_dropped == 5 && (rest_dropped || coefficient % 2 == 1));
+    let up = first_dropped > 5
+        || (first_dropped == 5 && (rest_dropped || !coefficient.is_multiple_of(2)));
     if up {
         coefficient += 1;
         if coefficient > MAX_COEFFICIENT {
