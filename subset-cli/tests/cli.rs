@@ -1741,3 +1741,87 @@ async fn a_bad_where_or_patch_is_refused_before_any_write() {
     );
     assert_eq!(everything(&db).await, before, "nothing was written");
 }
+
+/// The flags of a ledger: the 5 latest entries, their count and the balance, a sum of
+/// `Decimal128` amounts.
+const LEDGER: &[&str] = &[
+    "--parent",
+    "accounts",
+    "--field",
+    "recent",
+    "--child",
+    "ledger",
+    "--keep",
+    "5",
+    "--sort",
+    "at desc",
+    "--key",
+    "account_id",
+    "--count",
+    "entries",
+    "--sum",
+    "balance = amount",
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decimal_sum_follows_the_stored_decimals_exactly() {
+    let (db, uri) = fresh().await;
+    let dec = |text: &str| Bson::Decimal128(text.parse().unwrap());
+    let (a, b) = (ObjectId::new(), ObjectId::new());
+    db.collection::<Document>("accounts")
+        .insert_many([doc! { "_id": a }, doc! { "_id": b }])
+        .await
+        .unwrap();
+    let mut entries: Vec<Document> = (0..300)
+        .map(|i| doc! { "account_id": a, "amount": dec("0.10"), "at": DateTime::from_millis(i) })
+        .collect();
+    for (i, amount) in ["19.99", "0.01", "-5.50"].into_iter().enumerate() {
+        entries.push(
+            doc! { "account_id": b, "amount": dec(amount), "at": DateTime::from_millis(i as i64) },
+        );
+    }
+    db.collection::<Document>("ledger")
+        .insert_many(entries)
+        .await
+        .unwrap();
+    let balance = |id: ObjectId| {
+        let accounts = db.collection::<Document>("accounts");
+        async move {
+            let account = accounts
+                .find_one(doc! { "_id": id })
+                .await
+                .unwrap()
+                .unwrap();
+            account.get("balance").cloned()
+        }
+    };
+
+    // The CLI knows no Rust types: a sum of stored decimals is a decimal, added exactly.
+    let out = subset(&uri, &db, &view("migrate", LEDGER, &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(balance(a).await, Some(dec("30.00")));
+    assert_eq!(balance(b).await, Some(dec("14.50")));
+
+    db.collection::<Document>("accounts")
+        .update_one(
+            doc! { "_id": a },
+            doc! { "$set": { "balance": dec("30.01") } },
+        )
+        .await
+        .unwrap();
+    let out = subset(&uri, &db, &view("check", LEDGER, &["--json"])).await;
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["drifted"], 1, "{report}");
+    let sum = &report["drifts"][0]["sums"][0];
+    assert_eq!(sum["field"], "balance");
+    assert_eq!(sum["stored"]["$numberDecimal"], "30.01", "{sum}");
+    assert_eq!(sum["computed"]["$numberDecimal"], "30.00", "{sum}");
+
+    let out = subset(&uri, &db, &view("reconcile", LEDGER, &["--json"])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["fixed"], 1);
+    assert_eq!(balance(a).await, Some(dec("30.00")));
+    let out = subset(&uri, &db, &view("check", LEDGER, &[])).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}

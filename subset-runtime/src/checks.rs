@@ -710,11 +710,13 @@ macro_rules! impl_marker {
 impl_marker!(sealed::Count: i32, i64, u32, u64);
 
 /// Types a parent field can have to hold the running sum of a child field of type `C`: an
-/// integer for integer children (the sum stays exact), `f64` for any numeric child.
+/// integer for integer children (the sum stays exact), `f64` for any numeric child but a
+/// decimal, and `Decimal128` for `Decimal128` children only (the sum stays exact, as the
+/// server's `$inc` and `$sum` keep it; mixed with integers or floats it would not).
 #[diagnostic::on_unimplemented(
     message = "a running sum of the child field's `{C}` cannot be kept in the parent field's `{Self}`",
     label = "a `sum` adds up a required numeric child field (not an `Option`: every child must hold a number there) into a numeric parent field",
-    note = "sum a required numeric child field (an integer up to `i64`/`u32`, or `f32`/`f64`) into an `i64` (or `i32`, `u32`) parent field for integers, an `f64` one for floats; mark the parent field `#[serde(default)]`"
+    note = "sum a required numeric child field (an integer up to `i64`/`u32`, or `f32`/`f64`) into an `i64` (or `i32`, `u32`) parent field for integers, an `f64` one for floats, and a `bson::Decimal128` child field into a `bson::Decimal128` parent field; mark an integer or float parent field `#[serde(default)]`"
 )]
 pub trait SumField<C: ?Sized> {
     /// The derive's check of one `sum`, called as `<_ as SumField<_>>::__check(&child.field,
@@ -734,6 +736,8 @@ impl_sum!(
     u32: u8, u16, u32;
     f64: i8, i16, i32, i64, u8, u16, u32, f32, f64;
 );
+
+impl SumField<crate::bson::Decimal128> for crate::bson::Decimal128 {}
 
 /// A value to name fields of in the derive's never-called check function.
 #[doc(hidden)]

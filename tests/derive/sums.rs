@@ -13,6 +13,7 @@ struct Vote {
     helpful_votes: u16,
     weight: f32,
     big: i64,
+    amount: bson::Decimal128,
 }
 
 // Every kind of sum the derive accepts, with serde renames on both sides.
@@ -26,7 +27,7 @@ struct Poll {
         child = "votes",
         keep = 3,
         sort = "cast_at desc",
-        sum = "rating_total = rating, helpful_total = helpful_votes, weight_total = weight, big_total = big"
+        sum = "rating_total = rating, helpful_total = helpful_votes, weight_total = weight, big_total = big, amount_total = amount"
     )]
     recent: Vec<Vote>,
     #[serde(default)]
@@ -37,6 +38,8 @@ struct Poll {
     weight_total: f64,
     #[serde(default)]
     big_total: i64,
+    // A decimal has no `Default`: the insert writes a decimal zero in its place.
+    amount_total: bson::Decimal128,
 }
 
 #[test]
@@ -59,6 +62,10 @@ fn sums() {
             SumSpec {
                 parent: "bigTotal",
                 child: "big"
+            },
+            SumSpec {
+                parent: "amountTotal",
+                child: "amount"
             },
         ]
     );

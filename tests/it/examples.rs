@@ -108,3 +108,11 @@ fn device_readings() {
         "{line}"
     );
 }
+
+#[test]
+fn account_ledger() {
+    run(
+        "account_ledger",
+        "ledger exact: balances 57.65 and 42.35, total 100.00, reconcile found nothing to repair",
+    );
+}

@@ -393,3 +393,255 @@ async fn counts_and_sums_serde_leaves_out_are_written_by_the_engine() {
         assert!(votes.check(&parent.id).await.unwrap().is_clean());
     }
 }
+
+/// A ledger entry: an amount of money, which a float would round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+struct Entry {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    amount: bson::Decimal128,
+    date: DateTime,
+}
+
+/// A balance kept as the exact `Decimal128` sum of the entries' amounts.
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "decimal_ledgers")]
+struct Ledger {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "ledger_entries",
+        keep = 5,
+        sort = "date desc",
+        count = "entries",
+        sum = "balance = amount"
+    )]
+    recent: Vec<Entry>,
+    #[serde(default)]
+    entries: i64,
+    balance: bson::Decimal128,
+}
+
+fn dec(text: &str) -> bson::Decimal128 {
+    text.parse().expect("a decimal")
+}
+
+impl Ledger {
+    fn new() -> Ledger {
+        Ledger {
+            id: ObjectId::new(),
+            recent: Vec::new(),
+            entries: 0,
+            balance: dec("0"),
+        }
+    }
+}
+
+fn entry(millis: i64, amount: &str) -> Entry {
+    Entry {
+        id: ObjectId::new(),
+        amount: dec(amount),
+        date: DateTime::from_millis(millis),
+    }
+}
+
+/// The ledger's balance as the server's `$sum` over its entries has it, and as stored.
+async fn assert_balance(store: &Store<Ledger>, id: &ObjectId, expected: &str) {
+    let mode = store.mode().await.unwrap();
+    let mut grouped = store
+        .database()
+        .collection::<Document>("ledger_entries")
+        .aggregate([
+            doc! { "$match": { "ledger_id": id } },
+            doc! { "$group": { "_id": Bson::Null, "n": { "$sum": 1 }, "s": { "$sum": "$amount" } } },
+        ])
+        .await
+        .unwrap();
+    let (n, server) = match grouped.try_next().await.unwrap() {
+        Some(g) => (i64::from(g.get_i32("n").unwrap()), g.get("s").cloned()),
+        None => (0, None),
+    };
+    let got = store.get(id).await.unwrap().unwrap();
+    // The exact digits, not merely an equal number: every amount has two decimals, so does
+    // every exact sum.
+    assert_eq!(
+        (got.entries, got.balance.to_string()),
+        (n, expected.to_owned()),
+        "{mode:?}"
+    );
+    if let Some(server) = server {
+        assert_eq!(server, Bson::Decimal128(got.balance), "{mode:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn decimal_sums_stay_exact_through_every_write() {
+    // A thousand dimes: exactly 100.00 in decimal, not in binary.
+    let as_floats: f64 = (0..1000).map(|_| 0.10_f64).sum();
+    assert_ne!(as_floats, 100.0);
+    for store in stores::<Ledger>().await {
+        let (ledger, other) = (Ledger::new(), Ledger::new());
+        store.insert(&ledger).await.unwrap();
+        store.insert(&other).await.unwrap();
+        let entries = store.children(Ledger::RECENT);
+        let dimes: Vec<Entry> = (0..1000).map(|i| entry(i, "0.10")).collect();
+        for one in &dimes[..100] {
+            entries.push(&ledger.id, one).await.unwrap();
+        }
+        for batch in dimes[100..].chunks(100) {
+            entries.push_many(&ledger.id, batch).await.unwrap();
+        }
+        assert_balance(&store, &ledger.id, "100.00").await;
+
+        entries.remove(&ledger.id, &dimes[999].id).await.unwrap();
+        assert_balance(&store, &ledger.id, "99.90").await;
+        // A patch of the amount moves the balance by the difference.
+        entries
+            .patch(&ledger.id, &dimes[500].id)
+            .set(Entry::AMOUNT, dec("1.25"))
+            .await
+            .unwrap();
+        assert_balance(&store, &ledger.id, "101.05").await;
+        let mut replaced = dimes[600].clone();
+        replaced.amount = dec("-3.33");
+        entries.update(&ledger.id, &replaced).await.unwrap();
+        assert_balance(&store, &ledger.id, "97.62").await;
+        // Jobs by filter: fifty dimes gone, ten raised to 0.35.
+        let early = doc! { "ledger_id": ledger.id, "date": { "$lt": DateTime::from_millis(50) } };
+        entries.remove_where(early).await.unwrap();
+        assert_balance(&store, &ledger.id, "92.62").await;
+        let raised = doc! {
+            "ledger_id": ledger.id,
+            "date": { "$gte": DateTime::from_millis(900), "$lt": DateTime::from_millis(910) },
+        };
+        entries
+            .patch_where(raised)
+            .set(Entry::AMOUNT, dec("0.35"))
+            .await
+            .unwrap();
+        assert_balance(&store, &ledger.id, "95.12").await;
+        entries
+            .move_child(&ledger.id, &dimes[700].id, &other.id)
+            .await
+            .unwrap();
+        assert_balance(&store, &ledger.id, "95.02").await;
+        assert_balance(&store, &other.id, "0.10").await;
+        assert!(entries.check(&ledger.id).await.unwrap().is_clean());
+        assert!(entries.check(&other.id).await.unwrap().is_clean());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drifted_decimal_sum_is_reported_and_reconciled_as_a_decimal() {
+    for store in stores::<Ledger>().await {
+        let (ledger, empty) = (Ledger::new(), Ledger::new());
+        store.insert(&ledger).await.unwrap();
+        store.insert(&empty).await.unwrap();
+        let entries = store.children(Ledger::RECENT);
+        let amounts = ["19.99", "0.01", "-5.50", "100.00"];
+        let pushed: Vec<Entry> = (0..).zip(amounts).map(|(i, a)| entry(i, a)).collect();
+        entries.push_many(&ledger.id, &pushed).await.unwrap();
+        assert_balance(&store, &ledger.id, "114.50").await;
+        // The same number spelled otherwise is no drift.
+        let parents = store.database().collection::<Document>("decimal_ledgers");
+        let set = |id: ObjectId, balance: &str| {
+            parents.update_one(
+                doc! { "_id": id },
+                doc! { "$set": { "balance": dec(balance) } },
+            )
+        };
+        set(ledger.id, "114.5000").await.unwrap();
+        assert!(entries.check(&ledger.id).await.unwrap().is_clean());
+
+        set(ledger.id, "114.49").await.unwrap();
+        let drift = entries.check(&ledger.id).await.unwrap();
+        assert_eq!(drift.sums.len(), 1, "{drift:?}");
+        assert_eq!(drift.sums[0].field, "balance");
+        assert_eq!(drift.sums[0].stored, Bson::Decimal128(dec("114.49")));
+        assert_eq!(drift.sums[0].computed, Bson::Decimal128(dec("114.50")));
+        assert!(entries.reconcile(&ledger.id).await.unwrap().fixed);
+        assert_balance(&store, &ledger.id, "114.50").await;
+        assert!(entries.check(&ledger.id).await.unwrap().is_clean());
+
+        // No entries: the `$sum` is the integer 0, written as a decimal the struct reads.
+        set(empty.id, "5.00").await.unwrap();
+        let drift = entries.reconcile(&empty.id).await.unwrap();
+        assert_eq!(
+            drift.sums[0].computed,
+            Bson::Decimal128(dec("0")),
+            "{drift:?}"
+        );
+        assert_balance(&store, &empty.id, "0").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_follower_keeps_a_decimal_sum_exact() {
+    let db = replica_db().await;
+    let store = Store::<Ledger>::new(&db);
+    let ledger = Ledger::new();
+    store.insert(&ledger).await.unwrap();
+    let started = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&started);
+    let follower = store
+        .follow(FollowOptions::new("decimal sums").window(Duration::from_millis(30)))
+        .on_update(move |update| {
+            if matches!(
+                update,
+                FollowUpdate::Started { .. } | FollowUpdate::CatchingUp { .. }
+            ) {
+                seen.store(true, Ordering::SeqCst);
+            }
+        })
+        .spawn();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !started.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the follower did not start");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // Another program writes entries with plain driver calls.
+    let children = db.collection::<Document>("ledger_entries");
+    let raw = |e: &Entry| {
+        let mut d = subset::bson_compat::to_document(e).unwrap();
+        d.insert("ledger_id", ledger.id);
+        d
+    };
+    let written: Vec<Entry> = (0..200).map(|i| entry(i, "0.10")).collect();
+    children.insert_many(written.iter().map(raw)).await.unwrap();
+    children
+        .update_one(
+            doc! { "_id": written[0].id },
+            doc! { "$set": { "amount": dec("2.35") } },
+        )
+        .await
+        .unwrap();
+    children
+        .delete_one(doc! { "_id": written[1].id })
+        .await
+        .unwrap();
+
+    // 198 dimes and 2.35.
+    let expected = dec("22.15");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = store.get(&ledger.id).await.unwrap().unwrap();
+        if (got.entries, got.balance) == (199, expected) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower left {:?}",
+            (got.entries, got.balance.to_string())
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    follower.stop().await.unwrap();
+    assert_balance(&store, &ledger.id, "22.15").await;
+    assert!(store
+        .children(Ledger::RECENT)
+        .check(&ledger.id)
+        .await
+        .unwrap()
+        .is_clean());
+}

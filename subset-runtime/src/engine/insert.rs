@@ -58,7 +58,9 @@ impl RawStore {
                 parent.insert(count, 0_i64);
             }
             for sum in spec.sums {
-                parent.insert(sum.parent, 0_i64);
+                // A zero of the type the parent stores there: a `Decimal128` sum stays one.
+                let zero = super::sums::like_stored(Bson::Int64(0), parent.get(sum.parent));
+                parent.insert(sum.parent, zero);
             }
             let g = self.views().group_index(i);
             let first = groups[g].first_field() == i;

@@ -42,6 +42,7 @@ use crate::model::{ParentSpec, SubsetSpec};
 mod bulk;
 mod by_child;
 mod combine;
+mod decimal;
 mod definition;
 mod delete;
 pub mod driver_error;

@@ -1,24 +1,29 @@
 //! Running sums: parent fields kept equal to the sum of a child field over every child, moved by
 //! `$inc` in the same update as the count and recomputed, with the count, by a resync.
 
+use super::decimal::Dec;
 use crate::bson::{Bson, Document};
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
 
-/// A summed value: integers add exactly, anything with a float in it adds as a float.
+/// A summed value: integers add exactly, decimals add exactly as IEEE 754-2008 decimal128 (what
+/// the server's `$inc` and `$sum` do with a `Decimal128`), anything with a float in it adds as a
+/// float.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Num {
     Int(i64),
     Float(f64),
+    Dec(Dec),
 }
 
 impl Num {
-    /// The number a stored value holds, if it is an int32, int64 or double.
+    /// The number a stored value holds, if it is an int32, int64, double or finite decimal.
     pub(crate) fn of(value: &Bson) -> Option<Num> {
         match value {
             Bson::Int32(n) => Some(Num::Int(i64::from(*n))),
             Bson::Int64(n) => Some(Num::Int(*n)),
             Bson::Double(f) => Some(Num::Float(*f)),
+            Bson::Decimal128(d) => Dec::of(*d).map(Num::Dec),
             _ => None,
         }
     }
@@ -29,6 +34,14 @@ impl Num {
             (Num::Int(a), Num::Int(b)) => a
                 .checked_add(b)
                 .map_or(Num::Float(a as f64 + b as f64), Num::Int),
+            // An integer is a decimal exactly, as the server's `$inc` promotes it.
+            (Num::Dec(a), Num::Int(b)) | (Num::Int(b), Num::Dec(a)) => {
+                Num::Dec(a).add(Num::Dec(Dec::from_i64(b)))
+            }
+            // Past the largest `Decimal128`, as past `i64`.
+            (Num::Dec(a), Num::Dec(b)) => a
+                .add(b)
+                .map_or(Num::Float(a.to_f64() + b.to_f64()), Num::Dec),
             (a, b) => Num::Float(a.as_f64() + b.as_f64()),
         }
     }
@@ -37,6 +50,7 @@ impl Num {
         match self {
             Num::Int(n) => n.checked_neg().map_or(Num::Float(-(n as f64)), Num::Int),
             Num::Float(f) => Num::Float(-f),
+            Num::Dec(d) => Num::Dec(d.neg()),
         }
     }
 
@@ -44,17 +58,24 @@ impl Num {
         match self {
             Num::Int(n) => n as f64,
             Num::Float(f) => f,
+            Num::Dec(d) => d.to_f64(),
         }
     }
 
     fn is_zero(self) -> bool {
-        self.as_f64() == 0.0
+        match self {
+            Num::Dec(d) => d.is_zero(),
+            n => n.as_f64() == 0.0,
+        }
     }
 
-    /// Whether two sums are the same number (an int32 and an int64 of one value are).
+    /// Whether two sums are the same number (an int32 and an int64 of one value are, and so
+    /// are the decimals `1.0` and `1.00`, and a decimal and an integer of one value).
     pub(crate) fn same(self, other: Num) -> bool {
         match (self, other) {
             (Num::Int(a), Num::Int(b)) => a == b,
+            (Num::Dec(a), Num::Dec(b)) => a.same(b),
+            (Num::Dec(a), Num::Int(b)) | (Num::Int(b), Num::Dec(a)) => a.same(Dec::from_i64(b)),
             (a, b) => a.as_f64() == b.as_f64(),
         }
     }
@@ -63,7 +84,18 @@ impl Num {
         match self {
             Num::Int(n) => Bson::Int64(n),
             Num::Float(f) => Bson::Double(f),
+            Num::Dec(d) => Bson::Decimal128(d.into_decimal128()),
         }
+    }
+}
+
+/// A recomputed sum as the parent should hold it: in the type of the `stored` value where that
+/// is exact, so that an integer total (the `$sum` of no children is `0`) of a field that holds
+/// a `Decimal128` stays a `Decimal128`, which the parent's type reads.
+pub(crate) fn like_stored(computed: Bson, stored: Option<&Bson>) -> Bson {
+    match (Num::of(&computed), stored) {
+        (Some(Num::Int(n)), Some(Bson::Decimal128(_))) => Num::Dec(Dec::from_i64(n)).into_bson(),
+        _ => computed,
     }
 }
 
@@ -80,6 +112,10 @@ pub(crate) fn check_child(spec: &SubsetSpec, child: &Document) -> Result<()> {
     for sum in spec.sums {
         let problem = match child.get(sum.child) {
             Some(value) if Num::of(value).is_some() => continue,
+            Some(Bson::Decimal128(_)) => format!(
+                "is an infinite or NaN decimal: the running sum `{}` adds only finite numbers",
+                sum.parent
+            ),
             Some(value) => format!(
                 "is {}, not a number: the running sum `{}` adds it",
                 crate::decode::type_name(value.element_type()),
@@ -123,9 +159,11 @@ pub(crate) fn inc<'d>(
         let value = |d: &&Document| d.get(sum.child).and_then(Num::of);
         let plus = added.iter().filter_map(value);
         let minus = removed.iter().filter_map(value).map(Num::neg);
-        let total = plus.chain(minus).fold(Num::Int(0), Num::add);
-        if !total.is_zero() {
-            inc.insert(sum.parent, total.into_bson());
+        // One value goes to `$inc` as it is, for the server to add; several are added here.
+        if let Some(total) = plus.chain(minus).reduce(Num::add) {
+            if !total.is_zero() {
+                inc.insert(sum.parent, total.into_bson());
+            }
         }
     }
     inc
@@ -140,7 +178,8 @@ pub(crate) fn totals(spec: &SubsetSpec, children: &[Document]) -> Vec<(&'static 
                 .iter()
                 .filter(|d| spec.admits(d))
                 .filter_map(|d| d.get(sum.child).and_then(Num::of))
-                .fold(Num::Int(0), Num::add);
+                .reduce(Num::add)
+                .unwrap_or(Num::Int(0));
             (sum.parent, total.into_bson())
         })
         .collect()
@@ -180,6 +219,33 @@ mod tests {
             inc(&SPEC, &[&a, &f], &[]),
             doc! { "n": 2_i64, "total": 3.5 }
         );
+    }
+
+    #[test]
+    fn decimals_add_exactly_and_one_value_goes_as_is() {
+        let dec = |text: &str| Bson::Decimal128(text.parse().expect("a decimal"));
+        let (a, b) = (doc! { "v": dec("0.10") }, doc! { "v": dec("2.5") });
+        // One child: its own value, for the server's `$inc` to add.
+        assert_eq!(
+            inc(&SPEC, &[&a], &[]),
+            doc! { "n": 1_i64, "total": dec("0.10") }
+        );
+        assert_eq!(
+            inc(&SPEC, &[], &[&a]),
+            doc! { "n": -1_i64, "total": dec("-0.10") }
+        );
+        // A replacement: the difference, exactly.
+        assert_eq!(inc(&SPEC, &[&b], &[&a]), doc! { "total": dec("2.40") });
+        assert_eq!(inc(&SPEC, &[&a], &[&a]), doc! {});
+        let many: Vec<Document> = (0..1000).map(|_| a.clone()).collect();
+        assert_eq!(totals(&SPEC, &many), vec![("total", dec("100.00"))]);
+        let stored = dec("3.00");
+        assert_eq!(like_stored(Bson::Int32(0), Some(&stored)), dec("0"));
+        assert_eq!(like_stored(Bson::Int32(0), None), Bson::Int32(0));
+        assert!(Num::of(&dec("100.00"))
+            .zip(Num::of(&Bson::Int64(100)))
+            .is_some_and(|(a, b)| a.same(b)));
+        assert!(check_child(&SPEC, &doc! { "_id": 1, "v": dec("NaN") }).is_err());
     }
 
     #[test]

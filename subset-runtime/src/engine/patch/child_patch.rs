@@ -114,7 +114,7 @@ impl ChildPatch {
         self
     }
 
-    /// Adds `by` (an int32, int64 or double; negative to decrement) to `field`, which a child
+    /// Adds `by` (an int32, int64, double or decimal; negative to decrement) to `field`, which a child
     /// without it gets as `by`.
     pub fn inc(mut self, field: impl Into<String>, by: impl Into<Bson>) -> Self {
         self.ops.push((field.into(), Op::Inc(by.into(), None)));
@@ -276,7 +276,7 @@ impl ChildPatch {
                     return Err(invalid(
                         field,
                         format!(
-                            "is incremented by {}: `inc` takes an int32, int64 or double",
+                            "is incremented by {}: `inc` takes an int32, int64, double or finite decimal",
                             type_name(by)
                         ),
                     ));

@@ -81,8 +81,8 @@ impl Drift {
             }
         }
         for ((sum, stored), computed) in spec.sums.iter().zip(&stored.sums).zip(&totals.sums) {
-            // An int32 and an int64 of one value are the same sum; a missing or non-numeric
-            // stored value is never right.
+            // An int32 and an int64 of one value are the same sum, and so are `1.0` and `1.00`;
+            // a missing or non-numeric stored value is never right.
             let same = match (
                 stored.as_ref().and_then(sums::Num::of),
                 sums::Num::of(computed),
@@ -94,7 +94,7 @@ impl Drift {
                 drift.sums.push(SumDrift {
                     field: sum.parent.to_owned(),
                     stored: stored.clone().unwrap_or(Bson::Null),
-                    computed: computed.clone(),
+                    computed: sums::like_stored(computed.clone(), stored.as_ref()),
                 });
             }
         }

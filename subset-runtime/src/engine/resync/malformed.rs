@@ -156,7 +156,7 @@ impl<'s> Rules<'s> {
             return Some((
                 (*field).to_owned(),
                 format!(
-                    "is {found} where the running sum `{sum}` needs a number (int32, int64 or double)"
+                    "is {found} where the running sum `{sum}` needs a number (int32, int64, double or finite decimal)"
                 ),
             ));
         }
