@@ -17,6 +17,7 @@ mod previews;
 mod push_cost;
 mod report;
 mod stats;
+mod sum_types;
 mod trips;
 mod votes;
 mod working_set;
@@ -63,6 +64,9 @@ enum Experiment {
     /// A model changed on live data (keep 5 → 10, a view added): reads of parents built under
     /// the old model against rebuilt ones, and `Store::rebuild` in both write modes.
     ModelChange,
+    /// Push latency into an account keeping a `Decimal128` running sum against one keeping an
+    /// `i64` sum, alternating.
+    SumTypes,
 }
 
 /// A write mode, as the hidden worker mode takes it.
@@ -99,7 +103,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "working-set,overhead,round-trips,batching,hot-parent,push-cost,previews,votes,model-change"
+        default_value = "working-set,overhead,round-trips,batching,hot-parent,push-cost,previews,votes,model-change,sum-types"
     )]
     experiments: Vec<Experiment>,
     /// Concurrent client tasks for the product-page reads.
@@ -332,6 +336,12 @@ async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
         eprintln!("push cost by keep…");
         let db = client.database(&format!("{}_keep", args.database));
         report.push_cost = Some(push_cost::run(&db, args.pushes, args.rounds, args.seed).await?);
+    }
+
+    if has(Experiment::SumTypes) {
+        eprintln!("sum types…");
+        let db = client.database(&format!("{}_sums", args.database));
+        report.sum_types = Some(sum_types::run(&db, args.pushes, args.rounds, args.seed).await?);
     }
 
     if has(Experiment::Previews) {

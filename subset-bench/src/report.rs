@@ -19,6 +19,7 @@ use crate::overhead;
 use crate::previews;
 use crate::push_cost;
 use crate::stats::Spread;
+use crate::sum_types;
 use crate::trips;
 use crate::votes;
 use crate::working_set::Layout;
@@ -111,6 +112,7 @@ pub struct Report {
     pub previews: Option<previews::Result>,
     pub votes: Option<votes::Result>,
     pub model_change: Option<model_change::Result>,
+    pub sum_types: Option<sum_types::Result>,
 }
 
 fn machine() -> String {
@@ -205,6 +207,7 @@ impl Report {
             previews: None,
             votes: None,
             model_change: None,
+            sum_types: None,
         })
     }
 
@@ -1172,6 +1175,36 @@ impl Report {
         }
         if let Some(c) = &self.model_change {
             self.model_change_section(w, c);
+        }
+
+        if let Some(t) = &self.sum_types {
+            let _ = writeln!(w, "## 10. Sum types\n");
+            let _ = writeln!(
+                w,
+                "{} pushes per layout and round over {} accounts (keep 10, a count and a running \
+                 balance), alternating, which goes first alternating too; each round's median \
+                 latency, then the median (min–max) over the rounds.\n",
+                t.pushes,
+                sum_types::ACCOUNTS
+            );
+            let _ = writeln!(w, "| balance | push p50 (ms) |");
+            let _ = writeln!(w, "|---|--:|");
+            let _ = writeln!(
+                w,
+                "| `i64` (cents) | {:.2} ({:.2}–{:.2}) |",
+                t.cents.median, t.cents.min, t.cents.max
+            );
+            let _ = writeln!(
+                w,
+                "| `Decimal128` | {:.2} ({:.2}–{:.2}) |",
+                t.decimal.median, t.decimal.min, t.decimal.max
+            );
+            let _ = writeln!(
+                w,
+                "\nRatio, `Decimal128` over `i64`: **{:.3}x** ({:.3}–{:.3}); target ≤ 1.1x. \
+                 Every account's two balances agreed to the cent afterwards.\n",
+                t.ratio.median, t.ratio.min, t.ratio.max
+            );
         }
 
         let _ = writeln!(w, "{ANALYSIS}");
