@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subset::bson;
 
-use subset::{follow::FollowOptions, follow::FollowUpdate, Child, Store, Subset};
+use subset::{follow::FollowOptions, follow::FollowUpdate, follow::Follower, Child, Store, Subset};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
 struct Rating {
@@ -241,16 +241,12 @@ async fn a_parent_inserted_with_children_starts_with_their_sums() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_follower_keeps_the_sums_of_children_written_around_the_library() {
-    let db = replica_db().await;
-    let store = Store::<Rated>::new(&db);
-    let parent = Rated::new();
-    store.insert(&parent).await.unwrap();
+/// A follower of `store`, spawned, once its change stream is open.
+async fn started_follower<P: Subset>(store: &Store<P>, name: &str) -> Follower {
     let started = Arc::new(AtomicBool::new(false));
     let seen = Arc::clone(&started);
     let follower = store
-        .follow(FollowOptions::new("sums").window(Duration::from_millis(30)))
+        .follow(FollowOptions::new(name).window(Duration::from_millis(30)))
         .on_update(move |update| {
             if matches!(
                 update,
@@ -265,6 +261,16 @@ async fn the_follower_keeps_the_sums_of_children_written_around_the_library() {
         assert!(Instant::now() < deadline, "the follower did not start");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    follower
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_follower_keeps_the_sums_of_children_written_around_the_library() {
+    let db = replica_db().await;
+    let store = Store::<Rated>::new(&db);
+    let parent = Rated::new();
+    store.insert(&parent).await.unwrap();
+    let follower = started_follower(&store, "sums").await;
 
     // Another program inserts, changes and deletes children with plain driver calls.
     let children = db.collection::<Document>("ratings");
@@ -581,24 +587,7 @@ async fn the_follower_keeps_a_decimal_sum_exact() {
     let store = Store::<Ledger>::new(&db);
     let ledger = Ledger::new();
     store.insert(&ledger).await.unwrap();
-    let started = Arc::new(AtomicBool::new(false));
-    let seen = Arc::clone(&started);
-    let follower = store
-        .follow(FollowOptions::new("decimal sums").window(Duration::from_millis(30)))
-        .on_update(move |update| {
-            if matches!(
-                update,
-                FollowUpdate::Started { .. } | FollowUpdate::CatchingUp { .. }
-            ) {
-                seen.store(true, Ordering::SeqCst);
-            }
-        })
-        .spawn();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !started.load(Ordering::SeqCst) {
-        assert!(Instant::now() < deadline, "the follower did not start");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let follower = started_follower(&store, "decimal sums").await;
 
     // Another program writes entries with plain driver calls.
     let children = db.collection::<Document>("ledger_entries");
