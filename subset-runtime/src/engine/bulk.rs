@@ -101,23 +101,11 @@ impl RawChildren<'_> {
             doc! { "$group": { "_id": Bson::Null, "parents": { "$sum": 1 }, "children": { "$sum": "$n" } } },
         ];
         let children = self.children::<Document>();
-        let aggregate = children.aggregate(pipeline);
-        let found = match session {
-            Some(session) => aggregate
-                .session(&mut *session)
-                .await
-                .map_err(|e| self.mongo_child(e))?
-                .next(session)
-                .await
-                .transpose()
-                .map_err(|e| self.mongo_child(e))?,
-            None => aggregate
-                .await
-                .map_err(|e| self.mongo_child(e))?
-                .try_next()
-                .await
-                .map_err(|e| self.mongo_child(e))?,
-        };
+        let found = Ctx::read(session)
+            .aggregate(children.aggregate(pipeline))
+            .await
+            .map_err(|e| self.mongo_child(e))?
+            .pop();
         let number = |field| {
             found
                 .as_ref()

@@ -11,6 +11,7 @@ use std::future::Future;
 
 use mongodb::ClientSession;
 
+use super::exec::Ctx;
 use super::patch::ChildPatch;
 use super::RawChildren;
 use crate::action::Action;
@@ -42,11 +43,10 @@ impl RawChildren<'_> {
         let find = children
             .find_one(doc! { "_id": child.clone() })
             .projection(doc! { key: 1 });
-        let found = match session {
-            Some(session) => find.session(session).await,
-            None => find.await,
-        }
-        .map_err(|e| self.mongo_child(e))?;
+        let found = Ctx::read(session)
+            .run(find)
+            .await
+            .map_err(|e| self.mongo_child(e))?;
         found
             .and_then(|mut found| found.remove(key))
             .filter(|parent| !matches!(parent, Bson::Null))
