@@ -19,6 +19,20 @@ pub enum Error {
         source: Box<mongodb::error::Error>,
     },
 
+    /// The children were written, but the parent's views could not be brought along with them:
+    /// without a transaction, the operation took longer than its lease on the parent (see
+    /// the write modes in the guide), and another writer took the parent meanwhile. Nothing is
+    /// lost: the parent is marked as built under no definition, so reads compute its views
+    /// from the child collection, and the next write to it, or `reconcile`, rebuilds them. Do
+    /// not retry the operation; it was applied.
+    #[error("parent {id} in `{collection}`: the children were written, but its views are left for the next write or reconcile to rebuild (the operation outlasted its lease)")]
+    Unsettled {
+        /// The parent collection.
+        collection: String,
+        /// The parent's `_id`.
+        id: Box<Bson>,
+    },
+
     /// A push, page or count named a parent that does not exist.
     #[error("parent {id} not found in `{collection}`")]
     ParentNotFound {

@@ -206,7 +206,7 @@ async fn reads_are_one_command_on_a_standalone() {
 }
 
 #[tokio::test]
-async fn push_on_a_standalone_is_insert_then_update() {
+async fn push_on_a_standalone_is_lease_insert_then_update() {
     let (store, product, log) = setup(Topology::Standalone).await;
     // A started standalone is detected as such; `MONGODB_URI` may name a replica set, where the
     // ordered writes are forced instead.
@@ -216,27 +216,41 @@ async fn push_on_a_standalone_is_insert_then_update() {
     };
     let reviews = store.children(Product::RECENT_REVIEWS);
 
+    // Without a transaction, the writers of a parent take turns: the lease is taken first, and
+    // given back by the parent update.
     reviews.push(&product.id, &review(1_000)).await.unwrap();
-    assert_eq!(log.take(), ["insert", "update"], "push");
+    assert_eq!(log.take(), ["findAndModify", "insert", "update"], "push");
 
     let batch: Vec<Review> = (2_000..2_100).map(review).collect();
     reviews.push_many(&product.id, &batch).await.unwrap();
-    assert_eq!(log.take(), ["insert", "update"], "push_many of 100");
+    assert_eq!(
+        log.take(),
+        ["findAndModify", "insert", "update"],
+        "push_many of 100"
+    );
 
     // Older than the subset's head, at keep 10: the `$sort` update, as for any push.
     reviews.push(&product.id, &review(10)).await.unwrap();
-    assert_eq!(log.take(), ["insert", "update"], "push behind the head");
+    assert_eq!(
+        log.take(),
+        ["findAndModify", "insert", "update"],
+        "push behind the head"
+    );
 
     // At keep 32 a push into the head is one update (`$position: 0`); behind the head the
     // guarded update matches nothing, and the sorting one follows.
     let (threads, thread) = long_subset(&store, &log).await;
     let replies = threads.children(Thread::RECENT_REPLIES);
     replies.push(&thread, &review(1_000)).await.unwrap();
-    assert_eq!(log.take(), ["insert", "update"], "long push");
+    assert_eq!(
+        log.take(),
+        ["findAndModify", "insert", "update"],
+        "long push"
+    );
     replies.push(&thread, &review(10)).await.unwrap();
     assert_eq!(
         log.take(),
-        ["insert", "update", "update"],
+        ["findAndModify", "insert", "update", "update"],
         "long push behind the head"
     );
 }

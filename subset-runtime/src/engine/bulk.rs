@@ -349,6 +349,10 @@ struct WhereSteps<'s, 'a> {
 impl Steps for WhereSteps<'_, '_> {
     type Output = u64;
 
+    fn parents(&self) -> Vec<&Bson> {
+        vec![self.parent]
+    }
+
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<u64> {
         let s = self.subset;
         let children = s.children::<Document>();
@@ -406,6 +410,10 @@ struct RecountSteps<'s, 'a> {
 
 impl Steps for RecountSteps<'_, '_> {
     type Output = ();
+
+    fn parents(&self) -> Vec<&Bson> {
+        vec![self.parent]
+    }
 
     fn run(&self, ctx: &mut Ctx<'_>) -> impl Future<Output = Result<()>> + Send {
         recount(self.subset, ctx, self.parent)

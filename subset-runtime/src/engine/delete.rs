@@ -69,6 +69,10 @@ struct DeleteSteps<'a> {
 impl Steps for DeleteSteps<'_> {
     type Output = bool;
 
+    fn parents(&self) -> Vec<&Bson> {
+        vec![self.id]
+    }
+
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<bool> {
         let parents = self.store.parents::<Document>();
         let deleted = ctx

@@ -7,7 +7,8 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `exec.rs` | the executor: transactions and their retry loop, ordered runs, caller sessions |
+//! | `exec/` | the executor: transactions and their retry loop, ordered runs under a lease, caller sessions, turns on a parent, settling |
+//! | `parent_write.rs` | the one way an operation updates a parent: the model guard, the touch, the fence |
 //! | `insert.rs`, `delete.rs` | a parent with its children, in and out |
 //! | `push.rs` | `push` / `push_many` in a transaction; `push_ordered.rs` without one |
 //! | `push_update.rs` | the capped `$push` into the parent, at the head when it can and `keep` is long |
@@ -18,7 +19,7 @@
 //! | `patch/` | changing some fields of children, in every copy: the change, and its writes |
 //! | `move_child.rs` | a child from one parent to another |
 //! | `bulk.rs` | removing or patching the children that match a filter, across parents |
-//! | `definition.rs` | which definition of the model each parent's views were built under |
+//! | `model_change/` | which definition of the model each parent's views were built under, and settling a parent of another one |
 //! | `resync/` | recomputing a subset from the child collection: backfill, reconcile, check |
 //! | `orphans.rs` | children of no parent, found from the child collection |
 //! | `sweep.rs` | every parent in `_id` batches: `reconcile_all`, `check_all`, and the sweep itself |
@@ -43,16 +44,17 @@ mod bulk;
 mod by_child;
 mod combine;
 mod decimal;
-mod definition;
 mod delete;
 pub mod driver_error;
 mod exec;
 mod fold;
 mod follow;
 mod insert;
+mod model_change;
 mod move_child;
 mod orphans;
 mod page;
+mod parent_write;
 mod patch;
 mod push;
 mod push_ordered;
@@ -66,12 +68,12 @@ mod sweep;
 mod views;
 
 pub use bulk::{BulkProgress, BulkReport, JOB_COLLECTION};
-pub use definition::{DEFINITIONS_COLLECTION, MARKER};
 pub use fold::FOLDS_COLLECTION;
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
     DEFAULT_TOKEN_COLLECTION,
 };
+pub use model_change::{DEFINITIONS_COLLECTION, MARKER};
 pub use orphans::Orphans;
 pub use patch::ChildPatch;
 pub(crate) use patch::Range;
@@ -140,8 +142,9 @@ pub struct RawStore {
     spec: ParentSpec,
     concerns: Concerns,
     views: Arc<views::ViewTable>,
-    definition: Arc<definition::Definition>,
-    registry: Arc<definition::RegistryCache>,
+    definition: Arc<model_change::Definition>,
+    registry: Arc<model_change::RegistryCache>,
+    turns: exec::turns::Turns,
     mode: Arc<OnceCell<WriteMode>>,
     combiner: combine::Combiner<push::Batch>,
     folds: Arc<fold::Folds>,
@@ -166,8 +169,9 @@ impl RawStore {
             db: db.clone(),
             concerns: Concerns::default(),
             views: Arc::new(views::ViewTable::new(&spec)),
-            definition: Arc::new(definition::Definition::of(&spec, false)),
+            definition: Arc::new(model_change::Definition::of(&spec, false)),
             registry: Arc::default(),
+            turns: exec::turns::Turns::default(),
             spec,
             mode: Arc::new(OnceCell::new()),
             combiner: combine::Combiner::default(),
@@ -188,7 +192,7 @@ impl RawStore {
     /// [`Error::PartialModel`].
     pub fn for_fields(db: &Database, spec: ParentSpec) -> Self {
         RawStore {
-            definition: Arc::new(definition::Definition::of(&spec, true)),
+            definition: Arc::new(model_change::Definition::of(&spec, true)),
             ..RawStore::new(db, spec)
         }
     }
@@ -295,6 +299,11 @@ impl RawStore {
             spec,
             views,
         }
+    }
+
+    /// The turns on parents this store's operations take (see [`exec::turns`]).
+    pub(crate) fn turns(&self) -> &exec::turns::Turns {
+        &self.turns
     }
 
     /// The subset fields grouped by the children they show.
@@ -428,19 +437,15 @@ impl<'a> RawChildren<'a> {
     }
 
     /// The error of a parent update meant to add about `adding` bytes to the subset:
-    /// [`Error::SubsetTooLarge`] when the server refused it for the document's size, else the
-    /// driver error.
-    pub(crate) async fn parent_write_error(
-        &self,
-        e: mongodb::error::Error,
-        parent: &Bson,
-        adding: i64,
-    ) -> Error {
-        if !driver_error::is_too_large(&e) {
-            return self.store.mongo(e);
+    /// [`Error::SubsetTooLarge`] when the server refused it for the document's size, else `e`.
+    pub(crate) async fn parent_write_error(&self, e: Error, parent: &Bson, adding: i64) -> Error {
+        match e {
+            Error::Mongo { source, .. } if driver_error::is_too_large(&source) => {
+                let stored = self.stored_size(parent).await.unwrap_or(0);
+                self.too_large(*source, parent, stored.saturating_add_signed(adding))
+            }
+            other => other,
         }
-        let stored = self.stored_size(parent).await.unwrap_or(0);
-        self.too_large(e, parent, stored.saturating_add_signed(adding))
     }
 
     /// The error of a parent write that would have made a document of about `bytes`.

@@ -59,6 +59,10 @@ struct MoveSteps<'s, 'a> {
 impl Steps for MoveSteps<'_, '_> {
     type Output = ();
 
+    fn parents(&self) -> Vec<&Bson> {
+        vec![self.from, self.to]
+    }
+
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         let s = self.subset;
         let spec = s.spec();

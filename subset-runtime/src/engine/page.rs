@@ -7,8 +7,8 @@ use crate::bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use futures::stream::BoxStream;
 use mongodb::ClientSession;
 
-use super::definition::{Standing, ViewState};
 use super::exec::Ctx;
+use super::model_change::ViewState;
 use super::{query, RawChildren};
 use crate::action::Action;
 use crate::cursor::{Anchor, Cursor, Page, PageRequest, MAX_PAGE_SIZE};
@@ -100,10 +100,7 @@ impl RawChildren<'_> {
             )
             .await
             .map_err(|e| self.mongo_child(e))?;
-        if raws.is_empty()
-            && from.is_none()
-            && self.store.standing(ctx, parent).await? == Standing::Missing
-        {
+        if raws.is_empty() && from.is_none() && !self.has_parent(ctx, parent).await? {
             return Err(self.parent_not_found(parent));
         }
         let more = raws.len() > size;

@@ -4,9 +4,9 @@
 use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
-use super::definition::Standing;
 use super::driver_error;
 use super::exec::{self, is_transient, Ctx, Retry, Steps};
+use super::parent_write::Written;
 use super::push_update::ViewPush;
 use super::query;
 use super::{RawChildren, WriteMode};
@@ -189,12 +189,11 @@ impl<'a> RawChildren<'a> {
         // settling it embeds the stored child), or the parent is gone (its children left
         // behind by an interrupted delete), which a push must report.
         match self
-            .capped_push(ctx, parent, true, &push, &Document::new())
+            .capped_push(ctx, parent, true, &push, &Document::new(), false)
             .await?
         {
-            Standing::Written | Standing::Current => Ok(()),
-            Standing::Stale => self.store().settle(ctx, parent).await.map(|_| ()),
-            Standing::Missing => Err(self.parent_not_found(parent)),
+            Written::Applied | Written::Missed | Written::Outdated => Ok(()),
+            Written::Missing => Err(self.parent_not_found(parent)),
         }
     }
 }
@@ -232,6 +231,10 @@ impl<'s, 'a> PushSteps<'s, 'a> {
 impl Steps for PushSteps<'_, '_> {
     type Output = ();
 
+    fn parents(&self) -> Vec<&Bson> {
+        vec![self.parent]
+    }
+
     async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<()>> {
         if self.yields {
             let s = self.subset;
@@ -258,8 +261,10 @@ impl Steps for PushSteps<'_, '_> {
         let s = self.subset;
         let inc = s.added_inc(&fresh);
         let push = ViewPush::new(&fresh);
-        let standing = s.capped_push(ctx, self.parent, false, &push, &inc).await?;
-        if standing == Standing::Missing {
+        let written = s
+            .capped_push(ctx, self.parent, false, &push, &inc, false)
+            .await?;
+        if written == Written::Missing {
             return Err(s.parent_not_found(self.parent));
         }
         let children = s.children::<Document>();
@@ -270,16 +275,9 @@ impl Steps for PushSteps<'_, '_> {
                 .await
                 .map(|_| ()),
         };
-        inserted.map_err(|e| s.mongo_child(e))?;
-        // Of another definition: settled now that the children are stored, so that a rebuild
-        // sees them.
-        if standing == Standing::Stale {
-            s.store().settle(ctx, self.parent).await?;
-        } else if push.is_empty() && inc.is_empty() {
-            // Nothing went into the parent: children no view of this model admits.
-            s.store().unwritten(ctx, self.parent).await?;
-        }
-        Ok(())
+        // Of another definition: the executor settles it after this insert, so that the
+        // rebuild sees these children.
+        inserted.map_err(|e| s.mongo_child(e))
     }
 }
 

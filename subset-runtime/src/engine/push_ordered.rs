@@ -4,9 +4,9 @@
 
 use crate::bson::{doc, Bson, Document};
 
-use super::definition::Standing;
 use super::driver_error::{self, InsertFailure};
 use super::exec::Ctx;
+use super::parent_write::{ParentUpdate, Written};
 use super::push::{Prepared, PushSteps};
 use super::push_update::ViewPush;
 use super::query;
@@ -56,7 +56,9 @@ impl PushSteps<'_, '_> {
             }
         };
         if !fresh.is_empty() {
-            let failed = match self.push_to_parent(ctx, &fresh).await {
+            // The parent update is the last write unless duplicates are restored after it.
+            let last = duplicates.is_empty() && failure.is_none();
+            let failed = match self.push_to_parent(ctx, &fresh, last).await {
                 Ok(true) => None,
                 Ok(false) => Some(s.parent_not_found(self.parent)),
                 // Refused by the server (too large, say): nothing reached the parent, so the
@@ -85,12 +87,16 @@ impl PushSteps<'_, '_> {
     }
 
     /// The parent half of an ordered push: `$push`/`$sort`/`$slice` into every view and `$inc`
-    /// in one update, unless a concurrent remove, update or reconcile has already embedded some
-    /// of these children (it read them from the child collection between our insert and this
-    /// update). Then each view gets only the children it does not hold yet, and all of them are
-    /// counted, since a remove or update does not recount. Returns `false` when the parent does
-    /// not exist.
-    async fn push_to_parent(&self, ctx: &mut Ctx<'_>, fresh: &[&Prepared]) -> Result<bool> {
+    /// in one update, unless some of these children are embedded already (an earlier attempt
+    /// of this push, cut off after its parent update). Then each view gets only the children it
+    /// does not hold yet, and all of them are counted. Returns `false` when the parent does not
+    /// exist.
+    async fn push_to_parent(
+        &self,
+        ctx: &mut Ctx<'_>,
+        fresh: &[&Prepared],
+        last: bool,
+    ) -> Result<bool> {
         let s = self.subset;
         let parents = s.store().parents::<Document>();
         let inc = s.added_inc(fresh);
@@ -98,23 +104,21 @@ impl PushSteps<'_, '_> {
         let mut pending = ViewPush::new(fresh);
         if pending.is_empty() && inc.is_empty() {
             // Children no view of this model admits: nothing goes into the parent.
-            let standing = s.store().unwritten(ctx, self.parent).await?;
-            return Ok(standing != Standing::Missing);
+            let touch = ParentUpdate::touch_only();
+            let written = s.store().write_parent(ctx, self.parent, touch).await?;
+            return Ok(written != Written::Missing);
         }
         for _ in 0..ORDERED_PUSH_ATTEMPTS {
             match s
-                .capped_push(ctx, self.parent, true, &pending, &inc)
+                .capped_push(ctx, self.parent, true, &pending, &inc, last)
                 .await?
             {
-                Standing::Written => return Ok(true),
-                Standing::Missing => return Ok(false),
-                // The children are stored: settling embeds and counts them.
-                Standing::Stale => {
-                    s.store().settle(ctx, self.parent).await?;
-                    return Ok(true);
-                }
-                // Some already embedded by a concurrent resync: push the others.
-                Standing::Current => {}
+                Written::Applied => return Ok(true),
+                Written::Missing => return Ok(false),
+                // The children are stored: settling (by the executor) embeds and counts them.
+                Written::Outdated => return Ok(true),
+                // Some already embedded (by an earlier attempt of this push): push the others.
+                Written::Missed => {}
             }
             let projection: Document = views
                 .iter()
@@ -144,15 +148,12 @@ impl PushSteps<'_, '_> {
         }
         // Everything is embedded (or the parent is too contended to say): count what we added.
         if !inc.is_empty() {
-            let mut filter = doc! { "_id": self.parent.clone() };
-            filter.extend(s.store().in_place().await?);
-            let update = parents.update_one(filter, doc! { "$inc": inc });
-            let updated = ctx.run(update).await.map_err(|e| s.store().mongo(e))?;
-            if updated.matched_count == 0
-                && s.store().standing(ctx, self.parent).await? == Standing::Stale
-            {
-                s.store().settle(ctx, self.parent).await?;
-            }
+            let count = ParentUpdate {
+                last,
+                ..ParentUpdate::of(doc! { "$inc": inc })
+            };
+            // Of another definition meanwhile: settling recounts.
+            s.store().write_parent(ctx, self.parent, count).await?;
         }
         Ok(true)
     }

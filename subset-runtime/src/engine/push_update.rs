@@ -14,8 +14,8 @@
 
 use crate::bson::{doc, Bson, Document};
 
-use super::definition::{self, Standing};
 use super::exec::Ctx;
+use super::parent_write::{ParentUpdate, Written};
 use super::push::Prepared;
 use super::RawChildren;
 use crate::error::Result;
@@ -72,10 +72,9 @@ impl RawChildren<'_> {
     /// Pushes each view's children (`push`) into the parent, applying `inc` (to the counts and
     /// the sums, see [`RawChildren::added_inc`]) in the same update; at the head when there is one
     /// long view and the children go there. With `exclude`, a view whose field already holds
-    /// one of its children is not updated (see [`RawChildren::push_filter`]). The update is
-    /// conditional on the parent being built under the store's definition; when nothing
-    /// matched, where the parent stands says why (the caller settles a [`Standing::Stale`]
-    /// one once its children are stored).
+    /// one of its children is not updated (see [`RawChildren::push_filter`]). `last`: see
+    /// [`ParentUpdate::last`]. Written through
+    /// [`RawStore::write_parent`](crate::engine::RawStore), which says what happened.
     pub(super) async fn capped_push(
         &self,
         ctx: &mut Ctx<'_>,
@@ -83,9 +82,9 @@ impl RawChildren<'_> {
         exclude: bool,
         push: &ViewPush<'_>,
         inc: &Document,
-    ) -> Result<Standing> {
-        let mut filter = doc! { "_id": parent.clone() };
-        filter.extend(self.store().in_place().await?);
+        last: bool,
+    ) -> Result<Written> {
+        let mut filter = Document::new();
         let mut sorted = Document::new();
         for (view, each) in self.views().zip(&push.each) {
             if each.is_empty() {
@@ -101,12 +100,6 @@ impl RawChildren<'_> {
                 .collect();
             sorted.insert(view.spec().field, push_spec(view.spec(), docs, false));
         }
-        if sorted.is_empty() && inc.is_empty() {
-            // Nothing for any view (a child no filter admits): the parent need only exist.
-            return self.store().standing(ctx, parent).await;
-        }
-        let parents = self.store().parents::<Document>();
-        let atomic = ctx.atomic();
         // The only view is this field.
         let head = match (self.view_specs(), push.each.as_slice()) {
             ([only], [each]) if only.keep >= HEAD_PUSH_MIN_KEEP && !each.is_empty() => {
@@ -114,24 +107,31 @@ impl RawChildren<'_> {
             }
             _ => None,
         };
-        let attempts = head.map(|(each, guard)| {
-            let mut guarded = filter.clone();
-            guarded.insert("$or", guard);
-            let mut push = Document::new();
-            push.insert(self.spec().field, push_spec(self.spec(), each, true));
-            (guarded, update(push, inc, atomic))
-        });
-        for (filter, update) in attempts
-            .into_iter()
-            .chain([(filter, update(sorted, inc, atomic))])
-        {
-            match ctx.run(parents.update_one(filter, update)).await {
-                Ok(updated) if updated.matched_count == 1 => return Ok(Standing::Written),
-                Ok(_) => {}
-                Err(e) => return Err(self.parent_write_error(e, parent, push.bytes()).await),
+        let sorted = ParentUpdate {
+            filter: filter.clone(),
+            last,
+            ..ParentUpdate::of(update(sorted, inc))
+        };
+        let write = match head {
+            Some((each, guard)) => {
+                let mut guarded = filter;
+                guarded.insert("$or", guard);
+                let mut push = Document::new();
+                push.insert(self.spec().field, push_spec(self.spec(), each, true));
+                ParentUpdate {
+                    filter: guarded,
+                    last,
+                    otherwise: Some(Box::new(sorted)),
+                    ..ParentUpdate::of(update(push, inc))
+                }
             }
+            None => sorted,
+        };
+        // Nothing for any view (a child no filter admits) sends the touch alone.
+        match self.store().write_parent(ctx, parent, write).await {
+            Ok(written) => Ok(written),
+            Err(e) => Err(self.parent_write_error(e, parent, push.bytes()).await),
         }
-        self.store().standing(ctx, parent).await
     }
 
     /// For a push at the head: the children in the subset's order, and the `$or` that holds
@@ -200,14 +200,9 @@ fn push_spec(spec: &SubsetSpec, each: Vec<Bson>, at_head: bool) -> Document {
     push
 }
 
-/// The update of `push` (one `$push` per view field) and `inc`, leaving out what is empty; in
-/// a transaction (`atomic`), with the marker's touch (see [`definition::touch`]).
-fn update(push: Document, inc: &Document, atomic: bool) -> Document {
+/// The update of `push` (one `$push` per view field) and `inc`, leaving out what is empty.
+fn update(push: Document, inc: &Document) -> Document {
     let mut update = Document::new();
-    if atomic {
-        let (field, value) = definition::touch();
-        update.insert("$set", doc! { field: value });
-    }
     if !push.is_empty() {
         update.insert("$push", push);
     }

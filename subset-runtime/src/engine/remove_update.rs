@@ -94,6 +94,10 @@ struct ChildSteps<'s, 'a> {
 impl Steps for ChildSteps<'_, '_> {
     type Output = ();
 
+    fn parents(&self) -> Vec<&Bson> {
+        vec![self.parent]
+    }
+
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         let s = self.subset;
         let spec = s.spec();

@@ -377,6 +377,10 @@ struct FoldSteps<'q, 's, 'a> {
 impl Steps for FoldSteps<'_, '_, '_> {
     type Output = Folded;
 
+    fn parents(&self) -> Vec<&Bson> {
+        vec![self.queue.parent]
+    }
+
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<Folded> {
         let q = self.queue;
         let s = q.subset;

@@ -32,7 +32,7 @@ use crate::bson::Bson;
 use mongodb::ClientSession;
 
 use super::exec;
-use super::{RawChildren, WriteMode};
+use super::RawChildren;
 use crate::action::Action;
 use crate::error::Result;
 // Only the docs link to it.
@@ -93,9 +93,10 @@ impl RawChildren<'_> {
             return Ok(());
         }
         let batch = vec![(child.clone(), patch.clone())];
-        // Within a transaction of ours, patches of one parent's children go together: votes on
-        // one hot child would otherwise conflict and retry (see `combine.rs`).
-        if caller.is_none() && self.store().mode().await? == WriteMode::Transactional {
+        // Unless the caller gives a session, patches of one parent's children go together: votes
+        // on one hot child would otherwise conflict and retry in transactions, or take turns
+        // on the parent one by one without them (see `combine.rs`).
+        if caller.is_none() {
             return self.patch_combined(parent, batch).await;
         }
         self.patch_alone(parent, &batch, caller).await

@@ -5,8 +5,8 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::options::ReturnDocument;
 
 use super::child_patch::{holds, moves_in, shows_in, ChildPatch, Update};
-use crate::engine::definition::Standing;
 use crate::engine::exec::{Ctx, Steps};
+use crate::engine::parent_write::{ParentUpdate, Written};
 use crate::engine::resync::CountFix;
 use crate::engine::sums::Num;
 use crate::engine::{driver_error, query, RawChildren};
@@ -41,14 +41,14 @@ struct ParentWrite {
     moved: Vec<Option<Document>>,
     /// Whether any parent update was sent.
     wrote: bool,
-    /// Whether a write found the parent built under another definition and settled it
-    /// (rebuilt or marked for a rebuild): the moves gathered since are recounted by settling
-    /// again at the end, not applied.
-    settled: bool,
 }
 
 impl Steps for PatchSteps<'_, '_> {
     type Output = ();
+
+    fn parents(&self) -> Vec<&Bson> {
+        vec![self.parent]
+    }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         let s = self.subset;
@@ -63,7 +63,7 @@ impl Steps for PatchSteps<'_, '_> {
         if ctx.atomic() {
             for (patch, children) in blind(&mut composed, s.view_specs()) {
                 if children.iter().any(|c| write.copies.contains(c)) {
-                    self.write(ctx, &mut write).await?;
+                    self.write(ctx, &mut write, false).await?;
                 }
                 self.change_all(ctx, &children, &patch).await?;
                 for (i, view) in s.view_specs().iter().enumerate() {
@@ -73,7 +73,7 @@ impl Steps for PatchSteps<'_, '_> {
         }
         for (child, patch) in composed {
             if write.copies.contains(&child) {
-                self.write(ctx, &mut write).await?;
+                self.write(ctx, &mut write, false).await?;
             }
             let before = self.change(ctx, &child, &patch).await?;
             let after = patch.apply(&before);
@@ -198,7 +198,8 @@ impl PatchSteps<'_, '_> {
     }
 
     /// Writes the gathered in-place changes, if any, and starts a new gathering of them.
-    async fn write(&self, ctx: &mut Ctx<'_>, write: &mut ParentWrite) -> Result<()> {
+    /// `last`: no recompute follows (see [`ParentUpdate::last`]).
+    async fn write(&self, ctx: &mut Ctx<'_>, write: &mut ParentWrite, last: bool) -> Result<()> {
         let update = std::mem::take(&mut write.update);
         let filters = std::mem::take(&mut write.filters);
         write.copies.clear();
@@ -206,54 +207,40 @@ impl PatchSteps<'_, '_> {
             return Ok(());
         }
         let s = self.subset;
-        let parents = s.store().parents::<Document>();
-        let mut filter = doc! { "_id": self.parent.clone() };
-        filter.extend(s.store().in_place().await?);
-        let mut update = update.into_document();
-        if ctx.atomic() {
-            // Modifies the parent even where no copy matches (see `definition::touch`).
-            let (field, value) = crate::engine::definition::touch();
-            match update.get_document_mut("$set") {
-                Ok(set) => {
-                    set.insert(field, value);
-                }
-                Err(_) => {
-                    update.insert("$set", doc! { field: value });
-                }
-            }
-        }
-        let update = parents.update_one(filter, update).array_filters(filters);
         write.wrote = true;
-        let written = match ctx.run(update).await {
+        let write = ParentUpdate {
+            array_filters: filters,
+            last,
+            ..ParentUpdate::of(update.into_document())
+        };
+        let written = match s.store().write_parent(ctx, self.parent, write).await {
             Ok(written) => written,
             // The copies grow by what the patches set: unknown here, so the message says the
             // parent's size as stored.
             Err(e) => return Err(s.parent_write_error(e, self.parent, 0).await),
         };
-        if written.matched_count == 0 {
-            if s.store().standing(ctx, self.parent).await? == Standing::Missing {
-                return Err(s.parent_not_found(self.parent));
-            }
-            s.store().settle(ctx, self.parent).await?;
-            write.settled = true;
+        match written {
+            Written::Missing => Err(s.parent_not_found(self.parent)),
+            // Of another definition: settled after the steps, which recounts what the moves
+            // gathered since would do.
+            Written::Applied | Written::Missed | Written::Outdated => Ok(()),
         }
-        Ok(())
     }
 
     /// The in-place changes, then a recompute of each view a patch moved a child in.
     async fn follow(&self, ctx: &mut Ctx<'_>, mut write: ParentWrite) -> Result<()> {
-        self.write(ctx, &mut write).await?;
-        if write.settled {
-            return self
-                .subset
-                .store()
-                .settle(ctx, self.parent)
-                .await
-                .map(|_| ());
+        let last = write.moved.iter().all(Option::is_none);
+        self.write(ctx, &mut write, last).await?;
+        if ctx.is_outdated(self.parent) {
+            return Ok(());
         }
         if !write.wrote && write.moved.iter().all(Option::is_none) {
-            // No view of this model shows what changed (see `RawStore::unwritten`).
-            self.subset.store().unwritten(ctx, self.parent).await?;
+            // No view of this model shows what changed (see `ParentUpdate::touch_only`).
+            let touch = ParentUpdate::touch_only();
+            self.subset
+                .store()
+                .write_parent(ctx, self.parent, touch)
+                .await?;
             return Ok(());
         }
         for (view, moves) in self.subset.views().zip(write.moved) {

@@ -15,8 +15,9 @@
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::ClientSession;
 
-use super::definition::{self, Standing};
 use super::exec::{self, Ctx, Steps};
+use super::model_change::MARKER;
+use super::parent_write::{Guard, ParentUpdate, Written};
 use super::{query, RawChildren};
 use crate::action::Action;
 use crate::error::Result;
@@ -182,7 +183,6 @@ impl RawChildren<'_> {
         let store = self.store();
         let attempts = if ctx.atomic() { 1 } else { ORDERED_ATTEMPTS };
         let mut drift = Drift::default();
-        let parents = store.parents::<Document>();
         let raw_parents = store.parents::<RawDocumentBuf>();
         for attempt in 0..attempts {
             // Writers that missed each other's conditional updates spread out rather than
@@ -205,7 +205,7 @@ impl RawChildren<'_> {
                 // An unmarked parent without the field was not built under this model (a view
                 // added since): rebuilt whole, like any other.
                 let unbuilt = !store.is_partial()
-                    && matches!(found.get(definition::MARKER), Ok(None))
+                    && matches!(found.get(MARKER), Ok(None))
                     && matches!(found.get(spec.field), Ok(None));
                 if unbuilt || !store.built_here(&found, &registry) {
                     drift = Drift {
@@ -214,7 +214,10 @@ impl RawChildren<'_> {
                         ..Drift::default()
                     };
                     if write {
-                        drift.fixed = store.settle(ctx, parent).await?;
+                        // Settled by the executor after the steps: rebuilt when this is the
+                        // current definition.
+                        ctx.outdated(parent);
+                        drift.fixed = store.rebuilds_outdated().await?;
                     }
                     return Ok(drift);
                 }
@@ -241,54 +244,62 @@ impl RawChildren<'_> {
             if !write {
                 return Ok(drift);
             }
-            let Some(Fix { mut filter, update }) =
+            let Some(Fix { filter, update }) =
                 Fix::of(spec, parent, &stored, &expected, &drift, count_fix)
             else {
                 // A write of children that leaves this view as it is (see
-                // `RawStore::unwritten`).
+                // `ParentUpdate::touch_only`).
                 if marked && matches!(count_fix, CountFix::Inc(_)) {
-                    drift.outdated = store.unwritten(ctx, parent).await? == Standing::Stale;
+                    let touch = ParentUpdate::touch_only();
+                    let written = store.write_parent(ctx, parent, touch).await?;
+                    drift.outdated = written == Written::Outdated;
                 }
                 return Ok(drift);
             };
-            if marked {
+            // The conditions of `Fix` hold `_id` already.
+            let mut own = filter;
+            own.remove("_id");
+            let write = ParentUpdate {
+                filter: own,
                 // A rebuild under another definition between our read and this write makes
-                // it miss, and the next read settles.
-                filter.extend(store.marked(&*store.registry().await?));
-            }
-            let updated = match ctx.run(parents.update_one(filter, update)).await {
-                Ok(updated) => updated,
+                // it miss, and the executor settles the parent.
+                guard: if marked {
+                    Guard::Marked
+                } else {
+                    Guard::Rebuild
+                },
+                ..ParentUpdate::of(update)
+            };
+            let written = match store.write_parent(ctx, parent, write).await {
+                Ok(written) => written,
                 Err(e) => {
                     let adding =
                         super::bson_len(&expected.top) - super::bson_len(stored.embedded());
                     return Err(self.parent_write_error(e, parent, adding).await);
                 }
             };
-            if updated.matched_count == 1 {
-                drift.fixed = true;
-                return Ok(drift);
+            match written {
+                Written::Applied => {
+                    drift.fixed = true;
+                    return Ok(drift);
+                }
+                Written::Missing => return Err(self.parent_not_found(parent)),
+                Written::Outdated => {
+                    drift.outdated = true;
+                    return Ok(drift);
+                }
+                Written::Missed => {}
             }
             tracing::debug!(parent = %parent, "subset changed while resyncing; reading again");
         }
-        // Still contended after every attempt (in a transaction, the snapshot changed under
-        // us): a removal must still count, in the same transaction if there is one; the array
-        // is left for the next reconcile.
-        if let CountFix::Inc(inc) = count_fix {
-            if !inc.is_empty() {
-                let mut filter = doc! { "_id": parent.clone() };
-                if marked {
-                    filter.extend(store.marked(&*store.registry().await?));
-                }
-                let inc = parents.update_one(filter, doc! { "$inc": inc.clone() });
-                let updated = ctx.run(inc).await.map_err(|e| store.mongo(e))?;
-                // Rebuilt under another definition meanwhile: settling recounts.
-                if updated.matched_count == 0
-                    && store.standing(ctx, parent).await? == Standing::Stale
-                {
-                    drift.fixed = store.settle(ctx, parent).await?;
-                    drift.outdated = true;
-                }
-            }
+        // Still changed under every attempt: by writers that take no turns (another program,
+        // an older version of this library), or, in a transaction, a snapshot that moved. The
+        // view is not left as it is: the parent is rebuilt from the child collection after the
+        // steps (or marked for a rebuild), which also counts what this write removed. A
+        // rebuild's own recompute reports it, and the rebuild tries again.
+        if marked {
+            ctx.outdated(parent);
+            drift.outdated = true;
         }
         Ok(drift)
     }
@@ -346,6 +357,14 @@ struct ResyncSteps<'s, 'a> {
 
 impl Steps for ResyncSteps<'_, '_> {
     type Output = Drift;
+
+    fn parents(&self) -> Vec<&Bson> {
+        // A check reads only.
+        match self.write {
+            true => vec![self.parent],
+            false => Vec::new(),
+        }
+    }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<Drift> {
         self.subset

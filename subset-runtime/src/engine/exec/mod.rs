@@ -10,6 +10,20 @@
 //!
 //! Steps never look at sessions themselves: they hand each driver action to [`Ctx::run`] (or a
 //! `find` to [`Ctx::collect`]), which attaches the session when there is one.
+//!
+//! What every write of a parent needs is applied here too, around the steps, from the parents
+//! the steps declare ([`Steps::parents`]):
+//!
+//! - a turn on each parent within this process ([`turns`]), so that writers of one parent go
+//!   first come, first served and a long one is not starved by a stream of short ones;
+//! - without a transaction, a lease on each parent across processes ([`lease`]), so that no
+//!   other writer's steps land between two of these steps;
+//! - after the steps, the parents they found built under another definition of the model (or
+//!   left unfinished by a writer before them) are settled ([`crate::engine::model_change`]),
+//!   in the same transaction when there is one. Steps only record them ([`Ctx::outdated`]).
+
+pub(crate) mod lease;
+pub(crate) mod turns;
 
 use std::future::{Future, IntoFuture};
 use std::time::{Duration, Instant};
@@ -26,6 +40,7 @@ use mongodb::ClientSession;
 use serde::de::DeserializeOwned;
 
 use super::{RawStore, WriteMode};
+use crate::bson::{oid::ObjectId, Bson};
 use crate::error::{Error, Result};
 
 /// How long a transaction keeps retrying; the same 120 s the drivers' callback API uses.
@@ -38,6 +53,13 @@ pub(crate) trait Steps: Sync {
     /// Runs the steps in `ctx`. In a transaction of ours this may be called again after a
     /// transient error, so it must not consume anything it needs again.
     fn run(&self, ctx: &mut Ctx<'_>) -> impl Future<Output = Result<Self::Output>> + Send;
+
+    /// The parents the steps write, for the executor to give them a turn on each (and a lease
+    /// without a transaction). None by default: steps that only read, or that create their
+    /// parent.
+    fn parents(&self) -> Vec<&Bson> {
+        Vec::new()
+    }
 
     /// Between two attempts of a transaction of ours, after `error` (transient) ended attempt
     /// number `attempt`: by default a jittered backoff, then another attempt. Steps may instead
@@ -73,6 +95,12 @@ pub(crate) struct Ctx<'s> {
     session: Option<&'s mut ClientSession>,
     atomic: bool,
     joined: bool,
+    /// Without a transaction, the parents whose lease the steps hold, with its token.
+    leases: Vec<(Bson, ObjectId)>,
+    /// The parents to settle after the steps (see [`Ctx::outdated`]).
+    outdated: Vec<Bson>,
+    /// The parents whose lease the steps found taken by another writer.
+    lost: Vec<Bson>,
 }
 
 impl<'s> Ctx<'s> {
@@ -81,6 +109,47 @@ impl<'s> Ctx<'s> {
             session,
             atomic,
             joined,
+            leases: Vec::new(),
+            outdated: Vec::new(),
+            lost: Vec::new(),
+        }
+    }
+
+    /// Records `parent` as built under another definition of the model (a parent update found
+    /// it so), for the executor to settle once the steps are done: rebuilt under this one, or
+    /// marked for a rebuild.
+    pub(crate) fn outdated(&mut self, parent: &Bson) {
+        if !self.outdated.contains(parent) {
+            self.outdated.push(parent.clone());
+        }
+    }
+
+    /// Whether `parent` was recorded as outdated: the steps need not write it further, since
+    /// settling it rebuilds every view from the child collection.
+    pub(crate) fn is_outdated(&self, parent: &Bson) -> bool {
+        self.outdated.contains(parent)
+    }
+
+    /// The token of the lease the steps hold on `parent`, without a transaction.
+    pub(crate) fn lease(&self, parent: &Bson) -> Option<ObjectId> {
+        self.leases
+            .iter()
+            .find_map(|(p, token)| (p == parent).then_some(*token))
+    }
+
+    /// Records that a write gave `parent`'s lease back (see [`ParentUpdate::last`]).
+    ///
+    /// [`ParentUpdate::last`]: crate::engine::parent_write::ParentUpdate
+    pub(crate) fn released(&mut self, parent: &Bson) {
+        self.leases.retain(|(p, _)| p != parent);
+    }
+
+    /// Records that `parent`'s lease was taken by another writer before the steps wrote it
+    /// (they were slower than the lease): the executor marks it for a rebuild and reports
+    /// [`Error::Unsettled`].
+    pub(crate) fn lost(&mut self, parent: &Bson) {
+        if !self.lost.contains(parent) {
+            self.lost.push(parent.clone());
         }
     }
 
@@ -214,15 +283,15 @@ pub(crate) async fn execute<S: Steps>(
 ) -> Result<S::Output> {
     if let Some(session) = caller.as_deref_mut() {
         if in_transaction(session).await {
-            return steps.run(&mut Ctx::new(caller, true, true)).await;
+            // The caller's transaction: its snapshot and its conflicts keep the steps apart
+            // from other writers, and it commits or aborts them all.
+            return run_and_settle(store, &mut Ctx::new(caller, true, true), steps).await;
         }
     }
+    let parents = steps.parents();
+    let _turns = store.turns().take(&parents).await;
     match store.mode().await? {
-        // Without a transaction, a step cut off may have happened: the error says so.
-        WriteMode::Ordered => steps
-            .run(&mut Ctx::new(caller, false, false))
-            .await
-            .map_err(Error::into_unknown),
+        WriteMode::Ordered => ordered(store, caller, steps, &parents).await,
         WriteMode::Transactional => match caller {
             Some(session) => transaction(store, session, steps).await,
             None => {
@@ -232,6 +301,61 @@ pub(crate) async fn execute<S: Steps>(
             }
         },
     }
+}
+
+/// Runs `steps`, then settles the parents they found outdated, in the same context.
+async fn run_and_settle<S: Steps>(
+    store: &RawStore,
+    ctx: &mut Ctx<'_>,
+    steps: &S,
+) -> Result<S::Output> {
+    let output = steps.run(ctx).await?;
+    for parent in std::mem::take(&mut ctx.outdated) {
+        if !ctx.lost.contains(&parent) {
+            store.settle(ctx, &parent).await?;
+        }
+    }
+    Ok(output)
+}
+
+/// Runs `steps` without a transaction, each declared parent under a lease (see [`lease`]).
+async fn ordered<S: Steps>(
+    store: &RawStore,
+    caller: Option<&mut ClientSession>,
+    steps: &S,
+    parents: &[&Bson],
+) -> Result<S::Output> {
+    let mut ctx = Ctx::new(caller, false, false);
+    let leases = lease::Leases::take(store, &mut ctx, &ordered_keys(parents)).await?;
+    let result = run_and_settle(store, &mut ctx, steps).await;
+    // Steps cut off between two writes (a lost connection, a server that went away) may have
+    // left a parent behind its children; refusals and the errors steps report before writing
+    // leave it as it was.
+    let unfinished = result
+        .as_ref()
+        .err()
+        .is_some_and(|e| e.mongo_error().is_some() && !crate::engine::driver_error::was_refused(e));
+    leases.release(&ctx.leases, unfinished).await;
+    if let Some(parent) = ctx.lost.first() {
+        for lost in &ctx.lost {
+            store.mark_unsettled(lost).await;
+        }
+        result?;
+        return Err(Error::Unsettled {
+            collection: store.collection_name().to_owned(),
+            id: Box::new(parent.clone()),
+        });
+    }
+    // Without a transaction, a step cut off may have happened: the error says so.
+    result.map_err(Error::into_unknown)
+}
+
+/// `parents` in the order turns take them (see [`turns`]), so that leases are taken in it too.
+fn ordered_keys<'p>(parents: &[&'p Bson]) -> Vec<&'p Bson> {
+    let mut sorted = parents.to_vec();
+    sorted.sort_by_cached_key(|p| turns::key(p));
+    sorted.dedup();
+    sorted
 }
 
 /// Whether the caller's session is in a transaction. The driver keeps that to itself, but
@@ -271,9 +395,12 @@ async fn transaction<S: Steps>(
             .write_concern(store.transaction_write_concern().clone())
             .await
             .map_err(mongo)?;
-        let output = match steps
-            .run(&mut Ctx::new(Some(&mut *session), true, false))
-            .await
+        let output = match run_and_settle(
+            store,
+            &mut Ctx::new(Some(&mut *session), true, false),
+            steps,
+        )
+        .await
         {
             Ok(output) => output,
             Err(error) => {

@@ -1,0 +1,173 @@
+//! The lease: without a transaction, the writers of one parent take turns across processes.
+//!
+//! **Why.** An operation writes the child collection, then the parent. Without a transaction,
+//! another writer's steps can land in between: a recompute that reads the already-changed child
+//! and writes it into a view, before the first writer's `$inc` of the same copy counts it a
+//! second time; a bulk removal that subtracts values it read before a vote changed them.
+//! Versioned copies and exactly-once deltas could each close some of these windows, but every
+//! pair of operations would need its own argument, and recomputes (which read many children)
+//! have no version to compare. Taking turns closes all of them with one argument: while an
+//! operation holds a parent's lease, no other writer of the library changes that parent or its
+//! children, so the operation's steps run as they would alone, and each operation is exact
+//! alone.
+//!
+//! **How.** The lease is `_subset.l: { o, u }` in the parent: `o` a token naming the holder,
+//! `u` when it expires, both set by one conditional update that matches only a parent with no
+//! lease or an expired one (the server's clock, `$$NOW`, decides). Every parent update of the
+//! holder carries `_subset.l.o: <token>` in its filter (a fence, see
+//! [`crate::engine::parent_write`]), and the executor removes the lease when the steps end, in
+//! a last update conditional on the token.
+//!
+//! **When a holder does not finish.** A process that crashes, or an operation that is dropped
+//! or fails on the network between its writes, leaves the parent possibly wrong. A holder that
+//! fails says so: its lease goes together with the marker's definition, so the parent counts as
+//! built under none, readers compute its views from the child collection, and the next writer of
+//! the current definition rebuilds it. A holder that vanishes leaves its lease to expire
+//! ([`LEASE`]); the next writer finds an expired lease, which only an unfinished operation
+//! leaves, and settles the parent after its own steps in the same way. A holder slower than its
+//! lease (a write held up longer than [`LEASE`]) finds its fence gone: its parent update
+//! matches nothing, and it marks the parent for a rebuild and reports
+//! [`crate::Error::Unsettled`] rather than `Ok`.
+//!
+//! Within one process, the turns ([`super::turns`]) decide who goes next, so the lease is only
+//! contended between processes, where waiting writers poll it with a short jittered backoff.
+
+use std::time::Duration;
+
+use crate::bson::{doc, oid::ObjectId, Bson, Document};
+use mongodb::options::ReturnDocument;
+
+use super::Ctx;
+use crate::engine::model_change::MARKER;
+use crate::engine::RawStore;
+use crate::error::Result;
+
+/// How long a lease lasts: longer than any one operation's writes to a parent take on a
+/// healthy server, short enough that a crashed holder delays the parent's next writer only
+/// that long.
+pub(crate) const LEASE: Duration = Duration::from_secs(10);
+
+/// The longest pause between two polls of a lease held by another process.
+const POLL_CAP: Duration = Duration::from_millis(20);
+
+/// The leases of one operation, on the parents its steps write.
+pub(crate) struct Leases {
+    store: RawStore,
+    held: Vec<(Bson, ObjectId)>,
+    released: bool,
+}
+
+impl Leases {
+    /// Takes a lease on each of `parents` (already in one order, see [`super::turns`]), waiting
+    /// while another process holds one. A parent that does not exist gets none (the steps
+    /// report it). A parent whose lease had expired was left unfinished by its holder: it goes
+    /// into `ctx` as outdated, for the executor to settle after the steps.
+    pub(crate) async fn take(
+        store: &RawStore,
+        ctx: &mut Ctx<'_>,
+        parents: &[&Bson],
+    ) -> Result<Leases> {
+        let mut leases = Leases {
+            store: store.clone(),
+            held: Vec::with_capacity(parents.len()),
+            released: false,
+        };
+        for parent in parents {
+            if leases.held.iter().any(|(p, _)| p == *parent) {
+                continue;
+            }
+            if let Some(token) = take_one(store, ctx, parent).await? {
+                leases.held.push(((*parent).clone(), token));
+            }
+        }
+        ctx.leases.clone_from(&leases.held);
+        Ok(leases)
+    }
+
+    /// Gives the leases back: cleanly after steps that finished, or, after steps that failed
+    /// between their writes (`unfinished`), with each parent marked as built under no
+    /// definition, for readers to compute and the next writer to rebuild.
+    /// `held`: the leases the steps still hold (a last write may have given some back).
+    pub(crate) async fn release(mut self, held: &[(Bson, ObjectId)], unfinished: bool) {
+        self.released = true;
+        for (parent, token) in std::mem::take(&mut self.held) {
+            if held.iter().any(|(_, t)| *t == token) {
+                give_back(&self.store, parent, token, unfinished).await;
+            }
+        }
+    }
+}
+
+impl Drop for Leases {
+    fn drop(&mut self) {
+        if self.released || self.held.is_empty() {
+            return;
+        }
+        // Dropped mid-way (the caller's future was cancelled): the steps may have stopped
+        // between two writes. Give the leases back as unfinished rather than make the next
+        // writer wait for them to expire.
+        let (store, held) = (self.store.clone(), std::mem::take(&mut self.held));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                for (parent, token) in held {
+                    give_back(&store, parent, token, true).await;
+                }
+            });
+        }
+    }
+}
+
+/// Takes `parent`'s lease; `None` when there is no such parent.
+async fn take_one(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Option<ObjectId>> {
+    let lease = format!("{MARKER}.l");
+    let until = format!("${lease}.u");
+    let free = doc! { "_id": parent.clone(), "$expr": { "$not": [{ "$gt": [until, "$$NOW"] }] } };
+    let millis = i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX);
+    let parents = store.parents::<Document>();
+    let mut attempt = 0_u32;
+    loop {
+        let token = ObjectId::new();
+        let take = vec![doc! { "$set": {
+            lease.as_str(): { "o": token, "u": { "$add": ["$$NOW", millis] } },
+        } }];
+        let taken = parents
+            .find_one_and_update(free.clone(), take)
+            .projection(doc! { lease.as_str(): 1 })
+            .return_document(ReturnDocument::Before);
+        if let Some(before) = ctx.run(taken).await.map_err(|e| store.mongo(e))? {
+            let left = before
+                .get_document(MARKER)
+                .is_ok_and(|m| m.contains_key("l"));
+            if left {
+                tracing::debug!(parent = %parent, "an expired lease: the last writer did not finish");
+                ctx.outdated(parent);
+            }
+            return Ok(Some(token));
+        }
+        let exists = parents
+            .find_one(doc! { "_id": parent.clone() })
+            .projection(doc! { "_id": 1 });
+        if ctx.run(exists).await.map_err(|e| store.mongo(e))?.is_none() {
+            return Ok(None);
+        }
+        attempt += 1;
+        let ceiling = (1_u64 << attempt.min(5)).min(POLL_CAP.as_millis() as u64);
+        tokio::time::sleep(Duration::from_millis(rand::random_range(1..=ceiling))).await;
+    }
+}
+
+/// Removes `parent`'s lease if it is still `token`'s: with the marker's definition when the
+/// holder did not finish.
+async fn give_back(store: &RawStore, parent: Bson, token: ObjectId, unfinished: bool) {
+    let filter = doc! { "_id": parent.clone(), format!("{MARKER}.l.o"): token };
+    let update = if unfinished {
+        doc! { "$set": { MARKER: { "d": "", "n": ObjectId::new() } } }
+    } else {
+        doc! { "$unset": { format!("{MARKER}.l"): "" } }
+    };
+    let parents = store.parents::<Document>();
+    if let Err(e) = parents.update_one(filter, update).await {
+        // The lease expires by itself, and the next writer then settles the parent.
+        tracing::warn!(collection = store.collection_name(), parent = %parent, error = %e, "could not give a lease back; it will expire");
+    }
+}

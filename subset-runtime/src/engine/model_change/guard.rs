@@ -1,0 +1,250 @@
+//! The condition a parent update carries (see [`crate::engine::parent_write`]), and how a stored
+//! parent's views may be read under a store's definition.
+
+use crate::bson::{doc, oid::ObjectId, Bson, Document, RawDocument, RawDocumentBuf};
+
+use super::digest::view_digest;
+use super::registry::Registry;
+use super::MARKER;
+use crate::engine::exec::Ctx;
+use crate::engine::RawStore;
+use crate::error::{Error, Result};
+use crate::model::SubsetSpec;
+
+/// The definition `parent` is marked with: `Ok(None)` for none (no marker, or one holding
+/// only a write's touch, see [`touch`]), `Err` for a marker that is not a document.
+fn marked_with(parent: &RawDocument) -> std::result::Result<Option<&str>, ()> {
+    match parent.get(MARKER) {
+        Ok(None) => Ok(None),
+        Ok(Some(marker)) => match marker.as_document() {
+            Some(m) => Ok(m.get_str("d").ok()),
+            None => Err(()),
+        },
+        Err(_) => Err(()),
+    }
+}
+
+/// The `$set` a parent update in a transaction adds, `_subset.w` to a new value, so that it
+/// always modifies the parent: an update that changes nothing else (a push sliced off at once,
+/// copies of a child no view holds) would not write, and a rebuild under another model in a
+/// concurrent transaction, which read the children before this one changed them, would not
+/// conflict with it.
+pub(crate) fn touch() -> (String, Bson) {
+    (format!("{MARKER}.w"), Bson::ObjectId(ObjectId::new()))
+}
+
+/// How a view of a stored parent may be read under this store's definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ViewState {
+    /// Built under this view's definition with at least its `keep`: the first `keep` stored
+    /// are the view.
+    Fresh,
+    /// Built under another definition, or not at all: compute it from the child collection.
+    Stale,
+}
+
+impl RawStore {
+    /// [`RawStore::marked`] of a store of some fields: the parent's marker has no entry for
+    /// them (no marker, or one of a model without them), or entries that are exactly their
+    /// definitions and `keep`s; never one marked as built under none. Without `$or`, which other conditions of a
+    /// filter use.
+    fn fields_marked(&self) -> Document {
+        // Not a parent marked as built under none (a rebuild under way, or one to come).
+        let mut exact = doc! { format!("{MARKER}.d"): { "$ne": "" } };
+        for (spec, b) in self.spec().subsets.iter().zip(&self.definition.views) {
+            let view = format!("{MARKER}.v.{}", spec.field);
+            exact.insert(
+                format!("{view}.b"),
+                doc! { "$in": [b.as_str(), Bson::Null] },
+            );
+            let keep = i64::from(spec.keep);
+            exact.insert(format!("{view}.k"), doc! { "$in": [keep, Bson::Null] });
+        }
+        exact
+    }
+
+    /// [`RawStore::built_here`] of a store of some fields (see [`RawStore::fields_marked`]).
+    fn fields_built_here(&self, parent: &RawDocument) -> bool {
+        let marker = match parent.get(MARKER) {
+            Ok(Some(m)) => m.as_document(),
+            _ => None,
+        };
+        if marker.is_some_and(|m| m.get_str("d").ok() == Some("")) {
+            return false;
+        }
+        let views = marker.and_then(|m| m.get_document("v").ok());
+        self.spec()
+            .subsets
+            .iter()
+            .zip(&self.definition.views)
+            .all(
+                |(spec, b)| match views.map(|v| v.get_document(spec.field)) {
+                    Some(Ok(view)) => {
+                        view.get_str("b").ok() == Some(b.as_str())
+                            && view
+                                .get("k")
+                                .ok()
+                                .flatten()
+                                .and_then(crate::decode::count_value)
+                                == Some(i64::from(spec.keep))
+                    }
+                    _ => true,
+                },
+            )
+    }
+
+    /// Whether this store knows only some fields of its model ([`RawStore::for_fields`]).
+    pub(crate) fn is_partial(&self) -> bool {
+        self.definition.partial
+    }
+    /// The condition every in-place parent update adds to its filter: that the parent was
+    /// built under this store's definition.
+    pub(crate) fn marked(&self, registry: &Registry) -> Document {
+        let own = self.definition.digest();
+        if self.definition.partial {
+            return self.fields_marked();
+        }
+        let path = format!("{MARKER}.d");
+        if registry.legacy == own {
+            doc! { path: { "$in": [own, Bson::Null] } }
+        } else {
+            doc! { path: own }
+        }
+    }
+
+    /// The filter an in-place parent update adds: [`RawStore::marked`], and every subset field
+    /// present, so that a write never creates a field in place (a parent written without it,
+    /// or whose field was removed, is settled instead, which builds it whole).
+    pub(crate) async fn in_place(&self) -> Result<Document> {
+        let mut filter = self.marked(&*self.registry().await?);
+        for spec in self.spec().subsets {
+            filter.insert(spec.field, doc! { "$exists": true });
+        }
+        Ok(filter)
+    }
+
+    /// Whether `parent` (a stored parent, or a projection holding its marker) was built under
+    /// this store's definition.
+    pub(crate) fn built_here(&self, parent: &RawDocument, registry: &Registry) -> bool {
+        let own = self.definition.digest();
+        if self.definition.partial {
+            return self.fields_built_here(parent);
+        }
+        match marked_with(parent) {
+            Ok(None) => registry.legacy == own,
+            Ok(Some(d)) => d == own,
+            Err(()) => false,
+        }
+    }
+
+    /// How the view `spec` of the stored `parent` may be read. The registry is read only for
+    /// a parent without a marker.
+    pub(crate) async fn view_state(
+        &self,
+        parent: &RawDocument,
+        spec: &SubsetSpec,
+    ) -> Result<ViewState> {
+        let unmarked = matches!(marked_with(parent), Ok(None));
+        let marker = match parent.get(MARKER) {
+            // Unmarked: written before markers, or around this library. A store of some
+            // fields takes such a parent as built under them, as every tool did before.
+            _ if unmarked && self.definition.partial => return Ok(ViewState::Fresh),
+            // Built under the first model, if this is it and the field is there: a field
+            // missing from an unmarked parent is a view added since (or never built), which
+            // the child collection answers.
+            _ if unmarked => {
+                let registry = self.registry().await?;
+                let legacy = registry.legacy == self.definition.digest();
+                let present = matches!(parent.get(spec.field), Ok(Some(_)));
+                return Ok(if legacy && present {
+                    ViewState::Fresh
+                } else {
+                    ViewState::Stale
+                });
+            }
+            Ok(Some(m)) => m.as_document(),
+            Ok(None) | Err(_) => None,
+        };
+        // A descriptor the store does not list (made at run time) has its digest made here.
+        let own = match self.spec().subsets.iter().position(|s| s == spec) {
+            Some(i) => self.definition.views.get(i).cloned(),
+            None => None,
+        }
+        .unwrap_or_else(|| view_digest(spec));
+        let view = marker
+            .and_then(|m| m.get_document("v").ok())
+            .and_then(|v| v.get_document(spec.field).ok());
+        let Some(view) = view else {
+            return Ok(ViewState::Stale);
+        };
+        if view.get_str("b").ok() != Some(own.as_str()) {
+            return Ok(ViewState::Stale);
+        }
+        let stored_keep = match view.get("k") {
+            Ok(Some(k)) => crate::decode::count_value(k).unwrap_or(0),
+            _ => 0,
+        };
+        if stored_keep >= i64::from(spec.keep) {
+            return Ok(ViewState::Fresh);
+        }
+        // Built with a smaller `keep`: enough when the array holds fewer than that, which is
+        // then every child there is.
+        let held = parent
+            .get_array(spec.field)
+            .map_or(i64::MAX, |a| a.into_iter().count() as i64);
+        Ok(if held < stored_keep {
+            ViewState::Fresh
+        } else {
+            ViewState::Stale
+        })
+    }
+
+    /// The stored `parent` as a reader of this definition sees it: each view built under
+    /// another definition replaced by what the child collection says
+    /// ([`crate::raw::Children`]'s `computed`, a query or two per view), each built with a
+    /// larger `keep` cut to this one. A parent whose views are all this definition's is
+    /// returned as it is, without a copy.
+    pub(crate) async fn served(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: RawDocumentBuf,
+    ) -> Result<RawDocumentBuf> {
+        let mut stale = Vec::new();
+        let mut long = Vec::new();
+        for spec in self.spec().subsets {
+            match self.view_state(&parent, spec).await? {
+                ViewState::Stale => stale.push(spec),
+                ViewState::Fresh => {
+                    let held = parent
+                        .get_array(spec.field)
+                        .map_or(0, |a| a.into_iter().count());
+                    if held > spec.keep as usize {
+                        long.push(spec);
+                    }
+                }
+            }
+        }
+        if stale.is_empty() && long.is_empty() {
+            return Ok(parent);
+        }
+        let id = crate::decode::id_of(&parent);
+        let malformed = |problem: String| Error::MalformedParent {
+            collection: self.collection_name().to_owned(),
+            id: Box::new(id.clone()),
+            field: MARKER.to_owned(),
+            problem,
+        };
+        let mut doc = Document::try_from(parent.as_ref())
+            .map_err(|e| malformed(format!("is unreadable: {e}")))?;
+        for spec in long {
+            if let Ok(array) = doc.get_array_mut(spec.field) {
+                array.truncate(spec.keep as usize);
+            }
+        }
+        for spec in stale {
+            let fields = self.children(spec).computed(ctx, &id).await?;
+            doc.extend(fields);
+        }
+        RawDocumentBuf::try_from(&doc).map_err(|e| malformed(format!("cannot be re-encoded: {e}")))
+    }
+}

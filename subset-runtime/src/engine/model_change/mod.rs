@@ -1,0 +1,50 @@
+//! Which definition of the model each parent's views were built under, so that a model can
+//! change on live data: a new view, another `keep`, order, filter, preview, count or sum.
+//!
+//! **The marker.** Every parent this library writes carries `_subset: { d, v }`: `d` names the
+//! whole definition the parent's views were built under (a digest of every view of the store),
+//! `v` holds, per view field, the digest of that view without its `keep` and the `keep`. A
+//! reader trusts a view whose digest is its own and whose stored `keep` covers its own (a
+//! larger one is trimmed); any other view it computes from the child collection, which is
+//! always right and costs a query. Only writers of the same whole definition change a parent
+//! in place: each parent update is conditional on `d`, so code with another definition never
+//! edits views it does not know (a view added by newer code, say).
+//!
+//! **The registry.** One document per parent collection in [`DEFINITIONS_COLLECTION`]: the
+//! definition writes converge to (`current`), every definition seen, and the one parents
+//! without a marker were built under (`legacy`, the first registered: data written before
+//! markers existed, or by other programs). A store registers its definition on first use (its
+//! first write, or its first read of a parent without a marker); a definition never seen before becomes current (a deploy of new code), one seen before
+//! does not (an old process restarting during a rolling deploy). [`crate::raw::Store::rebuild`] makes
+//! its definition current explicitly (after a rollback).
+//!
+//! **A write that finds a parent of another definition** (its parent update, through
+//! [`crate::engine::parent_write`], matched nothing and the parent is of another definition) leaves
+//! it to the executor, which settles it after the operation's own writes: if the store's definition is
+//! current it rebuilds every view of the parent from the child collection and marks it; if not
+//! (old code during a deploy) it cannot build the current views, so it marks the parent as
+//! built under none, and every reader computes it until a writer of the current definition or a
+//! rebuild comes by. Old and new code never undo each other's work: the parent only ever moves
+//! towards the current definition.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `digest.rs` | [`Definition`]: the digests of a store's definition and of each view, and its marker |
+//! | `registry.rs` | the registry: which definition is current, which one unmarked parents were built under |
+//! | `guard.rs` | the condition a parent update carries, and how a stored parent's views may be read |
+//! | `rebuild.rs` | settling a parent of another definition: rebuilt under this one, or marked for a rebuild |
+
+mod digest;
+mod guard;
+mod rebuild;
+mod registry;
+
+pub(crate) use digest::Definition;
+pub(crate) use guard::{touch, ViewState};
+pub(crate) use registry::RegistryCache;
+
+/// The parent field that holds the marker.
+pub const MARKER: &str = "_subset";
+
+/// The collection of the registry: one document per parent collection, `_id` its name.
+pub const DEFINITIONS_COLLECTION: &str = "subset_definitions";

@@ -1,0 +1,151 @@
+//! The registry: one document per parent collection in [`DEFINITIONS_COLLECTION`], naming the
+//! definition writes converge to and the one unmarked parents were built under.
+
+use std::sync::{Arc, Mutex};
+
+use crate::bson::{doc, Document};
+
+use super::{DEFINITIONS_COLLECTION, MARKER};
+use crate::engine::RawStore;
+use crate::error::{Error, Result};
+
+/// What the registry says of a parent collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Registry {
+    /// The definition writes converge to.
+    pub(crate) current: String,
+    /// The definition parents without a marker were built under.
+    pub(crate) legacy: String,
+}
+
+/// A store's cached view of the registry: read on first use, and again when a write finds a
+/// parent of another definition (the only time `current` matters).
+#[derive(Debug, Default)]
+pub(crate) struct RegistryCache(Mutex<Option<Arc<Registry>>>);
+
+impl RawStore {
+    /// The registry's word on this collection, registering this store's definition on first
+    /// use (every write asks for it first; a read only for a parent without a marker).
+    pub(crate) async fn registry(&self) -> Result<Arc<Registry>> {
+        let cached = self.lock_registry().clone();
+        match cached {
+            Some(known) => Ok(known),
+            None => self.load_registry(true).await,
+        }
+    }
+
+    /// Reads the registry again (a write found a parent of a definition it did not expect).
+    pub(crate) async fn refresh_registry(&self) -> Result<Arc<Registry>> {
+        self.load_registry(false).await
+    }
+
+    fn lock_registry(&self) -> std::sync::MutexGuard<'_, Option<Arc<Registry>>> {
+        // A panic while holding the lock cannot leave the cache half-written.
+        self.registry.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn load_registry(&self, register: bool) -> Result<Arc<Registry>> {
+        let register = register && !self.definition.partial;
+        let coll = self
+            .database()
+            .collection::<Document>(DEFINITIONS_COLLECTION);
+        let error = |e| Error::mongo(DEFINITIONS_COLLECTION, e);
+        let own = self.definition.digest().to_owned();
+        let id = self.collection_name();
+        let mut registry = None;
+        // A first registration that races another store's insert, or that is applied short of
+        // its write concern, reads the registry back.
+        for _ in 0..3 {
+            let found = coll.find_one(doc! { "_id": id }).await.map_err(error)?;
+            let Some(found) = found else {
+                // Parents already marked (a registry lost, or dropped): which model the
+                // unmarked ones were built under is unknown, and they count as outdated.
+                let marked = self
+                    .parents::<Document>()
+                    .find_one(doc! { MARKER: { "$exists": true } })
+                    .projection(doc! { "_id": 1 })
+                    .await
+                    .map_err(|e| self.mongo(e))?;
+                let legacy = if marked.is_some() { "" } else { own.as_str() };
+                let first = doc! {
+                    "_id": id, "current": own.as_str(), "legacy": legacy, "seen": [own.as_str()],
+                };
+                match coll.insert_one(first).await {
+                    Ok(_) => {
+                        registry = Some(Registry {
+                            current: own.clone(),
+                            legacy: legacy.to_owned(),
+                        });
+                        break;
+                    }
+                    // Another store's first registration, or ours applied short of its
+                    // write concern: read it back.
+                    Err(e)
+                        if crate::engine::driver_error::is_duplicate_id(&e)
+                            || crate::engine::driver_error::is_write_concern(&e) =>
+                    {
+                        continue
+                    }
+                    Err(e) => return Err(error(e)),
+                }
+            };
+            let text = |key: &str| found.get_str(key).unwrap_or_default().to_owned();
+            let seen = found
+                .get_array("seen")
+                .is_ok_and(|s| s.iter().any(|d| d.as_str() == Some(own.as_str())));
+            let mut current = text("current");
+            if register && !seen {
+                // A definition never seen before is new code: writes converge to it.
+                let update = doc! {
+                    "$set": { "current": own.as_str() }, "$addToSet": { "seen": own.as_str() },
+                };
+                match coll.update_one(doc! { "_id": id }, update).await {
+                    Ok(_) => {}
+                    // Applied short of its write concern; the update is idempotent, and a
+                    // rollback of it leaves the definition current where it was.
+                    Err(e) if crate::engine::driver_error::is_write_concern(&e) => {
+                        tracing::warn!(collection = id, error = %e, "registering the definition: write concern not met");
+                    }
+                    Err(e) => return Err(error(e)),
+                }
+                tracing::info!(collection = id, definition = %own, "registered a new definition of the model");
+                current = own.clone();
+            }
+            registry = Some(Registry {
+                current,
+                legacy: text("legacy"),
+            });
+            break;
+        }
+        let Some(registry) = registry else {
+            return Err(Error::Registry {
+                collection: id.to_owned(),
+                reason: "it could not be read back after three attempts to register".to_owned(),
+            });
+        };
+        let registry = Arc::new(registry);
+        *self.lock_registry() = Some(registry.clone());
+        Ok(registry)
+    }
+
+    /// Makes this store's definition the one writes converge to (see [`RawStore::rebuild`]).
+    pub(crate) async fn make_current(&self) -> Result<()> {
+        if self.definition.partial {
+            return Err(Error::PartialModel {
+                collection: self.collection_name().to_owned(),
+            });
+        }
+        let own = self.definition.digest();
+        let update = doc! {
+            "$set": { "current": own }, "$addToSet": { "seen": own },
+            "$setOnInsert": { "legacy": own },
+        };
+        self.database()
+            .collection::<Document>(DEFINITIONS_COLLECTION)
+            .update_one(doc! { "_id": self.collection_name() }, update)
+            .upsert(true)
+            .await
+            .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?;
+        self.refresh_registry().await.map(|_| ())
+    }
+}

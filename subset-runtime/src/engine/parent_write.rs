@@ -1,0 +1,249 @@
+//! The parent write: the one way an operation updates a parent.
+//!
+//! An operation says what to change ([`ParentUpdate`]: its own conditions, and what to
+//! `$push`, `$set`, `$inc` or `$unset`); [`RawStore::write_parent`] adds what every parent update
+//! must carry, sends it, and says what happened ([`Written`]):
+//!
+//! - the model guard: the parent must be built under this store's definition of the model
+//!   ([`crate::engine::model_change`]), so that code of one definition never edits views of
+//!   another in place;
+//! - in a transaction, the touch of `_subset.w`, so that the update always modifies the parent
+//!   and conflicts with any concurrent transaction on it (a rebuild under another model, say,
+//!   which read the children before this one changed them);
+//! - without one, the fence: the lease's token ([`crate::engine::exec`]), so that a writer
+//!   that outlasted its lease writes nothing.
+//!
+//! When the update matches nothing, one read says why, and what follows from it is recorded
+//! for the executor, which settles it after the steps, in one place: a parent of another
+//! definition is rebuilt or marked for a rebuild; a parent whose lease was lost is marked and
+//! reported.
+
+use crate::bson::{doc, Bson, Document, RawDocumentBuf};
+
+use super::exec::Ctx;
+use super::model_change::{touch, MARKER};
+use super::RawStore;
+use crate::error::Result;
+
+/// What an operation asks of a parent.
+#[derive(Debug, Default)]
+pub(crate) struct ParentUpdate {
+    /// The operation's own conditions, besides the parent's `_id`.
+    pub(crate) filter: Document,
+    /// The update; empty when the operation changed children but nothing in the parent (then
+    /// the write, in a transaction, is the touch alone: see [`ParentUpdate::touch_only`]).
+    pub(crate) update: Document,
+    /// The update's array filters.
+    pub(crate) array_filters: Vec<Document>,
+    /// Which model guard the update carries.
+    pub(crate) guard: Guard,
+    /// Whether this is the operation's last write of the parent once it applies: without a
+    /// transaction, it then gives the lease back in the same update, saving a round trip.
+    pub(crate) last: bool,
+    /// Another update to send when this one matches nothing, before anything is read (a push
+    /// at the head of a view, whose guard fails for a child arriving late, then sorts).
+    pub(crate) otherwise: Option<Box<ParentUpdate>>,
+}
+
+/// The model guard a parent update carries.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// Built under this store's definition, with every subset field present: an update in
+    /// place, which must never create a field (a parent without one is settled instead).
+    #[default]
+    InPlace,
+    /// Built under this store's definition: a recompute, which writes a field whole.
+    Marked,
+    /// None: a rebuild, which writes every view whole whatever the parent was built under.
+    Rebuild,
+}
+
+/// What a parent update did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// It applied.
+    Applied,
+    /// The parent is as the guard asks, but the operation's own conditions did not hold.
+    Missed,
+    /// There is no such parent.
+    Missing,
+    /// The parent is built under another definition (or its lease was lost): nothing was
+    /// written, and the executor settles it after the steps, from the child collection, so
+    /// the operation need not write it further.
+    Outdated,
+}
+
+impl ParentUpdate {
+    /// An update of the parent with no conditions of the operation's own.
+    pub(crate) fn of(update: Document) -> Self {
+        ParentUpdate {
+            update,
+            ..ParentUpdate::default()
+        }
+    }
+
+    /// The write of an operation that changed children but nothing in the parent: the parent
+    /// may be built under another model whose views show the change, so where it stands is
+    /// found out, and in a transaction the parent is touched (a rebuild under another model
+    /// that read the children before this write then conflicts with it and starts over; a
+    /// read would not conflict).
+    pub(crate) fn touch_only() -> Self {
+        ParentUpdate::default()
+    }
+}
+
+impl RawStore {
+    /// Sends `write` to `parent` with the guard, the touch or the fence (see the module docs).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Mongo`] when the server refuses the update or cannot be reached (the
+    /// caller may refine a refusal for the document's size).
+    pub(crate) async fn write_parent(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: &Bson,
+        write: ParentUpdate,
+    ) -> Result<Written> {
+        let mut next = Some(write);
+        let mut guard = Guard::InPlace;
+        let mut touch_only = true;
+        while let Some(write) = next.take() {
+            guard = write.guard;
+            touch_only = write.update.is_empty();
+            next = write.otherwise.map(|w| *w);
+            if let Some(written) = self
+                .send(
+                    ctx,
+                    parent,
+                    write.filter,
+                    write.update,
+                    write.array_filters,
+                    write.guard,
+                    write.last,
+                )
+                .await?
+            {
+                return Ok(written);
+            }
+        }
+        match self.why_missed(ctx, parent, guard).await? {
+            // Nothing to send, and nothing against it.
+            Written::Missed if touch_only => Ok(Written::Applied),
+            other => Ok(other),
+        }
+    }
+
+    /// Sends one update with what every parent update carries; `Some` when it applied (or
+    /// there was nothing to send).
+    #[allow(clippy::too_many_arguments)]
+    async fn send(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: &Bson,
+        own: Document,
+        mut update: Document,
+        array_filters: Vec<Document>,
+        guard: Guard,
+        last: bool,
+    ) -> Result<Option<Written>> {
+        let mut filter = doc! { "_id": parent.clone() };
+        match guard {
+            Guard::InPlace => filter.extend(self.in_place().await?),
+            Guard::Marked => filter.extend(self.marked(&*self.registry().await?)),
+            Guard::Rebuild => {}
+        }
+        filter.extend(own);
+        let lease = ctx.lease(parent);
+        if let Some(token) = lease {
+            filter.insert(format!("{MARKER}.l.o"), token);
+        }
+        if ctx.atomic() {
+            // A parent without a marker gets one holding only the touch, which still counts
+            // as no marker.
+            let (field, value) = touch();
+            add(&mut update, "$set", field, value);
+        }
+        if update.is_empty() {
+            return Ok(None);
+        }
+        // A parent the executor will settle keeps its lease until then.
+        let release = last && lease.is_some() && !ctx.is_outdated(parent);
+        if release {
+            add(
+                &mut update,
+                "$unset",
+                format!("{MARKER}.l"),
+                Bson::String(String::new()),
+            );
+        }
+        let parents = self.parents::<Document>();
+        let mut send = parents.update_one(filter, update);
+        if !array_filters.is_empty() {
+            send = send.array_filters(array_filters);
+        }
+        let sent = ctx.run(send).await.map_err(|e| self.mongo(e))?;
+        if sent.matched_count == 0 {
+            return Ok(None);
+        }
+        if release {
+            ctx.released(parent);
+        }
+        Ok(Some(Written::Applied))
+    }
+
+    /// Why an update of `parent` matched nothing (or, for one that sent nothing, whether it
+    /// would have): one read of the marker, the lease and whether each field is there.
+    async fn why_missed(&self, ctx: &mut Ctx<'_>, parent: &Bson, guard: Guard) -> Result<Written> {
+        let parents = self.parents::<RawDocumentBuf>();
+        // `$slice: 0` reads none of an array.
+        let mut projection = doc! { MARKER: 1 };
+        for spec in self.spec().subsets {
+            projection.insert(spec.field, doc! { "$slice": 0 });
+        }
+        let find = parents
+            .find_one(doc! { "_id": parent.clone() })
+            .projection(projection);
+        let Some(found) = ctx.run(find).await.map_err(|e| self.mongo(e))? else {
+            return Ok(Written::Missing);
+        };
+        if let Some(token) = ctx.lease(parent) {
+            let holder = found
+                .get_document(MARKER)
+                .ok()
+                .and_then(|m| m.get_document("l").ok())
+                .and_then(|l| l.get_object_id("o").ok());
+            if holder != Some(token) {
+                ctx.lost(parent);
+                return Ok(Written::Outdated);
+            }
+        }
+        if guard == Guard::Rebuild {
+            return Ok(Written::Missed);
+        }
+        let registry = self.registry().await?;
+        let whole = guard == Guard::Marked
+            || self
+                .spec()
+                .subsets
+                .iter()
+                .all(|spec| matches!(found.get(spec.field), Ok(Some(_))));
+        if whole && self.built_here(&found, &registry) {
+            return Ok(Written::Missed);
+        }
+        ctx.outdated(parent);
+        Ok(Written::Outdated)
+    }
+}
+
+/// Adds `field: value` to the operator `op` of `update`.
+fn add(update: &mut Document, op: &str, field: String, value: Bson) {
+    match update.get_document_mut(op) {
+        Ok(fields) => {
+            fields.insert(field, value);
+        }
+        Err(_) => {
+            update.insert(op, doc! { field: value });
+        }
+    }
+}
