@@ -53,6 +53,14 @@ pub mod raw {
     pub use crate::engine::{ChildPatch, RawChildren as Children, RawStore as Store};
 }
 
+/// Parents many writers write at once: within a process, pushes (and patches) to one parent
+/// share a transaction (group commit) and its writers take turns; across processes, pushes
+/// can be folded ([`Store::with_folding`]), and what folding would save is counted
+/// ([`Store::contention`]).
+pub mod hot {
+    pub use crate::engine::Contention;
+}
+
 /// Removing or patching every child that matches a filter, across parents
 /// ([`Children::remove_where`], [`Children::patch_where`]): what such a job reports, and where it
 /// keeps the journal that makes it resumable without transactions.

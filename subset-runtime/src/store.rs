@@ -90,6 +90,22 @@ impl<P: Subset> Store<P> {
         }
     }
 
+    /// The same store folding pushes to a parent that several processes push to at once
+    /// (default: off; it creates a collection and needs the `changeStream` privilege); see
+    /// [`raw::Store::with_folding`](crate::raw::Store::with_folding) and the hot-parents guide.
+    pub fn with_folding(self, on: bool) -> Self {
+        Store {
+            raw: self.raw.with_folding(on),
+            _parent: PhantomData,
+        }
+    }
+
+    /// How often this store's pushes met other processes' transactions on a parent, which
+    /// [`Store::with_folding`] would fold instead of retrying.
+    pub fn contention(&self) -> crate::hot::Contention {
+        self.raw.contention()
+    }
+
     /// The database this store works in.
     pub fn database(&self) -> &Database {
         self.raw.database()

@@ -133,7 +133,10 @@ async fn faulty(mode: WriteMode) -> (Store<Product>, FailPoint) {
         app,
         _turn: turn,
     };
-    let store = Store::new(&client.database(&name)).with_mode(mode);
+    // Folding on, for the cases of folded pushes (it changes nothing else).
+    let store = Store::new(&client.database(&name))
+        .with_mode(mode)
+        .with_folding(true);
     // The store registers its model on its first write: done here, before any fault, so that
     // each fault hits the steps of the operation under test.
     let warm_up = Product::named("warm-up");

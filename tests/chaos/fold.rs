@@ -1,6 +1,7 @@
-//! Pushes to one parent from several processes at once: a parent whose push transaction
-//! conflicted is folded (its pushes queue in its document of `subset_folds`, and one
-//! transaction at a time writes every push queued).
+//! Pushes to one parent from several processes at once: with folding on, a parent whose push
+//! transaction conflicted is folded (its pushes queue in its document of `subset_folds`, and one
+//! transaction at a time writes every push queued); with it off (the default), the conflict is
+//! retried and counted, and nothing is created.
 //! Each `Store::new` stands for a process here: stores built apart share no group commit.
 
 use crate::common;
@@ -15,7 +16,7 @@ use subset::{Error, Store};
 /// Stores over one database that share nothing, as the stores of separate processes.
 async fn fleet(n: usize) -> Vec<Store<Product>> {
     let db = replica_db().await;
-    (0..n).map(|_| Store::new(&db)).collect()
+    (0..n).map(|_| Store::new(&db).with_folding(true)).collect()
 }
 
 async fn stored_ids(store: &Store<Product>, parent: &ObjectId) -> Vec<Bson> {
@@ -78,6 +79,35 @@ async fn pushes_from_many_processes_to_one_parent_each_land_once() {
     let document = folds(store, &product.id).await;
     let n = document.as_ref().and_then(|d| d.get_i64("n").ok());
     assert!(n.is_some_and(|n| n > 0), "never folded: {document:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_folding_a_conflict_is_retried_counted_and_creates_nothing() {
+    let store = Store::<Product>::new(&replica_db().await);
+    let product = Product::named("held, not folded");
+    store.insert(&product).await.unwrap();
+    assert_eq!(store.contention(), Default::default());
+    // Another process's transaction holds the parent while the push runs.
+    let mut holder = hold(&store, &product.id).await;
+    let (pusher, id, review) = (store.clone(), product.id, Review::at(3));
+    let push = tokio::spawn(async move {
+        pusher
+            .children(Product::RECENT_REVIEWS)
+            .push(&id, &review)
+            .await
+    });
+    wait_for(|| async { store.contention().conflicts > 0 }).await;
+    holder.commit_transaction().await.unwrap();
+    push.await.unwrap().unwrap();
+    let contention = store.contention();
+    assert_eq!(contention.parents, 1, "{contention:?}");
+    assert_eq!(stored_ids(&store, &product.id).await.len(), 1);
+    assert_subset_true(&store, Product::RECENT_REVIEWS, &product.id.into()).await;
+    let names = store.database().list_collection_names().await.unwrap();
+    assert!(
+        !names.iter().any(|n| n == FOLDS_COLLECTION),
+        "folding off created {FOLDS_COLLECTION}: {names:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,7 @@ mod pages_both_ways;
 mod pagination;
 mod previews;
 mod push;
+mod races;
 mod round_trips;
 mod service;
 mod sessions;

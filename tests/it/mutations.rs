@@ -97,7 +97,7 @@ pub struct Product {
     pub verified_stars: i64,
 }
 
-fn review(id: i32) -> Review {
+pub(crate) fn review(id: i32) -> Review {
     Review {
         id,
         author: format!("author {id}"),
@@ -112,7 +112,7 @@ fn review(id: i32) -> Review {
     }
 }
 
-fn product(id: i32) -> Product {
+pub(crate) fn product(id: i32) -> Product {
     Product {
         id,
         latest: Vec::new(),
@@ -129,7 +129,7 @@ fn product(id: i32) -> Product {
 
 /// Every view of `product` agrees with the child collection (array, order, content of each
 /// copy, count and sums), as a check recomputes it.
-async fn assert_true(store: &Store<Product>, product: i32, when: &str) {
+pub(crate) async fn assert_true(store: &Store<Product>, product: i32, when: &str) {
     let mode = store.mode().await.unwrap();
     for field in [
         Product::LATEST.spec(),
@@ -152,7 +152,7 @@ async fn assert_true(store: &Store<Product>, product: i32, when: &str) {
 }
 
 /// A product with reviews 1..=n pushed.
-async fn seeded(store: &Store<Product>, id: i32, n: i32) {
+pub(crate) async fn seeded(store: &Store<Product>, id: i32, n: i32) {
     store.insert(&product(id)).await.unwrap();
     let reviews: Vec<Review> = (1..=n).map(review).collect();
     store
@@ -162,7 +162,7 @@ async fn seeded(store: &Store<Product>, id: i32, n: i32) {
         .unwrap();
 }
 
-async fn stored(store: &Store<Product>, id: i32) -> Document {
+pub(crate) async fn stored(store: &Store<Product>, id: i32) -> Document {
     store
         .database()
         .collection::<Document>("patch_reviews")
@@ -172,7 +172,7 @@ async fn stored(store: &Store<Product>, id: i32) -> Document {
         .expect("the review is stored")
 }
 
-async fn parent(store: &Store<Product>, id: i32) -> Product {
+pub(crate) async fn parent(store: &Store<Product>, id: i32) -> Product {
     store
         .get(&id)
         .await
@@ -828,7 +828,7 @@ async fn concurrent_votes_no_view_ranks_by_are_exact_in_every_copy() {
 
 /// `store` on a client of its own named `app`, so that a fail point can hold its commands
 /// alone.
-async fn on_own_client(store: &Store<Product>, app: &str) -> Store<Product> {
+pub(crate) async fn on_own_client(store: &Store<Product>, app: &str) -> Store<Product> {
     let server = subset_testkit::MongoServer::shared(subset_testkit::Topology::ReplicaSet)
         .await
         .unwrap();

@@ -10,10 +10,8 @@
 //! | `exec/` | the executor: transactions and their retry loop, ordered runs under a lease, caller sessions, turns on a parent, settling |
 //! | `parent_write.rs` | the one way an operation updates a parent: the model guard, the touch, the fence |
 //! | `insert.rs`, `delete.rs` | a parent with its children, in and out |
-//! | `push.rs` | `push` / `push_many` in a transaction; `push_ordered.rs` without one |
-//! | `push_update.rs` | the capped `$push` into the parent, at the head when it can and `keep` is long |
-//! | `combine.rs` | group commit: pushes to one hot parent share a transaction |
-//! | `fold.rs` | group commit across processes: pushes to a contended parent queue, one fold writes them |
+//! | `push/` | `push` / `push_many`: its strategies (direct, group commit, fold), the ordered path, the capped `$push` |
+//! | `group_commit.rs` | group commit: pushes (or patches) to one hot parent share a transaction |
 //! | `page.rs` | merged pagination, `all`, `count` |
 //! | `remove_update.rs` | removing and replacing one child |
 //! | `patch/` | changing some fields of children, in every copy: the change, and its writes |
@@ -42,13 +40,12 @@ use crate::model::{ParentSpec, SubsetSpec};
 
 mod bulk;
 mod by_child;
-mod combine;
 mod decimal;
 mod delete;
 pub mod driver_error;
 mod exec;
-mod fold;
 mod follow;
+mod group_commit;
 mod insert;
 mod model_change;
 mod move_child;
@@ -57,8 +54,6 @@ mod page;
 mod parent_write;
 mod patch;
 mod push;
-mod push_ordered;
-mod push_update;
 pub(crate) mod query;
 mod remove_update;
 mod resync;
@@ -68,7 +63,6 @@ mod sweep;
 mod views;
 
 pub use bulk::{BulkProgress, BulkReport, JOB_COLLECTION};
-pub use fold::FOLDS_COLLECTION;
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
     DEFAULT_TOKEN_COLLECTION,
@@ -77,6 +71,7 @@ pub use model_change::{DEFINITIONS_COLLECTION, MARKER};
 pub use orphans::Orphans;
 pub use patch::ChildPatch;
 pub(crate) use patch::Range;
+pub use push::fold::{Contention, FOLDS_COLLECTION};
 pub use resync::{Drift, MalformedChild, SumDrift};
 pub use sweep::{ParentFailure, SweepOptions, SweepProgress, SweepReport};
 
@@ -146,9 +141,9 @@ pub struct RawStore {
     registry: Arc<model_change::RegistryCache>,
     turns: exec::turns::Turns,
     mode: Arc<OnceCell<WriteMode>>,
-    combiner: combine::Combiner<push::Batch>,
-    folds: Arc<fold::Folds>,
-    patches: combine::Combiner<patch::Batch>,
+    combiner: group_commit::Combiner<push::Batch>,
+    folds: Arc<push::fold::Folds>,
+    patches: group_commit::Combiner<patch::Batch>,
 }
 
 impl std::fmt::Debug for RawStore {
@@ -174,9 +169,9 @@ impl RawStore {
             turns: exec::turns::Turns::default(),
             spec,
             mode: Arc::new(OnceCell::new()),
-            combiner: combine::Combiner::default(),
-            folds: Arc::default(),
-            patches: combine::Combiner::default(),
+            combiner: group_commit::Combiner::default(),
+            folds: Arc::new(push::fold::Folds::new(false)),
+            patches: group_commit::Combiner::default(),
         }
     }
 
@@ -221,6 +216,28 @@ impl RawStore {
     pub fn with_read_concern(mut self, concern: ReadConcern) -> Self {
         self.concerns.read = Some(concern);
         self
+    }
+
+    /// The same store folding pushes to a parent that several processes push to at once
+    /// (default: off). Pushes to one parent within a process always share a transaction (group
+    /// commit); transactions of different processes on one parent still conflict, and retry.
+    /// Folding queues such pushes in a document per parent in
+    /// [`FOLDS_COLLECTION`](crate::repair::FOLDS_COLLECTION), where one transaction at a time
+    /// writes them all, and waits for them with a change stream: it creates that collection and
+    /// needs the `changeStream` privilege, which is why it is asked for. Without it, a parent
+    /// contended across processes is reported: a `tracing` warning once per parent, and
+    /// [`RawStore::contention`]. Only on replica sets and sharded clusters (transactions).
+    pub fn with_folding(self, on: bool) -> Self {
+        RawStore {
+            folds: Arc::new(push::fold::Folds::new(on)),
+            ..self
+        }
+    }
+
+    /// How often this store's pushes (and its clones') met other processes' transactions on a
+    /// parent: what [`RawStore::with_folding`] would fold.
+    pub fn contention(&self) -> Contention {
+        self.folds.contention()
     }
 
     /// The write concern of the transactions this store starts.

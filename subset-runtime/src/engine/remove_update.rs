@@ -127,8 +127,7 @@ impl Steps for ChildSteps<'_, '_> {
             Ok(()) => Ok(()),
             // Refused by the server (the re-ranked subset would not fit, say) outside a
             // transaction: the child goes back as it was, so the write leaves nothing, as a
-            // transaction would (views resynced before the refusal keep their new form until
-            // the next reconcile, which finds the child as it was).
+            // transaction would; views resynced before the refusal are rebuilt from it.
             Err(e) if !ctx.atomic() && driver_error::was_refused(&e) => {
                 let undo = doc! { "_id": self.child.clone(), spec.key: self.parent.clone() };
                 let put_back = match self.replacement {
@@ -139,6 +138,7 @@ impl Steps for ChildSteps<'_, '_> {
                         .map(|_| ()),
                 };
                 put_back.map_err(|e| s.mongo_child(e))?;
+                ctx.outdated(self.parent);
                 Err(e)
             }
             Err(e) => Err(e),

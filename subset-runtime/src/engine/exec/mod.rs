@@ -303,19 +303,34 @@ pub(crate) async fn execute<S: Steps>(
     }
 }
 
-/// Runs `steps`, then settles the parents they found outdated, in the same context.
+/// Runs `steps`, then settles the parents they found outdated, in the same context. Without a
+/// transaction, also after steps that failed having written a parent they could not finish (a
+/// group commit whose later patch failed, say): they record it as outdated, and settling it
+/// from the child collection leaves it exact.
 async fn run_and_settle<S: Steps>(
     store: &RawStore,
     ctx: &mut Ctx<'_>,
     steps: &S,
 ) -> Result<S::Output> {
-    let output = steps.run(ctx).await?;
+    let output = steps.run(ctx).await;
+    if output.is_err() && ctx.atomic() {
+        // The transaction is aborted: nothing of it stays to settle.
+        return output;
+    }
     for parent in std::mem::take(&mut ctx.outdated) {
-        if !ctx.lost.contains(&parent) {
-            store.settle(ctx, &parent).await?;
+        if ctx.lost.contains(&parent) {
+            continue;
+        }
+        let settled = store.settle(ctx, &parent).await;
+        match (&output, settled) {
+            (_, Ok(_)) => {}
+            (Ok(_), Err(e)) => return Err(e),
+            // The steps' own error is what the caller needs to see; the parent is left for
+            // the next write or reconcile to rebuild.
+            (Err(_), Err(_)) => store.mark_unsettled(&parent).await,
         }
     }
-    Ok(output)
+    output
 }
 
 /// Runs `steps` without a transaction, each declared parent under a lease (see [`lease`]).

@@ -7,7 +7,7 @@
 //! tens of seconds; without a transaction, the lease ([`super::lease`]) is taken by whoever
 //! polls first. A first-come, first-served queue per parent bounds every writer's wait by the
 //! work queued ahead of it, and leaves the server's conflicts and the lease to writers in other
-//! processes. Group commit ([`crate::engine::combine`]) keeps the queue short: the pushes or
+//! processes. Group commit ([`crate::engine::group_commit`]) keeps the queue short: the pushes or
 //! patches waiting on a parent are written together when their turn comes.
 
 use std::collections::HashMap;
@@ -74,7 +74,7 @@ impl Drop for Held {
 }
 
 pub(super) fn key(parent: &Bson) -> Key {
-    crate::engine::combine::key_bytes(parent)
+    crate::engine::group_commit::key_bytes(parent)
 }
 
 #[cfg(test)]

@@ -95,7 +95,7 @@ impl RawChildren<'_> {
         let batch = vec![(child.clone(), patch.clone())];
         // Unless the caller gives a session, patches of one parent's children go together: votes
         // on one hot child would otherwise conflict and retry in transactions, or take turns
-        // on the parent one by one without them (see `combine.rs`).
+        // on the parent one by one without them (see `group_commit.rs`).
         if caller.is_none() {
             return self.patch_combined(parent, batch).await;
         }

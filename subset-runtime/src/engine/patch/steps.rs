@@ -39,7 +39,7 @@ struct ParentWrite {
     /// Per view (by index in [`RawChildren::views`]): the `$inc` of counts and sums of the
     /// patches that move a child in it, when one does.
     moved: Vec<Option<Document>>,
-    /// Whether any parent update was sent.
+    /// Whether any parent update was sent (and applied).
     wrote: bool,
 }
 
@@ -75,7 +75,22 @@ impl Steps for PatchSteps<'_, '_> {
             if write.copies.contains(&child) {
                 self.write(ctx, &mut write, false).await?;
             }
-            let before = self.change(ctx, &child, &patch).await?;
+            let before = match self.change(ctx, &child, &patch).await {
+                Ok(before) => before,
+                // Outside a transaction, the children changed before this one go back as they
+                // were, so that the run leaves nothing: a group commit of several callers'
+                // patches then runs each again alone, and none is applied twice.
+                Err(e) if !ctx.atomic() => {
+                    self.put_back(ctx, &changed).await?;
+                    if write.wrote {
+                        // Copies of children now put back were written (a child twice in one
+                        // run): the parent is rebuilt from the child collection.
+                        ctx.outdated(self.parent);
+                    }
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            };
             let after = patch.apply(&before);
             self.plan(&mut write, &child, &patch, &before, &after);
             changed.push((child, before));
@@ -85,12 +100,9 @@ impl Steps for PatchSteps<'_, '_> {
             // children go back as they were, so the write leaves nothing, as a transaction
             // would.
             Err(e) if !ctx.atomic() && driver_error::was_refused(&e) => {
-                let children = s.children::<Document>();
-                for (child, before) in changed.iter().rev() {
-                    let filter = doc! { "_id": child.clone(), s.spec().key: self.parent.clone() };
-                    let put_back = children.replace_one(filter, before);
-                    ctx.run(put_back).await.map_err(|e| s.mongo_child(e))?;
-                }
+                self.put_back(ctx, &changed).await?;
+                // Views written before the refusal are rebuilt from the children put back.
+                ctx.outdated(self.parent);
                 Err(e)
             }
             other => other,
@@ -99,6 +111,19 @@ impl Steps for PatchSteps<'_, '_> {
 }
 
 impl PatchSteps<'_, '_> {
+    /// Puts `changed` children back as they were, without a transaction (under the lease, no
+    /// other writer has touched them since).
+    async fn put_back(&self, ctx: &mut Ctx<'_>, changed: &[(Bson, Document)]) -> Result<()> {
+        let s = self.subset;
+        let children = s.children::<Document>();
+        for (child, before) in changed.iter().rev() {
+            let filter = doc! { "_id": child.clone(), s.spec().key: self.parent.clone() };
+            let put_back = children.replace_one(filter, before);
+            ctx.run(put_back).await.map_err(|e| s.mongo_child(e))?;
+        }
+        Ok(())
+    }
+
     /// Applies `patch` to the child in the child collection: the child as it was. The update
     /// matches only while each increment stays within its field's range (see
     /// [`ChildPatch::guard`]); a child there that misses it is [`Error::InvalidPatch`], with

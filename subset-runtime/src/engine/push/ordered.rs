@@ -4,12 +4,12 @@
 
 use crate::bson::{doc, Bson, Document};
 
-use super::driver_error::{self, InsertFailure};
-use super::exec::Ctx;
-use super::parent_write::{ParentUpdate, Written};
-use super::push::{Prepared, PushSteps};
-use super::push_update::ViewPush;
-use super::query;
+use super::parent_update::ViewPush;
+use super::{Prepared, PushSteps};
+use crate::engine::driver_error::{self, InsertFailure};
+use crate::engine::exec::Ctx;
+use crate::engine::parent_write::{ParentUpdate, Written};
+use crate::engine::query;
 use crate::error::Result;
 
 /// How many times an ordered push re-reads the subset when concurrent writers embedded some of

@@ -1,6 +1,6 @@
 //! Group commit across processes, for a parent that several processes push to at once.
 //!
-//! Group commit within a process (`combine.rs`) cannot stop transactions from different
+//! Group commit within a process (`group_commit.rs`) cannot stop transactions from different
 //! processes conflicting on one parent: the server aborts all but one, and the losers back off
 //! and collide again, so pushes wait for hundreds of milliseconds. A parent whose push
 //! transaction conflicted is *contended* in this process for [`CONTENDED_FOR`], and pushes to
@@ -40,10 +40,10 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::options::{CollectionOptions, ReturnDocument, WriteConcern};
 use mongodb::Collection;
 
-use super::combine::{key_bytes, Key};
-use super::exec::{self, backoff, is_transient, Ctx, Retry, Steps};
-use super::push::{Batch, PushSteps};
-use super::{driver_error, RawChildren};
+use super::{Batch, PushSteps};
+use crate::engine::exec::{self, backoff, is_transient, Ctx, Retry, Steps};
+use crate::engine::group_commit::{key_bytes, Key};
+use crate::engine::{driver_error, RawChildren};
 use crate::error::{Error, Result};
 
 mod watch;
@@ -68,13 +68,60 @@ const ALONE_KEPT: i32 = 1_000;
 /// The contended parents of a store, and the folds heard of (shared by the clones of a store).
 #[derive(Default)]
 pub(crate) struct Folds {
+    /// Whether the store folds at all ([`crate::raw::Store::with_folding`]).
+    enabled: bool,
     contended: Mutex<HashMap<Key, Instant>>,
+    /// The parents reported as contended once, and how many conflicts were seen.
+    reported: Mutex<std::collections::HashSet<Key>>,
+    conflicts: std::sync::atomic::AtomicU64,
     heard: Arc<watch::Heard>,
 }
 
+/// How often pushes of a store met other processes' transactions on a parent (see
+/// [`crate::raw::Store::contention`]): what folding would save, when it is off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Contention {
+    /// Conflicts of a group-committed push's transaction with another one on its parent, each
+    /// followed by a retry (or, when folding is on, by a fold).
+    pub conflicts: u64,
+    /// Parents that had at least one.
+    pub parents: u64,
+}
+
 impl Folds {
-    /// Whether pushes to `key` are folded.
-    pub(crate) fn contended(&self, key: &Key) -> bool {
+    /// A store's folds: none unless `enabled`.
+    pub(crate) fn new(enabled: bool) -> Self {
+        Folds {
+            enabled,
+            ..Folds::default()
+        }
+    }
+
+    /// Whether the store folds.
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// What [`Folds::contend`] has counted.
+    pub(crate) fn contention(&self) -> Contention {
+        let parents = self
+            .reported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        Contention {
+            conflicts: self.conflicts.load(std::sync::atomic::Ordering::Relaxed),
+            parents: parents as u64,
+        }
+    }
+
+    /// Whether pushes to `key` are folded: the store folds and the parent is contended.
+    pub(crate) fn folding(&self, key: &Key) -> bool {
+        self.enabled && self.contended(key)
+    }
+
+    /// Whether pushes to `key` met another process's recently.
+    fn contended(&self, key: &Key) -> bool {
         let mut contended = self
             .contended
             .lock()
@@ -89,8 +136,26 @@ impl Folds {
         }
     }
 
-    /// Folds pushes to `key` for the next [`CONTENDED_FOR`].
-    pub(crate) fn contend(&self, key: Key) {
+    /// Records a conflict on `key` (a parent of `collection`): counted, warned about once per
+    /// parent when the store does not fold, and, when it does, pushes to it are folded for the
+    /// next [`CONTENDED_FOR`].
+    pub(crate) fn contend(&self, key: Key, collection: &str) {
+        self.conflicts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let first = self
+            .reported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone());
+        if first && !self.enabled {
+            tracing::warn!(
+                collection,
+                "pushes to one parent conflict with another process's: they retry, and wait for each other; `with_folding(true)` on the store folds them instead (see the hot-parents guide)"
+            );
+        }
+        if !self.enabled {
+            return;
+        }
         let until = Instant::now() + CONTENDED_FOR;
         self.contended
             .lock()
@@ -117,8 +182,10 @@ impl<'a> RawChildren<'a> {
 
     /// Writes `batch` through the folds of `parent` (see the module docs).
     pub(super) async fn push_folded(&self, parent: &Bson, batch: &Batch) -> Result<()> {
-        if super::bson_len(batch.iter().map(|p| &p.stored)) > LARGEST_ENTRY {
-            return self.push_alone(parent, batch, None, false).await;
+        if crate::engine::bson_len(batch.iter().map(|p| &p.stored)) > LARGEST_ENTRY {
+            return self
+                .push_alone(parent, batch, None, super::Strategy::Direct)
+                .await;
         }
         let children: Vec<Bson> = batch
             .iter()
@@ -140,7 +207,9 @@ impl<'a> RawChildren<'a> {
             Ok(queued) => queued,
             // The queue is full.
             Err(e) if driver_error::is_too_large(&e) => {
-                return self.push_alone(parent, batch, None, false).await
+                return self
+                    .push_alone(parent, batch, None, super::Strategy::Direct)
+                    .await
             }
             // A write-concern error or a lost connection: it may be queued, and written by the
             // next fold.
@@ -149,7 +218,9 @@ impl<'a> RawChildren<'a> {
         match queue.wait(queued, heard).await.map_err(still_queued)? {
             Folded::Done => Ok(()),
             Folded::Alone => {
-                let result = self.push_alone(parent, batch, None, false).await;
+                let result = self
+                    .push_alone(parent, batch, None, super::Strategy::Direct)
+                    .await;
                 queue.forget().await?;
                 result
             }
@@ -446,7 +517,10 @@ impl Steps for FoldSteps<'_, '_, '_> {
 
     async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<Folded>> {
         let q = self.queue;
-        q.subset.store().folds.contend(q.subset.group_key(q.parent));
+        let store = q.subset.store();
+        store
+            .folds
+            .contend(q.subset.group_key(q.parent), store.collection_name());
         // Waits for the fold in flight, if any; a failover's error leaves the waiting to the
         // backoff below.
         match q.look().await {

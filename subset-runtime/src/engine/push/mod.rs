@@ -7,9 +7,13 @@ use mongodb::ClientSession;
 use super::driver_error;
 use super::exec::{self, is_transient, Ctx, Retry, Steps};
 use super::parent_write::Written;
-use super::push_update::ViewPush;
 use super::query;
 use super::{RawChildren, WriteMode};
+use parent_update::ViewPush;
+
+pub(super) mod fold;
+mod ordered;
+mod parent_update;
 use crate::action::Action;
 use crate::error::{Error, Result};
 
@@ -26,6 +30,21 @@ pub(super) struct Prepared {
 
 /// The children of one push.
 pub(super) type Batch = Vec<Prepared>;
+
+/// How a push reaches the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Strategy {
+    /// Its own steps: in the caller's session, or without transactions (where the executor's
+    /// turns and lease keep writers of one parent apart).
+    Direct,
+    /// In a transaction of ours, with every push queued on the same parent in this process
+    /// (`group_commit.rs`). A conflict with another process's transaction on the parent
+    /// reports the parent as contended.
+    GroupCommit,
+    /// Through the parent's queue document, with other processes' pushes (`fold/`): only for a
+    /// contended parent, and only when the store folds ([`crate::raw::Store::with_folding`]).
+    Fold,
+}
 
 impl<'a> RawChildren<'a> {
     /// Adds children (documents with an `_id`); see [`crate::Children::push`].
@@ -52,27 +71,39 @@ impl<'a> RawChildren<'a> {
             .into_iter()
             .map(|c| self.prepare(parent, c))
             .collect::<Result<Batch>>()?;
-        // Within a transaction of ours, pushes to one parent go together (see `combine.rs`).
-        if caller.is_none() && self.store().mode().await? == WriteMode::Transactional {
-            return self.push_combined(parent, batch).await;
+        match self.strategy(caller.is_some()).await? {
+            Strategy::GroupCommit => self.push_combined(parent, batch).await,
+            Strategy::Direct | Strategy::Fold => {
+                self.push_alone(parent, &batch, caller, Strategy::Direct)
+                    .await
+            }
         }
-        self.push_alone(parent, &batch, caller, false).await
+    }
+
+    /// How a push of this field reaches the server when no parent is contended yet: in the
+    /// caller's session, or without transactions, directly; else with group commit (which
+    /// folds a parent contended across processes, when the store folds).
+    async fn strategy(&self, in_session: bool) -> Result<Strategy> {
+        if in_session || self.store().mode().await? == WriteMode::Ordered {
+            return Ok(Strategy::Direct);
+        }
+        Ok(Strategy::GroupCommit)
     }
 
     /// One batch, in the caller's session if given. Optimistic: stored children (a retry) are
     /// looked for only after a duplicate aborted the first attempt. In the caller's transaction,
     /// where that abort would be the caller's, the steps look first instead (see
-    /// `PushSteps::run`). With `yields`, a transient error (a conflict) makes the parent
-    /// contended and is returned instead of retried (see `fold.rs`).
+    /// `PushSteps::run`). Under `Strategy::GroupCommit`, a transient error (a conflict with
+    /// another process's transaction) makes the parent contended (see `fold/`).
     pub(super) async fn push_alone(
         &self,
         parent: &Bson,
         batch: &[Prepared],
         mut caller: Option<&mut ClientSession>,
-        yields: bool,
+        strategy: Strategy,
     ) -> Result<()> {
         let steps = PushSteps {
-            yields,
+            strategy,
             ..PushSteps::new(self, parent, batch)
         };
         match exec::execute(self.store(), caller.as_deref_mut(), &steps).await {
@@ -88,7 +119,8 @@ impl<'a> RawChildren<'a> {
     }
 
     /// `batch` in a transaction of ours, together with the pushes queued on the same parent;
-    /// folded with other processes' when the parent is contended (see `fold.rs`).
+    /// folded with other processes' when the parent is contended and the store folds (see
+    /// `fold/`).
     async fn push_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
         let key = self.group_key(parent);
         // All in one transaction, unless the same child comes from two callers (then each on
@@ -109,11 +141,16 @@ impl<'a> RawChildren<'a> {
             let batch = batch.clone();
             let key = &key;
             async move {
-                if folds.contended(key) {
+                let strategy = match folds.folding(key) {
+                    true => Strategy::Fold,
+                    false => Strategy::GroupCommit,
+                };
+                if strategy == Strategy::Fold {
                     return self.push_folded(parent, &batch).await;
                 }
-                match self.push_alone(parent, &batch, None, true).await {
-                    Err(e) if folds.contended(key) && is_transient(&e) => {
+                match self.push_alone(parent, &batch, None, strategy).await {
+                    // Contended meanwhile, and the store folds.
+                    Err(e) if folds.folding(key) && is_transient(&e) => {
                         self.push_folded(parent, &batch).await
                     }
                     other => other,
@@ -206,9 +243,10 @@ pub(super) struct PushSteps<'s, 'a> {
     /// Look for children of the batch already stored before writing (a retry), restoring them
     /// into the subset instead of inserting them again.
     look_first: bool,
-    /// In a transaction of ours, a transient error makes the parent contended and ends the
-    /// retries, for the push to be folded instead (see `fold.rs`).
-    yields: bool,
+    /// How the push reaches the server: under group commit, a transient error reports the
+    /// parent as contended, and, when the store folds, ends the retries, for the push to be
+    /// folded instead (see `fold/`).
+    strategy: Strategy,
 }
 
 impl<'s, 'a> PushSteps<'s, 'a> {
@@ -223,7 +261,7 @@ impl<'s, 'a> PushSteps<'s, 'a> {
             parent,
             batch,
             look_first: false,
-            yields: false,
+            strategy: Strategy::Direct,
         }
     }
 }
@@ -236,10 +274,13 @@ impl Steps for PushSteps<'_, '_> {
     }
 
     async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<()>> {
-        if self.yields {
+        if self.strategy == Strategy::GroupCommit {
             let s = self.subset;
-            s.store().folds.contend(s.group_key(self.parent));
-            return Err(error);
+            let folds = &s.store().folds;
+            folds.contend(s.group_key(self.parent), s.store().collection_name());
+            if folds.enabled() {
+                return Err(error);
+            }
         }
         exec::again_after_backoff(attempt).await
     }

@@ -14,10 +14,10 @@
 
 use crate::bson::{doc, Bson, Document};
 
-use super::exec::Ctx;
-use super::parent_write::{ParentUpdate, Written};
-use super::push::Prepared;
-use super::RawChildren;
+use super::Prepared;
+use crate::engine::exec::Ctx;
+use crate::engine::parent_write::{ParentUpdate, Written};
+use crate::engine::RawChildren;
 use crate::error::Result;
 use crate::model::SubsetSpec;
 use crate::order;
@@ -64,7 +64,7 @@ impl<'p> ViewPush<'p> {
     }
 
     fn bytes(&self) -> i64 {
-        super::bson_len(self.each.iter().flatten().map(|(_, d)| *d))
+        crate::engine::bson_len(self.each.iter().flatten().map(|(_, d)| *d))
     }
 }
 
@@ -174,7 +174,7 @@ impl RawChildren<'_> {
         let added: Vec<&Document> = children.iter().map(|p| &p.stored).collect();
         let mut inc = Document::new();
         for spec in self.view_specs() {
-            inc.extend(super::sums::inc(spec, &added, &[]));
+            inc.extend(crate::engine::sums::inc(spec, &added, &[]));
         }
         inc
     }

@@ -16,7 +16,7 @@ use mongodb::Database;
 use tokio::sync::watch;
 
 use super::FOLDS_COLLECTION;
-use crate::engine::combine::key_bytes;
+use crate::engine::group_commit::key_bytes;
 
 /// How long the stream runs without a folded push before it stops.
 const IDLE_FOR: Duration = Duration::from_secs(30);
