@@ -294,6 +294,17 @@ enum Op {
         parent: usize,
         items: Vec<(i64, i32)>,
     },
+    /// Different writers of one parent at once: pushes, increments of a sort key (each may
+    /// re-rank), a removal, a move out and a reconcile. They commute, so the model applies them
+    /// in any order; the store must end the same whatever the interleaving (in transactions
+    /// they conflict and retry, without them they take turns on the parent).
+    Interleaved {
+        parent: usize,
+        items: Vec<(i64, i32)>,
+        votes: Vec<(usize, i32)>,
+        remove: usize,
+        out: usize,
+    },
 }
 
 fn op<B: Board>() -> impl Strategy<Value = Op> {
@@ -313,8 +324,10 @@ fn op<B: Board>() -> impl Strategy<Value = Op> {
         2 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Move { parent, pick }),
         1 => (parent.clone(), any::<usize>()).prop_map(|(parent, pick)| Op::Repush { parent, pick }),
         1 => parent.clone().prop_map(|parent| Op::Reconcile { parent }),
-        2 => (parent, prop::collection::vec((day, score), 2..6))
+        2 => (parent.clone(), prop::collection::vec((day.clone(), score.clone()), 2..6))
             .prop_map(|(parent, items)| Op::Concurrent { parent, items }),
+        3 => (parent, prop::collection::vec((day, score), 1..4), prop::collection::vec((any::<usize>(), -2_i32..=2), 1..6), any::<usize>(), any::<usize>())
+            .prop_map(|(parent, items, votes, remove, out)| Op::Interleaved { parent, items, votes, remove, out }),
     ]
 }
 
@@ -579,6 +592,82 @@ async fn run_case<B: Board>(store: &Store<B>, steps: &[(Op, u32)]) -> Tally {
                     pushed.unwrap();
                 }
                 model.insert(*parent, &batch);
+            }
+            Op::Interleaved {
+                parent,
+                items,
+                votes,
+                remove,
+                out,
+            } => {
+                let (id, to) = (board_id(*parent), (parent + 1) % B::PARENTS);
+                let to_id = board_id(to);
+                let listed = model.list(*parent).to_vec();
+                // The removed, the moved and the voted notes are distinct, so that the writes
+                // commute.
+                let removed = model.pick(*parent, *remove);
+                let others = |taken: &[Option<&Note>]| -> Vec<Note> {
+                    listed
+                        .iter()
+                        .filter(|n| !taken.iter().flatten().any(|t| t.id == n.id))
+                        .cloned()
+                        .collect()
+                };
+                let movable = others(&[removed.as_ref()]);
+                let moved = (!movable.is_empty()).then(|| movable[out % movable.len()].clone());
+                let votable = others(&[removed.as_ref(), moved.as_ref()]);
+                let voted: Vec<(i64, i32)> = match votable.is_empty() {
+                    true => Vec::new(),
+                    false => votes
+                        .iter()
+                        .filter(|(_, by)| *by != 0)
+                        .map(|(pick, by)| (votable[pick % votable.len()].id, *by))
+                        .collect(),
+                };
+                let batch: Vec<Note> = items.iter().map(|(d, s)| model.note(*d, *s)).collect();
+                tally.push(&model, *parent, &batch);
+                let into = std::future::IntoFuture::into_future;
+                let pushes =
+                    futures::future::join_all(batch.iter().map(|n| into(notes.push(&id, n))));
+                let voting = futures::future::join_all(
+                    voted
+                        .iter()
+                        .map(|(note, by)| into(notes.patch(&id, note).inc(Note::SCORE, *by))),
+                );
+                let removal = async {
+                    match &removed {
+                        Some(note) => notes.remove(&id, &note.id).await,
+                        None => Ok(()),
+                    }
+                };
+                let moving = async {
+                    match &moved {
+                        Some(note) => notes.move_child(&id, &note.id, &to_id).await,
+                        None => Ok(()),
+                    }
+                };
+                let reconcile = into(notes.reconcile(&id));
+                let (pushed, voted_all, removal, moving, reconciled) =
+                    futures::join!(pushes, voting, removal, moving, reconcile);
+                for result in pushed.into_iter().chain(voted_all).chain([removal, moving]) {
+                    result.unwrap_or_else(|e| panic!("{context}: {e}"));
+                }
+                reconciled.unwrap_or_else(|e| panic!("{context}: {e}"));
+                model.insert(*parent, &batch);
+                let list = model.children.entry(*parent).or_default();
+                for (note, by) in &voted {
+                    if let Some(n) = list.iter_mut().find(|n| n.id == *note) {
+                        n.score += by;
+                    }
+                }
+                list.retain(|n| Some(n.id) != removed.as_ref().map(|r| r.id));
+                if let Some(note) = &moved {
+                    list.retain(|n| n.id != note.id);
+                }
+                list.sort_by(order);
+                if let Some(note) = moved {
+                    model.insert(to, &[note]);
+                }
             }
             Op::Reconcile { parent } => {
                 let drift = notes.reconcile(&board_id(*parent)).await.unwrap();

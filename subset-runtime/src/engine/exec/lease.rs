@@ -134,7 +134,16 @@ async fn take_one(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<
             .find_one_and_update(free.clone(), take)
             .projection(doc! { lease.as_str(): 1 })
             .return_document(ReturnDocument::Before);
-        if let Some(before) = ctx.run(taken).await.map_err(|e| store.mongo(e))? {
+        let taken = match ctx.run(taken).await {
+            Ok(taken) => taken,
+            Err(e) => {
+                // Perhaps applied (short of its write concern, or its reply lost): given back,
+                // so that nobody waits for it to expire.
+                give_back(store, (*parent).clone(), token, false).await;
+                return Err(store.mongo(e));
+            }
+        };
+        if let Some(before) = taken {
             let left = before
                 .get_document(MARKER)
                 .is_ok_and(|m| m.contains_key("l"));

@@ -341,7 +341,11 @@ async fn ordered<S: Steps>(
     parents: &[&Bson],
 ) -> Result<S::Output> {
     let mut ctx = Ctx::new(caller, false, false);
-    let leases = lease::Leases::take(store, &mut ctx, &ordered_keys(parents)).await?;
+    // A lease taken short of its write concern may be held or not: an unknown outcome, as a
+    // step's write would be (a retry is safe, and finds the lease given back).
+    let leases = lease::Leases::take(store, &mut ctx, &ordered_keys(parents))
+        .await
+        .map_err(Error::into_unknown)?;
     let result = run_and_settle(store, &mut ctx, steps).await;
     // Steps cut off between two writes (a lost connection, a server that went away) may have
     // left a parent behind its children; refusals and the errors steps report before writing

@@ -153,7 +153,7 @@ impl RawStore {
             // missing from an unmarked parent is a view added since (or never built), which
             // the child collection answers.
             _ if unmarked => {
-                let registry = self.registry().await?;
+                let registry = self.registry_to_read().await?;
                 let legacy = registry.legacy == self.definition.digest();
                 let present = matches!(parent.get(spec.field), Ok(Some(_)));
                 return Ok(if legacy && present {

@@ -21,31 +21,55 @@ pub(crate) struct Registry {
 /// A store's cached view of the registry: read on first use, and again when a write finds a
 /// parent of another definition (the only time `current` matters).
 #[derive(Debug, Default)]
-pub(crate) struct RegistryCache(Mutex<Option<Arc<Registry>>>);
+pub(crate) struct RegistryCache {
+    /// As a write of this store found it, its definition registered.
+    written: Mutex<Option<Arc<Registry>>>,
+    /// As a read found it (registering nothing): what reads use until a write has looked.
+    read: Mutex<Option<Arc<Registry>>>,
+}
+
+/// Why the registry is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// A write's first look: registers this store's definition.
+    Register,
+    /// A write found a parent of another definition: reads it again (creating it if missing).
+    Refresh,
+    /// A read: writes nothing, and a registry that does not exist yet is taken as this store
+    /// would register it.
+    Read,
+}
 
 impl RawStore {
     /// The registry's word on this collection, registering this store's definition on first
     /// use (every write asks for it first; a read only for a parent without a marker).
     pub(crate) async fn registry(&self) -> Result<Arc<Registry>> {
-        let cached = self.lock_registry().clone();
+        let cached = lock(&self.registry.written).clone();
         match cached {
             Some(known) => Ok(known),
-            None => self.load_registry(true).await,
+            None => self.load_registry(Load::Register).await,
+        }
+    }
+
+    /// The registry's word for a read, which never writes (see [`Load::Read`]): as a write of
+    /// this store last found it, else as a read did.
+    pub(crate) async fn registry_to_read(&self) -> Result<Arc<Registry>> {
+        let cached = lock(&self.registry.written)
+            .clone()
+            .or_else(|| lock(&self.registry.read).clone());
+        match cached {
+            Some(known) => Ok(known),
+            None => self.load_registry(Load::Read).await,
         }
     }
 
     /// Reads the registry again (a write found a parent of a definition it did not expect).
     pub(crate) async fn refresh_registry(&self) -> Result<Arc<Registry>> {
-        self.load_registry(false).await
+        self.load_registry(Load::Refresh).await
     }
 
-    fn lock_registry(&self) -> std::sync::MutexGuard<'_, Option<Arc<Registry>>> {
-        // A panic while holding the lock cannot leave the cache half-written.
-        self.registry.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    async fn load_registry(&self, register: bool) -> Result<Arc<Registry>> {
-        let register = register && !self.definition.partial;
+    async fn load_registry(&self, load: Load) -> Result<Arc<Registry>> {
+        let register = load == Load::Register && !self.definition.partial;
         let coll = self
             .database()
             .collection::<Document>(DEFINITIONS_COLLECTION);
@@ -67,6 +91,14 @@ impl RawStore {
                     .await
                     .map_err(|e| self.mongo(e))?;
                 let legacy = if marked.is_some() { "" } else { own.as_str() };
+                if load == Load::Read {
+                    // Taken as this store would register it, and not kept: the first write
+                    // registers it for real.
+                    return Ok(Arc::new(Registry {
+                        current: own.clone(),
+                        legacy: legacy.to_owned(),
+                    }));
+                }
                 let first = doc! {
                     "_id": id, "current": own.as_str(), "legacy": legacy, "seen": [own.as_str()],
                 };
@@ -124,7 +156,11 @@ impl RawStore {
             });
         };
         let registry = Arc::new(registry);
-        *self.lock_registry() = Some(registry.clone());
+        let cache = match load {
+            Load::Read => &self.registry.read,
+            Load::Register | Load::Refresh => &self.registry.written,
+        };
+        *lock(cache) = Some(registry.clone());
         Ok(registry)
     }
 
@@ -148,4 +184,9 @@ impl RawStore {
             .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?;
         self.refresh_registry().await.map(|_| ())
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the cache half-written.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -201,7 +201,11 @@ impl RawChildren<'_> {
                 .map_err(|e| store.mongo(e))?
                 .ok_or_else(|| self.parent_not_found(parent))?;
             if marked {
-                let registry = store.registry().await?;
+                // A check reads only (and registers nothing).
+                let registry = match write {
+                    true => store.registry().await?,
+                    false => store.registry_to_read().await?,
+                };
                 // An unmarked parent without the field was not built under this model (a view
                 // added since): rebuilt whole, like any other.
                 let unbuilt = !store.is_partial()

@@ -150,7 +150,7 @@ impl Folds {
         if first && !self.enabled {
             tracing::warn!(
                 collection,
-                "pushes to one parent conflict with another process's: they retry, and wait for each other; `with_folding(true)` on the store folds them instead (see the hot-parents guide)"
+                "pushes to a parent conflicted with another transaction on it (another process's, or another store's over the same collection): they retry; `with_folding(true)` on the store folds such pushes instead (see the hot-parents guide)"
             );
         }
         if !self.enabled {
