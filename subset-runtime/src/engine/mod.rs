@@ -17,6 +17,7 @@
 //! | `remove_update.rs` | removing and replacing one child |
 //! | `patch/` | changing some fields of children, in every copy: the change, and its writes |
 //! | `move_child.rs` | a child from one parent to another |
+//! | `adopt.rs` | a parent that embeds all its children, into the subset layout |
 //! | `bulk.rs` | removing or patching the children that match a filter, across parents |
 //! | `definition.rs` | which definition of the model each parent's views were built under |
 //! | `resync/` | recomputing a subset from the child collection: backfill, reconcile, check |
@@ -39,6 +40,7 @@ use tokio::sync::OnceCell;
 use crate::error::{Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
 
+mod adopt;
 mod bulk;
 mod by_child;
 mod combine;
@@ -65,6 +67,7 @@ mod sums;
 mod sweep;
 mod views;
 
+pub use adopt::{Adopted, Refusal};
 pub use bulk::{BulkProgress, BulkReport, JOB_COLLECTION};
 pub use definition::{DEFINITIONS_COLLECTION, MARKER};
 pub use fold::FOLDS_COLLECTION;
