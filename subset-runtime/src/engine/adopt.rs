@@ -39,9 +39,9 @@ use crate::model::SubsetSpec;
 /// Rereads of a parent whose array changed while ids were given before [`Refusal::Changing`].
 const ATTEMPTS: usize = 8;
 
-/// What [`RawChildren::adopt`] did with a parent.
+/// What [`RawChildren::adopt`] did with a parent: done, gone, or left as it is for a reason
+/// (a [`Refusal`], the one of the two that may grow).
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub enum Adopted {
     /// Every child the parent embedded is in the child collection, and the view is built from
     /// it (see [`RawChildren::reconcile`]). Adopting the parent again changes nothing: its
