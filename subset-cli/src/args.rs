@@ -2,11 +2,11 @@
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use subset_runtime::bson::{Bson, Document};
-use subset_runtime::raw::bson_type_name;
 use subset_runtime::{spec::SpecBuilder, spec::SubsetSpec};
 
 use crate::bulk::Job;
 use crate::error::CliError;
+use crate::output::type_name;
 
 /// Find unbounded arrays, migrate a collection to the MongoDB Subset Pattern, and keep it healthy.
 ///
@@ -257,7 +257,7 @@ impl WhereArgs {
             Bson::Document(filter) => Ok(filter),
             other => Err(CliError::Usage(format!(
                 "--where must be a JSON document (an object such as '{{\"user\": \"ann\"}}'), not {}",
-                bson_type_name(other.element_type())
+                type_name(other.element_type())
             ))),
         }
     }

@@ -1,29 +1,26 @@
 //! `subset migrate`: from a fully-embedded array to the subset layout, resumably.
 //!
-//! Per parent, in `_id` order:
+//! A read-only survey checks every parent's array (`shape.rs`) and sizes the change; a dry run
+//! stops there, and an invalid parent stops the migration before any write unless
+//! `--skip-invalid`. Then, in `_id` order and a few at a time, each parent is checked again as
+//! it is now and handed to the engine's `raw::Children::adopt`, which gives elements without an
+//! `_id` one, copies every element into the child collection (a copy an interrupted run made
+//! is left as is) and only then rewrites the array as the top `keep` of the child collection,
+//! with the count. A run killed at any point leaves each parent untouched, or with the full
+//! array and some children copied, or done, and a rerun finishes it.
 //!
-//! 1. elements without an `_id` get one, written into the parent by one update that gives ids
-//!    only to elements that still have none, so a rerun reads the same ids back;
-//! 2. every element goes into the child collection with the parent key, unordered; a duplicate
-//!    `_id` under the same parent is a copy an interrupted run already made, and is left as is;
-//! 3. the engine's reconcile rewrites the array as the top `keep` of the child collection and sets
-//!    the count, in one conditional update.
+//! The engine refuses a parent only where adopting it would lose a child; the check here also
+//! refuses sort values that pages in the subset's order would never reach, naming each.
 //!
-//! A parent without the field has nothing to move: step 3 builds the field from the child
+//! A parent without the field has nothing to move: its subset is built from the child
 //! collection. That is how a second view (another order, `keep`, filter or preview) is added to
 //! children migrated before, touching nothing but the new field, its count and its sums.
-//!
-//! The array is trimmed only in step 3, after every element is in the child collection, so a run
-//! killed at any point leaves each parent either untouched, or with the full array and some
-//! children copied, or done. A rerun repeats the steps, which change nothing where they are done.
 
 use futures::TryStreamExt;
 use mongodb::Database;
 use serde_json::json;
-use subset_runtime::bson::oid::ObjectId;
-use subset_runtime::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
-use subset_runtime::raw;
-use subset_runtime::raw::{embedded_projection, InsertFailure};
+use subset_runtime::bson::{doc, Bson, Document, RawDocumentBuf};
+use subset_runtime::raw::{self, Adopted, Refusal};
 use subset_runtime::repair::{Orphans, SweepOptions};
 use subset_runtime::spec::{ParentSpec, SubsetSpec};
 
@@ -38,9 +35,6 @@ use crate::{progress, shape};
 
 /// Parents migrated at once: enough to overlap round trips, few enough to leave the server room.
 const CONCURRENCY: usize = 4;
-
-/// Rereads of a parent whose array changed under us before giving up on it for this run.
-const ATTEMPTS: usize = 8;
 
 /// What the read-only survey found.
 #[derive(Debug, Default)]
@@ -202,20 +196,20 @@ async fn built_bytes(
     if let Some(filter) = spec.filter {
         pipeline.push(doc! { "$match": { filter.field: filter.equals } });
     }
-    // The size of a child's embedded form: the fields the engine's projection keeps, or the
-    // whole child without its key (a `$project` excluding the key would leave nothing to group by).
-    let projection = embedded_projection(spec);
-    let size = if projection.get(spec.key) == Some(&Bson::Int32(0)) {
-        doc! { "$subtract": [
+    // The size of a child's embedded form: the whole child without its key (a `$project`
+    // excluding the key would leave nothing to group by), or a preview's `_id` and fields.
+    let size = match spec.embed {
+        None => doc! { "$subtract": [
             { "$bsonSize": "$$ROOT" },
             { "$subtract": [{ "$bsonSize": { spec.key: format!("${}", spec.key) } }, 5] },
-        ] }
-    } else {
-        let kept: Document = projection
-            .keys()
-            .map(|field| (field.clone(), Bson::String(format!("${field}"))))
-            .collect();
-        doc! { "$bsonSize": kept }
+        ] },
+        Some(fields) => {
+            let kept: Document = std::iter::once("_id")
+                .chain(fields.iter().map(|f| f.bson))
+                .map(|field| (field.to_owned(), Bson::String(format!("${field}"))))
+                .collect();
+            doc! { "$bsonSize": kept }
+        }
     };
     pipeline.extend([
         doc! { "$group": {
@@ -311,228 +305,62 @@ fn raw_id(raw: &RawDocumentBuf) -> Bson {
         .unwrap_or(Bson::Null)
 }
 
-/// Migrates one parent; see the module docs for the steps.
+/// Migrates one parent: checked as it is now (the survey may be stale), then adopted.
 async fn migrate_one(store: &raw::Store, spec: &SubsetSpec, id: &Bson) -> Result<One, CliError> {
-    let parents = store
-        .database()
-        .collection::<RawDocumentBuf>(store.collection_name());
     let name = store.collection_name();
-    let field = spec.field;
-    let mut assigned = 0;
-    for _ in 0..ATTEMPTS {
-        let Some(raw) = parents
-            .find_one(doc! { "_id": id.clone() })
-            .projection(doc! { field: 1 })
-            .await
-            .map_err(|e| CliError::mongo(name, e))?
-        else {
-            return Ok(One::Gone);
-        };
-        let found = match shape::check(&raw, spec) {
-            Ok(found) => found,
-            Err(problem) => {
-                return Ok(One::Invalid(Invalid {
-                    id: id.clone(),
-                    problem,
-                }))
-            }
-        };
-        let built = matches!(raw.get(field), Ok(None));
-        let elements: Vec<Document> = match raw.get(field) {
-            Ok(Some(RawBsonRef::Array(array))) => array
-                .into_iter()
-                .filter_map(|e| match e {
-                    Ok(RawBsonRef::Document(d)) => Document::try_from(d).ok(),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        if found.without_id > 0 {
-            // Step 1, in one pipeline update that is linear in the array (positional `$set`s
-            // are quadratic: each `field.i` walks the array). Fresh ids are zipped with the
-            // elements and given only to documents that still have no `_id`, so a concurrent
-            // change (or a second run) can never give an element a second id; the filter on the
-            // length keeps every element paired. Then we read the parent again.
-            let fresh: Vec<Bson> = elements
-                .iter()
-                .map(|_| Bson::ObjectId(ObjectId::new()))
-                .collect();
-            let filter = doc! { "_id": id.clone(), field: { "$size": elements.len() as i64 } };
-            let with_ids = doc! {
-                "$map": {
-                    "input": { "$zip": { "inputs": [format!("${field}"), fresh] } },
-                    "as": "pair",
-                    "in": {
-                        "$let": {
-                            "vars": {
-                                "e": { "$arrayElemAt": ["$$pair", 0] },
-                                "id": { "$arrayElemAt": ["$$pair", 1] },
-                            },
-                            "in": {
-                                "$cond": [
-                                    { "$and": [
-                                        { "$eq": [{ "$type": "$$e" }, "object"] },
-                                        { "$eq": [{ "$type": "$$e._id" }, "missing"] },
-                                    ] },
-                                    { "$mergeObjects": [{ "_id": "$$id" }, "$$e"] },
-                                    "$$e",
-                                ]
-                            },
-                        }
-                    },
-                }
-            };
-            let update = vec![doc! { "$set": { field: with_ids } }];
-            let updated = store
-                .database()
-                .collection::<Document>(name)
-                .update_one(filter, update)
-                .await
-                .map_err(|e| CliError::mongo(name, e))?;
-            assigned += found.without_id * updated.modified_count;
-            continue;
-        }
-        // Step 2.
-        let (inserted, already) = copy_children(store, spec, id, elements).await?;
-        if let Some(invalid) = already.conflict {
-            return Ok(One::Invalid(invalid));
-        }
-        // Step 3.
-        store.children(spec).reconcile(id).await?;
-        return Ok(One::Done {
+    let found = store
+        .database()
+        .collection::<RawDocumentBuf>(name)
+        .find_one(doc! { "_id": id.clone() })
+        .projection(doc! { spec.field: 1 })
+        .await
+        .map_err(|e| CliError::mongo(name, e))?;
+    let Some(raw) = found else {
+        return Ok(One::Gone);
+    };
+    let invalid = |problem| {
+        One::Invalid(Invalid {
+            id: id.clone(),
+            problem,
+        })
+    };
+    if let Err(problem) = shape::check(&raw, spec) {
+        return Ok(invalid(problem));
+    }
+    Ok(match store.children(spec).adopt(id).await? {
+        Adopted::Done {
             inserted,
-            already: already.count,
+            already,
             assigned,
             built,
-        });
-    }
-    Ok(One::Invalid(Invalid {
-        id: id.clone(),
-        problem: format!("`{field}` kept changing while being migrated; run again to finish it"),
-    }))
-}
-
-/// Children that were already in the child collection.
-struct Already {
-    count: u64,
-    /// A child `_id` stored under another parent: the data conflict that stops this parent.
-    conflict: Option<Invalid>,
-}
-
-/// Inserts the elements into the child collection with the parent key, unordered, ignoring the
-/// duplicates an earlier run left. Returns (inserted, already there).
-async fn copy_children(
-    store: &raw::Store,
-    spec: &SubsetSpec,
-    parent: &Bson,
-    elements: Vec<Document>,
-) -> Result<(u64, Already), CliError> {
-    let none = Already {
-        count: 0,
-        conflict: None,
-    };
-    if elements.is_empty() {
-        return Ok((0, none));
-    }
-    let total = elements.len() as u64;
-    let children = store
-        .database()
-        .collection::<Document>(spec.child_collection);
-    if let Some(invalid) = lost_preview(spec, parent, &elements, &children).await? {
-        return Ok((
-            0,
-            Already {
-                count: 0,
-                conflict: Some(invalid),
-            },
-        ));
-    }
-    let stored: Vec<Document> = elements
-        .into_iter()
-        .map(|mut e| {
-            e.insert(spec.key, parent.clone());
-            e
-        })
-        .collect();
-    // Duplicates alone are copies an earlier run made; anything else stops the migration.
-    let failed = match children.insert_many(&stored).ordered(false).await {
-        Ok(_) => return Ok((total, none)),
-        Err(e) => match InsertFailure::of(&e) {
-            Some(failure) if failure.only_duplicates() => failure.duplicates,
-            _ => return Err(CliError::mongo(spec.child_collection, e)),
+        } => One::Done {
+            inserted,
+            already,
+            assigned,
+            built,
         },
-    };
-    let duplicates: Vec<Bson> = failed
-        .iter()
-        .filter_map(|i| stored.get(*i).and_then(|d| d.get("_id")).cloned())
-        .collect();
-    let elsewhere = children
-        .find_one(doc! { "_id": { "$in": duplicates }, spec.key: { "$ne": parent.clone() } })
-        .projection(doc! { "_id": 1, spec.key: 1 })
-        .await
-        .map_err(|e| CliError::mongo(spec.child_collection, e))?;
-    let conflict = elsewhere.map(|d| Invalid {
-        id: parent.clone(),
-        problem: format!(
-            "child {} is already in `{}` under parent {}: give the element another `_id`",
-            d.get("_id").unwrap_or(&Bson::Null),
-            spec.child_collection,
-            d.get(spec.key).unwrap_or(&Bson::Null),
-        ),
-    });
-    let already = failed.len() as u64;
-    Ok((
-        total - already,
-        Already {
-            count: already,
-            conflict,
-        },
-    ))
+        Adopted::Gone => One::Gone,
+        Adopted::Refused(refusal) => invalid(refused(spec, &refusal)),
+    })
 }
 
-/// With `--embed`, an element that holds nothing but preview fields and whose child is not in
-/// the child collection: a rerun after the child was deleted outside the library. Copied, it
-/// would become a partial child; dropped, the element would be lost. The parent is left as it
-/// is and named instead.
-async fn lost_preview(
-    spec: &SubsetSpec,
-    parent: &Bson,
-    elements: &[Document],
-    children: &mongodb::Collection<Document>,
-) -> Result<Option<Invalid>, CliError> {
-    let Some(embed) = spec.embed else {
-        return Ok(None);
-    };
-    let is_preview = |e: &&Document| {
-        e.keys()
-            .all(|k| k == "_id" || embed.iter().any(|f| f.bson == k))
-    };
-    let ids: Vec<Bson> = elements
-        .iter()
-        .filter(is_preview)
-        .filter_map(|e| e.get("_id").cloned())
-        .collect();
-    if ids.is_empty() {
-        return Ok(None);
-    }
-    let found: Vec<Document> = children
-        .find(doc! { "_id": { "$in": &ids } })
-        .projection(doc! { "_id": 1 })
-        .await
-        .map_err(|e| CliError::mongo(spec.child_collection, e))?
-        .try_collect()
-        .await
-        .map_err(|e| CliError::mongo(spec.child_collection, e))?;
-    let found: Vec<&Bson> = found.iter().filter_map(|d| d.get("_id")).collect();
-    let lost = ids.iter().find(|id| !found.contains(id));
-    Ok(lost.map(|id| Invalid {
-        id: parent.clone(),
-        problem: format!(
-            "element {id} holds only the --embed fields and its child is not in `{}`: it is a preview whose whole child is gone, so it can be neither copied nor dropped; restore the child or remove the element (or, if the children really have no other fields, migrate without --embed)",
+/// Why the engine left a parent as it is, in the tool's words.
+fn refused(spec: &SubsetSpec, refusal: &Refusal) -> String {
+    match refusal {
+        Refusal::OwnedElsewhere { child, owner } => format!(
+            "child {child} is already in `{}` under parent {owner}: give the element another `_id`",
             spec.child_collection
         ),
-    }))
+        Refusal::LostPreview { child } => format!(
+            "element {child} holds only the --embed fields and its child is not in `{}`: it is a preview whose whole child is gone, so it can be neither copied nor dropped; restore the child or remove the element (or, if the children really have no other fields, migrate without --embed)",
+            spec.child_collection
+        ),
+        Refusal::Changing => format!(
+            "`{}` kept changing while being migrated; run again to finish it",
+            spec.field
+        ),
+        other => other.to_string(),
+    }
 }
 
 fn dry_run_report(

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use bson::spec::ElementType;
 use bson::{RawBsonRef, RawDocument};
 use subset_runtime::bson;
-use subset_runtime::{raw::bson_type_name, spec::SubsetSpec};
+use subset_runtime::spec::SubsetSpec;
+
+use crate::output::type_name;
 
 /// How many element positions a problem names.
 const NAMED: usize = 3;
@@ -68,7 +70,7 @@ impl Bracket {
     pub fn name(self) -> &'static str {
         match self {
             Bracket::Number => "a number",
-            Bracket::Type(t) => bson_type_name(t),
+            Bracket::Type(t) => type_name(t),
         }
     }
 }
@@ -162,7 +164,7 @@ pub fn check(parent: &RawDocument, spec: &SubsetSpec) -> Result<Shape, String> {
     let RawBsonRef::Array(array) = value else {
         return Err(format!(
             "`{field}` is {}, not an array",
-            bson_type_name(value.element_type())
+            type_name(value.element_type())
         ));
     };
     let mut shape = Shape {
@@ -179,7 +181,7 @@ pub fn check(parent: &RawDocument, spec: &SubsetSpec) -> Result<Shape, String> {
         let RawBsonRef::Document(child) = element else {
             return Err(format!(
                 "`{field}.{i}` is {}, not a document",
-                bson_type_name(element.element_type())
+                type_name(element.element_type())
             ));
         };
         shape.len += 1;
@@ -198,7 +200,7 @@ pub fn check(parent: &RawDocument, spec: &SubsetSpec) -> Result<Shape, String> {
                 ) {
                     return Err(format!(
                         "`{field}.{i}._id` is {}, which MongoDB does not accept as an `_id`",
-                        bson_type_name(kind)
+                        type_name(kind)
                     ));
                 }
                 // Display conflates 1 and 1.0 and 1L, as the `_id` index does.
@@ -240,7 +242,7 @@ fn order_problem(field: &str, key: &str, values: &[SortValue]) -> Result<(), Str
     };
     let positions = |wanted: fn(&SortValue) -> bool| -> Vec<(usize, Option<&str>)> {
         let kind = |v: &SortValue| match v {
-            SortValue::Unsortable(t) => Some(bson_type_name(*t)),
+            SortValue::Unsortable(t) => Some(type_name(*t)),
             _ => None,
         };
         values

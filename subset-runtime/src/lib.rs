@@ -43,14 +43,12 @@ pub use store::Store;
 
 /// The BSON-level engine under [`Store`] and [`Children`]: the same operations on documents, for
 /// models known only at run time (the command-line tool's) and code that holds no Rust types;
-/// with the pieces such code needs to write children itself as the engine does (the projection
-/// that makes a stored child its embedded form, what a failed insert of children tells) and to
-/// word its messages as the engine's errors do.
+/// with [`Children::adopt`](raw::Children::adopt), which moves a parent that embeds all its
+/// children into the subset layout.
 pub mod raw {
-    pub use crate::decode::type_name as bson_type_name;
-    pub use crate::engine::driver_error::InsertFailure;
-    pub use crate::engine::query::embedded_projection;
-    pub use crate::engine::{ChildPatch, RawChildren as Children, RawStore as Store};
+    pub use crate::engine::{
+        Adopted, ChildPatch, RawChildren as Children, RawStore as Store, Refusal,
+    };
 }
 
 /// Parents many writers write at once: within a process, pushes (and patches) to one parent

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod adopt;
 mod bad_input;
 mod concerns;
 mod concurrency;

@@ -16,6 +16,7 @@
 //! | `remove_update.rs` | removing and replacing one child |
 //! | `patch/` | changing some fields of children, in every copy: the change, and its writes |
 //! | `move_child.rs` | a child from one parent to another |
+//! | `adopt.rs` | a parent that embeds all its children, into the subset layout |
 //! | `bulk.rs` | removing or patching the children that match a filter, across parents |
 //! | `model_change/` | which definition of the model each parent's views were built under, and settling a parent of another one |
 //! | `resync/` | recomputing a subset from the child collection: backfill, reconcile, check |
@@ -38,6 +39,7 @@ use tokio::sync::OnceCell;
 use crate::error::{Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
 
+mod adopt;
 mod bulk;
 mod by_child;
 mod decimal;
@@ -62,6 +64,7 @@ mod sums;
 mod sweep;
 mod views;
 
+pub use adopt::{Adopted, Refusal};
 pub use bulk::{BulkProgress, BulkReport, JOB_COLLECTION};
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,

@@ -29,7 +29,7 @@ pub(crate) fn top_children<'c>(
 
 /// The projection that turns a stored child into its embedded form: without the parent key, or,
 /// for a preview subset, only `_id` and the preview's fields.
-pub fn embedded_projection(spec: &SubsetSpec) -> Document {
+pub(crate) fn embedded_projection(spec: &SubsetSpec) -> Document {
     match spec.embed {
         None => doc! { spec.key: 0 },
         Some(fields) => {

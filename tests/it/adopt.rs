@@ -1,0 +1,256 @@
+//! `raw::Children::adopt`: a parent that embeds all its children (the fully-embedded layout)
+//! moved into the subset layout, in both write modes.
+
+use crate::common;
+
+use bson::oid::ObjectId;
+use bson::{doc, Bson, DateTime, Document};
+use common::*;
+use futures::TryStreamExt;
+use subset::bson;
+use subset::raw::{Adopted, Refusal};
+use subset::Store;
+
+/// A review as a fully-embedded parent holds it, with or without an `_id`.
+fn review(millis: i64, id: bool) -> Document {
+    let mut review = doc! {
+        "author": format!("author {millis}"),
+        "rating": (millis % 5) as i32 + 1,
+        "date": DateTime::from_millis(millis),
+    };
+    if id {
+        review.insert("_id", ObjectId::new());
+    }
+    review
+}
+
+/// Stores a product that embeds `reviews` whole, as a program that knew nothing of subsets
+/// would: no count, no marker. Returns its `_id`.
+async fn embedding(store: &Store<Product>, reviews: Vec<Document>) -> Bson {
+    let reviews = reviews.into_iter().map(Bson::Document).collect();
+    embedding_any(store, reviews).await
+}
+
+/// [`embedding`] of elements that may not be documents.
+async fn embedding_any(store: &Store<Product>, reviews: Vec<Bson>) -> Bson {
+    let id = Bson::ObjectId(ObjectId::new());
+    products(store)
+        .insert_one(doc! { "_id": id.clone(), "name": "chair", "recent_reviews": reviews })
+        .await
+        .unwrap();
+    id
+}
+
+fn products(store: &Store<Product>) -> mongodb::Collection<Document> {
+    store.database().collection("products")
+}
+
+async fn parent(store: &Store<Product>, id: &Bson) -> Document {
+    products(store)
+        .find_one(doc! { "_id": id.clone() })
+        .await
+        .unwrap()
+        .expect("the product is stored")
+}
+
+/// Every stored review, in `_id` order.
+async fn stored(store: &Store<Product>) -> Vec<Document> {
+    store
+        .database()
+        .collection::<Document>("reviews")
+        .find(doc! {})
+        .sort(doc! { "_id": 1 })
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fully_embedded_parent_is_adopted_and_adopting_it_again_changes_nothing() {
+    for store in stores::<Product>().await {
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        let spec = reviews.spec();
+        // Twelve reviews in no order; the subset keeps the five latest.
+        let embedded: Vec<Document> = (0..12).map(|i| review((i * 5) % 12, true)).collect();
+        let id = embedding(&store, embedded.clone()).await;
+
+        let adopted = reviews.raw().adopt(&id).await.unwrap();
+        assert_eq!(
+            adopted,
+            Adopted::Done {
+                inserted: 12,
+                already: 0,
+                assigned: 0,
+                built: false
+            }
+        );
+        // Every review in the child collection, under the product, as it was embedded.
+        let children = stored(&store).await;
+        assert_eq!(children.len(), 12);
+        for child in &children {
+            assert_eq!(child.get(spec.key), Some(&id));
+            let mut embedded_form = child.clone();
+            embedded_form.remove(spec.key);
+            assert!(embedded.contains(&embedded_form), "{child}");
+        }
+        // The subset is the five latest, in order, and the count is every review.
+        assert_subset_true(&store, Product::RECENT_REVIEWS, &id).await;
+        let Bson::ObjectId(oid) = id else {
+            unreachable!()
+        };
+        let product = store.get(&oid).await.unwrap().unwrap();
+        let dates: Vec<i64> = product
+            .recent_reviews
+            .iter()
+            .map(|r| r.date.timestamp_millis())
+            .collect();
+        assert_eq!(dates, [11, 10, 9, 8, 7]);
+        assert_eq!(product.total_reviews, 12);
+        assert_eq!(reviews.count(&oid).await.unwrap(), 12);
+
+        // Again: the embedded five are found stored, and nothing changes.
+        let before = (parent(&store, &id).await, stored(&store).await);
+        let again = reviews.raw().adopt(&id).await.unwrap();
+        assert_eq!(
+            again,
+            Adopted::Done {
+                inserted: 0,
+                already: 5,
+                assigned: 0,
+                built: false
+            }
+        );
+        assert_eq!((parent(&store, &id).await, stored(&store).await), before);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn children_without_an_id_are_given_one_first() {
+    for store in stores::<Product>().await {
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        // Three of seven reviews have no `_id`, one of them among the five latest.
+        let embedded: Vec<Document> = (0..7).map(|i| review(i, i % 3 != 0)).collect();
+        let id = embedding(&store, embedded).await;
+
+        let adopted = reviews.raw().adopt(&id).await.unwrap();
+        assert_eq!(
+            adopted,
+            Adopted::Done {
+                inserted: 7,
+                already: 0,
+                assigned: 3,
+                built: false
+            }
+        );
+        let children = stored(&store).await;
+        assert_eq!(children.len(), 7);
+        assert!(
+            children
+                .iter()
+                .all(|c| matches!(c.get("_id"), Some(Bson::ObjectId(_)))),
+            "{children:?}"
+        );
+        assert_subset_true(&store, Product::RECENT_REVIEWS, &id).await;
+
+        // The ids given are the ids kept: a second adoption copies nothing and gives none.
+        let before = (parent(&store, &id).await, children);
+        let again = reviews.raw().adopt(&id).await.unwrap();
+        assert!(
+            matches!(
+                again,
+                Adopted::Done {
+                    inserted: 0,
+                    assigned: 0,
+                    ..
+                }
+            ),
+            "{again:?}"
+        );
+        assert_eq!((parent(&store, &id).await, stored(&store).await), before);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parent_that_would_lose_a_child_is_left_as_it_is() {
+    for store in stores::<Product>().await {
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        let raw = reviews.raw();
+
+        // An element that is not a document, and two elements with one `_id`.
+        let not_a_document = embedding_any(
+            &store,
+            vec![Bson::Document(review(1, true)), Bson::Int32(42)],
+        )
+        .await;
+        let twin = review(2, true);
+        let twins = embedding(&store, vec![twin.clone(), twin]).await;
+        for (id, field, problem) in [
+            (
+                &not_a_document,
+                "recent_reviews.1",
+                "is an int32, not a document",
+            ),
+            (
+                &twins,
+                "recent_reviews.1._id",
+                "repeats `recent_reviews.0._id`",
+            ),
+        ] {
+            let before = parent(&store, id).await;
+            match raw.adopt(id).await.unwrap() {
+                Adopted::Refused(Refusal::Malformed {
+                    field: f,
+                    problem: p,
+                }) => {
+                    assert_eq!(f, field);
+                    assert!(p.starts_with(problem), "{p}");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(parent(&store, id).await, before);
+        }
+        assert!(stored(&store).await.is_empty());
+
+        // A child stored under another parent: the others are copied, the array stays whole.
+        let shared = review(3, true);
+        let first = embedding(&store, vec![shared.clone()]).await;
+        assert!(matches!(
+            raw.adopt(&first).await.unwrap(),
+            Adopted::Done { inserted: 1, .. }
+        ));
+        let second = embedding(&store, vec![review(4, true), shared.clone()]).await;
+        let before = parent(&store, &second).await;
+        assert_eq!(
+            raw.adopt(&second).await.unwrap(),
+            Adopted::Refused(Refusal::OwnedElsewhere {
+                child: Box::new(shared.get("_id").unwrap().clone()),
+                owner: Box::new(first),
+            })
+        );
+        assert_eq!(parent(&store, &second).await, before);
+        assert_eq!(stored(&store).await.len(), 2);
+
+        // No such parent; a parent without the field gets its subset from the child collection.
+        let nobody = Bson::ObjectId(ObjectId::new());
+        assert_eq!(raw.adopt(&nobody).await.unwrap(), Adopted::Gone);
+        products(&store)
+            .update_one(
+                doc! { "_id": second.clone() },
+                doc! { "$unset": { "recent_reviews": "" } },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            raw.adopt(&second).await.unwrap(),
+            Adopted::Done {
+                inserted: 0,
+                already: 0,
+                assigned: 0,
+                built: true
+            }
+        );
+        assert_subset_true(&store, Product::RECENT_REVIEWS, &second).await;
+    }
+}
