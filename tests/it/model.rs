@@ -17,6 +17,7 @@
 //! view is checked against the model after every step.
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -626,14 +627,14 @@ async fn run_case<B: Board>(store: &Store<B>, steps: &[(Op, u32)]) -> Tally {
                 };
                 let batch: Vec<Note> = items.iter().map(|(d, s)| model.note(*d, *s)).collect();
                 tally.push(&model, *parent, &batch);
-                let into = std::future::IntoFuture::into_future;
-                let pushes =
-                    futures::future::join_all(batch.iter().map(|n| into(notes.push(&id, n))));
-                let voting = futures::future::join_all(
-                    voted
+                let pushes = futures::future::join_all(
+                    batch
                         .iter()
-                        .map(|(note, by)| into(notes.patch(&id, note).inc(Note::SCORE, *by))),
+                        .map(|n| IntoFuture::into_future(notes.push(&id, n))),
                 );
+                let voting = futures::future::join_all(voted.iter().map(|(note, by)| {
+                    IntoFuture::into_future(notes.patch(&id, note).inc(Note::SCORE, *by))
+                }));
                 let removal = async {
                     match &removed {
                         Some(note) => notes.remove(&id, &note.id).await,
@@ -646,7 +647,7 @@ async fn run_case<B: Board>(store: &Store<B>, steps: &[(Op, u32)]) -> Tally {
                         None => Ok(()),
                     }
                 };
-                let reconcile = into(notes.reconcile(&id));
+                let reconcile = IntoFuture::into_future(notes.reconcile(&id));
                 let (pushed, voted_all, removal, moving, reconciled) =
                     futures::join!(pushes, voting, removal, moving, reconcile);
                 for result in pushed.into_iter().chain(voted_all).chain([removal, moving]) {
