@@ -6,7 +6,9 @@
 //! In transactions, pushes to one parent conflict: the server lets one commit and aborts the
 //! others, which retry. Within one process the store queues pushes to a parent that has a
 //! transaction in flight and runs them together in the next one (group commit). Across
-//! processes, a parent whose push transaction conflicted is folded: pushes queue in its document
+//! processes, when the stores fold (`--hot-folding true`, the default here; the library's
+//! default is off, `Store::with_folding`), a parent whose push transaction conflicted is
+//! folded: pushes queue in its document
 //! of `subset_folds` and one transaction at a time writes every push queued (see the
 //! consistency guide). For those configurations the benchmark starts copies of itself in a
 //! worker mode (`--hot-worker`) against the same server, starts them at once, and gathers their
@@ -42,6 +44,13 @@ use crate::data::{DataSet, Product, Review, REVIEWS, SUBSET};
 use crate::measure::{closed_loop, Rounds, Run, Task};
 use crate::stats::{Picker, Spread};
 use crate::Res;
+
+/// Whether the stores fold (`--hot-folding`), in this process and its workers.
+pub static FOLDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+fn folding() -> bool {
+    FOLDING.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Pushing tasks in the one-process configurations.
 pub const TASKS: usize = 16;
@@ -544,7 +553,7 @@ pub async fn run(
 ) -> Res<Result> {
     let started = std::time::Instant::now();
     fresh(db).await?;
-    let transactional = Store::<Product>::new(db);
+    let transactional = Store::<Product>::new(db).with_folding(folding());
     if transactional.mode().await? != WriteMode::Transactional {
         return Err("the hot-parent experiment needs a replica set (transactions)".into());
     }
@@ -764,6 +773,7 @@ impl Workers {
                 .args(["--worker-count", &count.to_string()])
                 .args(["--worker-tasks", &TASKS_PER_PROCESS.to_string()])
                 .args(["--seed", &self.seed.to_string()])
+                .args(["--hot-folding", &folding().to_string()])
                 .args(["--warmup", &self.warmup.as_secs_f64().to_string()])
                 .args(["--duration", &self.duration.as_secs_f64().to_string()])
                 .stdin(Stdio::piped())
@@ -846,7 +856,9 @@ pub async fn worker(w: Worker<'_>) -> Res<()> {
     };
     let client = mongodb::Client::with_uri_str(w.uri).await?;
     let db = client.database(w.database);
-    let store = Store::<Product>::new(&db).with_mode(w.mode);
+    let store = Store::<Product>::new(&db)
+        .with_mode(w.mode)
+        .with_folding(folding());
     // Connected and the parent there before the clock starts.
     store
         .get(&parent_id(w.first))

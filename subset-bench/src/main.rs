@@ -165,6 +165,10 @@ struct Args {
     /// Where results.md and working-set.svg go.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/bench"))]
     out: PathBuf,
+    /// Whether the hot-parent experiment's stores fold pushes to a parent contended across
+    /// processes (`Store::with_folding`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    hot_folding: bool,
     /// Internal: run as one worker process of the hot-parent experiment against this URI.
     #[arg(long, hide = true)]
     hot_worker: Option<String>,
@@ -234,6 +238,7 @@ fn main() -> Res<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build();
+    hot_parent::FOLDING.store(args.hot_folding, std::sync::atomic::Ordering::Relaxed);
     if let Some(uri) = &args.hot_worker {
         let mode = match args.worker_mode {
             Mode::Transactional => WriteMode::Transactional,
