@@ -48,9 +48,9 @@ pub use store::Store;
 /// word its messages as the engine's errors do.
 pub mod raw {
     pub use crate::decode::type_name as bson_type_name;
-    pub use crate::engine::driver_error::InsertFailure;
     pub use crate::engine::query::embedded_projection;
     pub use crate::engine::{ChildPatch, RawChildren as Children, RawStore as Store};
+    pub use crate::error::driver::InsertFailure;
 }
 
 /// Removing or patching every child that matches a filter, across parents

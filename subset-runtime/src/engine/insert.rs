@@ -5,9 +5,9 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
-use super::{driver_error, query, RawStore};
+use super::{query, RawStore};
 use crate::action::Action;
-use crate::error::{Error, Result};
+use crate::error::{driver as driver_error, Error, Result};
 
 impl RawStore {
     /// Inserts a parent document with the children found in its subset fields; see

@@ -26,7 +26,6 @@
 //! | `schema.rs` | the child-collection indexes and the server-side cap |
 //! | `follow/` | the change-stream follower: other programs' writes to the child collections |
 //! | `query.rs` | the queries several operations share |
-//! | `driver_error.rs` | what a driver error means for us |
 
 use std::sync::Arc;
 
@@ -36,7 +35,7 @@ use mongodb::options::{Acknowledgment, CollectionOptions, ReadConcern, WriteConc
 use mongodb::{Collection, Database};
 use tokio::sync::OnceCell;
 
-use crate::error::{Error, Result};
+use crate::error::{driver as driver_error, Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
 
 mod bulk;
@@ -45,7 +44,6 @@ mod combine;
 mod decimal;
 mod definition;
 mod delete;
-pub mod driver_error;
 mod exec;
 mod fold;
 mod follow;

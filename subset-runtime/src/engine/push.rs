@@ -5,13 +5,12 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
 use super::definition::Standing;
-use super::driver_error;
 use super::exec::{self, is_transient, Ctx, Retry, Steps};
 use super::push_update::ViewPush;
 use super::query;
 use super::{RawChildren, WriteMode};
 use crate::action::Action;
-use crate::error::{Error, Result};
+use crate::error::{driver as driver_error, Error, Result};
 
 /// A child ready to be written: its `_id`, its embedded form in each view, and its
 /// child-collection form (the whole child plus the parent key).

@@ -5,11 +5,11 @@
 use crate::bson::{doc, Bson, Document};
 
 use super::definition::Standing;
-use super::driver_error::{self, InsertFailure};
 use super::exec::Ctx;
 use super::push::{Prepared, PushSteps};
 use super::push_update::ViewPush;
 use super::query;
+use crate::error::driver::{self as driver_error, InsertFailure};
 use crate::error::Result;
 
 /// How many times an ordered push re-reads the subset when concurrent writers embedded some of

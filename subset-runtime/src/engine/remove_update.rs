@@ -6,9 +6,9 @@ use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
-use super::{driver_error, RawChildren};
+use super::RawChildren;
 use crate::action::Action;
-use crate::error::{Error, Result};
+use crate::error::{driver as driver_error, Error, Result};
 
 impl RawChildren<'_> {
     /// Removes a child from the child collection and from the subset, decrements the count (and

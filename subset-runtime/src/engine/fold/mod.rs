@@ -43,8 +43,8 @@ use mongodb::Collection;
 use super::combine::{key_bytes, Key};
 use super::exec::{self, backoff, is_transient, Ctx, Retry, Steps};
 use super::push::{Batch, PushSteps};
-use super::{driver_error, RawChildren};
-use crate::error::{Error, Result};
+use super::RawChildren;
+use crate::error::{driver as driver_error, Error, Result};
 
 mod watch;
 

@@ -3,8 +3,8 @@
 
 use crate::bson::{doc, Bson};
 
-use crate::engine::driver_error::{self, NAMESPACE_EXISTS};
 use crate::engine::RawStore;
+use crate::error::driver::{self as driver_error, NAMESPACE_EXISTS};
 use crate::error::{Error, Result};
 
 /// Makes sure the server records pre-images (and so post-images) of `collection`'s changes,

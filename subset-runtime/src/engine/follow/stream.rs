@@ -15,9 +15,8 @@ use super::run::Stop;
 use super::stats::{CatchUp, Counters, FollowUpdate};
 use super::token::Tokens;
 use super::{FollowOptions, Observer};
-use crate::engine::driver_error;
 use crate::engine::RawStore;
-use crate::error::{Error, Result};
+use crate::error::{driver as driver_error, Error, Result};
 use crate::model::SubsetSpec;
 
 /// How often an idle follower saves the place its stream has reached without events (the

@@ -9,8 +9,8 @@ use crate::engine::definition::Standing;
 use crate::engine::exec::{Ctx, Steps};
 use crate::engine::resync::CountFix;
 use crate::engine::sums::Num;
-use crate::engine::{driver_error, query, RawChildren};
-use crate::error::{Error, Result};
+use crate::engine::{query, RawChildren};
+use crate::error::{driver as driver_error, Error, Result};
 use crate::model::SubsetSpec;
 
 /// [`RawChildren::patch`]: one or more patches of one parent's children, in order.
