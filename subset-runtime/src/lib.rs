@@ -47,10 +47,10 @@ pub use store::Store;
 /// that makes a stored child its embedded form, what a failed insert of children tells) and to
 /// word its messages as the engine's errors do.
 pub mod raw {
-    pub use crate::decode::type_name as bson_type_name;
     pub use crate::engine::query::embedded_projection;
     pub use crate::engine::{ChildPatch, RawChildren as Children, RawStore as Store};
     pub use crate::error::driver::InsertFailure;
+    pub use crate::values::type_name as bson_type_name;
 }
 
 /// Removing or patching every child that matches a filter, across parents
@@ -105,9 +105,9 @@ pub mod __private010 {
     pub use crate::bson;
     pub use crate::checks::{
         bson_name, distinct_orders, field_found, field_index, field_of, field_problem, nothing,
-        preview_problem, same_order, sort_values_at, stores, ChildField, Described,
-        DescribedFallback, FieldOf, FullOf, Message, NotAChild, Role, SameType, SameTypeFallback,
-        Site,
+        preview_problem, same_order, sort_values, sort_values_at, stores, ChildField, ChildIds,
+        Described, DescribedFallback, FieldOf, FullOf, IdFallback, Message, NotAChild, Probe, Role,
+        SameType, SameTypeFallback, Site,
     };
     pub use crate::model::{
         Child, Direction, FieldName, FilterSpec, SortKey, Subset, SubsetField, SubsetSpec, SumSpec,
@@ -115,7 +115,6 @@ pub mod __private010 {
     pub use crate::patch;
     pub use crate::spec::{CountField, FilterField, PreviewField, SortableField, SumField};
     pub use crate::values::SortValues;
-    pub use crate::values::{sort_values, ChildIds, IdFallback, Probe};
     pub use mongodb;
     pub use serde;
 }

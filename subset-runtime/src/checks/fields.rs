@@ -147,3 +147,13 @@ impl sealed::Filter for bool {}
 pub trait PreviewField<F: ?Sized> {}
 
 impl<T: ?Sized> PreviewField<T> for T {}
+
+/// The [`SortValues`] of a sort key of type `T`, given an accessor `|child| &child.field`.
+///
+/// The derive knows the child type and the field's name, not its type: the accessor lets the
+/// compiler infer it. The bound is also the compile-time check that the field can be a sort key
+/// (a missing field or a non-scalar type fails the build here, at the sort string).
+#[doc(hidden)]
+pub const fn sort_values<C, T: SortableField + ?Sized>(_: fn(&C) -> &T) -> SortValues {
+    T::VALUES
+}

@@ -21,13 +21,15 @@ mod lookup;
 mod probes;
 mod same_order;
 
-pub use fields::{nothing, CountField, FilterField, PreviewField, SortableField, SumField};
+pub use fields::{
+    nothing, sort_values, CountField, FilterField, PreviewField, SortableField, SumField,
+};
 pub use lookup::{
     bson_name, field_found, field_index, field_of, field_problem, preview_problem, stores,
     ChildField, Message, Role, Site,
 };
 pub use probes::{
-    sort_values_at, Described, DescribedFallback, FieldOf, FullOf, NotAChild, SameType,
-    SameTypeFallback,
+    sort_values_at, ChildIds, Described, DescribedFallback, FieldOf, FullOf, IdFallback, NotAChild,
+    Probe, SameType, SameTypeFallback,
 };
 pub use same_order::{distinct_orders, same_order};

@@ -8,6 +8,7 @@
 
 use std::marker::PhantomData;
 
+use super::SortableField;
 use crate::model::{Child, FieldName};
 use crate::values::SortValues;
 
@@ -48,6 +49,44 @@ impl<T: ?Sized> FullOf<false> for T {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct NotAChild;
+
+/// `Probe::<T>::VALUES`: `T`'s [`SortValues`] if `T` is a [`SortableField`], else
+/// [`SortValues::Id`].
+///
+/// `#[derive(Child)]` uses it for the `_id` type, which may be any serializable type. Path
+/// resolution prefers an inherent associated constant to a trait's, but skips an inherent impl
+/// whose bounds do not hold; so, for a concrete type, this picks the inherent constant exactly
+/// when `T: SortableField`, and [`IdFallback`]'s otherwise. (For a type that is still generic
+/// where it is named, the bound cannot be proved and the fallback is taken: a safe default.)
+#[doc(hidden)]
+pub struct Probe<T: ?Sized>(PhantomData<fn() -> PhantomData<T>>);
+
+impl<T: SortableField + ?Sized> Probe<T> {
+    /// `T`'s values.
+    pub const VALUES: SortValues = T::VALUES;
+}
+
+/// The fallback of [`Probe`]: any value an `_id` can sort by.
+#[doc(hidden)]
+pub trait IdFallback {
+    /// [`SortValues::Id`].
+    const VALUES: SortValues = SortValues::Id;
+}
+
+impl<T: ?Sized> IdFallback for Probe<T> {}
+
+/// `ChildIds::<C>::VALUES`: `C`'s [`Child::ID_VALUES`], or [`SortValues::Id`] when `C` does not
+/// implement [`Child`], which the derive reports once elsewhere (the same inherent-before-trait
+/// resolution as [`Probe`], so that no second error names the same mistake).
+#[doc(hidden)]
+pub struct ChildIds<C: ?Sized>(PhantomData<fn() -> PhantomData<C>>);
+
+impl<C: Child> ChildIds<C> {
+    /// `C`'s `_id` values.
+    pub const VALUES: SortValues = C::ID_VALUES;
+}
+
+impl<C: ?Sized> IdFallback for ChildIds<C> {}
 
 /// `Described::<C>::…`: what the derives read of a child type `C` and of its full type, or
 /// nothing when `C` is not a [`Child`]. The same inherent-before-trait resolution as
@@ -149,6 +188,17 @@ impl<A: ?Sized, B: ?Sized> SameTypeFallback for SameType<A, B> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::bson::oid::ObjectId;
+
+    #[test]
+    fn probes_pick_the_type_when_it_is_sortable() {
+        struct Compound;
+        assert_eq!(Probe::<ObjectId>::VALUES, SortValues::ObjectId);
+        assert_eq!(Probe::<String>::VALUES, SortValues::String);
+        assert_eq!(Probe::<Compound>::VALUES, SortValues::Id);
+        assert_eq!(ChildIds::<Compound>::VALUES, SortValues::Id);
+    }
 
     #[test]
     fn probes() {
