@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::model::{Subset, SubsetSpec};
+use crate::values::type_name;
 
 /// The `_id` of a stored document, or `null` when it has none (in an error message only).
 pub(crate) fn id_of(doc: &RawDocument) -> Bson {
@@ -188,33 +189,6 @@ fn join(prefix: Option<&str>, field: &str) -> String {
         (Some(p), ".") => p.to_owned(),
         (Some(p), f) => format!("{p}.{f}"),
         (None, f) => f.to_owned(),
-    }
-}
-
-/// A readable name for a BSON type, for messages: "a date", "an ObjectId", "an int32".
-pub fn type_name(t: crate::bson::spec::ElementType) -> &'static str {
-    use crate::bson::spec::ElementType as T;
-    match t {
-        T::Double => "a double",
-        T::String => "a string",
-        T::EmbeddedDocument => "a document",
-        T::Array => "an array",
-        T::Binary => "binary data",
-        T::Undefined => "undefined",
-        T::ObjectId => "an ObjectId",
-        T::Boolean => "a boolean",
-        T::DateTime => "a date",
-        T::Null => "null",
-        T::RegularExpression => "a regular expression",
-        T::DbPointer => "a DBPointer",
-        T::JavaScriptCode | T::JavaScriptCodeWithScope => "JavaScript code",
-        T::Symbol => "a symbol",
-        T::Int32 => "an int32",
-        T::Timestamp => "a timestamp",
-        T::Int64 => "an int64",
-        T::Decimal128 => "a decimal128",
-        T::MaxKey => "MaxKey",
-        T::MinKey => "MinKey",
     }
 }
 

@@ -85,13 +85,7 @@ pub fn parse_sort(value: &str) -> Result<Vec<(String, Direction)>, SpecError> {
     let keys = subset_spec::parse_sort(value).into_result()?;
     Ok(keys
         .into_iter()
-        .map(|key| {
-            let direction = match key.direction {
-                subset_spec::Direction::Asc => Direction::Asc,
-                subset_spec::Direction::Desc => Direction::Desc,
-            };
-            (key.field.to_owned(), direction)
-        })
+        .map(|key| (key.field.to_owned(), key.direction))
         .collect())
 }
 

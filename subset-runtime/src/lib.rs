@@ -111,9 +111,9 @@ pub mod __private010 {
     pub use crate::bson;
     pub use crate::checks::{
         bson_name, distinct_orders, field_found, field_index, field_of, field_problem, nothing,
-        preview_problem, same_order, sort_values_at, stores, ChildField, Described,
-        DescribedFallback, FieldOf, FullOf, Message, NotAChild, Role, SameType, SameTypeFallback,
-        Site,
+        preview_problem, same_order, sort_values, sort_values_at, stores, ChildField, ChildIds,
+        Described, DescribedFallback, FieldOf, FullOf, IdFallback, Message, NotAChild, Probe, Role,
+        SameType, SameTypeFallback, Site,
     };
     pub use crate::model::{
         Child, Direction, FieldName, FilterSpec, SortKey, Subset, SubsetField, SubsetSpec, SumSpec,
@@ -121,7 +121,6 @@ pub mod __private010 {
     pub use crate::patch;
     pub use crate::spec::{CountField, FilterField, PreviewField, SortableField, SumField};
     pub use crate::values::SortValues;
-    pub use crate::values::{sort_values, ChildIds, IdFallback, Probe};
     pub use mongodb;
     pub use serde;
 }

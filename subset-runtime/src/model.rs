@@ -99,24 +99,9 @@ pub struct FieldName {
     pub bson: &'static str,
 }
 
-/// Sort direction of one sort key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Direction {
-    /// Smallest first (`1`).
-    Asc,
-    /// Largest first (`-1`).
-    Desc,
-}
-
-impl Direction {
-    /// The number MongoDB uses for this direction in sort and index specifications.
-    pub const fn as_i32(self) -> i32 {
-        match self {
-            Direction::Asc => 1,
-            Direction::Desc => -1,
-        }
-    }
-}
+// The sort grammar's own: what a sort string says is what a descriptor holds, with nothing to
+// map between the two.
+pub use subset_spec::Direction;
 
 /// One key of a subset's sort order, by BSON field name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

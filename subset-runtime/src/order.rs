@@ -5,7 +5,6 @@ use std::cmp::Ordering;
 
 use crate::bson::{doc, Bson, Document, RawDocument};
 
-use crate::decode;
 use crate::model::{Direction, SubsetSpec};
 use crate::values;
 
@@ -205,7 +204,7 @@ pub(crate) fn expected(spec: &SubsetSpec, stored: Option<&[Bson]>) -> Vec<Option
                     bracket: type_bracket(value)?,
                     what: format!(
                         "the other children have {}",
-                        decode::type_name(value.element_type())
+                        values::type_name(value.element_type())
                     ),
                 })
             }

@@ -1,5 +1,5 @@
 //! Which BSON values a sort key can hold, so that a cursor's position is checked against the
-//! child's field types before any query is sent.
+//! child's field types before any query is sent; and the names of BSON types in messages.
 //!
 //! The derive knows each sort key's Rust type and records [`SortValues`] for it in the
 //! descriptor (through [`crate::spec::SortableField::VALUES`]); it also records the child's `_id` type
@@ -7,13 +7,9 @@
 //! [`crate::spec::SpecBuilder`] know no Rust types and accept any value a sort key can have.
 
 use std::fmt;
-use std::marker::PhantomData;
 
 use crate::bson::spec::{BinarySubtype, ElementType};
 use crate::bson::Bson;
-
-use crate::checks::SortableField;
-use crate::model::Child;
 
 /// The BSON values one key of a subset's order can hold: what a cursor's position is checked
 /// against before a page is queried.
@@ -29,7 +25,8 @@ pub enum SortValues {
     /// binary data. For descriptors built at run time, which know no Rust types.
     Scalar,
     /// Any value an `_id` can sort by: a scalar or a document. For a child `_id` whose Rust type
-    /// is not a [`SortableField`] (a compound key, a generic parameter).
+    /// is not a [`SortableField`](crate::spec::SortableField) (a compound key, a generic
+    /// parameter).
     Id,
     /// An int32 or int64 from `min` to `max` (the integer types: serde reads either BSON type
     /// into any of them when the value fits).
@@ -133,9 +130,9 @@ impl fmt::Display for SortValues {
     }
 }
 
-/// The BSON types a sort key can hold at all: those of the [`SortableField`] types. Null,
-/// undefined, MinKey/MaxKey, regular expressions, JavaScript, DBPointer, symbols, arrays and
-/// documents are not among them.
+/// The BSON types a sort key can hold at all: those of the
+/// [`SortableField`](crate::spec::SortableField) types. Null, undefined, MinKey/MaxKey, regular
+/// expressions, JavaScript, DBPointer, symbols, arrays and documents are not among them.
 pub(crate) fn is_scalar(v: &Bson) -> bool {
     matches!(
         v,
@@ -163,62 +160,41 @@ pub(crate) fn element_bracket(t: ElementType) -> Bson {
     }
 }
 
+/// A readable name for a BSON type, for messages: "a date", "an ObjectId", "an int32".
+pub fn type_name(t: crate::bson::spec::ElementType) -> &'static str {
+    use crate::bson::spec::ElementType as T;
+    match t {
+        T::Double => "a double",
+        T::String => "a string",
+        T::EmbeddedDocument => "a document",
+        T::Array => "an array",
+        T::Binary => "binary data",
+        T::Undefined => "undefined",
+        T::ObjectId => "an ObjectId",
+        T::Boolean => "a boolean",
+        T::DateTime => "a date",
+        T::Null => "null",
+        T::RegularExpression => "a regular expression",
+        T::DbPointer => "a DBPointer",
+        T::JavaScriptCode | T::JavaScriptCodeWithScope => "JavaScript code",
+        T::Symbol => "a symbol",
+        T::Int32 => "an int32",
+        T::Timestamp => "a timestamp",
+        T::Int64 => "an int64",
+        T::Decimal128 => "a decimal128",
+        T::MaxKey => "MaxKey",
+        T::MinKey => "MinKey",
+    }
+}
+
 /// `value`'s type for messages: `an int32`, `a double (NaN)`.
 pub(crate) fn describe(value: &Bson) -> String {
-    let name = crate::decode::type_name(value.element_type());
+    let name = type_name(value.element_type());
     match value {
         Bson::Double(d) if d.is_nan() => format!("{name} (NaN)"),
         _ => name.to_owned(),
     }
 }
-
-/// The [`SortValues`] of a sort key of type `T`, given an accessor `|child| &child.field`.
-///
-/// The derive knows the child type and the field's name, not its type: the accessor lets the
-/// compiler infer it. The bound is also the compile-time check that the field can be a sort key
-/// (a missing field or a non-scalar type fails the build here, at the sort string).
-#[doc(hidden)]
-pub const fn sort_values<C, T: SortableField + ?Sized>(_: fn(&C) -> &T) -> SortValues {
-    T::VALUES
-}
-
-/// `Probe::<T>::VALUES`: `T`'s [`SortValues`] if `T` is a [`SortableField`], else
-/// [`SortValues::Id`].
-///
-/// `#[derive(Child)]` uses it for the `_id` type, which may be any serializable type. Path
-/// resolution prefers an inherent associated constant to a trait's, but skips an inherent impl
-/// whose bounds do not hold; so, for a concrete type, this picks the inherent constant exactly
-/// when `T: SortableField`, and [`IdFallback`]'s otherwise. (For a type that is still generic
-/// where it is named, the bound cannot be proved and the fallback is taken: a safe default.)
-#[doc(hidden)]
-pub struct Probe<T: ?Sized>(PhantomData<fn() -> PhantomData<T>>);
-
-impl<T: SortableField + ?Sized> Probe<T> {
-    /// `T`'s values.
-    pub const VALUES: SortValues = T::VALUES;
-}
-
-/// The fallback of [`Probe`]: any value an `_id` can sort by.
-#[doc(hidden)]
-pub trait IdFallback {
-    /// [`SortValues::Id`].
-    const VALUES: SortValues = SortValues::Id;
-}
-
-impl<T: ?Sized> IdFallback for Probe<T> {}
-
-/// `ChildIds::<C>::VALUES`: `C`'s [`Child::ID_VALUES`], or [`SortValues::Id`] when `C` does not
-/// implement [`Child`], which the derive reports once elsewhere (the same inherent-before-trait
-/// resolution as [`Probe`], so that no second error names the same mistake).
-#[doc(hidden)]
-pub struct ChildIds<C: ?Sized>(PhantomData<fn() -> PhantomData<C>>);
-
-impl<C: Child> ChildIds<C> {
-    /// `C`'s `_id` values.
-    pub const VALUES: SortValues = C::ID_VALUES;
-}
-
-impl<C: ?Sized> IdFallback for ChildIds<C> {}
 
 #[cfg(test)]
 mod tests {
@@ -226,6 +202,7 @@ mod tests {
 
     use crate::bson::oid::ObjectId;
     use crate::bson::{doc, Binary, DateTime, Decimal128, Timestamp};
+    use crate::spec::SortableField;
 
     /// One value of each kind a forged cursor may carry.
     fn samples() -> Vec<Bson> {
@@ -338,15 +315,6 @@ mod tests {
         assert_eq!(SortValues::DateTime.bracket(), Some(Bson::Int32(9)));
         assert_eq!(SortValues::Scalar.bracket(), None);
         assert_eq!(SortValues::Id.bracket(), None);
-    }
-
-    #[test]
-    fn probes_pick_the_type_when_it_is_sortable() {
-        struct Compound;
-        assert_eq!(Probe::<ObjectId>::VALUES, SortValues::ObjectId);
-        assert_eq!(Probe::<String>::VALUES, SortValues::String);
-        assert_eq!(Probe::<Compound>::VALUES, SortValues::Id);
-        assert_eq!(ChildIds::<Compound>::VALUES, SortValues::Id);
     }
 
     #[test]

@@ -5,13 +5,24 @@ use std::ops::Range;
 
 use crate::name::{check_field, NameError, NameRole};
 
-/// A sort direction as written.
+/// The direction of one sort key: as a sort string writes it, and as a subset's descriptor holds
+/// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Direction {
-    /// `asc`: smallest first.
+    /// `asc`: smallest first (`1`).
     Asc,
-    /// `desc`: largest first.
+    /// `desc`: largest first (`-1`).
     Desc,
+}
+
+impl Direction {
+    /// The number MongoDB uses for this direction in sort and index specifications.
+    pub const fn as_i32(self) -> i32 {
+        match self {
+            Direction::Asc => 1,
+            Direction::Desc => -1,
+        }
+    }
 }
 
 /// One `field direction` of a sort string.
@@ -357,6 +368,11 @@ mod tests {
         assert_eq!(keys("_id desc"), [("_id", Direction::Desc)]);
         let parsed = parse_sort(" a asc,\tbé desc");
         assert_eq!(parsed.keys[1].at, 8..11);
+    }
+
+    #[test]
+    fn directions_are_mongodb_numbers() {
+        assert_eq!((Direction::Asc.as_i32(), Direction::Desc.as_i32()), (1, -1));
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::bson::oid::ObjectId;
 use crate::bson::{doc, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 use futures::TryStreamExt;
 
-use super::driver_error::InsertFailure;
+use super::driver::InsertFailure;
 use super::RawChildren;
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
@@ -203,7 +203,7 @@ impl Found {
                 field.to_owned(),
                 format!(
                     "is {}, not an array",
-                    crate::decode::type_name(value.element_type())
+                    crate::values::type_name(value.element_type())
                 ),
             ));
         };
@@ -219,7 +219,7 @@ impl Found {
                     path,
                     format!(
                         "is {}, not a document",
-                        crate::decode::type_name(element.element_type())
+                        crate::values::type_name(element.element_type())
                     ),
                 ));
             };

@@ -5,9 +5,9 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
-use super::{driver_error, query, RawStore};
+use super::{query, RawStore};
 use crate::action::Action;
-use crate::error::{Error, Result};
+use crate::error::{driver, Error, Result};
 
 impl RawStore {
     /// Inserts a parent document with the children found in its subset fields; see
@@ -116,8 +116,8 @@ impl Steps for InsertSteps<'_> {
             // Applied, but not as durably as asked: the children and subsets go on, and the
             // error is reported after, as an ordered push reports it; stopping here would leave
             // a parent whose children were never written, and its retry a duplicate.
-            Err(e) if !ctx.atomic() && driver_error::is_write_concern(&e) => Some(e),
-            Err(e) if driver_error::is_duplicate_id(&e) => {
+            Err(e) if !ctx.atomic() && driver::is_write_concern(&e) => Some(e),
+            Err(e) if driver::is_duplicate_id(&e) => {
                 return Err(Error::ParentExists {
                     collection: self.store.collection_name().to_owned(),
                     id: Box::new(self.id.clone()),

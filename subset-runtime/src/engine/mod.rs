@@ -26,7 +26,6 @@
 //! | `schema.rs` | the child-collection indexes and the server-side cap |
 //! | `follow/` | the change-stream follower: other programs' writes to the child collections |
 //! | `query.rs` | the queries several operations share |
-//! | `driver_error.rs` | what a driver error means for us |
 
 use std::sync::Arc;
 
@@ -36,7 +35,7 @@ use mongodb::options::{Acknowledgment, CollectionOptions, ReadConcern, WriteConc
 use mongodb::{Collection, Database};
 use tokio::sync::OnceCell;
 
-use crate::error::{Error, Result};
+use crate::error::{driver, Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
 
 mod adopt;
@@ -44,7 +43,6 @@ mod bulk;
 mod by_child;
 mod decimal;
 mod delete;
-pub mod driver_error;
 mod exec;
 mod follow;
 mod group_commit;
@@ -460,7 +458,7 @@ impl<'a> RawChildren<'a> {
     /// [`Error::SubsetTooLarge`] when the server refused it for the document's size, else `e`.
     pub(crate) async fn parent_write_error(&self, e: Error, parent: &Bson, adding: i64) -> Error {
         match e {
-            Error::Mongo { source, .. } if driver_error::is_too_large(&source) => {
+            Error::Mongo { source, .. } if driver::is_too_large(&source) => {
                 let stored = self.stored_size(parent).await.unwrap_or(0);
                 self.too_large(*source, parent, stored.saturating_add_signed(adding))
             }
@@ -470,7 +468,7 @@ impl<'a> RawChildren<'a> {
 
     /// The error of a parent write that would have made a document of about `bytes`.
     pub(crate) fn too_large(&self, e: mongodb::error::Error, parent: &Bson, bytes: u64) -> Error {
-        if !driver_error::is_too_large(&e) {
+        if !driver::is_too_large(&e) {
             return self.store.mongo(e);
         }
         Error::SubsetTooLarge {

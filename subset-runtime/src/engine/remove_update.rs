@@ -6,9 +6,9 @@ use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
-use super::{driver_error, RawChildren};
+use super::RawChildren;
 use crate::action::Action;
-use crate::error::{Error, Result};
+use crate::error::{driver, Error, Result};
 
 impl RawChildren<'_> {
     /// Removes a child from the child collection and from the subset, decrements the count (and
@@ -128,7 +128,7 @@ impl Steps for ChildSteps<'_, '_> {
             // Refused by the server (the re-ranked subset would not fit, say) outside a
             // transaction: the child goes back as it was, so the write leaves nothing, as a
             // transaction would; views resynced before the refusal are rebuilt from it.
-            Err(e) if !ctx.atomic() && driver_error::was_refused(&e) => {
+            Err(e) if !ctx.atomic() && driver::was_refused(&e) => {
                 let undo = doc! { "_id": self.child.clone(), spec.key: self.parent.clone() };
                 let put_back = match self.replacement {
                     None => ctx.run(children.insert_one(&before)).await.map(|_| ()),

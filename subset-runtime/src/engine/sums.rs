@@ -118,7 +118,7 @@ pub(crate) fn check_child(spec: &SubsetSpec, child: &Document) -> Result<()> {
             ),
             Some(value) => format!(
                 "is {}, not a number: the running sum `{}` adds it",
-                crate::decode::type_name(value.element_type()),
+                crate::values::type_name(value.element_type()),
                 sum.parent
             ),
             None => format!(

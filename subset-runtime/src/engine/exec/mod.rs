@@ -353,7 +353,7 @@ async fn ordered<S: Steps>(
     let unfinished = result
         .as_ref()
         .err()
-        .is_some_and(|e| e.mongo_error().is_some() && !crate::engine::driver_error::was_refused(e));
+        .is_some_and(|e| e.mongo_error().is_some() && !crate::error::driver::was_refused(e));
     leases.release(&ctx.leases, unfinished).await;
     if let Some(parent) = ctx.lost.first() {
         for lost in &ctx.lost {

@@ -3,8 +3,8 @@
 
 use crate::bson::{doc, Bson};
 
-use crate::engine::driver_error::{self, NAMESPACE_EXISTS};
 use crate::engine::RawStore;
+use crate::error::driver::{self, NAMESPACE_EXISTS};
 use crate::error::{Error, Result};
 
 /// Makes sure the server records pre-images (and so post-images) of `collection`'s changes,
@@ -66,7 +66,7 @@ pub(super) async fn ensure_pre_images(
         match db.run_command(create).await {
             Ok(_) => true,
             // Created meanwhile, by a writer: turn them on below.
-            Err(e) if driver_error::has_code(&e, NAMESPACE_EXISTS) => false,
+            Err(e) if driver::has_code(&e, NAMESPACE_EXISTS) => false,
             Err(e) => return Err(refused(collection, e)),
         }
     } else {

@@ -15,9 +15,8 @@ use super::run::Stop;
 use super::stats::{CatchUp, Counters, FollowUpdate};
 use super::token::Tokens;
 use super::{FollowOptions, Observer};
-use crate::engine::driver_error;
 use crate::engine::RawStore;
-use crate::error::{Error, Result};
+use crate::error::{driver, Error, Result};
 use crate::model::SubsetSpec;
 
 /// How often an idle follower saves the place its stream has reached without events (the
@@ -80,7 +79,7 @@ impl CollectionFollower<'_> {
             }
             let read = match self.read(&mut stream).await {
                 Ok(read) => read,
-                Err(e) if driver_error::is_history_lost(&e) => {
+                Err(e) if driver::is_history_lost(&e) => {
                     tracing::warn!(error = %e, "the change stream cannot resume: catching up with a full reconcile");
                     match self.catch_up(CatchUp::HistoryLost).await? {
                         Some(fresh) => stream = fresh,
@@ -153,7 +152,7 @@ impl CollectionFollower<'_> {
                     });
                     Ok(Some(stream))
                 }
-                Err(e) if driver_error::is_history_lost(&e) => {
+                Err(e) if driver::is_history_lost(&e) => {
                     tracing::warn!(error = %e, "the saved place cannot be resumed (ChangeStreamHistoryLost or not found): catching up with a full reconcile");
                     self.catch_up(CatchUp::HistoryLost).await
                 }

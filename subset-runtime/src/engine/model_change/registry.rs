@@ -113,8 +113,8 @@ impl RawStore {
                     // Another store's first registration, or ours applied short of its
                     // write concern: read it back.
                     Err(e)
-                        if crate::engine::driver_error::is_duplicate_id(&e)
-                            || crate::engine::driver_error::is_write_concern(&e) =>
+                        if crate::error::driver::is_duplicate_id(&e)
+                            || crate::error::driver::is_write_concern(&e) =>
                     {
                         continue
                     }
@@ -135,7 +135,7 @@ impl RawStore {
                     Ok(_) => {}
                     // Applied short of its write concern; the update is idempotent, and a
                     // rollback of it leaves the definition current where it was.
-                    Err(e) if crate::engine::driver_error::is_write_concern(&e) => {
+                    Err(e) if crate::error::driver::is_write_concern(&e) => {
                         tracing::warn!(collection = id, error = %e, "registering the definition: write concern not met");
                     }
                     Err(e) => return Err(error(e)),

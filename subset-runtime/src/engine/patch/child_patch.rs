@@ -491,7 +491,7 @@ fn use_of(view: &SubsetSpec, field: &str) -> Option<Use> {
 }
 
 fn type_name(value: &Bson) -> &'static str {
-    crate::decode::type_name(value.element_type())
+    crate::values::type_name(value.element_type())
 }
 
 /// Whether two field paths name the same field, or one is inside the other.

@@ -9,8 +9,8 @@ use crate::engine::exec::{Ctx, Steps};
 use crate::engine::parent_write::{ParentUpdate, Written};
 use crate::engine::resync::CountFix;
 use crate::engine::sums::Num;
-use crate::engine::{driver_error, query, RawChildren};
-use crate::error::{Error, Result};
+use crate::engine::{query, RawChildren};
+use crate::error::{driver, Error, Result};
 use crate::model::SubsetSpec;
 
 /// [`RawChildren::patch`]: one or more patches of one parent's children, in order.
@@ -99,7 +99,7 @@ impl Steps for PatchSteps<'_, '_> {
             // Refused by the server (the copy would not fit, say) outside a transaction: the
             // children go back as they were, so the write leaves nothing, as a transaction
             // would.
-            Err(e) if !ctx.atomic() && driver_error::was_refused(&e) => {
+            Err(e) if !ctx.atomic() && driver::was_refused(&e) => {
                 self.put_back(ctx, &changed).await?;
                 // Views written before the refusal are rebuilt from the children put back.
                 ctx.outdated(self.parent);

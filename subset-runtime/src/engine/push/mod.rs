@@ -4,7 +4,6 @@
 use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
-use super::driver_error;
 use super::exec::{self, is_transient, Ctx, Retry, Steps};
 use super::parent_write::Written;
 use super::query;
@@ -15,7 +14,7 @@ pub(super) mod fold;
 mod ordered;
 mod parent_update;
 use crate::action::Action;
-use crate::error::{Error, Result};
+use crate::error::{driver, Error, Result};
 
 /// A child ready to be written: its `_id`, its embedded form in each view, and its
 /// child-collection form (the whole child plus the parent key).
@@ -107,7 +106,7 @@ impl<'a> RawChildren<'a> {
             ..PushSteps::new(self, parent, batch)
         };
         match exec::execute(self.store(), caller.as_deref_mut(), &steps).await {
-            Err(e) if e.mongo_error().is_some_and(driver_error::is_duplicate) => {
+            Err(e) if e.mongo_error().is_some_and(driver::is_duplicate) => {
                 let steps = PushSteps {
                     look_first: true,
                     ..steps

@@ -6,10 +6,10 @@ use crate::bson::{doc, Bson, Document};
 
 use super::parent_update::ViewPush;
 use super::{Prepared, PushSteps};
-use crate::engine::driver_error::{self, InsertFailure};
 use crate::engine::exec::Ctx;
 use crate::engine::parent_write::{ParentUpdate, Written};
 use crate::engine::query;
+use crate::error::driver::{self, InsertFailure};
 use crate::error::Result;
 
 /// How many times an ordered push re-reads the subset when concurrent writers embedded some of
@@ -63,7 +63,7 @@ impl PushSteps<'_, '_> {
                 Ok(false) => Some(s.parent_not_found(self.parent)),
                 // Refused by the server (too large, say): nothing reached the parent, so the
                 // children come out again and the push leaves nothing, as a transaction would.
-                Err(e) if driver_error::was_refused(&e) => Some(e),
+                Err(e) if driver::was_refused(&e) => Some(e),
                 // Nobody knows whether it applied (a lost connection): the children stay, for a
                 // retry or `reconcile` to finish.
                 Err(e) => return Err(e),

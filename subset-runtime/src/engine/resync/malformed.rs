@@ -11,7 +11,7 @@ use crate::bson::{doc, Bson, Document};
 use crate::engine::sums::Num;
 use crate::model::SubsetSpec;
 use crate::order::{self, Expected};
-use crate::{decode, values};
+use crate::values;
 
 /// How many malformed children one resync names; more are left for the next, once these are
 /// fixed.
@@ -141,7 +141,7 @@ impl<'s> Rules<'s> {
                     (*flag).to_owned(),
                     format!(
                         "is {} where a filtered view needs a bool",
-                        decode::type_name(value.element_type())
+                        values::type_name(value.element_type())
                     ),
                 ));
             }
@@ -149,7 +149,7 @@ impl<'s> Rules<'s> {
         for (field, sum) in &self.summed {
             let found = match child.get(*field) {
                 Some(value) if Num::of(value).is_some() => continue,
-                Some(value) => decode::type_name(value.element_type()).to_owned(),
+                Some(value) => values::type_name(value.element_type()).to_owned(),
                 None if !whole => continue,
                 None => "missing".to_owned(),
             };

@@ -43,8 +43,8 @@ use mongodb::Collection;
 use super::{Batch, PushSteps};
 use crate::engine::exec::{self, backoff, is_transient, Ctx, Retry, Steps};
 use crate::engine::group_commit::{key_bytes, Key};
-use crate::engine::{driver_error, RawChildren};
-use crate::error::{Error, Result};
+use crate::engine::RawChildren;
+use crate::error::{driver, Error, Result};
 
 mod watch;
 
@@ -206,7 +206,7 @@ impl<'a> RawChildren<'a> {
         let queued = match queue.enqueue(children).await {
             Ok(queued) => queued,
             // The queue is full.
-            Err(e) if driver_error::is_too_large(&e) => {
+            Err(e) if driver::is_too_large(&e) => {
                 return self
                     .push_alone(parent, batch, None, super::Strategy::Direct)
                     .await

@@ -1,4 +1,5 @@
-//! What a driver error means for the engine: which documents of an insert failed and why.
+//! What a driver error means for us: which documents of an insert failed and why, whether a
+//! write was refused, may have happened, or cannot go on.
 
 use mongodb::error::{ErrorKind, WriteFailure};
 

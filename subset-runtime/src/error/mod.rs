@@ -1,6 +1,8 @@
-//! The one error type of the crate.
+//! The one error type of the crate, and what the driver's errors mean for it ([`driver`]).
 
 use crate::bson::Bson;
+
+pub(crate) mod driver;
 
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -305,9 +307,7 @@ impl Error {
     /// durably as asked). Other errors are returned unchanged.
     pub(crate) fn into_unknown(self) -> Self {
         match self {
-            Error::Mongo { collection, source }
-                if crate::engine::driver_error::is_unknown(&source) =>
-            {
+            Error::Mongo { collection, source } if driver::is_unknown(&source) => {
                 Error::OutcomeUnknown { collection, source }
             }
             other => other,

@@ -1,0 +1,35 @@
+//! What the derives check at compile time, and the types a field can have: the traits a sort
+//! key, a count, a sum and a filter field must implement, and the hidden constant functions that
+//! `#[derive(Subset)]` and `#[derive(Child)]` call (through the hidden module of the crate root).
+//!
+//! rustc says what it can: the derives access each field a string names in a function that is
+//! never called, so that an unknown name is its "no field" error, and check the field's type with
+//! a method of the trait it must implement, whose `on_unimplemented` message says what to write.
+//! What only the other derive knows (how serde stores a child's fields) is read here, in
+//! constant evaluation: each function returns the problem, and the generated code panics with
+//! it, so that the error points at the attribute and names nothing of this crate.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `fields.rs` | the public traits that say which types a field may have in each role |
+//! | `lookup.rs` | a child field found by name in constant evaluation, and what is wrong with it |
+//! | `same_order.rs` | whether two views of the same children always sort them in one order |
+//! | `probes.rs` | questions about a type that may lack the trait they need, with no second error |
+
+mod fields;
+mod lookup;
+mod probes;
+mod same_order;
+
+pub use fields::{
+    nothing, sort_values, CountField, FilterField, PreviewField, SortableField, SumField,
+};
+pub use lookup::{
+    bson_name, field_found, field_index, field_of, field_problem, preview_problem, stores,
+    ChildField, Message, Role, Site,
+};
+pub use probes::{
+    sort_values_at, ChildIds, Described, DescribedFallback, FieldOf, FullOf, IdFallback, NotAChild,
+    Probe, SameType, SameTypeFallback,
+};
+pub use same_order::{distinct_orders, same_order};
