@@ -108,132 +108,129 @@ impl RawStore {
         let mut next = Some(write);
         let mut guard = Guard::InPlace;
         let mut touch_only = true;
-        while let Some(write) = next.take() {
+        while let Some(mut write) = next.take() {
             guard = write.guard;
             touch_only = write.update.is_empty();
-            next = write.otherwise.map(|w| *w);
-            if let Some(written) = self
-                .send(
-                    ctx,
-                    parent,
-                    write.filter,
-                    write.update,
-                    write.array_filters,
-                    write.guard,
-                    write.last,
-                )
-                .await?
-            {
+            next = write.otherwise.take().map(|w| *w);
+            if let Some(written) = send(self, ctx, parent, write).await? {
                 return Ok(written);
             }
         }
-        match self.why_missed(ctx, parent, guard).await? {
+        match why_missed(self, ctx, parent, guard).await? {
             // Nothing to send, and nothing against it.
             Written::Missed if touch_only => Ok(Written::Applied),
             other => Ok(other),
         }
     }
+}
 
-    /// Sends one update with what every parent update carries; `Some` when it applied (or
-    /// there was nothing to send).
-    #[allow(clippy::too_many_arguments)]
-    async fn send(
-        &self,
-        ctx: &mut Ctx<'_>,
-        parent: &Bson,
-        own: Document,
-        mut update: Document,
-        array_filters: Vec<Document>,
-        guard: Guard,
-        last: bool,
-    ) -> Result<Option<Written>> {
-        let mut filter = doc! { "_id": parent.clone() };
-        match guard {
-            Guard::InPlace => filter.extend(self.in_place().await?),
-            Guard::Marked => filter.extend(self.marked(&*self.registry().await?)),
-            Guard::Rebuild => {}
-        }
-        filter.extend(own);
-        let lease = ctx.lease(parent);
-        if let Some(token) = lease {
-            filter.insert(format!("{MARKER}.l.o"), token);
-        }
-        if ctx.atomic() {
-            // A parent without a marker gets one holding only the touch, which still counts
-            // as no marker.
-            let (field, value) = touch();
-            add(&mut update, "$set", field, value);
-        }
-        if update.is_empty() {
-            return Ok(None);
-        }
-        // A parent the executor will settle keeps its lease until then.
-        let release = last && lease.is_some() && !ctx.is_outdated(parent);
-        if release {
-            add(
-                &mut update,
-                "$unset",
-                format!("{MARKER}.l"),
-                Bson::String(String::new()),
-            );
-        }
-        let parents = self.parents::<Document>();
-        let mut send = parents.update_one(filter, update);
-        if !array_filters.is_empty() {
-            send = send.array_filters(array_filters);
-        }
-        let sent = ctx.run(send).await.map_err(|e| self.mongo(e))?;
-        if sent.matched_count == 0 {
-            return Ok(None);
-        }
-        if release {
-            ctx.released(parent);
-        }
-        Ok(Some(Written::Applied))
+/// Sends one update of `store`'s with what every parent update carries; `Some` when it applied
+/// (or there was nothing to send).
+async fn send(
+    store: &RawStore,
+    ctx: &mut Ctx<'_>,
+    parent: &Bson,
+    write: ParentUpdate,
+) -> Result<Option<Written>> {
+    let ParentUpdate {
+        filter: own,
+        mut update,
+        array_filters,
+        guard,
+        last,
+        otherwise: _,
+    } = write;
+    let mut filter = doc! { "_id": parent.clone() };
+    match guard {
+        Guard::InPlace => filter.extend(store.in_place().await?),
+        Guard::Marked => filter.extend(store.marked(&*store.registry().await?)),
+        Guard::Rebuild => {}
     }
+    filter.extend(own);
+    let lease = ctx.lease(parent);
+    if let Some(token) = lease {
+        filter.insert(format!("{MARKER}.l.o"), token);
+    }
+    if ctx.atomic() {
+        // A parent without a marker gets one holding only the touch, which still counts
+        // as no marker.
+        let (field, value) = touch();
+        add(&mut update, "$set", field, value);
+    }
+    if update.is_empty() {
+        return Ok(None);
+    }
+    // A parent the executor will settle keeps its lease until then.
+    let release = last && lease.is_some() && !ctx.is_outdated(parent);
+    if release {
+        add(
+            &mut update,
+            "$unset",
+            format!("{MARKER}.l"),
+            Bson::String(String::new()),
+        );
+    }
+    let parents = store.parents::<Document>();
+    let mut send = parents.update_one(filter, update);
+    if !array_filters.is_empty() {
+        send = send.array_filters(array_filters);
+    }
+    let sent = ctx.run(send).await.map_err(|e| store.mongo(e))?;
+    if sent.matched_count == 0 {
+        return Ok(None);
+    }
+    if release {
+        ctx.released(parent);
+    }
+    Ok(Some(Written::Applied))
+}
 
-    /// Why an update of `parent` matched nothing (or, for one that sent nothing, whether it
-    /// would have): one read of the marker, the lease and whether each field is there.
-    async fn why_missed(&self, ctx: &mut Ctx<'_>, parent: &Bson, guard: Guard) -> Result<Written> {
-        let parents = self.parents::<RawDocumentBuf>();
-        // `$slice: 0` reads none of an array.
-        let mut projection = doc! { MARKER: 1 };
-        for spec in self.spec().subsets {
-            projection.insert(spec.field, doc! { "$slice": 0 });
-        }
-        let find = parents
-            .find_one(doc! { "_id": parent.clone() })
-            .projection(projection);
-        let Some(found) = ctx.run(find).await.map_err(|e| self.mongo(e))? else {
-            return Ok(Written::Missing);
-        };
-        if let Some(token) = ctx.lease(parent) {
-            let holder = found
-                .get_document(MARKER)
-                .ok()
-                .and_then(|m| m.get_document("l").ok())
-                .and_then(|l| l.get_object_id("o").ok());
-            if holder != Some(token) {
-                ctx.lost(parent);
-                return Ok(Written::Outdated);
-            }
-        }
-        if guard == Guard::Rebuild {
-            return Ok(Written::Missed);
-        }
-        let registry = self.registry().await?;
-        let whole = guard == Guard::Marked
-            || self
-                .spec()
-                .subsets
-                .iter()
-                .all(|spec| matches!(found.get(spec.field), Ok(Some(_))));
-        if whole && self.built_here(&found, &registry) {
-            return Ok(Written::Missed);
-        }
-        ctx.outdated(parent);
-        Ok(Written::Outdated)
+/// Why an update of `parent` matched nothing (or, for one that sent nothing, whether it would
+/// have): one read of the marker, the lease and whether each field is there.
+async fn why_missed(
+    store: &RawStore,
+    ctx: &mut Ctx<'_>,
+    parent: &Bson,
+    guard: Guard,
+) -> Result<Written> {
+    let parents = store.parents::<RawDocumentBuf>();
+    // `$slice: 0` reads none of an array.
+    let mut projection = doc! { MARKER: 1 };
+    for spec in store.spec().subsets {
+        projection.insert(spec.field, doc! { "$slice": 0 });
     }
+    let find = parents
+        .find_one(doc! { "_id": parent.clone() })
+        .projection(projection);
+    let Some(found) = ctx.run(find).await.map_err(|e| store.mongo(e))? else {
+        return Ok(Written::Missing);
+    };
+    if let Some(token) = ctx.lease(parent) {
+        let holder = found
+            .get_document(MARKER)
+            .ok()
+            .and_then(|m| m.get_document("l").ok())
+            .and_then(|l| l.get_object_id("o").ok());
+        if holder != Some(token) {
+            ctx.lost(parent);
+            return Ok(Written::Outdated);
+        }
+    }
+    if guard == Guard::Rebuild {
+        return Ok(Written::Missed);
+    }
+    let registry = store.registry().await?;
+    let whole = guard == Guard::Marked
+        || store
+            .spec()
+            .subsets
+            .iter()
+            .all(|spec| matches!(found.get(spec.field), Ok(Some(_))));
+    if whole && store.built_here(&found, &registry) {
+        return Ok(Written::Missed);
+    }
+    ctx.outdated(parent);
+    Ok(Written::Outdated)
 }
 
 /// Adds `field: value` to the operator `op` of `update`.

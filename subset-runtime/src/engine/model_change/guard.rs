@@ -44,55 +44,6 @@ pub(crate) enum ViewState {
 }
 
 impl RawStore {
-    /// [`RawStore::marked`] of a store of some fields: the parent's marker has no entry for
-    /// them (no marker, or one of a model without them), or entries that are exactly their
-    /// definitions and `keep`s; never one marked as built under none. Without `$or`, which other conditions of a
-    /// filter use.
-    fn fields_marked(&self) -> Document {
-        // Not a parent marked as built under none (a rebuild under way, or one to come).
-        let mut exact = doc! { format!("{MARKER}.d"): { "$ne": "" } };
-        for (spec, b) in self.spec().subsets.iter().zip(&self.definition.views) {
-            let view = format!("{MARKER}.v.{}", spec.field);
-            exact.insert(
-                format!("{view}.b"),
-                doc! { "$in": [b.as_str(), Bson::Null] },
-            );
-            let keep = i64::from(spec.keep);
-            exact.insert(format!("{view}.k"), doc! { "$in": [keep, Bson::Null] });
-        }
-        exact
-    }
-
-    /// [`RawStore::built_here`] of a store of some fields (see [`RawStore::fields_marked`]).
-    fn fields_built_here(&self, parent: &RawDocument) -> bool {
-        let marker = match parent.get(MARKER) {
-            Ok(Some(m)) => m.as_document(),
-            _ => None,
-        };
-        if marker.is_some_and(|m| m.get_str("d").ok() == Some("")) {
-            return false;
-        }
-        let views = marker.and_then(|m| m.get_document("v").ok());
-        self.spec()
-            .subsets
-            .iter()
-            .zip(&self.definition.views)
-            .all(
-                |(spec, b)| match views.map(|v| v.get_document(spec.field)) {
-                    Some(Ok(view)) => {
-                        view.get_str("b").ok() == Some(b.as_str())
-                            && view
-                                .get("k")
-                                .ok()
-                                .flatten()
-                                .and_then(crate::decode::count_value)
-                                == Some(i64::from(spec.keep))
-                    }
-                    _ => true,
-                },
-            )
-    }
-
     /// Whether this store knows only some fields of its model ([`RawStore::for_fields`]).
     pub(crate) fn is_partial(&self) -> bool {
         self.definition.partial
@@ -102,7 +53,7 @@ impl RawStore {
     pub(crate) fn marked(&self, registry: &Registry) -> Document {
         let own = self.definition.digest();
         if self.definition.partial {
-            return self.fields_marked();
+            return fields_marked(self);
         }
         let path = format!("{MARKER}.d");
         if registry.legacy == own {
@@ -128,7 +79,7 @@ impl RawStore {
     pub(crate) fn built_here(&self, parent: &RawDocument, registry: &Registry) -> bool {
         let own = self.definition.digest();
         if self.definition.partial {
-            return self.fields_built_here(parent);
+            return fields_built_here(self, parent);
         }
         match marked_with(parent) {
             Ok(None) => registry.legacy == own,
@@ -247,4 +198,54 @@ impl RawStore {
         }
         RawDocumentBuf::try_from(&doc).map_err(|e| malformed(format!("cannot be re-encoded: {e}")))
     }
+}
+
+/// [`RawStore::marked`] of a store of some fields: the parent's marker has no entry for
+/// them (no marker, or one of a model without them), or entries that are exactly their
+/// definitions and `keep`s; never one marked as built under none. Without `$or`, which other conditions of a
+/// filter use.
+fn fields_marked(store: &RawStore) -> Document {
+    // Not a parent marked as built under none (a rebuild under way, or one to come).
+    let mut exact = doc! { format!("{MARKER}.d"): { "$ne": "" } };
+    for (spec, b) in store.spec().subsets.iter().zip(&store.definition.views) {
+        let view = format!("{MARKER}.v.{}", spec.field);
+        exact.insert(
+            format!("{view}.b"),
+            doc! { "$in": [b.as_str(), Bson::Null] },
+        );
+        let keep = i64::from(spec.keep);
+        exact.insert(format!("{view}.k"), doc! { "$in": [keep, Bson::Null] });
+    }
+    exact
+}
+
+/// [`RawStore::built_here`] of a store of some fields (see [`fields_marked`]).
+fn fields_built_here(store: &RawStore, parent: &RawDocument) -> bool {
+    let marker = match parent.get(MARKER) {
+        Ok(Some(m)) => m.as_document(),
+        _ => None,
+    };
+    if marker.is_some_and(|m| m.get_str("d").ok() == Some("")) {
+        return false;
+    }
+    let views = marker.and_then(|m| m.get_document("v").ok());
+    store
+        .spec()
+        .subsets
+        .iter()
+        .zip(&store.definition.views)
+        .all(
+            |(spec, b)| match views.map(|v| v.get_document(spec.field)) {
+                Some(Ok(view)) => {
+                    view.get_str("b").ok() == Some(b.as_str())
+                        && view
+                            .get("k")
+                            .ok()
+                            .flatten()
+                            .and_then(crate::decode::count_value)
+                            == Some(i64::from(spec.keep))
+                }
+                _ => true,
+            },
+        )
 }

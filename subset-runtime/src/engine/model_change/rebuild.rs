@@ -25,7 +25,7 @@ impl RawStore {
             self.rebuild_parent(ctx, parent).await.map(|()| true)
         } else {
             tracing::debug!(parent = %parent, "a parent of another definition: marked for rebuild");
-            self.unmark(ctx, parent).await.map(|_| false)
+            unmark(self, ctx, parent).await.map(|_| false)
         }
     }
 
@@ -34,18 +34,6 @@ impl RawStore {
     pub(crate) async fn rebuilds_outdated(&self) -> Result<bool> {
         let registry = self.registry().await?;
         Ok(registry.current == self.definition.digest() && !self.definition.partial)
-    }
-
-    /// Marks `parent` as built under no definition; returns the nonce it wrote, or `None`
-    /// when there is no such parent. The lease, if any, stays.
-    async fn unmark(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Option<ObjectId>> {
-        let nonce = ObjectId::new();
-        let write = ParentUpdate {
-            guard: Guard::Rebuild,
-            ..ParentUpdate::of(unmarked(nonce))
-        };
-        let written = self.write_parent(ctx, parent, write).await?;
-        Ok((written == Written::Applied).then_some(nonce))
     }
 
     /// Marks `parent` as built under no definition, outside any operation: its writer lost its
@@ -81,7 +69,7 @@ impl RawStore {
             if attempt > 0 {
                 crate::engine::exec::backoff(attempt as u32).await;
             }
-            let Some(nonce) = self.unmark(ctx, parent).await? else {
+            let Some(nonce) = unmark(self, ctx, parent).await? else {
                 return Ok(());
             };
             let mut rebuilt = true;
@@ -143,4 +131,16 @@ impl Steps for RebuildSteps<'_> {
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         self.store.rebuild_parent(ctx, self.parent).await
     }
+}
+
+/// Marks `parent` as built under no definition; returns the nonce it wrote, or `None`
+/// when there is no such parent. The lease, if any, stays.
+async fn unmark(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Option<ObjectId>> {
+    let nonce = ObjectId::new();
+    let write = ParentUpdate {
+        guard: Guard::Rebuild,
+        ..ParentUpdate::of(unmarked(nonce))
+    };
+    let written = store.write_parent(ctx, parent, write).await?;
+    Ok((written == Written::Applied).then_some(nonce))
 }

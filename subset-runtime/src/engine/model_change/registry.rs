@@ -47,7 +47,7 @@ impl RawStore {
         let cached = lock(&self.registry.written).clone();
         match cached {
             Some(known) => Ok(known),
-            None => self.load_registry(Load::Register).await,
+            None => load_registry(self, Load::Register).await,
         }
     }
 
@@ -59,109 +59,13 @@ impl RawStore {
             .or_else(|| lock(&self.registry.read).clone());
         match cached {
             Some(known) => Ok(known),
-            None => self.load_registry(Load::Read).await,
+            None => load_registry(self, Load::Read).await,
         }
     }
 
     /// Reads the registry again (a write found a parent of a definition it did not expect).
     pub(crate) async fn refresh_registry(&self) -> Result<Arc<Registry>> {
-        self.load_registry(Load::Refresh).await
-    }
-
-    async fn load_registry(&self, load: Load) -> Result<Arc<Registry>> {
-        let register = load == Load::Register && !self.definition.partial;
-        let coll = self
-            .database()
-            .collection::<Document>(DEFINITIONS_COLLECTION);
-        let error = |e| Error::mongo(DEFINITIONS_COLLECTION, e);
-        let own = self.definition.digest().to_owned();
-        let id = self.collection_name();
-        let mut registry = None;
-        // A first registration that races another store's insert, or that is applied short of
-        // its write concern, reads the registry back.
-        for _ in 0..3 {
-            let found = coll.find_one(doc! { "_id": id }).await.map_err(error)?;
-            let Some(found) = found else {
-                // Parents already marked (a registry lost, or dropped): which model the
-                // unmarked ones were built under is unknown, and they count as outdated.
-                let marked = self
-                    .parents::<Document>()
-                    .find_one(doc! { MARKER: { "$exists": true } })
-                    .projection(doc! { "_id": 1 })
-                    .await
-                    .map_err(|e| self.mongo(e))?;
-                let legacy = if marked.is_some() { "" } else { own.as_str() };
-                if load == Load::Read {
-                    // Taken as this store would register it, and not kept: the first write
-                    // registers it for real.
-                    return Ok(Arc::new(Registry {
-                        current: own.clone(),
-                        legacy: legacy.to_owned(),
-                    }));
-                }
-                let first = doc! {
-                    "_id": id, "current": own.as_str(), "legacy": legacy, "seen": [own.as_str()],
-                };
-                match coll.insert_one(first).await {
-                    Ok(_) => {
-                        registry = Some(Registry {
-                            current: own.clone(),
-                            legacy: legacy.to_owned(),
-                        });
-                        break;
-                    }
-                    // Another store's first registration, or ours applied short of its
-                    // write concern: read it back.
-                    Err(e)
-                        if crate::error::driver::is_duplicate_id(&e)
-                            || crate::error::driver::is_write_concern(&e) =>
-                    {
-                        continue
-                    }
-                    Err(e) => return Err(error(e)),
-                }
-            };
-            let text = |key: &str| found.get_str(key).unwrap_or_default().to_owned();
-            let seen = found
-                .get_array("seen")
-                .is_ok_and(|s| s.iter().any(|d| d.as_str() == Some(own.as_str())));
-            let mut current = text("current");
-            if register && !seen {
-                // A definition never seen before is new code: writes converge to it.
-                let update = doc! {
-                    "$set": { "current": own.as_str() }, "$addToSet": { "seen": own.as_str() },
-                };
-                match coll.update_one(doc! { "_id": id }, update).await {
-                    Ok(_) => {}
-                    // Applied short of its write concern; the update is idempotent, and a
-                    // rollback of it leaves the definition current where it was.
-                    Err(e) if crate::error::driver::is_write_concern(&e) => {
-                        tracing::warn!(collection = id, error = %e, "registering the definition: write concern not met");
-                    }
-                    Err(e) => return Err(error(e)),
-                }
-                tracing::info!(collection = id, definition = %own, "registered a new definition of the model");
-                current = own.clone();
-            }
-            registry = Some(Registry {
-                current,
-                legacy: text("legacy"),
-            });
-            break;
-        }
-        let Some(registry) = registry else {
-            return Err(Error::Registry {
-                collection: id.to_owned(),
-                reason: "it could not be read back after three attempts to register".to_owned(),
-            });
-        };
-        let registry = Arc::new(registry);
-        let cache = match load {
-            Load::Read => &self.registry.read,
-            Load::Register | Load::Refresh => &self.registry.written,
-        };
-        *lock(cache) = Some(registry.clone());
-        Ok(registry)
+        load_registry(self, Load::Refresh).await
     }
 
     /// Makes this store's definition the one writes converge to (see [`RawStore::rebuild`]).
@@ -189,4 +93,100 @@ impl RawStore {
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave the cache half-written.
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn load_registry(store: &RawStore, load: Load) -> Result<Arc<Registry>> {
+    let register = load == Load::Register && !store.definition.partial;
+    let coll = store
+        .database()
+        .collection::<Document>(DEFINITIONS_COLLECTION);
+    let error = |e| Error::mongo(DEFINITIONS_COLLECTION, e);
+    let own = store.definition.digest().to_owned();
+    let id = store.collection_name();
+    let mut registry = None;
+    // A first registration that races another store's insert, or that is applied short of
+    // its write concern, reads the registry back.
+    for _ in 0..3 {
+        let found = coll.find_one(doc! { "_id": id }).await.map_err(error)?;
+        let Some(found) = found else {
+            // Parents already marked (a registry lost, or dropped): which model the
+            // unmarked ones were built under is unknown, and they count as outdated.
+            let marked = store
+                .parents::<Document>()
+                .find_one(doc! { MARKER: { "$exists": true } })
+                .projection(doc! { "_id": 1 })
+                .await
+                .map_err(|e| store.mongo(e))?;
+            let legacy = if marked.is_some() { "" } else { own.as_str() };
+            if load == Load::Read {
+                // Taken as this store would register it, and not kept: the first write
+                // registers it for real.
+                return Ok(Arc::new(Registry {
+                    current: own.clone(),
+                    legacy: legacy.to_owned(),
+                }));
+            }
+            let first = doc! {
+                "_id": id, "current": own.as_str(), "legacy": legacy, "seen": [own.as_str()],
+            };
+            match coll.insert_one(first).await {
+                Ok(_) => {
+                    registry = Some(Registry {
+                        current: own.clone(),
+                        legacy: legacy.to_owned(),
+                    });
+                    break;
+                }
+                // Another store's first registration, or ours applied short of its
+                // write concern: read it back.
+                Err(e)
+                    if crate::error::driver::is_duplicate_id(&e)
+                        || crate::error::driver::is_write_concern(&e) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(error(e)),
+            }
+        };
+        let text = |key: &str| found.get_str(key).unwrap_or_default().to_owned();
+        let seen = found
+            .get_array("seen")
+            .is_ok_and(|s| s.iter().any(|d| d.as_str() == Some(own.as_str())));
+        let mut current = text("current");
+        if register && !seen {
+            // A definition never seen before is new code: writes converge to it.
+            let update = doc! {
+                "$set": { "current": own.as_str() }, "$addToSet": { "seen": own.as_str() },
+            };
+            match coll.update_one(doc! { "_id": id }, update).await {
+                Ok(_) => {}
+                // Applied short of its write concern; the update is idempotent, and a
+                // rollback of it leaves the definition current where it was.
+                Err(e) if crate::error::driver::is_write_concern(&e) => {
+                    tracing::warn!(collection = id, error = %e, "registering the definition: write concern not met");
+                }
+                Err(e) => return Err(error(e)),
+            }
+            tracing::info!(collection = id, definition = %own, "registered a new definition of the model");
+            current = own.clone();
+        }
+        registry = Some(Registry {
+            current,
+            legacy: text("legacy"),
+        });
+        break;
+    }
+    let Some(registry) = registry else {
+        return Err(Error::Registry {
+            collection: id.to_owned(),
+            reason: "it could not be read back after three attempts to register".to_owned(),
+        });
+    };
+    let registry = Arc::new(registry);
+    let cache = match load {
+        Load::Read => &store.registry.read,
+        Load::Register | Load::Refresh => &store.registry.written,
+    };
+    *lock(cache) = Some(registry.clone());
+    Ok(registry)
 }
