@@ -6,7 +6,7 @@ use subset_runtime::{spec::SpecBuilder, spec::SubsetSpec};
 
 use crate::bulk::Job;
 use crate::error::CliError;
-use crate::output::type_name;
+use subset_runtime::raw::bson_type_name as type_name;
 
 /// Find unbounded arrays, migrate a collection to the MongoDB Subset Pattern, and keep it healthy.
 ///

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use subset_runtime::bson::spec::ElementType;
 use subset_runtime::bson::{Bson, Document};
 
 use subset_runtime::repair::Orphans;
@@ -48,34 +47,6 @@ pub fn fail(error: &CliError, json: bool) -> ExitCode {
     }
     eprintln!("error: {error}");
     ExitCode::from(code)
-}
-
-/// A BSON type's name for messages, with its article, as the engine's errors word it: "a date",
-/// "an ObjectId", "an int32".
-pub fn type_name(t: ElementType) -> &'static str {
-    use ElementType as T;
-    match t {
-        T::Double => "a double",
-        T::String => "a string",
-        T::EmbeddedDocument => "a document",
-        T::Array => "an array",
-        T::Binary => "binary data",
-        T::Undefined => "undefined",
-        T::ObjectId => "an ObjectId",
-        T::Boolean => "a boolean",
-        T::DateTime => "a date",
-        T::Null => "null",
-        T::RegularExpression => "a regular expression",
-        T::DbPointer => "a DBPointer",
-        T::JavaScriptCode | T::JavaScriptCodeWithScope => "JavaScript code",
-        T::Symbol => "a symbol",
-        T::Int32 => "an int32",
-        T::Timestamp => "a timestamp",
-        T::Int64 => "an int64",
-        T::Decimal128 => "a decimal128",
-        T::MaxKey => "MaxKey",
-        T::MinKey => "MinKey",
-    }
 }
 
 /// An `_id` as relaxed extended JSON (`{"$oid": "…"}` for an ObjectId).

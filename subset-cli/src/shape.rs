@@ -8,7 +8,7 @@ use bson::{RawBsonRef, RawDocument};
 use subset_runtime::bson;
 use subset_runtime::spec::SubsetSpec;
 
-use crate::output::type_name;
+use subset_runtime::raw::bson_type_name as type_name;
 
 /// How many element positions a problem names.
 const NAMED: usize = 3;

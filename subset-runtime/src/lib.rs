@@ -49,6 +49,7 @@ pub mod raw {
     pub use crate::engine::{
         Adopted, ChildPatch, RawChildren as Children, RawStore as Store, Refusal,
     };
+    pub use crate::values::type_name as bson_type_name;
 }
 
 /// Parents many writers write at once: within a process, pushes (and patches) to one parent

@@ -413,6 +413,19 @@ impl<'a> RawChildren<'a> {
         Error::mongo(self.spec.child_collection, e)
     }
 
+    /// The `_id` of `child`, which a child must have, checked as [`RawChildren::check_child_id`]
+    /// does.
+    pub(crate) fn child_id(&self, child: &Document) -> Result<Bson> {
+        let id = child
+            .get("_id")
+            .cloned()
+            .ok_or_else(|| Error::ChildWithoutId {
+                collection: self.spec.child_collection.to_owned(),
+            })?;
+        self.check_child_id(&id)?;
+        Ok(id)
+    }
+
     /// Refuses a child `_id` no child can have (see [`Error::InvalidId`]).
     pub(crate) fn check_child_id(&self, id: &Bson) -> Result<()> {
         crate::encode::check_id(id, "child", self.spec.child_collection)

@@ -60,14 +60,8 @@ impl RawChildren<'_> {
         child: Document,
         caller: Option<&mut ClientSession>,
     ) -> Result<()> {
-        let id = child
-            .get("_id")
-            .cloned()
-            .ok_or_else(|| Error::ChildWithoutId {
-                collection: self.spec().child_collection.to_owned(),
-            })?;
         self.store().check_parent_id(parent)?;
-        self.check_child_id(&id)?;
+        let id = self.child_id(&child)?;
         for spec in self.view_specs() {
             super::sums::check_child(spec, &child)?;
         }

@@ -162,13 +162,7 @@ impl<'a> RawChildren<'a> {
 
     /// `child` ready to be written into this field's [`RawChildren::views`].
     pub(super) fn prepare(&self, parent: &Bson, child: Document) -> Result<Prepared> {
-        let id = child
-            .get("_id")
-            .cloned()
-            .ok_or_else(|| Error::ChildWithoutId {
-                collection: self.spec().child_collection.to_owned(),
-            })?;
-        self.check_child_id(&id)?;
+        let id = self.child_id(&child)?;
         let embedded = self
             .view_specs()
             .iter()
