@@ -292,6 +292,13 @@ pub enum TestkitError {
         action: &'static str,
     },
 
+    /// A user was asked of a server that runs without authentication.
+    #[error(
+        "this server runs without authentication, so it has no users: \
+         start it with `MongoServer::shared_with_auth`"
+    )]
+    NoAuth,
+
     /// A replica set was asked for with a number of members MongoDB does not allow.
     #[error("a replica set has 1 to 7 voting members, not {members}: ask for 1, 3 or 5")]
     Members {

@@ -7,7 +7,10 @@
 //!
 //! [`MongoServer::shared`] gives every test in a test binary the same server, started on first
 //! use; [`MongoServer::database`] gives each test its own database on it. [`MongoServer::start`]
-//! starts a private server that is stopped when dropped. [`ReplicaSet::start`] starts a replica
+//! starts a private server that is stopped when dropped. [`MongoServer::shared_with_auth`] is
+//! another shared server, on which clients must authenticate: [`MongoServer::database_as`]
+//! connects to a test's database as a [`User`] holding one role there (`read`, `readWrite`, or
+//! `readWrite` without `changeStream`). [`ReplicaSet::start`] starts a replica
 //! set of several members, for failover tests: find the primary, step it down, kill a member,
 //! restart it. [`skip`] reports a test that cannot run where the test output shows it.
 //!
@@ -188,6 +191,7 @@
 
 #![warn(missing_docs)]
 
+mod auth;
 mod cache;
 mod download;
 mod error;
@@ -202,6 +206,7 @@ mod replica_set;
 mod server;
 mod skip;
 
+pub use auth::User;
 pub use error::TestkitError;
 pub use lookup::{locate_mongod, MongodLookup, DEFAULT_MONGODB_VERSION};
 pub use replica_set::ReplicaSet;

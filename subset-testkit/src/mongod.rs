@@ -131,6 +131,22 @@ impl DataDir {
         self.path.join("testkit.pid")
     }
 
+    /// Writes the key file the members of a replica set with authentication share (6 to 1024
+    /// base64 characters, readable by its owner alone, or mongod refuses it), and returns its
+    /// path. The key guards nothing: the set listens on loopback and lives for one test run.
+    fn write_key_file(&self) -> Result<PathBuf, TestkitError> {
+        let path = self.path.join("keyfile");
+        let mut options = File::options();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        options
+            .open(&path)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, b"c3Vic2V0LXRlc3RraXQta2V5"))
+            .map_err(|e| TestkitError::io("write the key file", &path, e))?;
+        Ok(path)
+    }
+
     /// The last lines of the log and of the process output, for error messages.
     fn log_tail(&self) -> String {
         let log = tail(&read_tail(&self.log()), LOG_TAIL_LINES);
@@ -162,6 +178,8 @@ pub(crate) struct Node {
     binary: PathBuf,
     port: u16,
     repl_set: Option<String>,
+    /// Whether clients must authenticate (`--auth`, and a keyfile for a replica set).
+    auth: bool,
     process: Option<Child>,
     data: DataDir,
 }
@@ -184,6 +202,9 @@ enum Ready {
 impl Node {
     /// Starts mongod on a free port and waits until it is ready: for a replica set, initiated
     /// with itself as the only member and a writable primary; otherwise accepting commands.
+    /// With `auth`, clients must authenticate; until a first user is created, the server
+    /// lets clients on localhost create it (the localhost exception), which is how the set is
+    /// initiated here too.
     ///
     /// # Errors
     ///
@@ -191,8 +212,9 @@ impl Node {
     pub(crate) async fn start(
         binary: PathBuf,
         repl_set: Option<String>,
+        auth: bool,
     ) -> Result<Self, TestkitError> {
-        Self::start_as(binary, repl_set, Ready::Primary { initiate: true }).await
+        Self::start_as(binary, repl_set, auth, Ready::Primary { initiate: true }).await
     }
 
     /// Starts a member of the replica set `repl_set` on a free port and waits until it answers
@@ -205,12 +227,13 @@ impl Node {
         binary: PathBuf,
         repl_set: String,
     ) -> Result<Self, TestkitError> {
-        Self::start_as(binary, Some(repl_set), Ready::Answering).await
+        Self::start_as(binary, Some(repl_set), false, Ready::Answering).await
     }
 
     async fn start_as(
         binary: PathBuf,
         repl_set: Option<String>,
+        auth: bool,
         ready: Ready,
     ) -> Result<Self, TestkitError> {
         let data = DataDir::create()?;
@@ -218,6 +241,7 @@ impl Node {
             binary,
             port: 0,
             repl_set,
+            auth,
             process: None,
             data,
         };
@@ -353,6 +377,14 @@ impl Node {
             .stderr(stderr);
         if let Some(name) = &self.repl_set {
             command.args(["--replSet", name]);
+        }
+        if self.auth {
+            command.arg("--auth");
+            // Members of a set with authentication authenticate to each other, even a set of
+            // one: with a key file.
+            if self.repl_set.is_some() {
+                command.arg("--keyFile").arg(self.data.write_key_file()?);
+            }
         }
         let process = spawn_retrying_busy(&mut command).map_err(|source| match source.kind() {
             std::io::ErrorKind::PermissionDenied => TestkitError::NotExecutable {
@@ -640,7 +672,7 @@ mod tests {
             .build()
             .unwrap();
         let error = runtime
-            .block_on(Node::start(binary, None))
+            .block_on(Node::start(binary, None, false))
             .expect_err("the fake mongod never listens");
         std::fs::remove_dir_all(dir).unwrap();
         error

@@ -9,6 +9,7 @@ use mongodb::bson::doc;
 use tokio::sync::OnceCell;
 use tracing::Instrument;
 
+use crate::auth::{self, User};
 use crate::error::TestkitError;
 use crate::lookup::MongodLookup;
 use crate::mongod::Node;
@@ -36,6 +37,9 @@ pub enum Topology {
 pub struct MongoServer {
     uri: String,
     topology: Topology,
+    /// Whether clients must authenticate ([`shared_with_auth`](Self::shared_with_auth)); `uri`
+    /// then holds the administrator's credentials.
+    auth: bool,
     /// `None` when the server is external (`MONGODB_URI`).
     node: Option<Node>,
 }
@@ -44,6 +48,8 @@ type SharedSlot = OnceCell<Result<MongoServer, Arc<TestkitError>>>;
 
 static SHARED_REPLICA_SET: SharedSlot = OnceCell::const_new();
 static SHARED_STANDALONE: SharedSlot = OnceCell::const_new();
+static SHARED_AUTH_REPLICA_SET: SharedSlot = OnceCell::const_new();
+static SHARED_AUTH_STANDALONE: SharedSlot = OnceCell::const_new();
 
 impl MongoServer {
     /// Starts a private server of the given topology (or connects to `MONGODB_URI`), ready for
@@ -60,7 +66,7 @@ impl MongoServer {
             if let Some(uri) = external_uri() {
                 return Self::external(uri, topology).await;
             }
-            Self::start_private(topology, &MongodLookup::from_env()).await
+            Self::start_private(topology, &MongodLookup::from_env(), false).await
         }
         .instrument(span)
         .await
@@ -78,29 +84,42 @@ impl MongoServer {
         lookup: &MongodLookup,
     ) -> Result<MongoServer, TestkitError> {
         let span = tracing::info_span!("testkit.start", ?topology);
-        Self::start_private(topology, lookup).instrument(span).await
+        Self::start_private(topology, lookup, false)
+            .instrument(span)
+            .await
     }
 
     async fn start_private(
         topology: Topology,
         lookup: &MongodLookup,
+        auth: bool,
     ) -> Result<MongoServer, TestkitError> {
         let binary = lookup.locate().await?;
         let repl_set = match topology {
             Topology::ReplicaSet => Some(REPLICA_SET_NAME.to_owned()),
             Topology::Standalone => None,
         };
-        let node = Node::start(binary, repl_set).await?;
-        let uri = match topology {
-            Topology::ReplicaSet => format!(
-                "mongodb://127.0.0.1:{}/?replicaSet={REPLICA_SET_NAME}",
-                node.port()
-            ),
-            Topology::Standalone => format!("mongodb://127.0.0.1:{}/", node.port()),
+        let node = Node::start(binary, repl_set, auth).await?;
+        let port = node.port();
+        let (credentials, auth_source) = if auth {
+            auth::create_admin(port).await?;
+            (
+                format!("{}:{}@", auth::ADMIN, auth::PASSWORD),
+                "authSource=admin",
+            )
+        } else {
+            (String::new(), "")
+        };
+        let options = match (topology, auth) {
+            (Topology::ReplicaSet, false) => format!("?replicaSet={REPLICA_SET_NAME}"),
+            (Topology::ReplicaSet, true) => format!("?replicaSet={REPLICA_SET_NAME}&{auth_source}"),
+            (Topology::Standalone, false) => String::new(),
+            (Topology::Standalone, true) => format!("?{auth_source}"),
         };
         Ok(MongoServer {
-            uri,
+            uri: format!("mongodb://{credentials}127.0.0.1:{port}/{options}"),
             topology,
+            auth,
             node: Some(node),
         })
     }
@@ -120,6 +139,58 @@ impl MongoServer {
             .await
             .as_ref()
             .map_err(|cause| TestkitError::Shared(Arc::clone(cause)))
+    }
+
+    /// The server of this topology with authentication on, shared by the whole process and
+    /// started by the first caller; another server than [`shared`](Self::shared)'s.
+    ///
+    /// Clients must authenticate: [`uri`](Self::uri), [`client`](Self::client) and
+    /// [`database`](Self::database) are the administrator's (the built-in `root` role), to
+    /// prepare data; [`database_as`](Self::database_as) connects to a database as a [`User`]
+    /// holding one role on it. A replica set's members authenticate to each other with a key
+    /// file in the data directory.
+    ///
+    /// ```no_run
+    /// use subset_testkit::{MongoServer, Topology, User};
+    ///
+    /// # async fn demo() -> Result<(), subset_testkit::TestkitError> {
+    /// let server = MongoServer::shared_with_auth(Topology::ReplicaSet).await?;
+    /// let admin = server.database().await?;
+    /// // … write test data through `admin` …
+    /// let read_only = server.database_as(admin.name(), User::Read).await?;
+    /// # let _ = read_only;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::External`] when `MONGODB_URI` is set: the users and roles need a server
+    /// of this process's own. Otherwise as for [`start`](Self::start), and
+    /// [`TestkitError::Mongo`] when the administrator cannot be created. A failure is
+    /// remembered as for [`shared`](Self::shared).
+    pub async fn shared_with_auth(
+        topology: Topology,
+    ) -> Result<&'static MongoServer, TestkitError> {
+        if external_uri().is_some() {
+            return Err(TestkitError::External {
+                action: "turn on authentication on",
+            });
+        }
+        let slot = match topology {
+            Topology::ReplicaSet => &SHARED_AUTH_REPLICA_SET,
+            Topology::Standalone => &SHARED_AUTH_STANDALONE,
+        };
+        slot.get_or_init(|| async {
+            let span = tracing::info_span!("testkit.start", ?topology, auth = true);
+            Self::start_private(topology, &MongodLookup::from_env(), true)
+                .instrument(span)
+                .await
+                .map_err(Arc::new)
+        })
+        .await
+        .as_ref()
+        .map_err(|cause| TestkitError::Shared(Arc::clone(cause)))
     }
 
     async fn external(uri: String, wanted: Topology) -> Result<MongoServer, TestkitError> {
@@ -145,6 +216,7 @@ impl MongoServer {
         Ok(MongoServer {
             uri,
             topology,
+            auth: false,
             node: None,
         })
     }
@@ -203,6 +275,47 @@ impl MongoServer {
     /// As for [`client`](Self::client).
     pub async fn database(&self) -> Result<mongodb::Database, TestkitError> {
         Ok(self.client().await?.database(&unique_database_name()))
+    }
+
+    /// The database `database` on a new client authenticated as `user`, a user of that
+    /// database alone holding [its role](User::role) there, created on first use. Prepare the
+    /// data with [`database`](Self::database) (the administrator) and hand its name here.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::NoAuth`] when the server was not started with authentication
+    /// ([`shared_with_auth`](Self::shared_with_auth)); [`TestkitError::Mongo`] when the user or
+    /// its role cannot be created.
+    pub async fn database_as(
+        &self,
+        database: &str,
+        user: User,
+    ) -> Result<mongodb::Database, TestkitError> {
+        let options = self.client_options_as(database, user).await?;
+        let client = mongodb::Client::with_options(options)
+            .map_err(|e| TestkitError::mongo("creating a client", e))?;
+        Ok(client.database(database))
+    }
+
+    /// The options of a client authenticated as `user` of `database`, as
+    /// [`database_as`](Self::database_as) connects with: e.g. to watch the commands the
+    /// client starts (`command_event_handler`) before creating it.
+    ///
+    /// # Errors
+    ///
+    /// As for [`database_as`](Self::database_as).
+    pub async fn client_options_as(
+        &self,
+        database: &str,
+        user: User,
+    ) -> Result<mongodb::options::ClientOptions, TestkitError> {
+        if !self.auth {
+            return Err(TestkitError::NoAuth);
+        }
+        let options = mongodb::options::ClientOptions::parse(&self.uri)
+            .await
+            .map_err(|e| TestkitError::mongo("parsing the server's URI", e))?;
+        auth::options_as(&self.client().await?, options, database, user).await
     }
 
     /// Kills the server at once (SIGKILL), as a crash would, keeping its data directory and port

@@ -4,7 +4,7 @@ use std::net::TcpStream;
 use std::time::Instant;
 
 use mongodb::bson::{doc, Document};
-use subset_testkit::{skip, MongoServer, Topology};
+use subset_testkit::{skip, MongoServer, TestkitError, Topology, User};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -19,6 +19,19 @@ async fn hello(server: &MongoServer) -> Result<Document, Box<dyn std::error::Err
 fn refuses_connections(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).is_err()
 }
+
+/// The server's code of a refusal, if the error is one.
+fn server_code(error: &mongodb::error::Error) -> Option<i32> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match error.kind.as_ref() {
+        ErrorKind::Command(c) => Some(c.code),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some(w.code),
+        _ => None,
+    }
+}
+
+/// The server's code for a command the user has no privilege for.
+const UNAUTHORIZED: i32 = 13;
 
 #[tokio::test]
 async fn the_shared_replica_set_names_its_set_and_commits_transactions() -> TestResult {
@@ -198,5 +211,97 @@ async fn a_stopped_server_restarts_as_a_new_process_with_its_data() -> TestResul
         .find_one(doc! { "_id": "kept" })
         .await?;
     assert!(kept.is_some(), "a clean stop keeps the data");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_authenticated_replica_set_has_users_of_one_role_each() -> TestResult {
+    let server = match MongoServer::shared_with_auth(Topology::ReplicaSet).await {
+        Err(TestkitError::External { .. }) => {
+            skip("MONGODB_URI is set: users and roles need a server of this process's own");
+            return Ok(());
+        }
+        started => started?,
+    };
+    assert_ne!(
+        server.uri(),
+        MongoServer::shared(Topology::ReplicaSet).await?.uri(),
+        "a server of its own"
+    );
+    let admin = server.database().await?;
+    let items = admin.collection::<Document>("items");
+    items.insert_one(doc! { "_id": 1 }).await?;
+
+    // Without credentials, nothing can be read.
+    let port = server.port().ok_or("a started server has a port")?;
+    let anonymous =
+        mongodb::Client::with_uri_str(format!("mongodb://127.0.0.1:{port}/?replicaSet=subset_rs"))
+            .await?
+            .database(admin.name());
+    let refused = anonymous
+        .collection::<Document>("items")
+        .find_one(doc! {})
+        .await
+        .unwrap_err();
+    assert_eq!(server_code(&refused), Some(UNAUTHORIZED), "{refused}");
+
+    let read = server.database_as(admin.name(), User::Read).await?;
+    let read_items = read.collection::<Document>("items");
+    assert_eq!(read_items.count_documents(doc! {}).await?, 1);
+    read_items.watch().await?;
+    let refused = read_items.insert_one(doc! { "_id": 2 }).await.unwrap_err();
+    assert_eq!(server_code(&refused), Some(UNAUTHORIZED), "{refused}");
+
+    // Asked again, the user exists already.
+    let write = server.database_as(admin.name(), User::ReadWrite).await?;
+    let write = server.database_as(write.name(), User::ReadWrite).await?;
+    let write_items = write.collection::<Document>("items");
+    write_items.insert_one(doc! { "_id": 2 }).await?;
+    write_items.watch().await?;
+
+    let no_stream = server
+        .database_as(admin.name(), User::ReadWriteNoChangeStream)
+        .await?;
+    let no_stream_items = no_stream.collection::<Document>("items");
+    no_stream_items.insert_one(doc! { "_id": 3 }).await?;
+    no_stream_items.delete_one(doc! { "_id": 3 }).await?;
+    let refused = no_stream_items.watch().await.unwrap_err();
+    assert_eq!(server_code(&refused), Some(UNAUTHORIZED), "{refused}");
+
+    // A user of one database is refused another.
+    let other = read.client().database(server.database().await?.name());
+    let refused = other
+        .collection::<Document>("items")
+        .find_one(doc! {})
+        .await
+        .unwrap_err();
+    assert_eq!(server_code(&refused), Some(UNAUTHORIZED), "{refused}");
+
+    // The unauthenticated servers have no users.
+    let plain = MongoServer::shared(Topology::ReplicaSet).await?;
+    let error = plain.database_as("any", User::Read).await.unwrap_err();
+    assert!(matches!(error, TestkitError::NoAuth), "{error:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_authenticated_standalone_refuses_a_reader_s_writes() -> TestResult {
+    let server = match MongoServer::shared_with_auth(Topology::Standalone).await {
+        Err(TestkitError::External { .. }) => {
+            skip("MONGODB_URI is set: users and roles need a server of this process's own");
+            return Ok(());
+        }
+        started => started?,
+    };
+    let admin = server.database().await?;
+    admin
+        .collection::<Document>("items")
+        .insert_one(doc! { "_id": 1 })
+        .await?;
+    let read = server.database_as(admin.name(), User::Read).await?;
+    let items = read.collection::<Document>("items");
+    assert_eq!(items.count_documents(doc! {}).await?, 1);
+    let refused = items.delete_one(doc! { "_id": 1 }).await.unwrap_err();
+    assert_eq!(server_code(&refused), Some(UNAUTHORIZED), "{refused}");
     Ok(())
 }

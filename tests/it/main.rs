@@ -6,6 +6,7 @@
 mod common;
 
 mod adopt;
+mod auth;
 mod bad_input;
 mod concerns;
 mod concurrency;

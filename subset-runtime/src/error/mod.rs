@@ -21,6 +21,28 @@ pub enum Error {
         source: Box<mongodb::error::Error>,
     },
 
+    /// The server refused an operation for want of a privilege (its code 13, `Unauthorized`):
+    /// the user the client authenticated as holds no role granting `action` on `collection`.
+    /// Reads (`get`, pages, counts, checks) need `find` alone, which the built-in `read` role
+    /// grants; writes need `find`, `insert`, `update` and `remove` (and `createIndex` and
+    /// `createCollection` the first time), which `readWrite` grants; a follower needs
+    /// `changeStream` too. A refused write wrote nothing.
+    #[error("{}", unauthorized_message(collection, action, command))]
+    Unauthorized {
+        /// The collection the refused command was on, as the server named it.
+        collection: String,
+        /// The privilege action that was missing: `find`, `insert`, `update`, `remove`,
+        /// `changeStream`, `createIndex`, `createCollection`, …, or the command's name for one
+        /// without a known action (empty when the server's message names no command).
+        action: String,
+        /// The command the server refused (`findAndModify`, `insert`, `aggregate`, …; empty
+        /// when its message names none).
+        command: String,
+        /// The driver's error.
+        #[source]
+        source: Box<mongodb::error::Error>,
+    },
+
     /// The children were written, but the parent's views could not be brought along with them:
     /// without a transaction, the operation took longer than its lease on the parent (see
     /// the write modes in the guide), and another writer took the parent meanwhile. Nothing is
@@ -281,8 +303,17 @@ pub enum Error {
 }
 
 impl Error {
-    /// Wraps a driver error with the collection it happened on.
+    /// Wraps a driver error with the collection it happened on; a refusal for want of a
+    /// privilege is [`Error::Unauthorized`].
     pub(crate) fn mongo(collection: &str, source: mongodb::error::Error) -> Self {
+        if let Some((command, target)) = unauthorized(&source) {
+            return Error::Unauthorized {
+                collection: target.unwrap_or(collection).to_owned(),
+                action: action_of(command, source_message(&source)).to_owned(),
+                command: command.to_owned(),
+                source: Box::new(source),
+            };
+        }
         Error::Mongo {
             collection: collection.to_owned(),
             source: Box::new(source),
@@ -323,9 +354,132 @@ impl Error {
     pub fn mongo_error(&self) -> Option<&mongodb::error::Error> {
         match self {
             Error::Mongo { source, .. }
+            | Error::Unauthorized { source, .. }
             | Error::TransactionTimeout { source, .. }
             | Error::OutcomeUnknown { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+/// The server's code for a command the user holds no privilege for.
+const UNAUTHORIZED: i32 = 13;
+
+/// The server's message of a command or write error.
+fn source_message(error: &mongodb::error::Error) -> &str {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match error.kind.as_ref() {
+        ErrorKind::Command(c) => &c.message,
+        ErrorKind::Write(WriteFailure::WriteError(w)) => &w.message,
+        _ => "",
+    }
+}
+
+/// For an `Unauthorized` refusal, the command the server refused and the collection it was
+/// on, read from its message: "not authorized on <db> to execute command { <command>:
+/// "<collection>", … }" (either may be empty when the message is worded otherwise).
+fn unauthorized(error: &mongodb::error::Error) -> Option<(&str, Option<&str>)> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    let code = match error.kind.as_ref() {
+        ErrorKind::Command(c) => c.code,
+        ErrorKind::Write(WriteFailure::WriteError(w)) => w.code,
+        _ => return None,
+    };
+    if code != UNAUTHORIZED {
+        return None;
+    }
+    let message = source_message(error);
+    let Some((_, command)) = message.split_once("to execute command { ") else {
+        return Some(("", None));
+    };
+    let (name, rest) = command.split_once(':').unwrap_or(("", ""));
+    let target = rest
+        .trim_start()
+        .strip_prefix('"')
+        .and_then(|rest| rest.split_once('"'))
+        .map(|(target, _)| target)
+        .filter(|target| !target.is_empty());
+    Some((name.trim(), target))
+}
+
+/// The privilege action a refused `command` needed (`message` is the server's, to tell a
+/// change stream from another aggregation).
+fn action_of<'a>(command: &'a str, message: &str) -> &'a str {
+    match command {
+        "insert" => "insert",
+        "update" | "findAndModify" | "findandmodify" => "update",
+        "delete" => "remove",
+        "aggregate" if message.contains("$changeStream") => "changeStream",
+        "find" | "aggregate" | "count" | "distinct" | "getMore" => "find",
+        "createIndexes" => "createIndex",
+        "create" => "createCollection",
+        "drop" => "dropCollection",
+        "dropIndexes" => "dropIndex",
+        other => other,
+    }
+}
+
+/// The message of [`Error::Unauthorized`]: what was refused, and which role grants it.
+fn unauthorized_message(collection: &str, action: &str, command: &str) -> String {
+    if command.is_empty() {
+        return format!(
+            "not authorized on `{collection}`: the user lacks a privilege this operation needs \
+             (reads need `find`, which the built-in `read` role grants; writes need the \
+             `readWrite` role)"
+        );
+    }
+    let grant = match action {
+        "find" | "changeStream" | "listCollections" | "listIndexes" | "collStats" | "dbStats"
+        | "killCursors" => "the built-in `read` role grants it (as `readWrite` does)",
+        "insert"
+        | "update"
+        | "remove"
+        | "createIndex"
+        | "createCollection"
+        | "dropCollection"
+        | "dropIndex"
+        | "convertToCapped"
+        | "renameCollectionSameDB" => {
+            "the built-in `readWrite` role grants it; `read` grants no writes"
+        }
+        _ => "neither the built-in `read` nor `readWrite` role grants it",
+    };
+    format!(
+        "not authorized to `{action}` on `{collection}` (the server refused `{command}`): \
+         {grant}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_are_named_for_the_commands_that_need_them() {
+        for (command, action) in [
+            ("insert", "insert"),
+            ("findAndModify", "update"),
+            ("update", "update"),
+            ("delete", "remove"),
+            ("find", "find"),
+            ("aggregate", "find"),
+            ("createIndexes", "createIndex"),
+            ("collMod", "collMod"),
+        ] {
+            assert_eq!(action_of(command, ""), action, "{command}");
+        }
+        let stream = "not authorized on db to execute command { aggregate: \"c\", pipeline: [ { $changeStream: {} } ] }";
+        assert_eq!(action_of("aggregate", stream), "changeStream");
+    }
+
+    #[test]
+    fn the_message_names_the_action_the_collection_and_the_role() {
+        let message = unauthorized_message("products", "update", "findAndModify");
+        assert_eq!(
+            message,
+            "not authorized to `update` on `products` (the server refused `findAndModify`): \
+             the built-in `readWrite` role grants it; `read` grants no writes"
+        );
+        assert!(unauthorized_message("products", "find", "find").contains("`read` role"));
     }
 }
