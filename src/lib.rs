@@ -24,6 +24,8 @@ pub mod guide {
     pub mod mutations {}
     #[doc = include_str!("../docs/guide/model-changes.md")]
     pub mod model_changes {}
+    #[doc = include_str!("../docs/guide/bookkeeping.md")]
+    pub mod bookkeeping {}
     #[doc = include_str!("../docs/guide/consistency.md")]
     pub mod consistency {}
     #[doc = include_str!("../docs/guide/transactions.md")]

@@ -225,7 +225,7 @@ pub struct FollowArgs {
     #[arg(long)]
     pub catch_up: bool,
     /// The collection (in --db) where the place is saved.
-    #[arg(long, default_value = subset_runtime::follow::DEFAULT_TOKEN_COLLECTION, value_name = "C")]
+    #[arg(long, default_value = subset_runtime::bookkeeping::DEFAULT_TOKEN_COLLECTION, value_name = "C")]
     pub token_collection: String,
     /// Do not turn on `changeStreamPreAndPostImages` on the child collection; fail if it is off.
     #[arg(long)]

@@ -60,11 +60,21 @@ pub mod hot {
     pub use crate::engine::Contention;
 }
 
+/// Every name the library writes in your database besides your documents: the field it keeps
+/// in each parent it writes, and its own collections. What each holds, which call creates it and
+/// whether it is safe to drop: the guide's page "what subset keeps in your database"
+/// (`subset::guide::bookkeeping`).
+pub mod bookkeeping {
+    pub use crate::engine::{
+        DEFAULT_TOKEN_COLLECTION, DEFINITIONS_COLLECTION, FOLDS_COLLECTION, JOB_COLLECTION, MARKER,
+    };
+}
+
 /// Removing or patching every child that matches a filter, across parents
 /// ([`Children::remove_where`], [`Children::patch_where`]): what such a job reports, and where it
 /// keeps the journal that makes it resumable without transactions.
 pub mod bulk {
-    pub use crate::engine::{BulkProgress, BulkReport, JOB_COLLECTION};
+    pub use crate::engine::{BulkProgress, BulkReport};
 }
 
 /// Keeping subsets true when other programs write the child collection: [`Store::follow`]
@@ -72,7 +82,6 @@ pub mod bulk {
 pub mod follow {
     pub use crate::engine::{
         CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
-        DEFAULT_TOKEN_COLLECTION,
     };
 }
 
@@ -80,12 +89,11 @@ pub mod follow {
 /// one parent ([`Drift`](repair::Drift)), and the sweep over every parent
 /// ([`Store::check_all`], [`Store::reconcile_all`]), the children that belong to no parent
 /// ([`Orphans`](repair::Orphans)), and rebuilding parents after a change of the model
-/// ([`Store::rebuild`]), with where the definition each parent was built under is kept, and
-/// the collections where pushes to a parent written by several processes at once queue.
+/// ([`Store::rebuild`]).
 pub mod repair {
     pub use crate::engine::{
         Drift, MalformedChild, Orphans, ParentFailure, SumDrift, SweepOptions, SweepProgress,
-        SweepReport, DEFINITIONS_COLLECTION, FOLDS_COLLECTION, MARKER,
+        SweepReport,
     };
 }
 

@@ -9,8 +9,8 @@ use crate::common;
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 use common::*;
+use subset::bookkeeping::FOLDS_COLLECTION;
 use subset::bson;
-use subset::repair::FOLDS_COLLECTION;
 use subset::{Error, Store};
 
 /// Stores over one database that share nothing, as the stores of separate processes.

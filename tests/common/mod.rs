@@ -367,7 +367,7 @@ pub fn external_server() -> bool {
 pub async fn folds(store: &Store<Product>, parent: &ObjectId) -> Option<Document> {
     let folds = store
         .database()
-        .collection::<Document>(subset::repair::FOLDS_COLLECTION);
+        .collection::<Document>(subset::bookkeeping::FOLDS_COLLECTION);
     folds.find_one(doc! { "_id.p": parent }).await.unwrap()
 }
 

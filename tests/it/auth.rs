@@ -10,8 +10,8 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
+use subset::bookkeeping::DEFINITIONS_COLLECTION;
 use subset::bson;
-use subset::repair::DEFINITIONS_COLLECTION;
 use subset::testkit::{MongoServer, TestkitError, Topology, User};
 use subset::{Child, Error, PageRequest, Store, Subset, WriteMode};
 

@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::bson_compat;
 use subset::{
-    follow::CatchUp, follow::FollowOptions, follow::FollowStats, follow::FollowUpdate,
-    follow::Follower, follow::DEFAULT_TOKEN_COLLECTION, Child, Children, Error, Store,
+    bookkeeping::DEFAULT_TOKEN_COLLECTION, follow::CatchUp, follow::FollowOptions,
+    follow::FollowStats, follow::FollowUpdate, follow::Follower, Child, Children, Error, Store,
 };
 
 /// Parents written to in each test.

@@ -479,7 +479,7 @@ async fn parents_carry_the_definition_they_were_built_under() {
         .await
         .unwrap()
         .unwrap();
-    let marker = stored.get_document(subset::repair::MARKER).unwrap();
+    let marker = stored.get_document(subset::bookkeeping::MARKER).unwrap();
     let digest = marker.get_str("d").unwrap().to_owned();
     assert_eq!(
         marker
@@ -491,7 +491,7 @@ async fn parents_carry_the_definition_they_were_built_under() {
             .ok(),
         Some(3)
     );
-    let registry = db.collection::<Document>(subset::repair::DEFINITIONS_COLLECTION);
+    let registry = db.collection::<Document>(subset::bookkeeping::DEFINITIONS_COLLECTION);
     let entry = registry
         .find_one(doc! { "_id": "movies" })
         .await
@@ -712,5 +712,113 @@ async fn unmarked_parents_gain_the_view_they_lack() {
         for parent in &parents {
             assert_read_right(&store, parent, None).await;
         }
+    }
+}
+
+/// A model before a rename: the default key of `Movie` is `movie_id`.
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "renamed_movies")]
+struct Movie {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "renamed_comments", keep = 3, sort = "date desc")]
+    latest: Vec<Comment>,
+}
+
+/// The same struct renamed, the key left to its default: it now looks for `film_id`.
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "renamed_movies")]
+struct Film {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "renamed_comments", keep = 4, sort = "date desc")]
+    latest: Vec<Comment>,
+}
+
+/// The renamed struct with the key set to what the children carry.
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "renamed_movies")]
+struct FilmKeyed {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "renamed_comments",
+        key = "movie_id",
+        keep = 4,
+        sort = "date desc"
+    )]
+    latest: Vec<Comment>,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebuild_that_would_empty_views_after_a_rename_refuses_and_names_both_keys() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let db = common::replica_db().await;
+        let movies = Store::<Movie>::new(&db).with_mode(mode);
+        let movie = Movie {
+            id: ObjectId::new(),
+            latest: Vec::new(),
+        };
+        movies.insert(&movie).await.unwrap();
+        let comments: Vec<Comment> = (0..5)
+            .map(|i| Comment {
+                id: ObjectId::new(),
+                date: i,
+                stars: 3,
+                hidden: false,
+                text: format!("comment {i}"),
+            })
+            .collect();
+        movies
+            .children(Movie::LATEST)
+            .push_many(&movie.id, &comments)
+            .await
+            .unwrap();
+
+        // Renamed: the rebuild refuses before writing anything, naming both keys.
+        let films = Store::<Film>::new(&db).with_mode(mode);
+        let refused = films.rebuild().await;
+        match &refused {
+            Err(subset::Error::RebuildWouldEmpty {
+                key,
+                carried,
+                field,
+                ..
+            }) => {
+                assert_eq!((key.as_str(), field.as_str()), ("film_id", "latest"));
+                assert_eq!(carried.as_deref(), Some("movie_id"), "{mode:?}");
+            }
+            other => panic!("{mode:?}: {other:?}"),
+        }
+        let message = refused.unwrap_err().to_string();
+        assert!(message.contains("key = \"movie_id\""), "{message}");
+        let stored = movies.get(&movie.id).await.unwrap().unwrap();
+        assert_eq!(stored.latest.len(), 3, "{mode:?}: nothing written");
+        let registry = db.collection::<Document>(subset::bookkeeping::DEFINITIONS_COLLECTION);
+        let registered = registry
+            .find_one(doc! { "_id": "renamed_movies" })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            registered.get_array("seen").unwrap().len(),
+            1,
+            "{mode:?}: the renamed model was not registered"
+        );
+
+        // With the key set to what the children carry, it rebuilds.
+        let keyed = Store::<FilmKeyed>::new(&db).with_mode(mode);
+        let report = keyed.rebuild().await.unwrap();
+        assert_eq!(report.progress.fixed, 1, "{mode:?}: {report:?}");
+        let film = keyed.get(&movie.id).await.unwrap().unwrap();
+        let dates: Vec<i64> = film.latest.iter().map(|c| c.date).collect();
+        assert_eq!(dates, [4, 3, 2, 1], "{mode:?}");
+
+        // Forced, the renamed model empties the view (its children are under another key).
+        let options = SweepOptions::default().allow_emptying(true);
+        let report = films.rebuild().options(options).await.unwrap();
+        assert_eq!(report.progress.fixed, 1, "{mode:?}: {report:?}");
+        let emptied = films.get(&movie.id).await.unwrap().unwrap();
+        assert!(emptied.latest.is_empty(), "{mode:?}");
     }
 }

@@ -223,7 +223,7 @@ impl RawStore {
     /// (default: off). Pushes to one parent within a process always share a transaction (group
     /// commit); transactions of different processes on one parent still conflict, and retry.
     /// Folding queues such pushes in a document per parent in
-    /// [`FOLDS_COLLECTION`](crate::repair::FOLDS_COLLECTION), where one transaction at a time
+    /// [`FOLDS_COLLECTION`](crate::bookkeeping::FOLDS_COLLECTION), where one transaction at a time
     /// writes them all, and waits for them with a change stream: it creates that collection and
     /// needs the `changeStream` privilege, which is why it is asked for. Without it, a parent
     /// contended across processes is reported: a `tracing` warning once per parent, and

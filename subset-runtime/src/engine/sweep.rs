@@ -20,6 +20,8 @@ pub struct SweepOptions {
     pub(super) batch_size: u32,
     /// How many parents are visited at once; at least 1.
     pub(super) concurrency: usize,
+    /// Whether a rebuild may empty a view that holds children today.
+    pub(super) allow_emptying: bool,
 }
 
 impl Default for SweepOptions {
@@ -27,6 +29,7 @@ impl Default for SweepOptions {
         SweepOptions {
             batch_size: 500,
             concurrency: 4,
+            allow_emptying: false,
         }
     }
 }
@@ -35,6 +38,15 @@ impl SweepOptions {
     /// Reads `size` parent `_id`s per query (default 500).
     pub fn batch_size(mut self, size: u32) -> Self {
         self.batch_size = size.max(1);
+        self
+    }
+
+    /// For [`RawStore::rebuild`]: rebuilds a parent even when that empties a view that holds
+    /// children today, because none is stored under the view's key (default: refused, see
+    /// [`Error::RebuildWouldEmpty`]). For children that are really gone; a renamed key wants
+    /// `key = "…"` on the field instead.
+    pub fn allow_emptying(mut self, allow: bool) -> Self {
+        self.allow_emptying = allow;
         self
     }
 
@@ -240,9 +252,15 @@ impl RawStore {
     /// The report counts the parents rebuilt in [`SweepProgress::fixed`] (also
     /// [`SweepProgress::outdated`]) and names those that failed.
     ///
+    /// A parent whose rebuild would empty a view that holds children today (none of them
+    /// stored under the view's key) is not rebuilt: it fails with [`Error::RebuildWouldEmpty`],
+    /// and when the first parents to rebuild all would, nothing is written and the rebuild
+    /// returns that error (unless [`SweepOptions::allow_emptying`]).
+    ///
     /// # Errors
     ///
-    /// [`Error::Mongo`] when the registry cannot be written or the parent collection scanned.
+    /// [`Error::RebuildWouldEmpty`]; [`Error::Mongo`] when the registry cannot be written or the
+    /// parent collection scanned.
     #[tracing::instrument(skip_all, fields(collection = %self.collection_name()))]
     pub async fn rebuild(
         &self,
@@ -250,7 +268,6 @@ impl RawStore {
         mut progress: impl FnMut(&SweepProgress),
     ) -> Result<SweepReport> {
         let started = Instant::now();
-        self.make_current().await?;
         // Not marked as built under this model (unmarked parents too, which the rebuild marks
         // whatever they were built under), or without one of its fields.
         let own = self.definition.digest();
@@ -260,9 +277,17 @@ impl RawStore {
             outdated.push(Bson::Document(doc! { spec.field: { "$exists": false } }));
         }
         let outdated = doc! { "$or": outdated };
+        if !options.allow_emptying {
+            // Before anything is written (the registry first): a model whose key matches no
+            // child would empty every parent, and a few of them say so.
+            self.refuse_emptying(&outdated).await?;
+        }
+        self.make_current().await?;
         let ids = self.parent_ids_where(outdated, options.batch_size);
+        let allow_emptying = options.allow_emptying;
         let visits = visit_each(ids, options.concurrency, |id: Bson| async move {
-            let rebuilt = super::exec::execute(self, None, &self.rebuild_steps(&id)).await;
+            let steps = self.rebuild_steps(&id, allow_emptying);
+            let rebuilt = super::exec::execute(self, None, &steps).await;
             (id, rebuilt)
         });
         futures::pin_mut!(visits);

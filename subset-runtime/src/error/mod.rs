@@ -199,7 +199,7 @@ pub enum Error {
         reason: String,
     },
 
-    /// The registry of model definitions ([`crate::repair::DEFINITIONS_COLLECTION`]) could
+    /// The registry of model definitions ([`crate::bookkeeping::DEFINITIONS_COLLECTION`]) could
     /// not be read or written as a store needs it.
     #[error("`{collection}`: the registry of model definitions: {reason}")]
     Registry {
@@ -207,6 +207,28 @@ pub enum Error {
         collection: String,
         /// What went wrong.
         reason: String,
+    },
+
+    /// A rebuild ([`crate::Store::rebuild`]) would empty a view of a parent that holds children
+    /// today: no child is stored under the key the view names. Most often the parent struct was
+    /// renamed, and with it the default key (`Movie` → `Film` looks for `film_id`), while the
+    /// children still carry the old one, which `carried` names when one of the embedded children
+    /// has it. Set the key on the field (`#[subset(key = "movie_id", …)]`); or, if the
+    /// children are really gone, rebuild with [`crate::repair::SweepOptions::allow_emptying`].
+    /// Nothing was written.
+    #[error("rebuilding parent {id} of `{collection}` would empty `{field}`, which holds children today: none is stored under `{key}`{}", carried_hint(.carried))]
+    RebuildWouldEmpty {
+        /// The parent collection.
+        collection: String,
+        /// The parent's `_id`.
+        id: Box<Bson>,
+        /// The view that would be emptied.
+        field: String,
+        /// The key the view looks for in the child collection.
+        key: String,
+        /// The field of an embedded child, as stored in the child collection, that holds the
+        /// parent's `_id`, if one does.
+        carried: Option<String>,
     },
 
     /// A rebuild asked of a store that knows only some fields of its model
@@ -448,6 +470,16 @@ fn unauthorized_message(collection: &str, action: &str, command: &str) -> String
         "not authorized to `{action}` on `{collection}` (the server refused `{command}`): \
          {grant}"
     )
+}
+
+/// The end of [`Error::RebuildWouldEmpty`]'s message: the key the children carry, if known.
+fn carried_hint(carried: &Option<String>) -> String {
+    match carried {
+        Some(key) => format!(
+            "; its children carry `{key}`: set `key = \"{key}\"` on the field, or rebuild with `SweepOptions::allow_emptying(true)`"
+        ),
+        None => "; rebuild with `SweepOptions::allow_emptying(true)` if its children are gone".to_owned(),
+    }
 }
 
 #[cfg(test)]

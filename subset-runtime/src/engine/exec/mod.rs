@@ -163,6 +163,12 @@ impl<'s> Ctx<'s> {
         self.atomic
     }
 
+    /// Whether the steps run in a session (ours or the caller's): without one, and without a
+    /// transaction, independent writes may go out at once, each on a connection of its own.
+    pub(crate) fn has_session(&self) -> bool {
+        self.session.is_some()
+    }
+
     /// Whether that transaction is the caller's: a failed write aborts it for the caller too, so
     /// steps must avoid errors they would otherwise recover from by retrying.
     pub(crate) fn joined(&self) -> bool {

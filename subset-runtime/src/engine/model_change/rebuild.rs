@@ -110,15 +110,109 @@ fn unmarked(nonce: ObjectId) -> Document {
 pub(crate) struct RebuildSteps<'a> {
     store: &'a RawStore,
     parent: &'a Bson,
+    /// Whether the rebuild may empty a view that holds children today.
+    allow_emptying: bool,
 }
 
 impl RawStore {
-    pub(crate) fn rebuild_steps<'a>(&'a self, parent: &'a Bson) -> RebuildSteps<'a> {
+    pub(crate) fn rebuild_steps<'a>(
+        &'a self,
+        parent: &'a Bson,
+        allow_emptying: bool,
+    ) -> RebuildSteps<'a> {
         RebuildSteps {
             store: self,
             parent,
+            allow_emptying,
         }
     }
+
+    /// Refuses a rebuild that would empty a view of the first parents `outdated` matches that
+    /// hold children: up to [`EMPTYING_SAMPLE`] of them, all of whose views would be emptied.
+    /// One that would not (its children are under the key) lets the rebuild go on, which
+    /// still refuses each parent it would empty.
+    pub(crate) async fn refuse_emptying(&self, outdated: &Document) -> Result<()> {
+        let mut holding = Vec::with_capacity(self.spec().subsets.len());
+        for spec in self.spec().subsets {
+            holding.push(doc! { format!("{}.0", spec.field): { "$exists": true } });
+        }
+        let filter = doc! { "$and": [outdated.clone(), { "$or": holding }] };
+        let parents = self.parents::<Document>();
+        let find = parents
+            .find(filter)
+            .projection(doc! { "_id": 1 })
+            .limit(EMPTYING_SAMPLE);
+        let mut ctx = Ctx::read(None);
+        let sample = ctx.collect(find).await.map_err(|e| self.mongo(e))?;
+        let mut refused = None;
+        for parent in sample {
+            let id = parent.get("_id").cloned().unwrap_or(Bson::Null);
+            match would_empty(self, &mut ctx, &id).await {
+                Ok(()) => return Ok(()),
+                Err(e @ crate::Error::RebuildWouldEmpty { .. }) => refused = Some(e),
+                Err(other) => return Err(other),
+            }
+        }
+        refused.map_or(Ok(()), Err)
+    }
+}
+
+/// How many parents [`RawStore::refuse_emptying`] looks at.
+const EMPTYING_SAMPLE: i64 = 10;
+
+/// [`crate::Error::RebuildWouldEmpty`] when a view of `parent` holds children today but none is
+/// stored under its key, naming the field of one of them that holds the parent's `_id`.
+async fn would_empty(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
+    let mut projection = doc! { "_id": 1 };
+    for spec in store.spec().subsets {
+        projection.insert(spec.field, doc! { "$slice": 1 });
+    }
+    let parents = store.parents::<Document>();
+    let find = parents
+        .find_one(doc! { "_id": parent.clone() })
+        .projection(projection);
+    let Some(found) = ctx.run(find).await.map_err(|e| store.mongo(e))? else {
+        return Ok(());
+    };
+    for spec in store.spec().subsets {
+        let first = found
+            .get_array(spec.field)
+            .ok()
+            .and_then(|a| a.first())
+            .and_then(Bson::as_document)
+            .and_then(|c| c.get("_id"))
+            .cloned();
+        let Some(first) = first else {
+            continue;
+        };
+        let children = store.collection::<Document>(spec.child_collection);
+        let under_key = children
+            .count_documents(doc! { spec.key: parent.clone() })
+            .limit(1);
+        let child_error = |e| crate::Error::mongo(spec.child_collection, e);
+        if ctx.run(under_key).await.map_err(child_error)? > 0 {
+            continue;
+        }
+        let stored = children.find_one(doc! { "_id": first });
+        let carried = ctx
+            .run(stored)
+            .await
+            .map_err(child_error)?
+            .and_then(|child| {
+                child
+                    .iter()
+                    .find(|(k, v)| k.as_str() != "_id" && *v == parent)
+                    .map(|(k, _)| k.to_owned())
+            });
+        return Err(crate::Error::RebuildWouldEmpty {
+            collection: store.collection_name().to_owned(),
+            id: Box::new(parent.clone()),
+            field: spec.field.to_owned(),
+            key: spec.key.to_owned(),
+            carried,
+        });
+    }
+    Ok(())
 }
 
 impl Steps for RebuildSteps<'_> {
@@ -129,6 +223,9 @@ impl Steps for RebuildSteps<'_> {
     }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        if !self.allow_emptying {
+            would_empty(self.store, ctx, self.parent).await?;
+        }
         self.store.rebuild_parent(ctx, self.parent).await
     }
 }

@@ -71,6 +71,35 @@ impl Steps for PatchSteps<'_, '_> {
                 }
             }
         }
+        // Without a transaction or a session, under the lease, no other writer touches these
+        // children: each is changed by one `findAndModify` of its own, all at once.
+        let distinct = composed
+            .iter()
+            .enumerate()
+            .all(|(i, (c, _))| composed[..i].iter().all(|(d, _)| d != c));
+        if !ctx.atomic() && !ctx.has_session() && composed.len() > 1 && distinct {
+            let changes = composed.iter().map(|(child, patch)| async move {
+                self.change(&mut Ctx::read(None), child, patch).await
+            });
+            let results = futures::future::join_all(changes).await;
+            let mut errors = Vec::new();
+            for ((child, _), result) in composed.iter().zip(results) {
+                match result {
+                    Ok(before) => changed.push((child.clone(), before)),
+                    Err(e) => errors.push(e),
+                }
+            }
+            if let Some(first) = errors.into_iter().next() {
+                // As one at a time: the run leaves nothing, and its first error is returned.
+                self.put_back(ctx, &changed).await?;
+                return Err(first);
+            }
+            for ((child, patch), (_, before)) in composed.iter().zip(&changed) {
+                let after = patch.apply(before);
+                self.plan(&mut write, child, patch, before, &after);
+            }
+            composed.clear();
+        }
         for (child, patch) in composed {
             if write.copies.contains(&child) {
                 self.write(ctx, &mut write, false).await?;
