@@ -7,7 +7,7 @@ use mongodb::ClientSession;
 use super::exec::{self, is_transient, Ctx, Retry, Steps};
 use super::parent_write::Written;
 use super::query;
-use super::{RawChildren, WriteMode};
+use super::RawChildren;
 use parent_update::ViewPush;
 
 pub(super) mod fold;
@@ -33,12 +33,12 @@ pub(super) type Batch = Vec<Prepared>;
 /// How a push reaches the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Strategy {
-    /// Its own steps: in the caller's session, or without transactions (where the executor's
-    /// turns and lease keep writers of one parent apart).
+    /// Its own steps, in the caller's session.
     Direct,
-    /// In a transaction of ours, with every push queued on the same parent in this process
-    /// (`group_commit.rs`). A conflict with another process's transaction on the parent
-    /// reports the parent as contended.
+    /// With every push queued on the same parent in this process (`group_commit.rs`), in one
+    /// transaction of ours, or without transactions in one turn on the parent. In a
+    /// transaction, a conflict with another process's transaction on the parent reports the
+    /// parent as contended.
     GroupCommit,
     /// Through the parent's queue document, with other processes' pushes (`fold/`): only for a
     /// contended parent, and only when the store folds ([`crate::raw::Store::with_folding`]).
@@ -70,7 +70,7 @@ impl<'a> RawChildren<'a> {
             .into_iter()
             .map(|c| self.prepare(parent, c))
             .collect::<Result<Batch>>()?;
-        match self.strategy(caller.is_some()).await? {
+        match Self::strategy(caller.is_some()) {
             Strategy::GroupCommit => self.push_combined(parent, batch).await,
             Strategy::Direct | Strategy::Fold => {
                 self.push_alone(parent, &batch, caller, Strategy::Direct)
@@ -80,13 +80,14 @@ impl<'a> RawChildren<'a> {
     }
 
     /// How a push of this field reaches the server when no parent is contended yet: in the
-    /// caller's session, or without transactions, directly; else with group commit (which
-    /// folds a parent contended across processes, when the store folds).
-    async fn strategy(&self, in_session: bool) -> Result<Strategy> {
-        if in_session || self.store().mode().await? == WriteMode::Ordered {
-            return Ok(Strategy::Direct);
+    /// caller's session, directly; else with group commit, in both write modes (pushes to one
+    /// parent take turns on it, so the ones waiting go together), which in transactions folds
+    /// a parent contended across processes when the store folds.
+    fn strategy(in_session: bool) -> Strategy {
+        match in_session {
+            true => Strategy::Direct,
+            false => Strategy::GroupCommit,
         }
-        Ok(Strategy::GroupCommit)
     }
 
     /// One batch, in the caller's session if given. Optimistic: stored children (a retry) are
