@@ -74,15 +74,22 @@ pub type CommandLog = std::sync::Arc<std::sync::Mutex<Vec<(String, String, Docum
 /// A fresh database on the shared single-node replica set, on a client of its own that records
 /// every command it starts.
 pub async fn recorded_replica_db() -> (mongodb::Database, CommandLog) {
-    use mongodb::event::{command::CommandEvent, EventHandler};
     let server = MongoServer::shared(Topology::ReplicaSet)
         .await
         .expect("start the test mongod");
     let name = server.database().await.unwrap().name().to_owned();
-    let log = CommandLog::default();
     let mut options = mongodb::options::ClientOptions::parse(server.uri())
         .await
         .unwrap();
+    let log = record_commands(&mut options);
+    let client = mongodb::Client::with_options(options).unwrap();
+    (client.database(&name), log)
+}
+
+/// Makes a client built from `options` record every command it starts.
+pub fn record_commands(options: &mut mongodb::options::ClientOptions) -> CommandLog {
+    use mongodb::event::{command::CommandEvent, EventHandler};
+    let log = CommandLog::default();
     let sink = log.clone();
     options.command_event_handler = Some(EventHandler::callback(move |event| {
         if let CommandEvent::Started(started) = event {
@@ -91,14 +98,12 @@ pub async fn recorded_replica_db() -> (mongodb::Database, CommandLog) {
                 .get_str(&started.command_name)
                 .unwrap_or_default()
                 .to_owned();
-            let command = started.command.clone();
             sink.lock()
                 .unwrap()
-                .push((started.command_name.clone(), target, command));
+                .push((started.command_name.clone(), target, started.command));
         }
     }));
-    let client = mongodb::Client::with_options(options).unwrap();
-    (client.database(&name), log)
+    log
 }
 
 /// A fresh database on the shared standalone server.

@@ -123,25 +123,11 @@ async fn server(topology: Topology) -> Option<&'static MongoServer> {
 
 /// `database` on a client of a user with the `read` role alone, and every command it starts.
 async fn reader(server: &MongoServer, database: &str) -> (mongodb::Database, common::CommandLog) {
-    use mongodb::event::{command::CommandEvent, EventHandler};
     let mut options = server
         .client_options_as(database, User::Read)
         .await
         .expect("create the reader");
-    let log = common::CommandLog::default();
-    let sink = log.clone();
-    options.command_event_handler = Some(EventHandler::callback(move |event| {
-        if let CommandEvent::Started(started) = event {
-            let target = started
-                .command
-                .get_str(&started.command_name)
-                .unwrap_or_default()
-                .to_owned();
-            sink.lock()
-                .unwrap()
-                .push((started.command_name.clone(), target, started.command));
-        }
-    }));
+    let log = common::record_commands(&mut options);
     let client = mongodb::Client::with_options(options).unwrap();
     (client.database(database), log)
 }
@@ -167,7 +153,7 @@ async fn insert_unmarked(admin: &mongodb::Database, n: i64) -> ObjectId {
         .iter()
         .rev()
         .take(3)
-        .map(|r| bson::to_document(r).unwrap())
+        .map(|r| subset::bson_compat::to_document(r).unwrap())
         .collect();
     admin
         .collection::<Document>("auth_recipes")
@@ -177,7 +163,7 @@ async fn insert_unmarked(admin: &mongodb::Database, n: i64) -> ObjectId {
     let children: Vec<Document> = all
         .iter()
         .map(|r| {
-            let mut child = bson::to_document(r).unwrap();
+            let mut child = subset::bson_compat::to_document(r).unwrap();
             child.insert("recipe_id", id);
             child
         })
@@ -274,7 +260,7 @@ async fn every_kind_of_parent(server: &MongoServer) {
     let adopted = ObjectId::new();
     let embedded: Vec<Document> = ratings(3)
         .iter()
-        .map(|r| bson::to_document(r).unwrap())
+        .map(|r| subset::bson_compat::to_document(r).unwrap())
         .collect();
     admin
         .collection::<Document>("auth_recipes")
