@@ -160,8 +160,9 @@ async fn send(
     if update.is_empty() {
         return Ok(None);
     }
-    // A parent the executor will settle keeps its lease until then.
-    let release = last && lease.is_some() && !ctx.is_outdated(parent);
+    // A parent the executor will settle keeps its lease until then; so does one the lease
+    // found without a marker, whose `_subset` the executor removes with the lease.
+    let release = last && lease.is_some() && !ctx.is_outdated(parent) && !ctx.is_bare(parent);
     if release {
         add(
             &mut update,

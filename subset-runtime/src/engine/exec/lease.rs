@@ -132,7 +132,7 @@ async fn take_one(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<
         } }];
         let taken = parents
             .find_one_and_update(free.clone(), take)
-            .projection(doc! { lease.as_str(): 1 })
+            .projection(doc! { MARKER: 1 })
             .return_document(ReturnDocument::Before);
         let taken = match ctx.run(taken).await {
             Ok(taken) => taken,
@@ -144,12 +144,16 @@ async fn take_one(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<
             }
         };
         if let Some(before) = taken {
-            let left = before
-                .get_document(MARKER)
-                .is_ok_and(|m| m.contains_key("l"));
-            if left {
+            let marker = before.get_document(MARKER).ok();
+            if marker.is_some_and(|m| m.contains_key("l")) {
                 tracing::debug!(parent = %parent, "an expired lease: the last writer did not finish");
                 ctx.outdated(parent);
+            }
+            // No marker but the lease: the `_subset` the lease creates goes with it.
+            let bare =
+                before.get(MARKER).is_none() || marker.is_some_and(|m| m.keys().all(|k| k == "l"));
+            if bare {
+                ctx.bare.push((*parent).clone());
             }
             return Ok(Some(token));
         }
@@ -169,13 +173,23 @@ async fn take_one(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<
 /// holder did not finish.
 async fn give_back(store: &RawStore, parent: Bson, token: ObjectId, unfinished: bool) {
     let filter = doc! { "_id": parent.clone(), format!("{MARKER}.l.o"): token };
-    let update = if unfinished {
-        doc! { "$set": { MARKER: { "d": "", "n": ObjectId::new() } } }
-    } else {
-        doc! { "$unset": { format!("{MARKER}.l"): "" } }
-    };
     let parents = store.parents::<Document>();
-    if let Err(e) = parents.update_one(filter, update).await {
+    let given = if unfinished {
+        let unmark = doc! { "$set": { MARKER: { "d": "", "n": ObjectId::new() } } };
+        parents.update_one(filter, unmark)
+    } else {
+        // The lease goes, and with it a `_subset` that held nothing else (a parent the lease
+        // found without a marker), so that the parent is left as it was found.
+        let lease = format!("{MARKER}.l");
+        let marker = format!("${MARKER}");
+        let emptied = doc! { "$eq": [marker.as_str(), { "$literal": {} }] };
+        let give_back = vec![
+            doc! { "$unset": lease },
+            doc! { "$set": { MARKER: { "$cond": [emptied, "$$REMOVE", marker.as_str()] } } },
+        ];
+        parents.update_one(filter, give_back)
+    };
+    if let Err(e) = given.await {
         // The lease expires by itself, and the next writer then settles the parent.
         tracing::warn!(collection = store.collection_name(), parent = %parent, error = %e, "could not give a lease back; it will expire");
     }

@@ -101,6 +101,8 @@ pub(crate) struct Ctx<'s> {
     outdated: Vec<Bson>,
     /// The parents whose lease the steps found taken by another writer.
     lost: Vec<Bson>,
+    /// The leased parents that had no marker of their own (see [`Ctx::is_bare`]).
+    bare: Vec<Bson>,
 }
 
 impl<'s> Ctx<'s> {
@@ -112,6 +114,7 @@ impl<'s> Ctx<'s> {
             leases: Vec::new(),
             outdated: Vec::new(),
             lost: Vec::new(),
+            bare: Vec::new(),
         }
     }
 
@@ -135,6 +138,13 @@ impl<'s> Ctx<'s> {
         self.leases
             .iter()
             .find_map(|(p, token)| (p == parent).then_some(*token))
+    }
+
+    /// Whether `parent` had no marker of its own when its lease was taken (written by other
+    /// programs, or by a store of some fields): its lease is given back by the executor, which
+    /// removes the `_subset` the lease created, rather than by the steps' last write.
+    pub(crate) fn is_bare(&self, parent: &Bson) -> bool {
+        self.bare.contains(parent)
     }
 
     /// Records that a write gave `parent`'s lease back (see [`ParentUpdate::last`]).
