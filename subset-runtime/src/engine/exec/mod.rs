@@ -168,6 +168,13 @@ impl<'s> Ctx<'s> {
         Ctx::new(caller, false, false)
     }
 
+    /// A context of its own for one of several writes that go out at once, each on a
+    /// connection of its own: only where the steps' context has neither a transaction nor a
+    /// session (see [`Ctx::has_session`]).
+    pub(crate) fn apart() -> Ctx<'static> {
+        Ctx::new(None, false, false)
+    }
+
     /// Whether the steps run inside one transaction, so that they all apply or none does.
     pub(crate) fn atomic(&self) -> bool {
         self.atomic

@@ -174,7 +174,12 @@ async fn would_empty(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Resu
     let Some(found) = ctx.run(find).await.map_err(|e| store.mongo(e))? else {
         return Ok(());
     };
+    // Views of one child collection and key share the answer: asked once.
+    let mut holding: Vec<(&str, &str)> = Vec::new();
     for spec in store.spec().subsets {
+        if holding.contains(&(spec.child_collection, spec.key)) {
+            continue;
+        }
         let first = found
             .get_array(spec.field)
             .ok()
@@ -191,6 +196,7 @@ async fn would_empty(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Resu
             .limit(1);
         let child_error = |e| crate::Error::mongo(spec.child_collection, e);
         if ctx.run(under_key).await.map_err(child_error)? > 0 {
+            holding.push((spec.child_collection, spec.key));
             continue;
         }
         let stored = children.find_one(doc! { "_id": first });

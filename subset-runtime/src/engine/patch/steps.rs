@@ -79,7 +79,7 @@ impl Steps for PatchSteps<'_, '_> {
             .all(|(i, (c, _))| composed[..i].iter().all(|(d, _)| d != c));
         if !ctx.atomic() && !ctx.has_session() && composed.len() > 1 && distinct {
             let changes = composed.iter().map(|(child, patch)| async move {
-                self.change(&mut Ctx::read(None), child, patch).await
+                self.change(&mut Ctx::apart(), child, patch).await
             });
             let results = futures::future::join_all(changes).await;
             let mut errors = Vec::new();
