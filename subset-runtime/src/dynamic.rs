@@ -71,6 +71,13 @@ pub enum SpecError {
         /// The other, with its article (`a sort field`).
         second: &'static str,
     },
+
+    /// A type given ([`SpecBuilder::values`]) for a field that is neither a sort key nor `_id`.
+    #[error("`{field}` is given a type but is not a sort key: types are for the fields of the sort order and `_id`")]
+    Untyped {
+        /// The field.
+        field: String,
+    },
 }
 
 /// Parses a sort order, `"field asc|desc[, field asc|desc …]"`, by BSON field name.
@@ -107,6 +114,7 @@ pub struct SpecBuilder {
     sums: Vec<(String, String)>,
     embed: Option<Vec<String>>,
     filter: Option<String>,
+    values: Vec<(String, SortValues)>,
 }
 
 impl SpecBuilder {
@@ -127,6 +135,7 @@ impl SpecBuilder {
             sums: Vec::new(),
             embed: None,
             filter: None,
+            values: Vec::new(),
         }
     }
 
@@ -139,6 +148,15 @@ impl SpecBuilder {
     /// The sort order, as [`parse_sort`] reads it.
     pub fn sort(mut self, sort: impl Into<String>) -> Self {
         self.sort = sort.into();
+        self
+    }
+
+    /// The values a sort key (or the children's `_id`) holds, where the descriptor would
+    /// otherwise admit any ([`SortValues::Scalar`], [`SortValues::Id`]): a child whose value is
+    /// of another type is then malformed (reported by checks, never embedded), as it is for a
+    /// descriptor of the derive, which knows the Rust field's type.
+    pub fn values(mut self, field: impl Into<String>, values: SortValues) -> Self {
+        self.values.push((field.into(), values));
         self
     }
 
@@ -268,13 +286,30 @@ impl SpecBuilder {
                 second: "the count field",
             });
         }
+        if let Some((field, _)) = self
+            .values
+            .iter()
+            .find(|(f, _)| f != "_id" && !sort.iter().any(|(s, _)| s == f))
+        {
+            return Err(SpecError::Untyped {
+                field: field.clone(),
+            });
+        }
+        let typed = |field: &str, otherwise| {
+            self.values
+                .iter()
+                .rev()
+                .find(|(f, _)| f == field)
+                .map_or(otherwise, |(_, v)| *v)
+        };
+        let id_values = typed("_id", SortValues::Id);
         let sort: Vec<SortKey> = sort
             .into_iter()
             .map(|(field, direction)| SortKey {
+                // Without a type given, any value a sort key can have.
+                values: typed(&field, SortValues::Scalar),
                 field: leak(field),
                 direction,
-                // No Rust types here: any value a sort key can have.
-                values: SortValues::Scalar,
             })
             .collect();
         // A preview holds `_id` and the sort keys besides the fields asked for, in that order,
@@ -318,7 +353,7 @@ impl SpecBuilder {
                     .collect::<Vec<_>>()
                     .into_boxed_slice(),
             ),
-            id_values: SortValues::Id,
+            id_values,
             embed,
             filter,
         })))

@@ -66,7 +66,8 @@ pub mod hot {
 /// (`subset::guide::bookkeeping`).
 pub mod bookkeeping {
     pub use crate::engine::{
-        DEFAULT_TOKEN_COLLECTION, DEFINITIONS_COLLECTION, FOLDS_COLLECTION, JOB_COLLECTION, MARKER,
+        Registered, RegisteredDefinition, DEFAULT_TOKEN_COLLECTION, DEFINITIONS_COLLECTION,
+        FOLDS_COLLECTION, JOB_COLLECTION, MARKER,
     };
 }
 

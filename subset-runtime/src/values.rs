@@ -105,6 +105,51 @@ impl SortValues {
     }
 }
 
+impl SortValues {
+    /// The word the registry stores this as ([`SortValues::parse`] reads it back): `"date"`,
+    /// `"string"`, `"int:-2147483648:2147483647"`.
+    pub fn name(&self) -> String {
+        match self {
+            SortValues::Integer { min, max } => format!("int:{min}:{max}"),
+            other => NAMES
+                .iter()
+                .find(|(_, v)| v == other)
+                .map_or("scalar", |(n, _)| n)
+                .to_owned(),
+        }
+    }
+
+    /// The values a word names, as [`SortValues::name`] writes it; also `"int"` (an int64),
+    /// `"i32"`. `None` for any other word.
+    pub fn parse(word: &str) -> Option<SortValues> {
+        if let Some(range) = word.strip_prefix("int:") {
+            let (min, max) = range.split_once(':')?;
+            let (min, max) = (min.parse().ok()?, max.parse().ok()?);
+            return (min <= max).then_some(SortValues::Integer { min, max });
+        }
+        match word {
+            "int" => Some(SortValues::integer(i64::MIN, i64::MAX)),
+            "i32" => Some(SortValues::integer(i32::MIN.into(), i32::MAX.into())),
+            _ => NAMES.iter().find(|(n, _)| *n == word).map(|(_, v)| *v),
+        }
+    }
+}
+
+/// The words of [`SortValues::name`] for the variants without parameters.
+const NAMES: &[(&str, SortValues)] = &[
+    ("scalar", SortValues::Scalar),
+    ("id", SortValues::Id),
+    ("float", SortValues::Float),
+    ("bool", SortValues::Bool),
+    ("char", SortValues::Char),
+    ("string", SortValues::String),
+    ("date", SortValues::DateTime),
+    ("objectId", SortValues::ObjectId),
+    ("decimal", SortValues::Decimal128),
+    ("timestamp", SortValues::Timestamp),
+    ("uuid", SortValues::Uuid),
+];
+
 impl fmt::Display for SortValues {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -203,6 +248,28 @@ mod tests {
     use crate::bson::oid::ObjectId;
     use crate::bson::{doc, Binary, DateTime, Decimal128, Timestamp};
     use crate::spec::SortableField;
+
+    #[test]
+    fn every_kind_of_values_reads_back_from_its_name() {
+        let all = NAMES
+            .iter()
+            .map(|(_, v)| *v)
+            .chain([SortValues::integer(-3, 7), SortValues::integer(0, 0)]);
+        for values in all {
+            assert_eq!(
+                SortValues::parse(&values.name()),
+                Some(values),
+                "{values:?}"
+            );
+        }
+        assert_eq!(
+            SortValues::parse("i32"),
+            Some(SortValues::integer(i32::MIN.into(), i32::MAX.into()))
+        );
+        for bad in ["", "Date", "int:3", "int:5:1", "int:a:b"] {
+            assert_eq!(SortValues::parse(bad), None, "{bad}");
+        }
+    }
 
     /// One value of each kind a forged cursor may carry.
     fn samples() -> Vec<Bson> {

@@ -526,6 +526,79 @@ async fn parents_carry_the_definition_they_were_built_under() {
     assert_eq!(entry.get_str("current").ok(), Some(current.as_str()));
 }
 
+/// The registry keeps each definition whole, types included: a store built from it at run time
+/// is the application's store (same digest, the same sort key types), and every definition
+/// deployed is listed in order.
+#[tokio::test]
+async fn the_registry_holds_each_definition_whole_with_its_types() {
+    let db = common::replica_db().await;
+    assert!(subset::bookkeeping::Registered::read(&db, "movies")
+        .await
+        .unwrap()
+        .is_none());
+    let id = ObjectId::new();
+    Store::<Latest3>::new(&db)
+        .raw()
+        .insert(doc! { "_id": id, "latest": [] })
+        .await
+        .unwrap();
+    Store::<WithFirst>::new(&db)
+        .raw()
+        .insert(doc! { "_id": ObjectId::new(), "latest": [], "first": [] })
+        .await
+        .unwrap();
+    let registered = subset::bookkeeping::Registered::read(&db, "movies")
+        .await
+        .unwrap()
+        .unwrap();
+    let digests: Vec<&str> = registered
+        .definitions
+        .iter()
+        .map(|d| d.digest.as_str())
+        .collect();
+    assert_eq!(digests.len(), 2);
+    assert_eq!(digests[1], registered.current);
+    assert_eq!(registered.legacy, digests[0]);
+    let model = registered.current_model().unwrap();
+    assert_eq!(model.collection, "movies");
+    assert_eq!(model.subsets.len(), WithFirst::SUBSETS.len());
+    for (stored, derived) in model.subsets.iter().zip(WithFirst::SUBSETS) {
+        assert_eq!(stored.sort, derived.sort, "{}", stored.field);
+        assert_eq!(stored.id_values, derived.id_values);
+        assert_eq!(
+            (stored.keep, stored.count, stored.filter),
+            (derived.keep, derived.count, derived.filter)
+        );
+        assert_eq!(stored.embed.is_some(), derived.embed.is_some());
+    }
+    // A run-time store of the registered model is the application's: a parent it writes is
+    // built under the current definition, which the typed store reads as its own.
+    let raw = subset::raw::Store::new(&db, model);
+    let other = ObjectId::new();
+    raw.insert(doc! { "_id": other, "latest": [], "first": [] })
+        .await
+        .unwrap();
+    let marker = db
+        .collection::<Document>("movies")
+        .find_one(doc! { "_id": other })
+        .await
+        .unwrap()
+        .unwrap()
+        .get_document(subset::bookkeeping::MARKER)
+        .unwrap()
+        .get_str("d")
+        .unwrap()
+        .to_owned();
+    assert_eq!(marker, registered.current);
+    let again = subset::bookkeeping::Registered::read(&db, "movies")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.current, registered.current);
+    assert_eq!(again.definitions.len(), 2);
+    assert!(again.model(digests[0]).is_some());
+}
+
 /// A store of some fields (the command-line tool's) works on parents whose marker agrees with
 /// its fields, reports the others as outdated, never writes a view it would build wrong, and
 /// cannot rebuild.

@@ -68,7 +68,7 @@ pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
     DEFAULT_TOKEN_COLLECTION,
 };
-pub use model_change::{DEFINITIONS_COLLECTION, MARKER};
+pub use model_change::{Registered, RegisteredDefinition, DEFINITIONS_COLLECTION, MARKER};
 pub use orphans::Orphans;
 pub use patch::ChildPatch;
 pub(crate) use patch::Range;

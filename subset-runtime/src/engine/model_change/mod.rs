@@ -38,10 +38,12 @@ mod digest;
 mod guard;
 mod rebuild;
 mod registry;
+mod stored;
 
 pub(crate) use digest::Definition;
 pub(crate) use guard::{touch, ViewState};
 pub(crate) use registry::RegistryCache;
+pub use registry::{Registered, RegisteredDefinition};
 
 /// The parent field that holds the marker.
 pub const MARKER: &str = "_subset";

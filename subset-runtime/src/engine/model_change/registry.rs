@@ -4,10 +4,12 @@
 use std::sync::{Arc, Mutex};
 
 use crate::bson::{doc, Document};
+use mongodb::Database;
 
-use super::{DEFINITIONS_COLLECTION, MARKER};
+use super::{stored, DEFINITIONS_COLLECTION, MARKER};
 use crate::engine::RawStore;
 use crate::error::{Error, Result};
+use crate::model::ParentSpec;
 
 /// What the registry says of a parent collection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +79,8 @@ impl RawStore {
         }
         let own = self.definition.digest();
         let update = doc! {
-            "$set": { "current": own }, "$addToSet": { "seen": own },
+            "$set": { "current": own, format!("definitions.{own}"): stored::document(&self.spec) },
+            "$addToSet": { "seen": own },
             "$setOnInsert": { "legacy": own },
         };
         self.database()
@@ -88,6 +91,145 @@ impl RawStore {
             .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?;
         self.refresh_registry().await.map(|_| ())
     }
+}
+
+/// What the registry holds for one parent collection: every definition of its model a store
+/// has registered, the one writes converge to, and the one parents without a marker were built
+/// under. [`Registered::read`] writes nothing.
+///
+/// With it a program that has no Rust types of the model (the command line, a script) acts as
+/// the application does: `raw::Store::new(db, registered.current_model()?)` is a store of the
+/// application's definition, sort key types included.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Registered {
+    /// The parent collection.
+    pub collection: String,
+    /// The digest of the definition writes converge to (the one parents carry in `_subset.d`).
+    pub current: String,
+    /// The digest of the definition parents without a marker were built under; empty when
+    /// unknown (the registry was created after parents were marked).
+    pub legacy: String,
+    /// Every definition registered, oldest first.
+    pub definitions: Vec<RegisteredDefinition>,
+}
+
+/// One definition of a parent collection's model in the registry.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RegisteredDefinition {
+    /// Its digest, as parents built under it hold in `_subset.d`.
+    pub digest: String,
+    /// The definition, or `None` when it was registered by a version of the library that kept
+    /// digests only (it is stored whole at that model's next write), or was dropped as no
+    /// longer in use.
+    pub model: Option<ParentSpec>,
+}
+
+impl Registered {
+    /// The registry's word on `collection`, `None` when no store of it has written yet.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mongo`] when the registry cannot be read; [`Error::Registry`] when a stored
+    /// definition does not read back (naming the view and entry at fault).
+    pub async fn read(db: &Database, collection: &str) -> Result<Option<Registered>> {
+        let found = db
+            .collection::<Document>(DEFINITIONS_COLLECTION)
+            .find_one(doc! { "_id": collection })
+            .await
+            .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?;
+        found
+            .map(|found| registered(collection, &found))
+            .transpose()
+    }
+
+    /// Every parent collection of `db` in the registry, by name.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registered::read`].
+    pub async fn read_all(db: &Database) -> Result<Vec<Registered>> {
+        use futures::TryStreamExt;
+        let found: Vec<Document> = db
+            .collection::<Document>(DEFINITIONS_COLLECTION)
+            .find(doc! {})
+            .sort(doc! { "_id": 1 })
+            .await
+            .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?
+            .try_collect()
+            .await
+            .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?;
+        found
+            .iter()
+            .map(|d| registered(d.get_str("_id").unwrap_or_default(), d))
+            .collect()
+    }
+
+    /// The definition of digest `digest`, when the registry holds it whole.
+    pub fn model(&self, digest: &str) -> Option<ParentSpec> {
+        self.definitions
+            .iter()
+            .find(|d| d.digest == digest)
+            .and_then(|d| d.model)
+    }
+
+    /// The definition writes converge to.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Registry`] when the registry holds only its digest: no store of it has written
+    /// since the registry began to keep definitions whole.
+    pub fn current_model(&self) -> Result<ParentSpec> {
+        self.model(&self.current).ok_or_else(|| Error::Registry {
+            collection: self.collection.clone(),
+            reason: format!(
+                "the current definition {} is registered by its digest only; the application's \
+                 next write registers it whole",
+                self.current
+            ),
+        })
+    }
+}
+
+fn registered(collection: &str, found: &Document) -> Result<Registered> {
+    let text = |key: &str| found.get_str(key).unwrap_or_default().to_owned();
+    let stored = found.get_document("definitions").ok();
+    let mut digests: Vec<String> = found
+        .get_array("seen")
+        .map(|seen| {
+            seen.iter()
+                .filter_map(|d| d.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    for digest in stored.iter().flat_map(|d| d.keys()) {
+        if !digests.contains(digest) {
+            digests.push(digest.clone());
+        }
+    }
+    let definitions = digests
+        .into_iter()
+        .map(|digest| {
+            let model =
+                match stored.and_then(|d| d.get_document(&digest).ok()) {
+                    None => None,
+                    Some(model) => Some(stored::parse(collection, model).map_err(|reason| {
+                        Error::Registry {
+                            collection: collection.to_owned(),
+                            reason: format!("its definition {digest} does not read back: {reason}"),
+                        }
+                    })?),
+                };
+            Ok(RegisteredDefinition { digest, model })
+        })
+        .collect::<Result<_>>()?;
+    Ok(Registered {
+        collection: collection.to_owned(),
+        current: text("current"),
+        legacy: text("legacy"),
+        definitions,
+    })
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -128,6 +270,7 @@ async fn load_registry(store: &RawStore, load: Load) -> Result<Arc<Registry>> {
             }
             let first = doc! {
                 "_id": id, "current": own.as_str(), "legacy": legacy, "seen": [own.as_str()],
+                "definitions": { own.as_str(): stored::document(&store.spec) },
             };
             match coll.insert_one(first).await {
                 Ok(_) => {
@@ -153,10 +296,29 @@ async fn load_registry(store: &RawStore, load: Load) -> Result<Arc<Registry>> {
             .get_array("seen")
             .is_ok_and(|s| s.iter().any(|d| d.as_str() == Some(own.as_str())));
         let mut current = text("current");
+        let stored = found
+            .get_document("definitions")
+            .is_ok_and(|d| d.contains_key(own.as_str()));
+        if register && seen && !stored {
+            // Registered by a version that kept digests only: the definition is added whole,
+            // and stays where it is in the order of deploys.
+            let update = doc! {
+                "$set": { format!("definitions.{own}"): stored::document(&store.spec) },
+            };
+            if let Err(e) = coll.update_one(doc! { "_id": id }, update).await {
+                if !crate::error::driver::is_write_concern(&e) {
+                    return Err(error(e));
+                }
+            }
+        }
         if register && !seen {
             // A definition never seen before is new code: writes converge to it.
             let update = doc! {
-                "$set": { "current": own.as_str() }, "$addToSet": { "seen": own.as_str() },
+                "$set": {
+                    "current": own.as_str(),
+                    format!("definitions.{own}"): stored::document(&store.spec),
+                },
+                "$addToSet": { "seen": own.as_str() },
             };
             match coll.update_one(doc! { "_id": id }, update).await {
                 Ok(_) => {}
