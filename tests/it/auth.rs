@@ -2,7 +2,8 @@
 //! with the built-in `read` role alone, on every kind of parent (pushed through a store,
 //! written by another program with no marker, adopted, outdated by a store of another model,
 //! in a database with no registry at all), and sends no write; writes work with `readWrite`;
-//! a write by a reader is `Error::Unauthorized` naming the refused action.
+//! a write by a reader is `Error::Unauthorized` naming the refused action, and so is a follower
+//! without `changeStream`.
 
 use crate::common;
 
@@ -418,4 +419,63 @@ async fn a_writer_with_read_write_writes_and_a_reader_s_write_is_unauthorized() 
         assert_eq!(ids(&got.latest), [106, 104, 103], "{mode:?}");
         assert_eq!(handle.count(&parent.id).await.unwrap(), RATINGS as u64 - 1);
     }
+}
+
+/// A follower needs `changeStream` on the child collection: without it (`readWrite` less that
+/// one action), it stops with `Error::Unauthorized` naming the action, at once, having written
+/// nothing; with `readWrite` it follows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_without_change_stream_is_unauthorized_naming_it() {
+    let Some(server) = server(Topology::ReplicaSet).await else {
+        return;
+    };
+    let admin = server.database().await.unwrap();
+    let name = admin.name().to_owned();
+    let writer = Store::<Recipe>::new(&server.database_as(&name, User::ReadWrite).await.unwrap());
+    let parent = recipe("followed");
+    writer.insert(&parent).await.unwrap();
+    writer
+        .children(Recipe::LATEST)
+        .push_many(&parent.id, &ratings(1))
+        .await
+        .unwrap();
+    // Pre-images, which a follower turns on when it may, are on already: what is missing is
+    // the stream alone.
+    admin
+        .run_command(doc! {
+            "collMod": "auth_ratings", "changeStreamPreAndPostImages": { "enabled": true },
+        })
+        .await
+        .unwrap();
+    let limited = Store::<Recipe>::new(
+        &server
+            .database_as(&name, User::ReadWriteNoChangeStream)
+            .await
+            .unwrap(),
+    );
+    let following = limited.follow(subset::follow::FollowOptions::new("limited"));
+    let error = tokio::time::timeout(std::time::Duration::from_secs(30), following)
+        .await
+        .expect("the follower stops by itself")
+        .expect_err("a follower without changeStream cannot follow");
+    let Error::Unauthorized { action, .. } = &error else {
+        panic!("not Unauthorized: {error:?}");
+    };
+    assert_eq!(action, "changeStream", "{error}");
+    assert!(error.to_string().contains("changeStream"), "{error}");
+    let tokens = admin
+        .collection::<Document>(subset::bookkeeping::DEFAULT_TOKEN_COLLECTION)
+        .count_documents(doc! {})
+        .await
+        .unwrap();
+    assert_eq!(tokens, 0, "a refused follower saved a place");
+
+    let follower = writer
+        .follow(subset::follow::FollowOptions::new("allowed"))
+        .spawn();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    follower
+        .stop()
+        .await
+        .expect("a follower with readWrite follows");
 }
