@@ -11,8 +11,9 @@
 //! edits views it does not know (a view added by newer code, say).
 //!
 //! **The registry.** One document per parent collection in [`DEFINITIONS_COLLECTION`]: the
-//! definition writes converge to (`current`), every definition seen, and the one parents
-//! without a marker were built under (`legacy`, the first registered: data written before
+//! definition writes converge to (`current`), every definition seen (`seen`, digests in the
+//! order of deploys, and `definitions`, each whole: see `stored.rs` and
+//! [`Registered`]), and the one parents without a marker were built under (`legacy`, the first registered: data written before
 //! markers existed, or by other programs). A store registers its definition on first use (its
 //! first write, or its first read of a parent without a marker); a definition never seen before becomes current (a deploy of new code), one seen before
 //! does not (an old process restarting during a rolling deploy). [`crate::raw::Store::rebuild`] makes
@@ -31,6 +32,7 @@
 //! |---|---|
 //! | `digest.rs` | [`Definition`]: the digests of a store's definition and of each view, and its marker |
 //! | `registry.rs` | the registry: which definition is current, which one unmarked parents were built under |
+//! | `stored.rs` | a definition as the registry keeps it whole, and read back |
 //! | `guard.rs` | the condition a parent update carries, and how a stored parent's views may be read |
 //! | `rebuild.rs` | settling a parent of another definition: rebuilt under this one, or marked for a rebuild |
 
