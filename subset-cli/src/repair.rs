@@ -354,6 +354,15 @@ fn describe(drift: &Drift) -> String {
             sum.field, sum.stored, sum.computed
         ));
     }
+    if !drift.malformed_in_head.is_empty() {
+        parts.push(format!(
+            "{} malformed among the first `keep` (a first page fails at them)",
+            drift.malformed_in_head.len()
+        ));
+    }
+    if drift.malformed_note {
+        parts.push("note of malformed children out of date".to_owned());
+    }
     if drift.fixed {
         parts.push("fixed".to_owned());
     }
@@ -382,6 +391,8 @@ fn drift_json(drift: &Drift) -> Value {
             "stored": value_json(&s.stored),
             "computed": value_json(&s.computed),
         })).collect::<Vec<_>>(),
+        "malformed_in_head": ids(&drift.malformed_in_head),
+        "malformed_note": drift.malformed_note,
         "fixed": drift.fixed,
         "malformed": drift.malformed.iter().map(|m| json!({
             "_id": id_json(&m.child),

@@ -8,7 +8,7 @@ use futures::stream::BoxStream;
 use mongodb::ClientSession;
 
 use super::exec::Ctx;
-use super::model_change::ViewState;
+use super::model_change::{self, ViewState};
 use super::{query, RawChildren};
 use crate::action::Action;
 use crate::cursor::{Anchor, Cursor, Page, PageRequest, MAX_PAGE_SIZE};
@@ -243,7 +243,8 @@ impl RawChildren<'_> {
 
     /// The first page, from the embedded subset, in one query projecting this field (and the
     /// count, which tells whether a full subset is all there is); `None` when the subset was
-    /// built under another definition of the model.
+    /// built under another definition of the model, or cannot answer as the child collection
+    /// would (see [`subset_answers`]).
     async fn embedded_page<T>(
         &self,
         ctx: &mut Ctx<'_>,
@@ -268,6 +269,14 @@ impl RawChildren<'_> {
         let mut elements = decode::subset_elements(&raw, self.store.collection_name(), spec)?;
         // Built with a larger `keep`: its head is this subset.
         elements.truncate(spec.keep as usize);
+        let count = spec
+            .count
+            .and_then(|c| raw.get(c).ok().flatten())
+            .and_then(decode::count_value);
+        let noted = model_change::noted_malformed(&raw, spec);
+        if !subset_answers(spec.keep, elements.len(), count, noted) {
+            return Ok(None);
+        }
         let size = request.size as usize;
         let mut items = Vec::with_capacity(elements.len().min(size));
         let mut cursors = Vec::with_capacity(items.capacity());
@@ -370,5 +379,48 @@ impl RawChildren<'_> {
             .run(children.count_documents(self.spec.children_of(parent)))
             .await
             .map_err(|e| self.mongo_child(e))
+    }
+}
+
+/// Whether a view's embedded subset, built under this definition, gives the first page that the
+/// child collection would: a page is the same whichever the parent's bookkeeping (built,
+/// outdated, never marked), items, `has_next` and errors alike.
+///
+/// Not when the parent's marker notes `noted` malformed children among the head (see
+/// [`model_change::noted_malformed`]): the subset left them out, and the collection's page
+/// fails at the first one with [`Error::MalformedChild`], as it does for an outdated parent.
+/// Nor when the subset holds fewer than `keep` (`held`) while the kept `count` says more
+/// children exist: the subset cannot tell whether more follow (a child left out, or a lag
+/// a reconcile fixes), and its `has_next` would say none do.
+pub(crate) fn subset_answers(keep: u32, held: usize, count: Option<i64>, noted: u32) -> bool {
+    if noted > 0 {
+        return false;
+    }
+    let short = held < keep as usize;
+    !(short && count.is_some_and(|n| n > held as i64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subset_answers;
+
+    #[test]
+    fn a_note_of_malformed_children_sends_the_page_to_the_collection() {
+        assert!(subset_answers(5, 5, Some(40), 0));
+        assert!(!subset_answers(5, 5, Some(40), 1));
+        assert!(!subset_answers(5, 2, None, 2));
+    }
+
+    #[test]
+    fn a_short_subset_answers_only_when_the_count_says_it_is_everything() {
+        // Two good children of three: `has_next` from the subset would be false.
+        assert!(!subset_answers(5, 2, Some(3), 0));
+        assert!(subset_answers(5, 2, Some(2), 0));
+        // A count below the array (a lag the other way) leaves the subset to answer.
+        assert!(subset_answers(5, 2, Some(1), 0));
+        // No count kept: nothing says more exist.
+        assert!(subset_answers(5, 2, None, 0));
+        assert!(subset_answers(5, 0, Some(0), 0));
+        assert!(!subset_answers(5, 0, Some(1), 0));
     }
 }

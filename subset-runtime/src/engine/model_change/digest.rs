@@ -59,10 +59,20 @@ impl Definition {
     }
 
     /// The update that marks a stored parent as built under this definition, keeping what
-    /// else its marker holds (a lease), and dropping a rebuild's nonce.
-    pub(crate) fn marking(&self) -> Document {
-        let set: Document = self
-            .marker
+    /// else its marker holds (a lease), and dropping a rebuild's nonce. `notes` says, per view
+    /// field, how many malformed children its head holds (see [`super::guard::with_note`]):
+    /// the marking sets `_subset.v` whole, so the notes a rebuild's recomputes wrote are
+    /// written again here.
+    pub(crate) fn marking(&self, notes: &[(&str, u32)]) -> Document {
+        let mut marker = self.marker.clone();
+        if let Ok(views) = marker.get_document_mut("v") {
+            for (field, noted) in notes {
+                if let Some(Bson::Document(view)) = views.get_mut(*field) {
+                    *view = super::guard::with_note(std::mem::take(view), *noted);
+                }
+            }
+        }
+        let set: Document = marker
             .iter()
             .map(|(k, v)| (format!("{MARKER}.{k}"), v.clone()))
             .collect();
@@ -165,6 +175,23 @@ mod tests {
             assert_ne!(base.views, other.views, "{changed:?}");
             assert_ne!(base.digest, other.digest);
         }
+    }
+
+    #[test]
+    fn a_rebuild_marking_keeps_the_notes_of_malformed_heads() {
+        let added = SubsetSpec {
+            field: "first",
+            ..TEST_SPEC
+        };
+        let def = Definition::of(&parent(vec![TEST_SPEC, added]), false);
+        let marking = def.marking(&[(TEST_SPEC.field, 2), ("first", 0)]);
+        let v = marking
+            .get_document("$set")
+            .and_then(|set| set.get_document(format!("{MARKER}.v")))
+            .expect("the views set whole");
+        let noted = v.get_document(TEST_SPEC.field).expect("the view");
+        assert_eq!(noted.get_i64("m"), Ok(2));
+        assert!(!v.get_document("first").expect("the view").contains_key("m"));
     }
 
     #[test]

@@ -10,6 +10,9 @@
 //! in place: each parent update is conditional on `d`, so code with another definition never
 //! edits views it does not know (a view added by newer code, say).
 //!
+//! A view's entry may also hold `m`, a note that malformed children are among the view's head
+//! (see `guard.rs`), which a resync writes and a rebuild's marking keeps.
+//!
 //! **The registry.** One document per parent collection in [`DEFINITIONS_COLLECTION`]: the
 //! definition writes converge to (`current`), every definition seen (`seen`, digests in the
 //! order of deploys, and `definitions`, each whole: see `stored.rs` and
@@ -43,7 +46,7 @@ mod registry;
 mod stored;
 
 pub(crate) use digest::Definition;
-pub(crate) use guard::{touch, ViewState};
+pub(crate) use guard::{malformed_note, noted_malformed, touch, ViewState};
 pub(crate) use registry::RegistryCache;
 pub use registry::{Registered, RegisteredDefinition};
 

@@ -54,15 +54,22 @@ impl RawStore {
     /// child meanwhile (one that holds no lease: a process of an older version) has marked it
     /// again, and the rebuild starts over, so it never marks a view that missed that child.
     pub(crate) async fn rebuild_parent(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
-        let mark = || ParentUpdate {
+        // The marking sets every view's entry whole: with the notes of malformed children
+        // that each view's recompute found.
+        let mark = |notes: &[(&str, u32)]| ParentUpdate {
             guard: Guard::Rebuild,
-            ..ParentUpdate::of(self.definition.marking())
+            ..ParentUpdate::of(self.definition.marking(notes))
+        };
+        let noted = |spec: &crate::model::SubsetSpec, drift: &crate::engine::Drift| {
+            (spec.field, drift.malformed_in_head.len() as u32)
         };
         if ctx.atomic() {
+            let mut notes = Vec::with_capacity(self.spec().subsets.len());
             for spec in self.spec().subsets {
-                self.children(spec).rebuild_view(ctx, parent).await?;
+                let drift = self.children(spec).rebuild_view(ctx, parent).await?;
+                notes.push(noted(spec, &drift));
             }
-            self.write_parent(ctx, parent, mark()).await?;
+            self.write_parent(ctx, parent, mark(&notes)).await?;
             return Ok(());
         }
         for attempt in 0..ORDERED_REBUILDS {
@@ -73,9 +80,11 @@ impl RawStore {
                 return Ok(());
             };
             let mut rebuilt = true;
+            let mut notes = Vec::with_capacity(self.spec().subsets.len());
             for spec in self.spec().subsets {
                 let drift = self.children(spec).rebuild_view(ctx, parent).await?;
                 rebuilt &= drift.fixed || drift.is_in_sync();
+                notes.push(noted(spec, &drift));
             }
             if !rebuilt {
                 // A view changed under every attempt: left marked as built under none.
@@ -84,7 +93,7 @@ impl RawStore {
             }
             let still = ParentUpdate {
                 filter: doc! { format!("{MARKER}.n"): nonce },
-                ..mark()
+                ..mark(&notes)
             };
             if self.write_parent(ctx, parent, still).await? == Written::Applied {
                 return Ok(());

@@ -33,6 +33,16 @@ pub struct Drift {
     /// sums they break, still counted, and reported here until they are fixed in the child
     /// collection. A reconcile cannot fix them; the program that wrote them must.
     pub malformed: Vec<MalformedChild>,
+    /// `_id`s of malformed children among the first `keep` the child collection gives, in its
+    /// order (none for a preview's head, whose embedded form may lack the field at fault).
+    /// Left out of the subset, they are where a first page fails with
+    /// [`crate::Error::MalformedChild`] on every parent, built or not: the parent's marker
+    /// notes them so that a page reads the collection (see the guide's consistency page).
+    pub malformed_in_head: Vec<Bson>,
+    /// Whether the parent's note of [`Drift::malformed_in_head`] disagrees with the child
+    /// collection: missing while some are there, or left from children since fixed. A
+    /// reconcile rewrites it. Never set by a store of some fields, which writes no marker.
+    pub malformed_note: bool,
     /// Whether the parent's views were built under another definition of the model (another
     /// `keep`, order, filter, preview, count or sum; a view added since), or under none (a
     /// writer of an older definition changed a child of it). Nothing else is compared then:
@@ -47,13 +57,15 @@ impl Drift {
     /// Whether the subset, the count and the sums were exactly right, and no stored child is
     /// malformed.
     pub fn is_clean(&self) -> bool {
-        self.is_in_sync() && self.malformed.is_empty()
+        self.is_in_sync() && self.malformed.is_empty() && self.malformed_in_head.is_empty()
     }
 
-    /// Whether the subset, the count and the sums were exactly right: nothing a reconcile
-    /// would write. Malformed children ([`Drift::malformed`]) may still be reported.
+    /// Whether the subset, the count, the sums and the note of malformed children were exactly
+    /// right: nothing a reconcile would write. Malformed children ([`Drift::malformed`],
+    /// [`Drift::malformed_in_head`]) may still be reported: no reconcile can fix them.
     pub fn is_in_sync(&self) -> bool {
         !self.outdated
+            && !self.malformed_note
             && self.missing.is_empty()
             && self.stale.is_empty()
             && self.changed.is_empty()
@@ -71,6 +83,9 @@ impl Drift {
         expected: &Expected,
     ) -> Drift {
         let mut drift = compare(parent, stored.embedded(), &expected.top);
+        drift.malformed_in_head = expected.head_malformed.clone();
+        drift.malformed_note =
+            expected.noting && stored.noted as usize != expected.head_malformed.len();
         let Some(totals) = &expected.totals else {
             return drift;
         };
@@ -155,6 +170,8 @@ fn compare(parent: &Bson, embedded: &[Document], top: &[Document]) -> Drift {
         count: None,
         sums: Vec::new(),
         malformed: Vec::new(),
+        malformed_in_head: Vec::new(),
+        malformed_note: false,
         outdated: false,
         fixed: false,
     }
@@ -183,6 +200,7 @@ mod tests {
             embedded: Some(embedded),
             count: n,
             sums: vec![stars],
+            noted: 0,
         }
     }
 
@@ -193,6 +211,8 @@ mod tests {
                 count,
                 sums: vec![stars],
             }),
+            head_malformed: Vec::new(),
+            noting: true,
         }
     }
 
@@ -281,8 +301,35 @@ mod tests {
     fn without_recounted_totals_only_the_array_is_compared() {
         let top = vec![review(3, 30, 5)];
         let wrong = stored(top.clone(), Some(Bson::Int32(40)), None);
-        let array_only = Expected { top, totals: None };
+        let array_only = Expected {
+            top,
+            totals: None,
+            ..Expected::default()
+        };
         let drift = Drift::between(latest(), &Bson::Int32(7), &wrong, &array_only);
+        assert!(drift.is_clean(), "{drift:?}");
+    }
+
+    #[test]
+    fn a_note_that_disagrees_with_the_malformed_head_is_drift() {
+        let top = vec![review(3, 30, 5)];
+        let mut noted = stored(top.clone(), Some(Bson::Int64(2)), Some(Bson::Int64(5)));
+        let mut should = expected(top, 2, 5.into());
+        should.head_malformed = vec![Bson::Int32(9)];
+        let drift = Drift::between(latest(), &Bson::Int32(7), &noted, &should);
+        assert_eq!(drift.malformed_in_head, [Bson::Int32(9)]);
+        assert!(drift.malformed_note && !drift.is_in_sync(), "{drift:?}");
+        noted.noted = 1;
+        let drift = Drift::between(latest(), &Bson::Int32(7), &noted, &should);
+        // Noted: nothing to write, but a malformed child in the head is never clean.
+        assert!(drift.is_in_sync() && !drift.is_clean(), "{drift:?}");
+        // A note left from children since fixed is drift too.
+        should.head_malformed.clear();
+        let drift = Drift::between(latest(), &Bson::Int32(7), &noted, &should);
+        assert!(drift.malformed_note, "{drift:?}");
+        // A store that writes no marker compares no note.
+        should.noting = false;
+        let drift = Drift::between(latest(), &Bson::Int32(7), &noted, &should);
         assert!(drift.is_clean(), "{drift:?}");
     }
 
@@ -305,6 +352,7 @@ mod tests {
         let should = Expected {
             top: vec![preview],
             totals: None,
+            ..Expected::default()
         };
         let drift = Drift::between(previews, &Bson::Int32(7), &embedded_whole, &should);
         assert_eq!(drift.changed, [Bson::Int32(3)]);

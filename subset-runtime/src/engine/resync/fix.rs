@@ -6,6 +6,7 @@ use crate::bson::{doc, Bson, Document};
 
 use super::state::{Expected, Stored};
 use super::{CountFix, Drift};
+use crate::engine::model_change::malformed_note;
 use crate::model::SubsetSpec;
 
 /// One parent update: which parent, in which state, and what changes.
@@ -44,11 +45,25 @@ impl Fix {
         for wrong in &drift.sums {
             set.insert(wrong.field.clone(), wrong.computed.clone());
         }
-        let mut update = Document::new();
         let mut filter = doc! { "_id": parent.clone() };
         if !set.is_empty() {
-            update.insert("$set", set);
             filter.extend(as_read(spec, stored, expected));
+        }
+        // The note needs no condition of its own: it says what the child collection holds,
+        // which no write of this library makes malformed.
+        let mut unset = Document::new();
+        if drift.malformed_note {
+            match expected.head_malformed.len() {
+                0 => unset.insert(malformed_note(spec), ""),
+                n => set.insert(malformed_note(spec), n as i64),
+            };
+        }
+        let mut update = Document::new();
+        if !set.is_empty() {
+            update.insert("$set", set);
+        }
+        if !unset.is_empty() {
+            update.insert("$unset", unset);
         }
         if let CountFix::Inc(inc) = count_fix {
             if !inc.is_empty() {
@@ -113,6 +128,7 @@ mod tests {
                 count,
                 sums: vec![Bson::Int64(stars)],
             }),
+            ..Expected::default()
         }
     }
 
@@ -123,6 +139,7 @@ mod tests {
             embedded: Some(top.clone()),
             count: Some(Bson::Int64(1)),
             sums: vec![Some(Bson::Int32(4))],
+            noted: 0,
         };
         let expected = recounted(top, 1, 4);
         assert_eq!(fix(&right, &expected, &CountFix::Recount), None);
@@ -139,6 +156,7 @@ mod tests {
             embedded: Some(vec![review(2, 20, 4)]),
             count: Some(Bson::Int32(1)),
             sums: vec![None],
+            noted: 0,
         };
         let fix = fix(&behind, &recounted(top.clone(), 2, 9), &CountFix::Recount).expect("a write");
         assert_eq!(
@@ -162,10 +180,12 @@ mod tests {
             embedded: None,
             count: None,
             sums: vec![None],
+            noted: 0,
         };
         let array_only = Expected {
             top: Vec::new(),
             totals: None,
+            ..Expected::default()
         };
         let fix = fix(&absent, &array_only, &CountFix::Recount).expect("a write");
         assert_eq!(fix.update, doc! { "$set": { "latest": [] } });
@@ -182,12 +202,14 @@ mod tests {
         let array_only = Expected {
             top: top.clone(),
             totals: None,
+            ..Expected::default()
         };
         let removal = CountFix::Inc(doc! { "n": -1_i64, "stars": -5_i64 });
         let right = Stored {
             embedded: Some(top.clone()),
             count: Some(Bson::Int64(2)),
             sums: vec![Some(Bson::Int64(9))],
+            noted: 0,
         };
         let fix_right = fix(&right, &array_only, &removal).expect("a write");
         assert_eq!(fix_right.filter, doc! { "_id": 7 });
@@ -212,5 +234,34 @@ mod tests {
             fix_drifted.filter,
             doc! { "_id": 7, "latest": [review(3, 30, 5), review(2, 20, 4)] }
         );
+    }
+
+    #[test]
+    fn a_note_is_set_to_the_malformed_head_or_unset_when_none() {
+        let top = vec![review(2, 20, 4)];
+        let right = Stored {
+            embedded: Some(top.clone()),
+            count: Some(Bson::Int64(2)),
+            sums: vec![Some(Bson::Int64(4))],
+            noted: 0,
+        };
+        let mut expected = recounted(top, 2, 4);
+        expected.noting = true;
+        expected.head_malformed = vec![Bson::Int32(9)];
+        let noting = fix(&right, &expected, &CountFix::Recount).expect("a write");
+        assert_eq!(
+            noting.update,
+            doc! { "$set": { "_subset.v.latest.m": 1_i64 } }
+        );
+        assert_eq!(noting.filter, doc! { "_id": 7 });
+        let noted = Stored { noted: 1, ..right };
+        expected.head_malformed.clear();
+        let clearing = fix(&noted, &expected, &CountFix::Recount).expect("a write");
+        assert_eq!(
+            clearing.update,
+            doc! { "$unset": { "_subset.v.latest.m": "" } }
+        );
+        expected.noting = false;
+        assert_eq!(fix(&noted, &expected, &CountFix::Recount), None);
     }
 }

@@ -148,7 +148,8 @@ impl RawChildren<'_> {
     /// query, and one `$group` for a view with a count or sums.
     pub(crate) async fn computed(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Document> {
         let spec = self.spec();
-        let mut fields = doc! { spec.field: self.top(ctx, parent, &[]).await? };
+        let (top, _) = self.top(ctx, parent, &[]).await?;
+        let mut fields = doc! { spec.field: top };
         if spec.count.is_some() || !spec.sums.is_empty() {
             let totals = self.totals(ctx, parent).await?;
             if let Some(count) = spec.count {
@@ -235,13 +236,18 @@ impl RawChildren<'_> {
                 true => self.malformed(ctx, parent).await?,
                 false => Vec::new(),
             };
-            let top = self.top(ctx, parent, &malformed).await?;
+            let (top, head_malformed) = self.top(ctx, parent, &malformed).await?;
             let kept = spec.count.is_some() || !spec.sums.is_empty();
             let totals = match recount && kept {
                 true => Some(self.totals(ctx, parent).await?),
                 false => None,
             };
-            let expected = Expected { top, totals };
+            let expected = Expected {
+                top,
+                totals,
+                head_malformed,
+                noting: !store.is_partial(),
+            };
 
             drift = Drift::between(spec, parent, &stored, &expected);
             drift.malformed = malformed;
@@ -323,30 +329,43 @@ impl RawChildren<'_> {
     }
 
     /// The child collection's first `keep` children of `parent` in their embedded form, none of
-    /// them malformed: `known` ones are left out by the query, and any other the query returns
-    /// (past the ones a check lists, or on a backfill, which lists none) is left out and the
-    /// query run again, so a malformed child is never embedded.
+    /// them malformed, and the `_id`s of the malformed ones among its own first `keep` (which a
+    /// page from the collection meets, and the parent's marker notes).
+    ///
+    /// The first query leaves nothing out, so that it finds those; any malformed child it
+    /// returns, and the `known` ones, are left out of the next, until one returns none (on a
+    /// backfill, which knows none, the first query is usually the last). A malformed child is
+    /// never embedded.
     async fn top(
         &self,
         ctx: &mut Ctx<'_>,
         parent: &Bson,
         known: &[MalformedChild],
-    ) -> Result<Vec<Document>> {
+    ) -> Result<(Vec<Document>, Vec<Bson>)> {
         let spec = self.spec();
         let rules = Rules::of(spec, self.view_specs());
         let children = self.children::<Document>();
-        let mut excluded: Vec<Bson> = known.iter().map(|m| m.child.clone()).collect();
+        let mut excluded: Vec<Bson> = Vec::new();
+        let mut head: Option<Vec<Bson>> = None;
         loop {
             let find = query::top_children(&children, spec, parent, &excluded);
             let top = ctx.collect(find).await.map_err(|e| self.mongo_child(e))?;
-            let before = excluded.len();
-            for child in &top {
-                if rules.problem(child, false).is_some() {
-                    excluded.push(child.get("_id").cloned().unwrap_or(Bson::Null));
-                }
+            let found: Vec<Bson> = top
+                .iter()
+                .filter(|child| rules.problem(child, false).is_some())
+                .map(|child| child.get("_id").cloned().unwrap_or(Bson::Null))
+                .collect();
+            let in_head = head.get_or_insert_with(|| found.clone());
+            if found.is_empty() {
+                return Ok((top, std::mem::take(in_head)));
             }
-            if excluded.len() == before {
-                return Ok(top);
+            for id in found
+                .into_iter()
+                .chain(known.iter().map(|m| m.child.clone()))
+            {
+                if !excluded.contains(&id) {
+                    excluded.push(id);
+                }
             }
         }
     }

@@ -17,6 +17,8 @@ pub(super) struct Stored {
     pub(super) count: Option<Bson>,
     /// Each sum field's value, one per [`SubsetSpec::sums`]; `None` when absent.
     pub(super) sums: Vec<Option<Bson>>,
+    /// How many malformed children the view's note says its head holds (0: no note).
+    pub(super) noted: u32,
 }
 
 impl Stored {
@@ -38,6 +40,7 @@ impl Stored {
             embedded: embedded_array(parent, collection, spec)?,
             count: spec.count.and_then(value),
             sums: spec.sums.iter().map(|s| value(s.parent)).collect(),
+            noted: crate::engine::model_change::noted_malformed(parent, spec),
         })
     }
 
@@ -64,6 +67,12 @@ pub(super) struct Expected {
     /// The count and sums over every child the field keeps, when they were recounted (a
     /// reconcile of a field with a count or sums); `None` leaves them out of the comparison.
     pub(super) totals: Option<Totals>,
+    /// The `_id`s of the malformed children among the child collection's own first `keep`
+    /// (which the subset leaves out, and a page from the collection meets).
+    pub(super) head_malformed: Vec<Bson>,
+    /// Whether the parent's marker should note [`Expected::head_malformed`]: not for a store
+    /// of some fields, which writes no marker.
+    pub(super) noting: bool,
 }
 
 /// The count and sums of one parent's children.
