@@ -1840,3 +1840,91 @@ async fn a_decimal_sum_follows_the_stored_decimals_exactly() {
     let out = subset(&uri, &db, &view("check", LEDGER, &[])).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
+
+/// A child another program wrote without its sort key, among the first `keep`: `subset check`
+/// reports it as the application's store of the same field does (after the application's
+/// reconcile noted it), and a first page through the library fails at it rather than serve
+/// the two good ones as all there is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_child_in_the_head_shows_alike_in_check_and_the_library() {
+    use subset_runtime::raw;
+    use subset_runtime::repair::SweepOptions;
+    use subset_runtime::spec::{ParentSpec, SpecBuilder};
+    use subset_runtime::PageRequest;
+
+    let (db, uri) = fresh().await;
+    let shop = ObjectId::new();
+    db.collection::<Document>("shops")
+        .insert_one(doc! { "_id": shop, "name": "Odd Shop", "reviews": [], "total_reviews": 0_i64 })
+        .await
+        .unwrap();
+    let undated = ObjectId::new();
+    db.collection::<Document>("reviews")
+        .insert_many([
+            doc! { "_id": ObjectId::new(), "shop_id": shop, "date": DateTime::from_millis(2_000) },
+            doc! { "_id": ObjectId::new(), "shop_id": shop, "date": DateTime::from_millis(1_000) },
+            doc! { "_id": undated, "shop_id": shop },
+        ])
+        .await
+        .unwrap();
+    // The application's own store of the field the flags describe.
+    let spec = SpecBuilder::new("reviews", "reviews", "shop_id")
+        .keep(10)
+        .sort("date desc")
+        .count("total_reviews")
+        .build()
+        .unwrap();
+    let store = raw::Store::new(&db, ParentSpec::leak("shops", vec![*spec]));
+    let options = SweepOptions::default();
+    let reconciled = store.reconcile_all(&options, |_| {}).await.unwrap();
+    assert_eq!(reconciled.progress.fixed, 1, "{reconciled:?}");
+    let library = store.check_all(&options, |_| {}).await.unwrap();
+
+    let out = subset(&uri, &db, &with("check", &["--json"])).await;
+    assert_eq!(
+        code(&out),
+        1,
+        "malformed children are a problem: {}",
+        stderr(&out)
+    );
+    let report = json(&out);
+    assert_eq!(
+        (report["drifted"].as_u64(), report["malformed"].as_u64()),
+        (
+            Some(library.progress.drifted),
+            Some(library.progress.malformed)
+        ),
+        "{report}"
+    );
+    assert_eq!(
+        (library.progress.drifted, library.progress.malformed),
+        (0, 1)
+    );
+    let (_, drift) = &library.drifts[0];
+    let cli = &report["drifts"][0];
+    let undated_json = subset_runtime::bson_compat::to_relaxed_extjson(Bson::ObjectId(undated));
+    assert_eq!(drift.malformed_in_head, [Bson::ObjectId(undated)]);
+    assert_eq!(cli["malformed_in_head"], serde_json::json!([undated_json]));
+    assert_eq!(cli["malformed_note"], drift.malformed_note);
+    assert!(!drift.malformed_note, "{drift:?}");
+    assert_eq!(cli["malformed"][0]["field"], "date");
+    let out = subset(&uri, &db, &with("check", &[])).await;
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("1 malformed among the first `keep` (a first page fails at them)"),
+        "{text}"
+    );
+
+    let reviews = store.children(spec);
+    let parent = Bson::ObjectId(shop);
+    let page = reviews.page(&parent, &PageRequest::first(10)).await;
+    match page {
+        Err(subset_runtime::Error::MalformedChild { id, field, .. }) => {
+            assert_eq!((*id, field.as_str()), (Bson::ObjectId(undated), "date"))
+        }
+        other => panic!("the page reaches the undated review: {other:?}"),
+    }
+    let two = reviews.page(&parent, &PageRequest::first(2)).await.unwrap();
+    assert_eq!(two.items.len(), 2);
+    assert!(two.has_next(), "a third review follows");
+}

@@ -1,6 +1,7 @@
 //! The condition a parent update carries (see [`crate::engine::parent_write`]), and how a stored
 //! parent's views may be read under a store's definition.
 
+use crate::bson::raw::RawBsonRef;
 use crate::bson::{doc, oid::ObjectId, Bson, Document, RawDocument, RawDocumentBuf};
 
 use super::digest::view_digest;
@@ -258,6 +259,13 @@ fn fields_marked(store: &RawStore) -> Document {
 
 /// [`RawStore::built_here`] of a store of some fields (see [`fields_marked`]).
 fn fields_built_here(store: &RawStore, parent: &RawDocument) -> bool {
+    entries_built_here(store.spec().subsets, &store.definition.views, parent)
+}
+
+/// Whether `parent`'s marker takes the views `subsets` (of digests `views`) as built under
+/// them, as [`fields_marked`] does: not marked as built under none, and each view's entry
+/// absent or holding their digest and `keep` where it holds one.
+fn entries_built_here(subsets: &[SubsetSpec], views: &[String], parent: &RawDocument) -> bool {
     let marker = match parent.get(MARKER) {
         Ok(Some(m)) => m.as_document(),
         _ => None,
@@ -265,26 +273,23 @@ fn fields_built_here(store: &RawStore, parent: &RawDocument) -> bool {
     if marker.is_some_and(|m| m.get_str("d").ok() == Some("")) {
         return false;
     }
-    let views = marker.and_then(|m| m.get_document("v").ok());
-    store
-        .spec()
-        .subsets
-        .iter()
-        .zip(&store.definition.views)
-        .all(
-            |(spec, b)| match views.map(|v| v.get_document(spec.field)) {
-                Some(Ok(view)) => {
-                    view.get_str("b").ok() == Some(b.as_str())
-                        && view
-                            .get("k")
-                            .ok()
-                            .flatten()
-                            .and_then(crate::decode::count_value)
-                            == Some(i64::from(spec.keep))
-                }
-                _ => true,
-            },
-        )
+    let entries = marker.and_then(|m| m.get_document("v").ok());
+    subsets.iter().zip(views).all(|(spec, b)| {
+        let Some(Ok(view)) = entries.map(|v| v.get_document(spec.field)) else {
+            return true;
+        };
+        // A missing `b` or `k` matches the filter's `null` (an entry holding only a note, on
+        // an unmarked parent).
+        let b_here = match view.get("b").ok().flatten() {
+            None | Some(RawBsonRef::Null) => true,
+            Some(other) => other.as_str() == Some(b.as_str()),
+        };
+        let k_here = match view.get("k").ok().flatten() {
+            None | Some(RawBsonRef::Null) => true,
+            Some(k) => crate::decode::count_value(k) == Some(i64::from(spec.keep)),
+        };
+        b_here && k_here
+    })
 }
 
 #[cfg(test)]
@@ -313,5 +318,30 @@ mod tests {
             0
         );
         assert_eq!(noted_malformed(&raw(doc! { "_id": 1 }), &TEST_SPEC), 0);
+    }
+
+    #[test]
+    fn a_view_entry_holding_only_a_note_is_no_other_definition() {
+        let field = TEST_SPEC.field;
+        let views = ["own".to_owned()];
+        let built = |marker: Document| {
+            entries_built_here(
+                &[TEST_SPEC],
+                &views,
+                &raw(doc! { "_id": 1, MARKER: marker }),
+            )
+        };
+        assert!(built(doc! { "v": { field: { "m": 1_i64 } } }));
+        let keep = i64::from(TEST_SPEC.keep);
+        assert!(built(
+            doc! { "v": { field: { "b": "own", "k": keep, "m": 1_i64 } } }
+        ));
+        assert!(!built(
+            doc! { "v": { field: { "b": "other", "m": 1_i64 } } }
+        ));
+        assert!(!built(
+            doc! { "v": { field: { "b": "own", "k": keep + 1 } } }
+        ));
+        assert!(!built(doc! { "d": "" }));
     }
 }
