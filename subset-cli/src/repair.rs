@@ -255,7 +255,7 @@ fn report(
     }
     if p.outdated > 0 {
         text.push_str(&format!(
-            "; built under another definition (rebuild them with the application's `Store::rebuild`): {}",
+            "; built under another definition (rebuild them with `subset rebuild`, or the application's `Store::rebuild`): {}",
             p.outdated
         ));
     }
