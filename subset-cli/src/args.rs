@@ -2,7 +2,7 @@
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use subset_runtime::bson::{Bson, Document};
-use subset_runtime::{spec::SpecBuilder, spec::SubsetSpec};
+use subset_runtime::spec::{parse_sort, SortValues, SpecBuilder, SubsetSpec};
 
 use crate::bulk::Job;
 use crate::error::CliError;
@@ -46,6 +46,13 @@ pub enum Command {
     /// child collection and in the embedded copies of `--field`, re-ranked and recounted.
     /// Resumable: rerun the same command after any interruption.
     Patch(PatchArgs),
+    /// Rebuild, under the application's registered model, every parent built under another
+    /// definition of it (after a deploy or a rollback), then drop the definitions no parent is
+    /// built under any more. Resumable.
+    Rebuild(RebuildArgs),
+    /// What the library keeps in the database: each model's definitions (which is current, how
+    /// many parents are built under each), fold queues, jobs by filter and followers. Read-only.
+    Status(StatusArgs),
 }
 
 impl Command {
@@ -59,6 +66,8 @@ impl Command {
             Command::Follow(a) => a.subset.conn.json,
             Command::Remove(a) => a.subset.conn.json,
             Command::Patch(a) => a.subset.conn.json,
+            Command::Rebuild(a) => a.subset.conn.json,
+            Command::Status(a) => a.conn.json,
         }
     }
 }
@@ -112,21 +121,26 @@ pub struct SubsetArgs {
     /// The parent collection.
     #[arg(long, value_name = "COLLECTION")]
     pub parent: String,
-    /// The parent's array field holding the (embedded) children.
+    /// The parent's array field holding the (embedded) children. Without the view flags
+    /// (`--field`, `--child`, `--key`, `--sort`), `check`, `reconcile`, `rebuild`, `remove` and
+    /// `patch` act on the application's model as registered: every view, with its types.
     #[arg(long, value_name = "FIELD")]
-    pub field: String,
+    pub field: Option<String>,
     /// The child collection that holds every child.
     #[arg(long, value_name = "COLLECTION")]
-    pub child: String,
-    /// How many children stay embedded (1 to 1000).
-    #[arg(long, default_value_t = 10, value_name = "N")]
-    pub keep: u32,
-    /// The order of the children, by child field: "date desc, rating asc".
+    pub child: Option<String>,
+    /// How many children stay embedded (1 to 1000) [default: 10].
+    #[arg(long, value_name = "N")]
+    pub keep: Option<u32>,
+    /// The order of the children, by child field: "date desc, rating asc". A key may name the
+    /// BSON type its values hold, "date:date desc" (date, string, int, long, double, decimal,
+    /// objectId, bool, timestamp, uuid): a child holding another type is malformed, reported
+    /// and never embedded. Untyped keys take the type most children hold.
     #[arg(long, value_name = "ORDER")]
-    pub sort: String,
+    pub sort: Option<String>,
     /// The field of each child document that holds its parent's `_id`.
     #[arg(long, value_name = "FIELD")]
-    pub key: String,
+    pub key: Option<String>,
     /// A parent integer field to keep equal to the number of children (with `--filter`, of
     /// the children the filter keeps).
     #[arg(long, value_name = "FIELD")]
@@ -155,11 +169,36 @@ pub struct SubsetArgs {
 }
 
 impl SubsetArgs {
-    /// The descriptor the engine works with.
-    pub fn spec(&self) -> Result<&'static SubsetSpec, CliError> {
-        let mut builder = SpecBuilder::new(&self.field, &self.child, &self.key)
-            .keep(self.keep)
-            .sort(&self.sort);
+    /// The view the flags describe, sort keys typed as `--sort` says; `None` when no view flag
+    /// is given (the registered model is meant).
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Usage`] for some view flags without the others, a bad `--parent` or type
+    /// word; [`CliError::Spec`] for flags that describe no valid subset.
+    pub fn view(&self) -> Result<Option<View>, CliError> {
+        if self.parent.is_empty() || self.parent.contains('$') || self.parent.contains('\0') {
+            return Err(CliError::Usage(format!(
+                "--parent `{}` is not a collection name MongoDB accepts",
+                self.parent
+            )));
+        }
+        let (Some(field), Some(child), Some(key), Some(sort)) =
+            (&self.field, &self.child, &self.key, &self.sort)
+        else {
+            let given = self.view_flags_given();
+            if given.is_empty() {
+                return Ok(None);
+            }
+            return Err(CliError::Usage(format!(
+                "{} given without the rest of the view: give --field, --child, --key and --sort together, or none of them to act on the application's registered model",
+                given.join(", ")
+            )));
+        };
+        let (sort, typed) = typed_sort(sort)?;
+        let mut builder = SpecBuilder::new(field, child, key)
+            .keep(self.keep.unwrap_or(DEFAULT_KEEP))
+            .sort(&sort);
         if let Some(count) = &self.count {
             builder = builder.count(count);
         }
@@ -172,14 +211,92 @@ impl SubsetArgs {
         for sums in &self.sum {
             builder = builder.sums(sums).map_err(CliError::Spec)?;
         }
-        if self.parent.is_empty() || self.parent.contains('$') || self.parent.contains('\0') {
-            return Err(CliError::Usage(format!(
-                "--parent `{}` is not a collection name MongoDB accepts",
-                self.parent
-            )));
+        let untyped = parse_sort(&sort)
+            .map_err(CliError::Spec)?
+            .into_iter()
+            .map(|(field, _)| field)
+            .filter(|f| !typed.iter().any(|(t, _)| t == f))
+            .collect();
+        for (field, values) in typed {
+            builder = builder.values(field, values);
         }
-        builder.build().map_err(CliError::Spec)
+        Ok(Some(View { builder, untyped }))
     }
+
+    /// The view the flags describe, for the commands that need flags (`migrate`, `follow`).
+    ///
+    /// # Errors
+    ///
+    /// As [`SubsetArgs::view`], and [`CliError::Usage`] when no view flag is given.
+    pub fn spec(&self, command: &str) -> Result<&'static SubsetSpec, CliError> {
+        match self.view()? {
+            Some(view) => view.builder.build().map_err(CliError::Spec),
+            None => Err(CliError::Usage(format!(
+                "`subset {command}` needs the view flags: --field, --child, --key and --sort"
+            ))),
+        }
+    }
+
+    /// The view flags given (besides `--parent`).
+    fn view_flags_given(&self) -> Vec<&'static str> {
+        let mut given = Vec::new();
+        let flags = [
+            ("--field", self.field.is_some()),
+            ("--child", self.child.is_some()),
+            ("--key", self.key.is_some()),
+            ("--sort", self.sort.is_some()),
+            ("--keep", self.keep.is_some()),
+            ("--count", self.count.is_some()),
+            ("--embed", self.embed.is_some()),
+            ("--filter", self.filter.is_some()),
+            ("--sum", !self.sum.is_empty()),
+        ];
+        for (flag, on) in flags {
+            if on {
+                given.push(flag);
+            }
+        }
+        given
+    }
+}
+
+/// `keep` when `--keep` is not given.
+const DEFAULT_KEEP: u32 = 10;
+
+/// A view described by flags, its sort keys' types not yet all known.
+#[derive(Debug)]
+pub struct View {
+    /// The descriptor, with the types `--sort` gave.
+    pub builder: SpecBuilder,
+    /// The sort keys `--sort` gave no type: the type most children hold is theirs.
+    pub untyped: Vec<String>,
+}
+
+/// `--sort` without its types, and the types: `"date:date desc, stars desc"` is
+/// `("date desc, stars desc", [("date", date)])`. The order itself is the library's grammar
+/// ([`parse_sort`]); a type is a word [`SortValues::parse`] reads.
+fn typed_sort(sort: &str) -> Result<(String, Vec<(String, SortValues)>), CliError> {
+    let mut plain = Vec::new();
+    let mut typed = Vec::new();
+    for key in sort.split(',') {
+        let trimmed = key.trim_start();
+        let (first, rest) = trimmed
+            .split_once(char::is_whitespace)
+            .unwrap_or((trimmed, ""));
+        match first.split_once(':') {
+            Some((field, word)) => {
+                let values = SortValues::parse(word).ok_or_else(|| {
+                    CliError::Usage(format!(
+                        "--sort: `{word}` (the type of `{field}`) is not a type: date, string, int, long, double, decimal, objectId, bool, timestamp or uuid"
+                    ))
+                })?;
+                typed.push((field.to_owned(), values));
+                plain.push(format!("{field} {rest}"));
+            }
+            None => plain.push(key.to_owned()),
+        }
+    }
+    Ok((plain.join(","), typed))
 }
 
 /// `subset migrate`.
@@ -233,6 +350,25 @@ pub struct FollowArgs {
     /// In text mode without a terminal, print a status line this often.
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     pub status_every: u64,
+}
+
+/// `subset rebuild`.
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    #[command(flatten)]
+    pub subset: SubsetArgs,
+    /// Rebuild a parent even when that empties a view that holds children today, none of them
+    /// stored under the view's key (children really gone; a renamed key wants the key fixed
+    /// in the model instead).
+    #[arg(long)]
+    pub allow_emptying: bool,
+}
+
+/// `subset status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub conn: Conn,
 }
 
 /// What `subset remove` and `subset patch` take besides the subset: which children, and how.
@@ -332,5 +468,70 @@ mod tests {
     #[test]
     fn the_command_line_is_valid() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn sort_keys_may_name_their_type() {
+        let (plain, typed) = typed_sort("date:date desc, stars desc,  n:long asc").unwrap();
+        assert_eq!(parse_sort(&plain).unwrap().len(), 3);
+        assert_eq!(
+            typed,
+            [
+                ("date".to_owned(), SortValues::DateTime),
+                ("n".to_owned(), SortValues::integer(i64::MIN, i64::MAX)),
+            ]
+        );
+        let err = typed_sort("date:when desc").unwrap_err().to_string();
+        assert!(err.contains("`when`") && err.contains("`date`"), "{err}");
+        let spec = |sort: &str| {
+            let cli = Cli::try_parse_from([
+                "subset",
+                "check",
+                "--uri",
+                "mongodb://x",
+                "--db",
+                "d",
+                "--parent",
+                "movies",
+                "--field",
+                "latest",
+                "--child",
+                "comments",
+                "--key",
+                "movie_id",
+                "--sort",
+                sort,
+            ])
+            .unwrap();
+            let Command::Check(args) = cli.command else {
+                unreachable!()
+            };
+            args.view().unwrap().unwrap()
+        };
+        let view = spec("date:date desc, stars desc");
+        assert_eq!(view.untyped, ["stars"]);
+        let built = view.builder.build().unwrap();
+        assert_eq!(built.sort[0].values, SortValues::DateTime);
+        assert_eq!(built.sort[1].values, SortValues::Scalar);
+        // Some view flags without the others: a usage error naming them.
+        let cli = Cli::try_parse_from([
+            "subset",
+            "check",
+            "--uri",
+            "mongodb://x",
+            "--db",
+            "d",
+            "--parent",
+            "movies",
+            "--field",
+            "latest",
+        ])
+        .unwrap();
+        let Command::Check(args) = cli.command else {
+            unreachable!()
+        };
+        let err = args.view().unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("--field given"), "{err}");
     }
 }

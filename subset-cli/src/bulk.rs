@@ -12,13 +12,14 @@ use mongodb::Database;
 use serde_json::{json, Map, Value};
 use subset_runtime::bson::{Bson, Document};
 use subset_runtime::bulk::{BulkProgress, BulkReport};
-use subset_runtime::raw::{self, ChildPatch};
+use subset_runtime::raw::ChildPatch;
 use subset_runtime::repair::SweepOptions;
-use subset_runtime::spec::{ParentSpec, SubsetSpec};
+use subset_runtime::spec::SubsetSpec;
 use subset_runtime::Error;
 
 use crate::args::{SubsetArgs, WhereArgs};
 use crate::error::{reason, CliError, Invalid};
+use crate::model::Model;
 use crate::output::{failures_json, headline, push_listed, spec_json, value_json, Outcome};
 use crate::{progress, scan};
 
@@ -102,57 +103,84 @@ impl Job {
     }
 }
 
-/// Runs `subset remove` or `subset patch`.
+/// Runs `subset remove` or `subset patch` on every child collection of `model`: each job
+/// brings along every view of its child collection.
 pub async fn run(
     db: &Database,
-    spec: &'static SubsetSpec,
+    model: Model,
     subset: &SubsetArgs,
     args: &WhereArgs,
     filter: Document,
     job: Job,
 ) -> Result<Outcome, CliError> {
     let json = subset.conn.json;
-    scan::require_collection(db, &subset.parent).await?;
-    // A misspelt `--child` would otherwise match nothing and look like a success.
-    scan::require_collection(db, &subset.child).await?;
-    let store = raw::Store::for_fields(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
-    let handle = store.children(spec);
-    let patch = job.patch();
-    if let Some(patch) = &patch {
-        // Refused before anything is written or counted.
-        handle.check_patch(patch)?;
+    scan::require_collection(db, model.parent()).await?;
+    let store = model.store(db);
+    // One job per child collection and key, on the first view of it.
+    let mut jobs: Vec<&'static SubsetSpec> = Vec::new();
+    for spec in model.spec.subsets {
+        if !jobs
+            .iter()
+            .any(|j| (j.child_collection, j.key) == (spec.child_collection, spec.key))
+        {
+            jobs.push(spec);
+        }
     }
-    let matching = handle.count_where(&filter).await.map_err(filter_refused)?;
+    let patch = job.patch();
+    let mut matching = BulkProgress::default();
+    for spec in &jobs {
+        // A misspelt `--child` would otherwise match nothing and look like a success.
+        scan::require_collection(db, spec.child_collection).await?;
+        let handle = store.children(spec);
+        if let Some(patch) = &patch {
+            // Refused before anything is written or counted.
+            handle.check_patch(patch)?;
+        }
+        let found = handle.count_where(&filter).await.map_err(filter_refused)?;
+        matching.children += found.children;
+        matching.parents += found.parents;
+    }
     let about = About {
-        spec,
-        parent: &subset.parent,
+        model,
         filter: &filter,
         job: &job,
     };
     if args.dry_run {
         return Ok(about.dry_run(&matching));
     }
-    // Each parent's views are recomputed from its top children: without the index, a scan
-    // of the child collection each time.
-    if !handle.has_index().await? {
-        handle.ensure_index().await?;
-    }
     let bar = progress::bar(matching.parents, job.doing(), json);
     let options = SweepOptions::default()
         .batch_size(subset.batch)
         .concurrency(usize::try_from(args.concurrency).unwrap_or(usize::MAX));
-    let shown = |p: &BulkProgress| bar.set_position(p.parents + p.failed);
-    let done = match &patch {
-        None => handle.remove_where(&filter, &options, shown).await,
-        Some(patch) => handle.patch_where(&filter, patch, &options, shown).await,
-    };
-    let done = match done {
-        Ok(done) => done,
-        Err(e) => {
-            bar.abandon();
-            return Err(e.into());
+    let mut done = BulkReport::default();
+    let mut before = 0;
+    for spec in &jobs {
+        let handle = store.children(spec);
+        // Each parent's views are recomputed from its top children: without the index, a scan
+        // of the child collection each time.
+        if !handle.has_index().await? {
+            handle.ensure_index().await?;
         }
-    };
+        let shown = |p: &BulkProgress| bar.set_position(before + p.parents + p.failed);
+        let one = match &patch {
+            None => handle.remove_where(&filter, &options, shown).await,
+            Some(patch) => handle.patch_where(&filter, patch, &options, shown).await,
+        };
+        let one = match one {
+            Ok(one) => one,
+            Err(e) => {
+                bar.abandon();
+                return Err(e.into());
+            }
+        };
+        let p = &mut done.progress;
+        p.children += one.progress.children;
+        p.parents += one.progress.parents;
+        p.failed += one.progress.failed;
+        p.elapsed += one.progress.elapsed;
+        before = p.parents + p.failed;
+        done.failures.extend(one.failures);
+    }
     bar.finish_and_clear();
     Ok(about.report(&done))
 }
@@ -170,8 +198,7 @@ fn filter_refused(e: Error) -> CliError {
 
 /// What a report names: the subset, the filter, the change.
 struct About<'a> {
-    spec: &'a SubsetSpec,
-    parent: &'a str,
+    model: Model,
     filter: &'a Document,
     job: &'a Job,
 }
@@ -182,13 +209,24 @@ impl About<'_> {
         value_json(&Bson::Document(self.filter.clone()))
     }
 
+    /// The views, for `--json`.
+    fn views(&self) -> Value {
+        let parent = self.model.parent();
+        self.model
+            .spec
+            .subsets
+            .iter()
+            .map(|s| spec_json(s, parent))
+            .collect()
+    }
+
     /// The lines every report begins with.
     fn head(&self, prefix: &str) -> String {
-        let mut text = format!(
-            "{prefix}{} {}",
-            self.job.command(),
-            headline(self.spec, self.parent)
-        );
+        let parent = self.model.parent();
+        let mut text = format!("{prefix}{} `{parent}`:\n", self.job.command());
+        for spec in self.model.spec.subsets {
+            text.push_str(&format!("  {}", headline(spec, parent)));
+        }
         text.push_str(&format!("  where {}{}\n", self.filter(), self.job.text()));
         text
     }
@@ -204,7 +242,8 @@ impl About<'_> {
             json: json!({
                 "command": self.job.command(),
                 "dry_run": true,
-                "subset": spec_json(self.spec, self.parent),
+                "registered": self.model.registered,
+                "views": self.views(),
                 "where": self.filter(),
                 "change": self.job.json(),
                 "children_matching": matching.children,
@@ -239,7 +278,8 @@ impl About<'_> {
         let json = json!({
             "command": self.job.command(),
             "dry_run": false,
-            "subset": spec_json(self.spec, self.parent),
+            "registered": self.model.registered,
+            "views": self.views(),
             "where": self.filter(),
             "change": self.job.json(),
             format!("children_{done_to}"): p.children,

@@ -3,9 +3,11 @@
 //! collection to keep the subset true while other programs write it, and remove or patch every
 //! child that matches a filter.
 //!
-//! The tool works at the BSON level, with collections and fields named by flags, on the same
-//! engine as `#[derive(Subset)]` (`subset_runtime::raw::Store`): a collection it migrates is one the
-//! derive can use, and its reconcile is the derive's reconcile.
+//! The tool works at the BSON level on the same engine as `#[derive(Subset)]`
+//! (`subset_runtime::raw::Store`): without view flags, on the application's model as the
+//! registry keeps it (every view, with its types), so that a run does what the application
+//! would; with flags, on the one view they describe. A collection it migrates is one the derive
+//! can use, and its reconcile is the derive's reconcile.
 //!
 //! Exit codes: 0 on success, 1 when a command finds problems (drift, invalid documents), 2 on
 //! usage or connection errors.
@@ -17,11 +19,14 @@ mod error;
 mod follow;
 mod inspect;
 mod migrate;
+mod model;
 mod output;
 mod progress;
+mod rebuild;
 mod repair;
 mod scan;
 mod shape;
+mod status;
 
 use std::process::ExitCode;
 
@@ -55,37 +60,40 @@ async fn run(command: Command) -> Result<Outcome, CliError> {
             inspect::run(&db, &args).await
         }
         Command::Migrate(args) => {
-            let spec = args.subset.spec()?;
+            let spec = args.subset.spec("migrate")?;
             let db = connect::database(&args.subset.conn).await?;
             migrate::run(&db, spec, &args).await
         }
         Command::Check(args) => {
-            let spec = args.spec()?;
+            args.view()?;
             let db = connect::database(&args.conn).await?;
-            repair::run(&db, spec, &args, repair::Mode::Check).await
+            let model = model::of(&db, &args).await?;
+            repair::run(&db, model, &args, repair::Mode::Check).await
         }
         Command::Reconcile(args) => {
-            let spec = args.subset.spec()?;
+            args.subset.view()?;
             let db = connect::database(&args.subset.conn).await?;
+            let model = model::of(&db, &args.subset).await?;
             let mode = if args.dry_run {
                 repair::Mode::Check
             } else {
                 repair::Mode::Reconcile
             };
-            repair::run(&db, spec, &args.subset, mode).await
+            repair::run(&db, model, &args.subset, mode).await
         }
         Command::Follow(args) => {
-            let spec = args.subset.spec()?;
+            let spec = args.subset.spec("follow")?;
             let db = connect::database(&args.subset.conn).await?;
             follow::run(&db, spec, &args).await
         }
         Command::Remove(args) => {
-            let spec = args.subset.spec()?;
+            args.subset.view()?;
             let filter = args.job.filter()?;
             let db = connect::database(&args.subset.conn).await?;
+            let model = model::of(&db, &args.subset).await?;
             bulk::run(
                 &db,
-                spec,
+                model,
                 &args.subset,
                 &args.job,
                 filter,
@@ -94,11 +102,26 @@ async fn run(command: Command) -> Result<Outcome, CliError> {
             .await
         }
         Command::Patch(args) => {
-            let spec = args.subset.spec()?;
+            args.subset.view()?;
             let filter = args.job.filter()?;
             let job = args.job()?;
             let db = connect::database(&args.subset.conn).await?;
-            bulk::run(&db, spec, &args.subset, &args.job, filter, job).await
+            let model = model::of(&db, &args.subset).await?;
+            bulk::run(&db, model, &args.subset, &args.job, filter, job).await
+        }
+        Command::Rebuild(args) => {
+            if args.subset.view()?.is_some() {
+                return Err(CliError::Usage(
+                    "`subset rebuild` works on the application's registered model: give --parent without the view flags".to_owned(),
+                ));
+            }
+            let db = connect::database(&args.subset.conn).await?;
+            let model = model::registered_model(&db, &args.subset.parent).await?;
+            rebuild::run(&db, model, &args).await
+        }
+        Command::Status(args) => {
+            let db = connect::database(&args.conn).await?;
+            status::run(&db).await
         }
     }
 }

@@ -89,12 +89,12 @@ pub async fn run(
     if survey.parents > 0 && survey.absent == survey.parents {
         // Every subset is to be built from the child collection: a misspelt `--child` would
         // give every parent an empty one.
-        scan::require_collection(db, &a.child).await.map_err(|_| {
+        scan::require_collection(db, spec.child_collection).await.map_err(|_| {
             CliError::Usage(format!(
                 "no parent of `{}` has `{}`, so every subset would be built from the child collection, and `{}` does not exist in database `{}`",
                 a.parent,
                 spec.field,
-                a.child,
+                spec.child_collection,
                 db.name()
             ))
         })?;

@@ -6,10 +6,11 @@ use mongodb::Database;
 use serde_json::{json, Value};
 use subset_runtime::bson::{doc, Bson, Document};
 use subset_runtime::repair::{Drift, Orphans, ParentFailure, SweepOptions, SweepReport};
-use subset_runtime::{raw, spec::ParentSpec, spec::SubsetSpec, Error};
+use subset_runtime::{spec::SubsetSpec, Error};
 
 use crate::args::SubsetArgs;
 use crate::error::{is_connection, CliError, Invalid};
+use crate::model::Model;
 use crate::output::{
     failures_json, headline, id_json, invalid_json, keys_text, orphans_json, orphans_text,
     push_invalid, push_listed, spec_json, value_json, Outcome,
@@ -38,29 +39,48 @@ struct Swept {
     skipped: Vec<Invalid>,
 }
 
-/// Runs `subset check` or `subset reconcile`.
+/// Runs `subset check` or `subset reconcile` on every view of `model`.
 pub async fn run(
     db: &Database,
-    spec: &'static SubsetSpec,
+    model: Model,
     args: &SubsetArgs,
     mode: Mode,
 ) -> Result<Outcome, CliError> {
     let json = args.conn.json;
-    scan::require_collection(db, &args.parent).await?;
-    let store = raw::Store::for_fields(db, ParentSpec::leak(args.parent.clone(), vec![*spec]));
-    let subset = store.children(spec);
-    let mut index = subset.has_index().await?;
-    let index_created = mode == Mode::Reconcile && !index;
-    if index_created {
-        subset.ensure_index().await?;
-        index = true;
+    let parent = model.parent();
+    scan::require_collection(db, parent).await?;
+    let store = model.store(db);
+    let mut indexes = Vec::new();
+    for spec in model.spec.subsets {
+        let subset = store.children(spec);
+        let mut index = subset.has_index().await?;
+        let created = mode == Mode::Reconcile && !index;
+        if created {
+            subset.ensure_index().await?;
+            index = true;
+        }
+        let state = match (index, created) {
+            (_, true) => "created",
+            (true, false) => "present",
+            (false, false) => "MISSING (reconcile or migrate creates it)",
+        };
+        let line = format!(
+            "index {} on `{}`: {state}",
+            keys_text(&subset.index_keys()),
+            spec.child_collection
+        );
+        indexes.push(Index {
+            line,
+            present: index,
+            created,
+        });
     }
 
     let total = db
-        .collection::<Document>(&args.parent)
+        .collection::<Document>(parent)
         .estimated_document_count()
         .await
-        .map_err(|e| CliError::mongo(&args.parent, e))?;
+        .map_err(|e| CliError::mongo(parent, e))?;
     let label = match mode {
         Mode::Check => "checking",
         Mode::Reconcile => "reconciling",
@@ -81,7 +101,10 @@ pub async fn run(
                 if mode == Mode::Check {
                     return Ok(Vec::new());
                 }
-                let mut refused = unmigrated(db, spec, &args.parent, &ids).await?;
+                let mut refused = Vec::new();
+                for spec in model.spec.subsets {
+                    refused.extend(unmigrated(db, spec, parent, &ids).await?);
+                }
                 if !refused.is_empty() && !args.skip_invalid {
                     return Err(refused.swap_remove(0).error);
                 }
@@ -99,8 +122,11 @@ pub async fn run(
             // migrate does.
             return Err(match (mode, invalid(&e)) {
                 (Mode::Reconcile, Some(invalid)) => CliError::Invalid {
-                    collection: args.parent.clone(),
-                    field: spec.field.to_owned(),
+                    collection: parent.to_owned(),
+                    field: match &e {
+                        Error::MalformedParent { field, .. } => field.clone(),
+                        _ => String::new(),
+                    },
                     action: "reconciled",
                     invalid: vec![invalid],
                     hint: "nothing was written to this parent",
@@ -110,26 +136,25 @@ pub async fn run(
         }
     };
     bar.finish_and_clear();
-    let index_state = match (index, index_created) {
-        (_, true) => "created",
-        (true, false) => "present",
-        (false, false) => "MISSING (reconcile or migrate creates it)",
-    };
-    let index_line = format!(
-        "index {} on `{}`: {index_state}",
-        keys_text(&subset.index_keys()),
-        spec.child_collection
-    );
-    // Children of no parent are in no subset, so no parent's check finds them.
-    let orphans = subset.orphans().await?;
-    Ok(report(
-        spec,
-        &args.parent,
-        mode,
-        &swept,
-        (index_line, index, index_created),
-        &orphans,
-    ))
+    // Children of no parent are in no subset, so no parent's check finds them; views of one
+    // child collection and key share them.
+    let mut orphans = Vec::new();
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for spec in model.spec.subsets {
+        if seen.contains(&(spec.child_collection, spec.key)) {
+            continue;
+        }
+        seen.push((spec.child_collection, spec.key));
+        orphans.push((spec, store.children(spec).orphans().await?));
+    }
+    Ok(report(model, mode, &swept, &indexes, &orphans))
+}
+
+/// The child index of one view, as found (and made, by a reconcile).
+struct Index {
+    line: String,
+    present: bool,
+    created: bool,
 }
 
 /// A parent whose document cannot be worked on, as `--skip-invalid` passes it over.
@@ -162,13 +187,17 @@ fn stops(failure: &ParentFailure, skip_invalid: bool, skipped: &mut Vec<Invalid>
 /// The report of a pass. Exit code 1 when anything is left to do: drift (`check`), drift that
 /// could not be fixed, a missing index (`check`), parents skipped or failed.
 fn report(
-    spec: &SubsetSpec,
-    parent: &str,
+    model: Model,
     mode: Mode,
     swept: &Swept,
-    (index_line, index, index_created): (String, bool, bool),
-    orphans: &Orphans,
+    indexes: &[Index],
+    orphans: &[(&SubsetSpec, Orphans)],
 ) -> Outcome {
+    let parent = model.parent();
+    let index = indexes.iter().all(|i| i.present);
+    let index_created = indexes.iter().any(|i| i.created);
+    // With several views, each drift line names its field.
+    let many = model.spec.subsets.len() > 1;
     let Swept { report, skipped } = swept;
     let p = &report.progress;
     // The report counts every parent it looked at, and the skipped ones among the failed.
@@ -194,7 +223,15 @@ fn report(
         Mode::Check => "check",
         Mode::Reconcile => "reconcile",
     };
-    let mut text = format!("{command} {}", headline(spec, parent));
+    let source = if model.registered {
+        "the application's registered model"
+    } else {
+        "the view the flags describe"
+    };
+    let mut text = format!("{command} `{parent}`, {source}:\n");
+    for spec in model.spec.subsets {
+        text.push_str(&format!("  {}", headline(spec, parent)));
+    }
     text.push_str(&format!(
         "  parents checked: {checked}; drifted: {}",
         p.drifted
@@ -218,14 +255,21 @@ fn report(
     }
     if p.outdated > 0 {
         text.push_str(&format!(
-            "; built under another definition (rebuild them with the application's `Store::rebuild`): {}",
+            "; built under another definition (rebuild them with `subset rebuild`, or the application's `Store::rebuild`): {}",
             p.outdated
         ));
     }
     text.push('\n');
-    text.push_str(&format!("  {index_line}\n"));
-    for (_, drift) in report.drifts.iter().take(LISTED) {
-        text.push_str(&format!("  {}: {}\n", drift.parent, describe(drift)));
+    for i in indexes {
+        text.push_str(&format!("  {}\n", i.line));
+    }
+    for (field, drift) in report.drifts.iter().take(LISTED) {
+        let field = if many {
+            format!(" `{field}`")
+        } else {
+            String::new()
+        };
+        text.push_str(&format!("  {}{field}: {}\n", drift.parent, describe(drift)));
     }
     if report.drifts.len() > LISTED {
         text.push_str(&format!(
@@ -240,14 +284,17 @@ fn report(
         Mode::Reconcile => "could not be reconciled (the pass went on past them)",
     };
     push_listed(&mut text, &failures, failed, LISTED, what);
-    text.push_str(&orphans_text(orphans, spec.child_collection));
+    for (spec, orphans) in orphans {
+        text.push_str(&orphans_text(orphans, spec.child_collection));
+    }
     if p.drifted == 0 && p.malformed == 0 && skipped.is_empty() && failed == 0 {
         text.push_str("  no drift\n");
     }
     Outcome {
         json: json!({
             "command": command,
-            "subset": spec_json(spec, parent),
+            "registered": model.registered,
+            "views": model.spec.subsets.iter().map(|s| spec_json(s, parent)).collect::<Vec<_>>(),
             "checked": checked,
             "drifted": p.drifted,
             "fixed": p.fixed,
@@ -255,11 +302,11 @@ fn report(
             "malformed": p.malformed,
             "outdated": p.outdated,
             "index": { "present": index, "created": index_created },
-            "drifts": report.drifts.iter().map(|(_, drift)| drift_json(drift)).collect::<Vec<_>>(),
+            "drifts": report.drifts.iter().map(|(field, drift)| drift_json(field, drift)).collect::<Vec<_>>(),
             "skipped": invalid_json(skipped),
             "failed": failed,
             "failures": failures_json(&failures),
-            "orphans": orphans_json(orphans),
+            "orphans": orphans_total(orphans),
         }),
         text,
         problems,
@@ -376,10 +423,22 @@ fn describe(drift: &Drift) -> String {
     parts.join(", ")
 }
 
-fn drift_json(drift: &Drift) -> Value {
+/// The children of no parent: one child collection's report as before, several as a list.
+fn orphans_total(orphans: &[(&SubsetSpec, Orphans)]) -> Value {
+    match orphans {
+        [(_, only)] => orphans_json(only),
+        many => many
+            .iter()
+            .map(|(spec, o)| json!({ "child": spec.child_collection, "orphans": orphans_json(o) }))
+            .collect(),
+    }
+}
+
+fn drift_json(field: &str, drift: &Drift) -> Value {
     let ids = |ids: &[Bson]| ids.iter().map(id_json).collect::<Vec<_>>();
     json!({
         "_id": id_json(&drift.parent),
+        "field": field,
         "missing": ids(&drift.missing),
         "stale": ids(&drift.stale),
         "changed": ids(&drift.changed),

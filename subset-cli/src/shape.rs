@@ -97,6 +97,12 @@ impl Brackets {
         if self.seen.len() < 2 {
             return None;
         }
+        self.most()
+    }
+
+    /// The bracket most values share (on a tie, the one seen first) and how many share it;
+    /// `None` when there are no values.
+    pub fn most(&self) -> Option<(Bracket, u64)> {
         self.seen
             .iter()
             .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)))

@@ -1499,7 +1499,7 @@ async fn remove_where_takes_a_spammers_reviews_out_of_every_shop() {
     )
     .unwrap();
     assert!(
-        text.starts_with("dry run, nothing changed: remove shops.reviews → reviews"),
+        text.starts_with("dry run, nothing changed: remove `shops`:\n  shops.reviews → reviews"),
         "{text}"
     );
     assert!(

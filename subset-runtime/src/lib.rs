@@ -63,10 +63,11 @@ pub mod hot {
 /// Every name the library writes in your database besides your documents: the field it keeps
 /// in each parent it writes, and its own collections. What each holds, which call creates it and
 /// whether it is safe to drop: the guide's page "what subset keeps in your database"
-/// (`subset::guide::bookkeeping`).
+/// (`subset::guide::bookkeeping`); all of it read in one go: [`Status`](bookkeeping::Status).
 pub mod bookkeeping {
     pub use crate::engine::{
-        Registered, RegisteredDefinition, DEFAULT_TOKEN_COLLECTION, DEFINITIONS_COLLECTION,
+        DefinitionStatus, FoldQueue, FollowerPlace, JobJournal, ModelStatus, Registered,
+        RegisteredDefinition, Status, ViewName, DEFAULT_TOKEN_COLLECTION, DEFINITIONS_COLLECTION,
         FOLDS_COLLECTION, JOB_COLLECTION, MARKER,
     };
 }

@@ -119,8 +119,8 @@ impl SortValues {
         }
     }
 
-    /// The values a word names, as [`SortValues::name`] writes it; also `"int"` (an int64),
-    /// `"i32"`. `None` for any other word.
+    /// The values a word names, as [`SortValues::name`] writes it; also `"int"` and `"long"`
+    /// (an int64), `"i32"`, `"double"` (as `"float"`). `None` for any other word.
     pub fn parse(word: &str) -> Option<SortValues> {
         if let Some(range) = word.strip_prefix("int:") {
             let (min, max) = range.split_once(':')?;
@@ -128,7 +128,8 @@ impl SortValues {
             return (min <= max).then_some(SortValues::Integer { min, max });
         }
         match word {
-            "int" => Some(SortValues::integer(i64::MIN, i64::MAX)),
+            "int" | "long" => Some(SortValues::integer(i64::MIN, i64::MAX)),
+            "double" => Some(SortValues::Float),
             "i32" => Some(SortValues::integer(i32::MIN.into(), i32::MAX.into())),
             _ => NAMES.iter().find(|(n, _)| *n == word).map(|(_, v)| *v),
         }

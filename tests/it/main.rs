@@ -26,6 +26,7 @@ mod races;
 mod round_trips;
 mod service;
 mod sessions;
+mod status;
 mod store;
 mod sums;
 mod too_large;

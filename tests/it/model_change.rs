@@ -895,3 +895,116 @@ async fn a_rebuild_that_would_empty_views_after_a_rename_refuses_and_names_both_
         assert!(emptied.latest.is_empty(), "{mode:?}");
     }
 }
+
+/// The registry after a rebuild: the definitions no parent is built under any more lose their
+/// stored body (their digests stay listed), the current one and one a parent still holds stay
+/// whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
+    use subset::bookkeeping::Registered;
+
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let db = common::replica_db().await;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let old = Store::<Latest3>::new(&db).with_mode(mode);
+        let mut parents = Vec::new();
+        for _ in 0..4 {
+            let id = Bson::ObjectId(ObjectId::new());
+            old.raw()
+                .insert(doc! { "_id": id.clone(), "latest": [], "n": 0_i64 })
+                .await
+                .unwrap();
+            let children: Vec<Document> = (0..4).map(|_| comment(&mut rng, &id)).collect();
+            old.raw()
+                .children(&Latest3::SUBSETS[0])
+                .push(&id, children)
+                .await
+                .unwrap();
+            parents.push(id);
+        }
+        // A parent of the old model whose children are gone from the child collection: the
+        // rebuild refuses to empty its view, so it stays built under the old definition.
+        let stranded = Bson::ObjectId(ObjectId::new());
+        old.raw()
+            .insert(doc! { "_id": stranded.clone(), "latest": [], "n": 0_i64 })
+            .await
+            .unwrap();
+        old.raw()
+            .children(&Latest3::SUBSETS[0])
+            .push(&stranded, vec![comment(&mut rng, &stranded)])
+            .await
+            .unwrap();
+        db.collection::<Document>("comments")
+            .delete_many(doc! { "movie_id": stranded.clone() })
+            .await
+            .unwrap();
+        let new = Store::<WithFirst>::new(&db).with_mode(mode);
+        new.raw()
+            .insert(doc! { "_id": ObjectId::new(), "latest": [], "first": [], "n": 0_i64 })
+            .await
+            .unwrap();
+        let before = Registered::read(&db, "movies").await.unwrap().unwrap();
+        let (old_digest, new_digest) = (
+            before.definitions[0].digest.clone(),
+            before.definitions[1].digest.clone(),
+        );
+        assert_eq!(before.current, new_digest, "{mode:?}");
+        assert!(
+            before.model(&old_digest).is_some(),
+            "{mode:?}: both whole before"
+        );
+        assert!(before.model(&new_digest).is_some(), "{mode:?}");
+
+        let report = new.rebuild().await.unwrap();
+        assert_eq!(report.progress.failed, 1, "{mode:?}: the stranded parent");
+        let kept = Registered::read(&db, "movies").await.unwrap().unwrap();
+        assert!(
+            kept.model(&old_digest).is_some(),
+            "{mode:?}: a parent is still built under the old definition"
+        );
+
+        let all = SweepOptions::default().allow_emptying(true);
+        let report = new.rebuild().options(all).await.unwrap();
+        assert_eq!(report.progress.fixed, 1, "{mode:?}");
+        let after = Registered::read(&db, "movies").await.unwrap().unwrap();
+        let digests: Vec<&str> = after
+            .definitions
+            .iter()
+            .map(|d| d.digest.as_str())
+            .collect();
+        assert_eq!(
+            digests,
+            [old_digest.as_str(), new_digest.as_str()],
+            "{mode:?}: digests stay"
+        );
+        assert!(
+            after.model(&old_digest).is_none(),
+            "{mode:?}: old body dropped"
+        );
+        assert_eq!(after.current, new_digest);
+        assert_eq!(
+            after.current_model().unwrap().subsets.len(),
+            WithFirst::SUBSETS.len()
+        );
+        for parent in &parents {
+            assert_read_right(&new, parent, None).await;
+        }
+        // The old code writing again stores its definition whole again.
+        old.raw()
+            .insert(doc! { "_id": ObjectId::new(), "latest": [], "n": 0_i64 })
+            .await
+            .unwrap();
+        let stale = Store::<Latest3>::new(&db).with_mode(mode);
+        stale
+            .raw()
+            .insert(doc! { "_id": ObjectId::new(), "latest": [], "n": 0_i64 })
+            .await
+            .unwrap();
+        let again = Registered::read(&db, "movies").await.unwrap().unwrap();
+        assert!(again.model(&old_digest).is_some(), "{mode:?}");
+        assert_eq!(
+            again.current, new_digest,
+            "{mode:?}: a seen definition stays old"
+        );
+    }
+}

@@ -58,6 +58,7 @@ pub(crate) mod query;
 mod remove_update;
 mod resync;
 mod schema;
+mod status;
 mod sums;
 mod sweep;
 mod views;
@@ -74,6 +75,9 @@ pub use patch::ChildPatch;
 pub(crate) use patch::Range;
 pub use push::fold::{Contention, FOLDS_COLLECTION};
 pub use resync::{Drift, MalformedChild, SumDrift};
+pub use status::{
+    DefinitionStatus, FoldQueue, FollowerPlace, JobJournal, ModelStatus, Status, ViewName,
+};
 pub use sweep::{ParentFailure, SweepOptions, SweepProgress, SweepReport};
 
 /// How a store makes its double writes (child collection + embedded copy) hang together.

@@ -252,6 +252,11 @@ impl RawStore {
     /// The report counts the parents rebuilt in [`SweepProgress::fixed`] (also
     /// [`SweepProgress::outdated`]) and names those that failed.
     ///
+    /// At the end it drops from the registry the stored definitions no parent is built under
+    /// any more ([`crate::bookkeeping::Registered`]): it keeps the current one, and any other
+    /// while a parent is built under it (the legacy one while parents without a marker remain,
+    /// a parent that failed keeps its own); the digests stay listed.
+    ///
     /// A parent whose rebuild would empty a view that holds children today (none of them
     /// stored under the view's key) is not rebuilt: it fails with [`Error::RebuildWouldEmpty`],
     /// and when the first parents to rebuild all would, nothing is written and the rebuild
@@ -316,6 +321,8 @@ impl RawStore {
                 progress(p);
             }
         }
+        // Definitions the rebuild moved every parent off are of no more use to anyone.
+        self.drop_unused_definitions().await?;
         report.progress.elapsed = started.elapsed();
         progress(&report.progress);
         Ok(report)

@@ -91,6 +91,72 @@ impl RawStore {
             .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?;
         self.refresh_registry().await.map(|_| ())
     }
+
+    /// Drops from the registry the stored bodies of the definitions no parent is built under
+    /// any more, once a rebuild has moved the parents to this one: every one but the current
+    /// definition, and the legacy one while parents without a marker remain. Their digests stay
+    /// in `seen` (they are small, and keep the order of deploys); a store of a dropped
+    /// definition that writes again stores it whole again. Returns the digests dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mongo`] when the registry or the parent collection cannot be read or written.
+    pub(crate) async fn drop_unused_definitions(&self) -> Result<Vec<String>> {
+        let registry = self
+            .database()
+            .collection::<Document>(DEFINITIONS_COLLECTION);
+        let error = |e| Error::mongo(DEFINITIONS_COLLECTION, e);
+        let id = self.collection_name();
+        let Some(found) = registry.find_one(doc! { "_id": id }).await.map_err(error)? else {
+            return Ok(Vec::new());
+        };
+        let current = found.get_str("current").unwrap_or_default().to_owned();
+        let legacy = found.get_str("legacy").unwrap_or_default();
+        let stored: Vec<String> = found
+            .get_document("definitions")
+            .map(|d| d.keys().cloned().collect())
+            .unwrap_or_default();
+        let mut unused = Vec::new();
+        for digest in stored.into_iter().filter(|d| *d != current) {
+            let mut built = vec![doc! { format!("{MARKER}.d"): digest.as_str() }];
+            if digest == legacy {
+                built.push(doc! { MARKER: { "$exists": false } });
+            }
+            let in_use = self
+                .parents::<Document>()
+                .find_one(doc! { "$or": built })
+                .projection(doc! { "_id": 1 })
+                .await
+                .map_err(|e| self.mongo(e))?
+                .is_some();
+            if !in_use {
+                unused.push(digest);
+            }
+        }
+        if unused.is_empty() {
+            return Ok(unused);
+        }
+        let dropped: Document = unused
+            .iter()
+            .map(|d| {
+                (
+                    format!("definitions.{d}"),
+                    crate::bson::Bson::String(String::new()),
+                )
+            })
+            .collect();
+        // Only while the definition it was computed for is still current: another rebuild may
+        // have made an older one current again meanwhile.
+        registry
+            .update_one(
+                doc! { "_id": id, "current": current.as_str() },
+                doc! { "$unset": dropped },
+            )
+            .await
+            .map_err(error)?;
+        tracing::info!(collection = id, dropped = ?unused, "dropped definitions no parent is built under");
+        Ok(unused)
+    }
 }
 
 /// What the registry holds for one parent collection: every definition of its model a store

@@ -1,0 +1,472 @@
+//! The `subset` binary acting as the application's model: without view flags, `check`,
+//! `reconcile`, `remove`, `rebuild` act on every view of the registered model with its types,
+//! as the application (here a run-time store of the same model, which registers it) would;
+//! `status` shows what is kept. Against the testkit's real mongod.
+
+use std::process::{Command, Output};
+
+use mongodb::Database;
+use serde_json::Value;
+use subset_runtime::bson::oid::ObjectId;
+use subset_runtime::bson::{doc, Bson, DateTime, Document};
+use subset_runtime::raw;
+use subset_runtime::repair::{SweepOptions, SweepReport};
+use subset_runtime::spec::{ParentSpec, SortValues, SpecBuilder, SubsetSpec};
+use subset_runtime::WriteMode;
+use subset_testkit::{MongoServer, Topology};
+
+async fn fresh() -> (Database, String) {
+    let server = MongoServer::shared(Topology::ReplicaSet)
+        .await
+        .expect("start the test mongod");
+    let db = server.database().await.expect("connect to the test mongod");
+    (db, server.uri().to_owned())
+}
+
+async fn subset(uri: &str, db: &Database, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_subset"));
+    command
+        .args(args)
+        .args(["--uri", uri, "--db", db.name()])
+        .env_remove("MONGODB_URI");
+    tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited, not killed")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A view of the application's movies: comments by date, typed as the application's Rust
+/// field (a date) would type it.
+fn view(field: &str, child: &str, keep: u32, sort: &str) -> SubsetSpec {
+    let mut builder = SpecBuilder::new(field, child, "movie_id")
+        .keep(keep)
+        .sort(sort)
+        .values("date", SortValues::DateTime);
+    if field == "latest" {
+        builder = builder.count("n");
+    }
+    *builder.build().unwrap()
+}
+
+/// The application's model: the latest comments and the first ones, both of `comments`.
+fn movies() -> ParentSpec {
+    ParentSpec::leak(
+        "movies",
+        vec![
+            view("latest", "comments", 3, "date desc"),
+            view("first", "comments", 2, "date asc"),
+        ],
+    )
+}
+
+fn comment(movie: &Bson, at: i64, author: &str) -> Document {
+    doc! {
+        "_id": ObjectId::new(),
+        "movie_id": movie.clone(),
+        "date": DateTime::from_millis(at * 60_000),
+        "author": author,
+        "text": format!("comment {at}"),
+    }
+}
+
+/// Inserts `n` movies through `store`, each with five comments, the third by ann.
+async fn seed(store: &raw::Store, n: usize, child: &str) -> Vec<Bson> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let id = Bson::ObjectId(ObjectId::new());
+        let mut parent = doc! { "_id": id.clone(), "n": 0_i64 };
+        for spec in store.spec().subsets {
+            parent.insert(spec.field, Vec::<Bson>::new());
+        }
+        store.insert(parent).await.unwrap();
+        let children: Vec<Document> = (0..5)
+            .map(|i| comment(&id, i, if i == 2 { "ann" } else { "bob" }))
+            .collect();
+        let spec = store
+            .spec()
+            .subsets
+            .iter()
+            .find(|s| s.child_collection == child)
+            .unwrap();
+        store.children(spec).push(&id, children).await.unwrap();
+        ids.push(id);
+    }
+    ids
+}
+
+/// What a check found, as kinds per parent and field: comparable between the library's report
+/// and the command's JSON.
+fn kinds_of_report(report: &SweepReport) -> Vec<String> {
+    let mut kinds: Vec<String> = report
+        .drifts
+        .iter()
+        .map(|(field, d)| {
+            let malformed: Vec<String> = d.malformed.iter().map(|m| m.child.to_string()).collect();
+            format!(
+                "{} {field}: missing {} stale {} changed {} misordered {} count {} malformed [{}]",
+                d.parent,
+                d.missing.len(),
+                d.stale.len(),
+                d.changed.len(),
+                d.misordered,
+                d.count.is_some(),
+                malformed.join(",")
+            )
+        })
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+fn kinds_of_json(report: &Value) -> Vec<String> {
+    let len = |v: &Value| v.as_array().map_or(0, Vec::len);
+    let id = |v: &Value| {
+        let oid = v["$oid"].as_str().unwrap();
+        Bson::ObjectId(ObjectId::parse_str(oid).unwrap()).to_string()
+    };
+    let mut kinds: Vec<String> = report["drifts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            let malformed: Vec<String> = d["malformed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| id(&m["_id"]))
+                .collect();
+            format!(
+                "{} {}: missing {} stale {} changed {} misordered {} count {} malformed [{}]",
+                id(&d["_id"]),
+                d["field"].as_str().unwrap(),
+                len(&d["missing"]),
+                len(&d["stale"]),
+                len(&d["changed"]),
+                d["misordered"],
+                !d["count"].is_null(),
+                malformed.join(",")
+            )
+        })
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+/// A comment with a string `date`, written by another program: `check` without flags reports it
+/// malformed in every view, as the library's `check_all` does; `reconcile` embeds it nowhere,
+/// and the application's `get` keeps working. With flags on data never registered, a typed or
+/// untyped `--sort` calls it malformed too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_string_dated_comment_is_malformed_for_the_cli_as_for_the_application() {
+    let (db, uri) = fresh().await;
+    let app = raw::Store::new(&db, movies());
+    let ids = seed(&app, 3, "comments").await;
+    let bad = ObjectId::new();
+    // Newer than every other comment as a string sorts: a view without types would embed it.
+    db.collection::<Document>("comments")
+        .insert_one(doc! {
+            "_id": bad, "movie_id": ids[0].clone(), "date": "2030-01-01", "author": "eve",
+        })
+        .await
+        .unwrap();
+
+    let library = app
+        .check_all(&SweepOptions::default(), |_| {})
+        .await
+        .unwrap();
+    let expected = kinds_of_report(&library);
+    assert!(
+        expected
+            .iter()
+            .any(|k| k.contains(&Bson::ObjectId(bad).to_string())),
+        "{expected:?}"
+    );
+    let out = subset(&uri, &db, &["check", "--parent", "movies", "--json"]).await;
+    assert_eq!(
+        code(&out),
+        1,
+        "malformed children are problems: {}",
+        stderr(&out)
+    );
+    let report = json(&out);
+    assert_eq!(report["registered"], true);
+    assert_eq!(report["views"].as_array().unwrap().len(), 2);
+    assert_eq!(kinds_of_json(&report), expected);
+    assert!(report["drifts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d["missing"].as_array().unwrap().is_empty()));
+
+    let out = subset(&uri, &db, &["reconcile", "--parent", "movies", "--json"]).await;
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    for id in &ids {
+        // The application's read of every view: it failed when a malformed child was embedded.
+        let parent = app.get(id).await.unwrap().unwrap();
+        for spec in app.spec().subsets {
+            for child in parent.get_array(spec.field).unwrap() {
+                let child = child.unwrap().as_document().unwrap();
+                assert_ne!(
+                    child.get_object_id("_id").unwrap(),
+                    bad,
+                    "{id} {}",
+                    spec.field
+                );
+                assert!(child.get_datetime("date").is_ok(), "{id} {}", spec.field);
+            }
+        }
+    }
+    let after = app
+        .check_all(&SweepOptions::default(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(after.progress.drifted, 0, "{:?}", after.drifts);
+    assert!(
+        after.progress.malformed > 0,
+        "still reported, never embedded"
+    );
+
+    // The same data without a registry, as `migrate` leaves it: the flags' view.
+    let (plain, _) = fresh().await;
+    for collection in ["movies", "comments"] {
+        let docs: Vec<Document> = {
+            use futures::TryStreamExt;
+            db.collection::<Document>(collection)
+                .find(doc! {})
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap()
+        };
+        let docs: Vec<Document> = docs
+            .into_iter()
+            .map(|mut d| {
+                d.remove("_subset");
+                d
+            })
+            .collect();
+        plain
+            .collection::<Document>(collection)
+            .insert_many(docs)
+            .await
+            .unwrap();
+    }
+    for sort in ["date:date desc", "date desc"] {
+        let flags = [
+            "check", "--parent", "movies", "--field", "latest", "--child", "comments", "--key",
+            "movie_id", "--keep", "3", "--count", "n", "--sort", sort, "--json",
+        ];
+        let out = subset(&uri, &plain, &flags).await;
+        assert_eq!(code(&out), 1, "{sort}: {}", stderr(&out));
+        let report = json(&out);
+        assert_eq!(report["registered"], false);
+        assert_eq!(report["malformed"], 1, "{sort}: {report}");
+        assert_eq!(report["drifted"], 0, "{sort}: nothing missing: {report}");
+    }
+}
+
+/// A right-to-be-forgotten removal without flags, on a model of two child collections (three
+/// views): every view of every parent is exact afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removal_without_flags_leaves_every_view_exact() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let (db, uri) = fresh().await;
+        let model = ParentSpec::leak(
+            "movies",
+            vec![
+                view("latest", "comments", 3, "date desc"),
+                view("first", "comments", 2, "date asc"),
+                view("ratings", "ratings", 3, "date desc"),
+            ],
+        );
+        let app = raw::Store::new(&db, model).with_mode(mode);
+        let ids = seed(&app, 4, "comments").await;
+        let rates = app.children(&model.subsets[2]);
+        for id in &ids {
+            let ratings: Vec<Document> = (0..4)
+                .map(|i| comment(id, i, if i == 3 { "ann" } else { "bob" }))
+                .collect();
+            rates.push(id, ratings).await.unwrap();
+        }
+        let out = subset(
+            &uri,
+            &db,
+            &[
+                "remove",
+                "--parent",
+                "movies",
+                "--where",
+                r#"{"author": "ann"}"#,
+                "--json",
+            ],
+        )
+        .await;
+        assert_eq!(code(&out), 0, "{mode:?}: {}", stderr(&out));
+        let report = json(&out);
+        assert_eq!(report["children_removed"], 8, "{mode:?}: {report}");
+        assert_eq!(report["views"].as_array().unwrap().len(), 3);
+        for child in ["comments", "ratings"] {
+            let left = db
+                .collection::<Document>(child)
+                .count_documents(doc! { "author": "ann" })
+                .await
+                .unwrap();
+            assert_eq!(left, 0, "{mode:?} {child}");
+        }
+        let check = app
+            .check_all(&SweepOptions::default(), |_| {})
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                check.progress.drifted,
+                check.progress.malformed,
+                check.progress.failed
+            ),
+            (0, 0, 0),
+            "{mode:?}: {:?}",
+            check.drifts
+        );
+        for id in &ids {
+            let parent = app.get(id).await.unwrap().unwrap();
+            for spec in model.subsets {
+                let authors: Vec<&str> = parent
+                    .get_array(spec.field)
+                    .unwrap()
+                    .into_iter()
+                    .map(|c| c.unwrap().as_document().unwrap().get_str("author").unwrap())
+                    .collect();
+                assert!(!authors.contains(&"ann"), "{mode:?} {}", spec.field);
+                assert_eq!(authors.len(), spec.keep as usize, "{mode:?} {}", spec.field);
+            }
+        }
+    }
+}
+
+/// `subset status` before and after `subset rebuild`: the old definition is dropped once no
+/// parent is built under it; and the usage errors of the model's flags.
+#[tokio::test(flavor = "multi_thread")]
+async fn rebuild_and_status_show_the_definitions() {
+    let (db, uri) = fresh().await;
+    let old = raw::Store::new(
+        &db,
+        ParentSpec::leak("movies", vec![view("latest", "comments", 3, "date desc")]),
+    );
+    let ids = seed(&old, 3, "comments").await;
+    let new = raw::Store::new(&db, movies());
+    new.insert(doc! { "_id": ObjectId::new(), "latest": [], "first": [], "n": 0_i64 })
+        .await
+        .unwrap();
+
+    let out = subset(&uri, &db, &["status", "--json"]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let status = json(&out);
+    let definitions = status["models"][0]["definitions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(status["models"][0]["collection"], "movies");
+    assert_eq!(definitions.len(), 2, "{status}");
+    assert_eq!(definitions[0]["parents"], 3);
+    assert_eq!(definitions[0]["legacy"], true);
+    assert_eq!(definitions[1]["current"], true);
+    assert_eq!(definitions[1]["parents"], 1);
+    assert_eq!(definitions[1]["views"].as_array().unwrap().len(), 2);
+    assert_eq!(status["jobs"], serde_json::json!([]));
+    let text = stdout(&subset(&uri, &db, &["status"]).await);
+    assert!(
+        text.contains("(current): 1 parent(s); latest → comments, first → comments"),
+        "{text}"
+    );
+
+    let out = subset(&uri, &db, &["rebuild", "--parent", "movies"]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("parents rebuilt: 3"), "{text}");
+    assert!(text.contains("definitions kept whole: 1 of 2"), "{text}");
+    let status = json(&subset(&uri, &db, &["status", "--json"]).await);
+    let definitions = status["models"][0]["definitions"].as_array().unwrap();
+    assert_eq!(definitions[0]["views"], Value::Null, "{status}");
+    assert_eq!(definitions[0]["parents"], 0);
+    assert_eq!(definitions[1]["parents"], 4);
+    for id in &ids {
+        assert!(new
+            .get(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .get_array("first")
+            .is_ok());
+    }
+
+    // Flags the model does not take, and a collection never registered.
+    let out = subset(
+        &uri,
+        &db,
+        &[
+            "rebuild",
+            "--parent",
+            "movies",
+            "--field",
+            "latest",
+            "--child",
+            "comments",
+            "--key",
+            "movie_id",
+            "--sort",
+            "date desc",
+        ],
+    )
+    .await;
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("registered model"),
+        "{}",
+        stderr(&out)
+    );
+    let out = subset(
+        &uri,
+        &db,
+        &["check", "--parent", "movies", "--field", "latest"],
+    )
+    .await;
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("--field given without"),
+        "{}",
+        stderr(&out)
+    );
+    db.collection::<Document>("shows")
+        .insert_one(doc! {})
+        .await
+        .unwrap();
+    let out = subset(&uri, &db, &["check", "--parent", "shows"]).await;
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("no registered model"),
+        "{}",
+        stderr(&out)
+    );
+}
