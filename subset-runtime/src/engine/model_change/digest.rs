@@ -94,7 +94,7 @@ pub(super) fn view_digest(spec: &SubsetSpec) -> String {
         .map(|s| format!("{}={}", s.parent, s.child))
         .collect();
     sums.sort();
-    let text = format!(
+    let mut text = format!(
         "{}|{}|{}|{}|{}|{}|{}",
         spec.child_collection,
         spec.key,
@@ -104,6 +104,11 @@ pub(super) fn view_digest(spec: &SubsetSpec) -> String {
         spec.count.unwrap_or(""),
         sums.join(",")
     );
+    // Added only when set, so that every view registered before the key could be embedded
+    // keeps its digest.
+    if spec.embed_key {
+        text.push_str("|key");
+    }
     short_digest(&text)
 }
 
@@ -157,6 +162,10 @@ mod tests {
             },
             SubsetSpec {
                 child_collection: "other",
+                ..TEST_SPEC
+            },
+            SubsetSpec {
+                embed_key: true,
                 ..TEST_SPEC
             },
         ];
