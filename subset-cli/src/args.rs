@@ -150,6 +150,10 @@ pub struct SubsetArgs {
     /// collection keeps whole children.
     #[arg(long, value_name = "FIELDS")]
     pub embed: Option<String>,
+    /// The children hold the parent key as a field of their own (`--key`), so the embedded
+    /// copies keep it too; without it only the child collection holds the key.
+    #[arg(long)]
+    pub embed_key: bool,
     /// Make the field a filtered view: "verified" embeds, counts and sums only the children
     /// whose bool field `verified` is true; "!hidden" only those whose `hidden` is false.
     #[arg(long, value_name = "FIELD|!FIELD")]
@@ -205,6 +209,9 @@ impl SubsetArgs {
         if let Some(embed) = &self.embed {
             builder = builder.embed(embed.split(',').map(str::trim));
         }
+        if self.embed_key {
+            builder = builder.embed_key(true);
+        }
         if let Some(filter) = &self.filter {
             builder = builder.filter(filter);
         }
@@ -248,6 +255,7 @@ impl SubsetArgs {
             ("--keep", self.keep.is_some()),
             ("--count", self.count.is_some()),
             ("--embed", self.embed.is_some()),
+            ("--embed-key", self.embed_key),
             ("--filter", self.filter.is_some()),
             ("--sum", !self.sum.is_empty()),
         ];
@@ -533,5 +541,39 @@ mod tests {
         let err = args.view().unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(err.to_string().contains("--field given"), "{err}");
+    }
+
+    #[test]
+    fn embed_key_reaches_the_descriptor() {
+        let spec = |extra: &[&str]| {
+            let mut argv = vec![
+                "subset",
+                "check",
+                "--uri",
+                "mongodb://localhost",
+                "--db",
+                "app",
+                "--parent",
+                "movies",
+                "--field",
+                "comments",
+                "--child",
+                "comments",
+                "--sort",
+                "date desc",
+                "--key",
+                "movie_id",
+            ];
+            argv.extend(extra);
+            match Cli::try_parse_from(argv).unwrap().command {
+                Command::Check(args) => args.spec("check").unwrap(),
+                _ => unreachable!("parsed as `check`"),
+            }
+        };
+        assert!(!spec(&[]).embed_key);
+        assert!(spec(&["--embed-key"]).embed_key);
+        // A preview may then show the key.
+        let preview = spec(&["--embed-key", "--embed", "movie_id,text"]);
+        assert!(preview.embed.unwrap().iter().any(|f| f.bson == "movie_id"));
     }
 }

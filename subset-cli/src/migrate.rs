@@ -197,15 +197,19 @@ async fn built_bytes(
         pipeline.push(doc! { "$match": { filter.field: filter.equals } });
     }
     // The size of a child's embedded form: the whole child without its key (a `$project`
-    // excluding the key would leave nothing to group by), or a preview's `_id` and fields.
+    // excluding the key would leave nothing to group by) or with it (`embed_key`), or a
+    // preview's `_id` and fields.
     let size = match spec.embed {
+        None if spec.embed_key => doc! { "$bsonSize": "$$ROOT" },
         None => doc! { "$subtract": [
             { "$bsonSize": "$$ROOT" },
             { "$subtract": [{ "$bsonSize": { spec.key: format!("${}", spec.key) } }, 5] },
         ] },
         Some(fields) => {
+            let key = spec.embed_key.then_some(spec.key);
             let kept: Document = std::iter::once("_id")
                 .chain(fields.iter().map(|f| f.bson))
+                .chain(key)
                 .map(|field| (field.to_owned(), Bson::String(format!("${field}"))))
                 .collect();
             doc! { "$bsonSize": kept }

@@ -119,6 +119,9 @@ pub fn headline(spec: &SubsetSpec, parent: &str) -> String {
         let names: Vec<&str> = fields.iter().map(|f| f.bson).collect();
         extra.push_str(&format!(", previews of {}", names.join(", ")));
     }
+    if spec.embed_key {
+        extra.push_str(", key embedded");
+    }
     format!(
         "{parent}.{} → {} (key `{}`, keep {}, sort \"{}\"{extra})\n",
         spec.field,
@@ -158,6 +161,7 @@ pub fn spec_json(spec: &SubsetSpec, parent: &str) -> serde_json::Value {
         "sums": spec.sums.iter().map(|s| json!({ "field": s.parent, "child": s.child })).collect::<Vec<_>>(),
         "filter": spec.filter.map(filter_text),
         "embed": spec.embed.map(|fields| fields.iter().map(|f| f.bson).collect::<Vec<_>>()),
+        "embed_key": spec.embed_key,
     })
 }
 

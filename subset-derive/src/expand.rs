@@ -257,40 +257,14 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChec
     let keep = Literal::u32_unsuffixed(subset.keep);
     let child_ty = subset.child_ty;
     let child_span = Span::mixed_site().located_at(child_ty.span());
-    // The parent key is added to every stored child, so the child must not have a field of that
-    // name: its value would be overwritten, and its embedded copy would never match the stored one.
-    let key_message = format!(
-        "the child type of `{}` has a field stored as `{key}`, the field that holds the parent's \
-         `_id` in the child collection: remove that field from the child, or name another with \
-         `#[subset(key = \"...\")]`",
-        subset.field.rust_name
-    );
-    let (fields, full_fields) = (
-        described(child_ty, "FIELDS"),
-        described(child_ty, "FULL_FIELDS"),
-    );
-    checks.message(
-        quote!(::subset::#Private::stores(#fields, #key)),
-        &key_message,
-        child_span,
-    );
-    // The same for a preview's full type, which the sums read and the child collection holds.
-    let full_key_message = format!(
-        "`{}` previews a type with a field stored as `{key}`, the field that holds the parent's \
-         `_id` in the child collection: remove that field from the full type, or name another \
-         with `#[subset(key = \"...\")]`",
-        show_type(child_ty)
-    );
-    let embed = described(child_ty, "EMBED");
-    checks.message(
-        quote! {
-            #embed.is_some()
-                && !::subset::#Private::stores(#fields, #key)
-                && ::subset::#Private::stores(#full_fields, #key)
-        },
-        &full_key_message,
-        child_span,
-    );
+    // A child may hold the parent key as a field of its own (its embedded copies then keep it
+    // too): of the parent's `_id` type, or an `Option` of it. Checked by trait bounds in a
+    // constant, which a generic parent's cannot name.
+    if !generic {
+        parent_key_type(checks, parent.id.ty, child_ty, key, false, child_span);
+        parent_key_type(checks, parent.id.ty, child_ty, key, true, child_span);
+    }
+    let (fields, embed) = (described(child_ty, "FIELDS"), described(child_ty, "EMBED"));
     // Located at the sort string but resolved like macro-internal code: rustc points its errors
     // at the string, and does not suggest replacing the whole string with a bare field name (a
     // fix that would not compile).
@@ -314,6 +288,14 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChec
                 sort_span,
             );
             let found = field_of(child_ty, name, false);
+            key_role_check(
+                checks,
+                &found,
+                &subset.key,
+                &format!("sort key `{name}`"),
+                "so it orders nothing: sort by another field",
+                sort_span,
+            );
             let values = if generic {
                 // The field's type is inferred from the accessor; its `SortableField` bound is also
                 // the check that the field exists and can be a sort key.
@@ -379,6 +361,14 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChec
                 span,
             );
             let child = field_of(child_ty, name, true);
+            key_role_check(
+                checks,
+                &child,
+                key,
+                &format!("`sum` child field `{name}`"),
+                "so its sum is no total of the children: sum another field",
+                span,
+            );
             quote! {
                 ::subset::#Private::SumSpec {
                     parent: #parent,
@@ -403,6 +393,14 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChec
                 span,
             );
             let field = field_of(child_ty, name, true);
+            key_role_check(
+                checks,
+                &field,
+                key,
+                &format!("filter field `{name}`"),
+                "so it keeps all of a parent's children or none: filter by another field",
+                span,
+            );
             quote! {
                 ::core::option::Option::Some(::subset::#Private::FilterSpec {
                     field: ::subset::#Private::bson_name(#field),
@@ -470,9 +468,86 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChec
                 use ::subset::#Private::DescribedFallback as _;
                 #embed
             },
+            // Whether the child type stores the parent key, which its embedded copies then keep.
+            embed_key: {
+                #[allow(unused_imports)]
+                use ::subset::#Private::DescribedFallback as _;
+                ::subset::#Private::stores(#fields, #key)
+            },
             filter: #filter,
         }
     }
+}
+
+/// The check that the child field stored under the parent key `key`, if any, has the parent's
+/// `_id` type or an `Option` of it: of `child_ty`, or (`full`) of the full type it previews.
+fn parent_key_type(
+    checks: &mut ConstChecks,
+    id_ty: &Type,
+    child_ty: &Type,
+    key: &str,
+    full: bool,
+    span: Span,
+) {
+    let fallback = quote! {
+        #[allow(unused_imports)]
+        use ::subset::#Private::DescribedFallback as _;
+    };
+    let (ty, fields, found) = if full {
+        let is_child = described(child_ty, "IS_CHILD");
+        let (full_is_child, full_fields, embed) = (
+            described(child_ty, "FULL_IS_CHILD"),
+            described(child_ty, "FULL_FIELDS"),
+            described(child_ty, "EMBED"),
+        );
+        (
+            quote!(<#child_ty as ::subset::#Private::FullOf<{ #fallback #is_child }>>::Full),
+            full_fields.clone(),
+            // Only for a preview: a child's full type is itself, checked once.
+            quote!(::subset::#Private::key_found(
+                #full_is_child && #embed.is_some(), #full_fields, #key
+            )),
+        )
+    } else {
+        let (is_child, fields) = (
+            described(child_ty, "IS_CHILD"),
+            described(child_ty, "FIELDS"),
+        );
+        (
+            quote!(#child_ty),
+            fields.clone(),
+            quote!(::subset::#Private::key_found(#is_child, #fields, #key)),
+        )
+    };
+    checks.checks.push(quote_spanned! {span=>
+        ::subset::#Private::parent_key_type::<
+            #ty,
+            _,
+            #id_ty,
+            { #fallback ::subset::#Private::key_index(#fields, #key) },
+            { #fallback #found },
+        >();
+    });
+}
+
+/// The check that a child field a parent names in `sort`, `sum` or `filter` (`what`, found as
+/// `found`) is not the parent key, which holds one value in all the children of a parent.
+fn key_role_check(
+    checks: &mut ConstChecks,
+    found: &TokenStream,
+    key: &str,
+    what: &str,
+    why: &str,
+    span: Span,
+) {
+    let message = format!(
+        "{what} is stored as `{key}`, the parent key, which holds the parent's `_id` in every child of a parent, {why}"
+    );
+    checks.message(
+        quote!(::subset::#Private::is_key(#found, #key)),
+        &message,
+        span,
+    );
 }
 
 /// `SUBSETS`: the descriptors, checked in constant evaluation for views of the same children

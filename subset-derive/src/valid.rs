@@ -287,6 +287,8 @@ pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<
         ),
     }
 
+    marker_field(ctxt, cont);
+
     let mut subsets = Vec::new();
     let mut any_subset = false;
     for field in &cont.fields {
@@ -332,6 +334,31 @@ pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<
             distinct_orders,
         }),
         _ => None,
+    }
+}
+
+/// The field the runtime keeps in every parent it writes (`subset::bookkeeping::MARKER`): the
+/// derive cannot depend on the runtime, so it holds its own copy, which a test compares.
+pub(crate) const MARKER: &str = "_subset";
+
+/// Refuses a parent field stored or read under [`MARKER`]: the library's writes would overwrite
+/// it, and reading it would decode the library's bookkeeping as the field.
+fn marker_field(ctxt: &Ctxt, cont: &Container<'_>) {
+    for field in &cont.fields {
+        let stored = field.is_serialized() && field.bson_name == MARKER;
+        let read = !field.serde.skip_deserializing
+            && (field.serde.read_rename.as_deref() == Some(MARKER)
+                || field.serde.aliases.iter().any(|a| a == MARKER));
+        if stored || read {
+            let how = if stored { "stored" } else { "read" };
+            ctxt.error_spanned_by(
+                field.ident,
+                format!(
+                    "parent field `{}` is {how} as `{MARKER}`, the field the library keeps in every parent it writes (the definition its subsets were built under): store it under another name, e.g. `#[serde(rename = \"subset\")]`",
+                    field.rust_name
+                ),
+            );
+        }
     }
 }
 
@@ -722,4 +749,12 @@ fn same_view(a: &Subset<'_>, b: &Subset<'_>) -> bool {
             .collect()
     };
     same_filter_and_keep(a, b) && order(a) == order(b)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_marker_is_the_runtimes() {
+        assert_eq!(super::MARKER, subset_runtime::bookkeeping::MARKER);
+    }
 }

@@ -75,6 +75,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     ///
     /// [`crate::Error::ParentNotFound`] (nothing is left in the child collection),
     /// [`crate::Error::ChildOwnedElsewhere`] when the `_id` is stored under another parent,
+    /// [`crate::Error::ParentKeyMismatch`] when the child's own parent key names another parent,
     /// [`crate::Error::ChildWithoutId`], [`crate::Error::MalformedChild`] when a summed field is
     /// not a number, [`crate::Error::Serialize`], [`crate::Error::Mongo`].
     ///
@@ -315,7 +316,8 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     ///
     /// [`crate::Error::ChildNotFound`] when no child with this `_id` is stored under `parent`,
     /// [`crate::Error::ParentNotFound`], [`crate::Error::MalformedChild`] when a summed field is
-    /// not a number, [`crate::Error::Serialize`], [`crate::Error::Mongo`].
+    /// not a number, [`crate::Error::ParentKeyMismatch`] when the child's own parent key names
+    /// another parent, [`crate::Error::Serialize`], [`crate::Error::Mongo`].
     pub fn update<'r>(&'r self, parent: &'r P::Id, child: &'r C) -> Action<'r, ()> {
         Action::new(move |session| {
             Box::pin(async move {

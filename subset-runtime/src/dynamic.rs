@@ -113,6 +113,7 @@ pub struct SpecBuilder {
     count: Option<String>,
     sums: Vec<(String, String)>,
     embed: Option<Vec<String>>,
+    embed_key: bool,
     filter: Option<String>,
     values: Vec<(String, SortValues)>,
 }
@@ -134,6 +135,7 @@ impl SpecBuilder {
             count: None,
             sums: Vec::new(),
             embed: None,
+            embed_key: false,
             filter: None,
             values: Vec::new(),
         }
@@ -181,6 +183,14 @@ impl SpecBuilder {
         self
     }
 
+    /// Whether the children hold the parent key as a field of their own, which the embedded
+    /// copies then keep too (default `false`: only the child collection holds it). See
+    /// [`SubsetSpec::embed_key`].
+    pub fn embed_key(mut self, embed_key: bool) -> Self {
+        self.embed_key = embed_key;
+        self
+    }
+
     /// Makes the field a filtered view: `"verified"` keeps the children whose `verified` is true,
     /// `"!hidden"` those whose `hidden` is false (by BSON name, the derive's grammar). Its
     /// subset, count, sums and pages cover only those children. See [`FilterSpec`].
@@ -225,7 +235,8 @@ impl SpecBuilder {
         }
         for field in self.embed.iter().flatten() {
             check_field(NameRole::EmbedField, field)?;
-            if *field == self.key {
+            // A preview may keep the key only where the children hold it as a field.
+            if *field == self.key && !self.embed_key {
                 return Err(SpecError::SameName {
                     name: field.clone(),
                     first: "key field",
@@ -355,6 +366,7 @@ impl SpecBuilder {
             ),
             id_values,
             embed,
+            embed_key: self.embed_key,
             filter,
         })))
     }

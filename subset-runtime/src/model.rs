@@ -163,6 +163,11 @@ pub struct SubsetSpec {
     /// previews of the children rather than whole children (without the parent key). A preview
     /// holds every sort key, so the server can sort the embedded array.
     pub embed: Option<&'static [FieldName]>,
+    /// Whether the child type has the parent key as a field of its own: embedded copies then
+    /// keep the key too (a page item says which parent it belongs to, wherever it was read),
+    /// and a child pushed with a key other than its parent's `_id` is refused. Without it, the
+    /// key is only in the child collection.
+    pub embed_key: bool,
     /// For a filtered view, the `bool` child field a child must pass to be embedded, counted,
     /// summed and paged by this field; `None` for every child.
     pub filter: Option<FilterSpec>,
@@ -308,6 +313,7 @@ pub(crate) const TEST_SPEC: SubsetSpec = SubsetSpec {
     sums: &[],
     id_values: SortValues::ObjectId,
     embed: None,
+    embed_key: false,
     filter: None,
 };
 

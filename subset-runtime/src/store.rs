@@ -162,7 +162,8 @@ impl<P: Subset> Store<P> {
     /// [`crate::Error::Mongo`] for a duplicate child `_id` (nothing is written, or on a
     /// standalone server what was written is removed again),
     /// [`crate::Error::ChildWithoutId`] for a child without `_id`, [`crate::Error::MalformedChild`]
-    /// for a child without a number in a summed field, [`crate::Error::PreviewsOnInsert`] for a
+    /// for a child without a number in a summed field, [`crate::Error::ParentKeyMismatch`] for a
+    /// child whose own parent key names another parent, [`crate::Error::PreviewsOnInsert`] for a
     /// preview field that is not empty, [`crate::Error::Serialize`] when the parent does not
     /// serialize.
     ///

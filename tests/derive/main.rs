@@ -4,6 +4,7 @@
 
 mod multi_key_sort;
 mod other_derives;
+mod parent_key;
 mod previews;
 mod rename_all_cases;
 mod renames;

@@ -20,6 +20,7 @@ mod model_change;
 mod mutations;
 mod pages_both_ways;
 mod pagination;
+mod parent_key;
 mod previews;
 mod push;
 mod races;

@@ -342,8 +342,9 @@ impl Default for Message {
     }
 }
 
-/// Whether one of `fields` is stored under `key`: the derive fails the build when a child
-/// field is stored under the parent key, which the library sets on every stored child.
+/// Whether one of `fields` is stored under `key`: the derive sets
+/// [`SubsetSpec::embed_key`](crate::spec::SubsetSpec::embed_key) when the child type stores the
+/// parent key as a field of its own.
 #[doc(hidden)]
 pub const fn stores(fields: &'static [FieldName], key: &str) -> bool {
     let mut i = 0;
@@ -354,6 +355,37 @@ pub const fn stores(fields: &'static [FieldName], key: &str) -> bool {
         i += 1;
     }
     false
+}
+
+/// The index in `fields` of the field stored under the parent key `key`, for
+/// [`FieldOf`](super::FieldOf) (0 where none is, which [`key_found`] turns into `CHILD = false`):
+/// the derive checks that field's type against the parent's `_id` type.
+#[doc(hidden)]
+pub const fn key_index(fields: &'static [FieldName], key: &str) -> usize {
+    let mut i = 0;
+    while i < fields.len() {
+        if str_eq(fields[i].bson, key) {
+            return i;
+        }
+        i += 1;
+    }
+    0
+}
+
+/// Whether `fields`, of a type that is a [`Child`](crate::Child) (`is_child`), has a field
+/// stored under the parent key `key`: the `CHILD` argument of [`FieldOf`](super::FieldOf) for
+/// [`key_index`].
+#[doc(hidden)]
+pub const fn key_found(is_child: bool, fields: &'static [FieldName], key: &str) -> bool {
+    is_child && stores(fields, key)
+}
+
+/// Whether the child field `field` a parent names in `sort`, `sum` or `filter` is stored under
+/// the parent key `key`, which holds the same value in every child of a parent: the derive
+/// fails the build.
+#[doc(hidden)]
+pub const fn is_key(field: ChildField, key: &str) -> bool {
+    field.index.is_some() && str_eq(field.bson, key)
 }
 
 /// What is wrong with a preview field, `rust` stored as `bson`, checked against the full type's

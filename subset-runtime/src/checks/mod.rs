@@ -25,11 +25,11 @@ pub use fields::{
     nothing, sort_values, CountField, FilterField, PreviewField, SortableField, SumField,
 };
 pub use lookup::{
-    bson_name, field_found, field_index, field_of, field_problem, preview_problem, stores,
-    ChildField, Message, Role, Site,
+    bson_name, field_found, field_index, field_of, field_problem, is_key, key_found, key_index,
+    preview_problem, stores, ChildField, Message, Role, Site,
 };
 pub use probes::{
-    sort_values_at, ChildIds, Described, DescribedFallback, FieldOf, FullOf, IdFallback, NotAChild,
-    Probe, SameType, SameTypeFallback,
+    parent_key_type, sort_values_at, ChildIds, Described, DescribedFallback, FieldOf, FullOf,
+    IdFallback, NotAChild, ParentKey, Probe, SameType, SameTypeFallback,
 };
 pub use same_order::{distinct_orders, same_order};

@@ -68,7 +68,7 @@ impl RawStore {
                 let without_id = || Error::ChildWithoutId {
                     collection: spec.child_collection.to_owned(),
                 };
-                let Bson::Document(mut child) = child else {
+                let Bson::Document(child) = child else {
                     return Err(without_id());
                 };
                 let Some(child_id) = child.get("_id") else {
@@ -77,8 +77,7 @@ impl RawStore {
                 if !first && children[g].iter().any(|c| c.get("_id") == Some(child_id)) {
                     continue;
                 }
-                child.insert(spec.key, id.clone());
-                children[g].push(child);
+                children[g].push(super::parent_key::keyed(spec, &id, child)?);
             }
         }
         for (i, spec) in subsets.iter().enumerate() {

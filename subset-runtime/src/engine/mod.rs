@@ -13,6 +13,7 @@
 //! | `push/` | `push` / `push_many`: its strategies (direct, group commit, fold), the ordered path, the capped `$push` |
 //! | `group_commit.rs` | group commit: pushes (or patches) to one hot parent share a transaction |
 //! | `page.rs` | merged pagination, `all`, `count` |
+//! | `parent_key.rs` | the parent key in a child as it is written: filled in, or refused when it names another parent |
 //! | `remove_update.rs` | removing and replacing one child |
 //! | `patch/` | changing some fields of children, in every copy: the change, and its writes |
 //! | `move_child.rs` | a child from one parent to another |
@@ -51,6 +52,7 @@ mod model_change;
 mod move_child;
 mod orphans;
 mod page;
+mod parent_key;
 mod parent_write;
 mod patch;
 mod push;

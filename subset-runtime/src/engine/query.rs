@@ -27,30 +27,42 @@ pub(crate) fn top_children<'c>(
         .projection(embedded_projection(spec))
 }
 
-/// The projection that turns a stored child into its embedded form: without the parent key, or,
-/// for a preview subset, only `_id` and the preview's fields.
+/// The projection that turns a stored child into its embedded form: without the parent key
+/// (unless the children hold it as a field, [`SubsetSpec::embed_key`]), or, for a preview
+/// subset, only `_id` and the preview's fields.
 pub(crate) fn embedded_projection(spec: &SubsetSpec) -> Document {
     match spec.embed {
+        None if spec.embed_key => Document::new(),
         None => doc! { spec.key: 0 },
         Some(fields) => {
             let mut projection = doc! { "_id": 1 };
             for field in fields {
                 projection.insert(field.bson, 1);
             }
+            if spec.embed_key {
+                projection.insert(spec.key, 1);
+            }
             projection
         }
     }
 }
 
-/// The embedded form of `child` (a child without the parent key, as given to a push or read
-/// back from the child collection), the same as [`embedded_projection`] makes: the whole child,
-/// or its preview fields. Kept in the child's field order, as the server's projection keeps it.
+/// The embedded form of `child` (a child as given to a push or read back from the child
+/// collection), the same as [`embedded_projection`] makes: the whole child, or its preview
+/// fields, with the parent key only where [`SubsetSpec::embed_key`] keeps it. Kept in the
+/// child's field order, as the server's projection keeps it.
 pub(crate) fn embedded(spec: &SubsetSpec, mut child: Document) -> Document {
-    child.remove(spec.key);
+    if !spec.embed_key {
+        child.remove(spec.key);
+    }
     match spec.embed {
         None => child,
         Some(fields) => {
-            let kept = |name: &str| name == "_id" || fields.iter().any(|f| f.bson == name);
+            let kept = |name: &str| {
+                name == "_id"
+                    || (spec.embed_key && name == spec.key)
+                    || fields.iter().any(|f| f.bson == name)
+            };
             child.into_iter().filter(|(name, _)| kept(name)).collect()
         }
     }

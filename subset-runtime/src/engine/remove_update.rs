@@ -48,7 +48,8 @@ impl RawChildren<'_> {
     /// # Errors
     ///
     /// [`Error::ChildNotFound`], [`Error::ChildWithoutId`], [`Error::MalformedChild`] when a summed field
-    /// (see [`crate::spec::SumSpec`]) is not a number, [`Error::Mongo`].
+    /// (see [`crate::spec::SumSpec`]) is not a number, [`Error::ParentKeyMismatch`] when the
+    /// child's parent key names another parent, [`Error::Mongo`].
     pub fn update<'r>(&'r self, parent: &'r Bson, child: Document) -> Action<'r, ()> {
         Action::new(move |session| Box::pin(self.update_in(parent, child, session)))
     }
@@ -65,8 +66,7 @@ impl RawChildren<'_> {
         for spec in self.view_specs() {
             super::sums::check_child(spec, &child)?;
         }
-        let mut stored = child;
-        stored.insert(self.spec().key, parent.clone());
+        let stored = super::parent_key::keyed(self.spec(), parent, child)?;
         let steps = ChildSteps {
             subset: self,
             parent,

@@ -112,6 +112,23 @@ pub enum Error {
         owner: Box<Bson>,
     },
 
+    /// A child pushed, updated or inserted under a parent whose `_id` is not the value the child
+    /// holds in its parent key field (see [`crate::spec::SubsetSpec::embed_key`]); nothing was
+    /// written.
+    #[error("child {child} for `{collection}` holds {found} in its parent key `{field}`, not the `_id` of parent {parent} it is written under")]
+    ParentKeyMismatch {
+        /// The child collection.
+        collection: String,
+        /// The parent's `_id` the child was written under.
+        parent: Box<Bson>,
+        /// The child's `_id` (`null` if it has none).
+        child: Box<Bson>,
+        /// The parent key field.
+        field: String,
+        /// The value the child holds there.
+        found: Box<Bson>,
+    },
+
     /// A stored parent document does not have the shape of the Rust type.
     #[error("parent {id} in `{collection}`: field `{field}` {problem}")]
     MalformedParent {

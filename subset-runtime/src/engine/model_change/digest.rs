@@ -104,7 +104,7 @@ pub(super) fn view_digest(spec: &SubsetSpec) -> String {
         .map(|s| format!("{}={}", s.parent, s.child))
         .collect();
     sums.sort();
-    let text = format!(
+    let mut text = format!(
         "{}|{}|{}|{}|{}|{}|{}",
         spec.child_collection,
         spec.key,
@@ -114,6 +114,11 @@ pub(super) fn view_digest(spec: &SubsetSpec) -> String {
         spec.count.unwrap_or(""),
         sums.join(",")
     );
+    // Added only when set, so that every view registered before the key could be embedded
+    // keeps its digest.
+    if spec.embed_key {
+        text.push_str("|key");
+    }
     short_digest(&text)
 }
 
@@ -167,6 +172,10 @@ mod tests {
             },
             SubsetSpec {
                 child_collection: "other",
+                ..TEST_SPEC
+            },
+            SubsetSpec {
+                embed_key: true,
                 ..TEST_SPEC
             },
         ];

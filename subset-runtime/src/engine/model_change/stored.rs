@@ -66,6 +66,10 @@ fn view(spec: &SubsetSpec) -> Document {
         let names: Vec<&str> = embed.iter().map(|f| f.bson).collect();
         view.insert("embed", names);
     }
+    // Written only when set, as definitions stored before it had none.
+    if spec.embed_key {
+        view.insert("embed_key", true);
+    }
     view
 }
 
@@ -130,6 +134,11 @@ fn parse_view(view: &Document) -> Result<&'static SubsetSpec, String> {
         let names: Option<Vec<&str>> = names.iter().map(Bson::as_str).collect();
         builder = builder.embed(names.ok_or("`embed` holds something other than names")?);
     }
+    match view.get("embed_key") {
+        None => {}
+        Some(Bson::Boolean(embed_key)) => builder = builder.embed_key(*embed_key),
+        Some(_) => return Err("`embed_key` is not a boolean".to_owned()),
+    }
     builder.build().map_err(|e| e.to_string())
 }
 
@@ -172,7 +181,13 @@ mod tests {
             ]),
             ..TEST_SPEC
         };
-        let spec = ParentSpec::leak("products", vec![TEST_SPEC, filtered]);
+        let keyed = SubsetSpec {
+            field: "keyed",
+            keep: 3,
+            embed_key: true,
+            ..TEST_SPEC
+        };
+        let spec = ParentSpec::leak("products", vec![TEST_SPEC, filtered, keyed]);
         let back = parse("products", &document(&spec)).unwrap();
         assert_eq!(
             Definition::of(&back, false).digest(),
@@ -182,7 +197,9 @@ mod tests {
             assert_eq!(a.sort, b.sort);
             assert_eq!(a.id_values, b.id_values);
             assert_eq!((a.count, a.sums, a.filter), (b.count, b.sums, b.filter));
+            assert_eq!(a.embed_key, b.embed_key);
         }
+        assert!(back.subsets[2].embed_key);
     }
 
     #[test]
@@ -200,5 +217,9 @@ mod tests {
             v.get_document_mut("types").unwrap().insert("date", "when");
         });
         assert!(e.contains("`date`") && e.contains("when"), "{e}");
+        let e = damaged(&|v| {
+            v.insert("embed_key", "yes");
+        });
+        assert!(e.contains("`embed_key`"), "{e}");
     }
 }

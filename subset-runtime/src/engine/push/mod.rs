@@ -164,6 +164,9 @@ impl<'a> RawChildren<'a> {
     /// `child` ready to be written into this field's [`RawChildren::views`].
     pub(super) fn prepare(&self, parent: &Bson, child: Document) -> Result<Prepared> {
         let id = self.child_id(&child)?;
+        // Keyed before its embedded copies are made: they keep the key where the children
+        // hold it as a field.
+        let child = super::parent_key::keyed(self.spec(), parent, child)?;
         let embedded = self
             .view_specs()
             .iter()
@@ -172,12 +175,10 @@ impl<'a> RawChildren<'a> {
                 Ok(embedded_in(spec, &child))
             })
             .collect::<Result<_>>()?;
-        let mut stored = child;
-        stored.insert(self.spec().key, parent.clone());
         Ok(Prepared {
             id,
             embedded,
-            stored,
+            stored: child,
         })
     }
 

@@ -7,15 +7,6 @@ struct Review {
     #[serde(rename = "_id")]
     id: ObjectId,
     product_id: ObjectId,
-    rating: i32,
-}
-
-#[derive(Serialize, Deserialize, Child)]
-#[subset(preview_of = Review)]
-struct ReviewPreview {
-    #[serde(rename = "_id")]
-    id: ObjectId,
-    rating: i32,
 }
 
 #[derive(Serialize, Deserialize, Subset)]
@@ -23,8 +14,8 @@ struct ReviewPreview {
 struct Product {
     #[serde(rename = "_id")]
     id: ObjectId,
-    #[subset(child = "reviews", keep = 5, sort = "rating desc")]
-    latest: Vec<ReviewPreview>,
+    #[subset(child = "reviews", keep = 5, sort = "product_id desc")]
+    reviews: Vec<Review>,
 }
 
 fn main() {}

@@ -1,12 +1,12 @@
-use subset::bson::{self, oid::ObjectId};
 use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
 use subset::{Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 struct Review {
     #[serde(rename = "_id")]
     id: ObjectId,
-    product_id: ObjectId,
+    product_id: Option<String>,
     date: bson::DateTime,
 }
 

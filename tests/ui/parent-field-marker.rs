@@ -1,0 +1,23 @@
+use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
+use subset::{Child, Subset};
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: bson::DateTime,
+}
+
+#[derive(Serialize, Deserialize, Subset)]
+#[subset(collection = "products")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[serde(rename = "_subset")]
+    built: String,
+    #[subset(child = "reviews", keep = 5, sort = "date desc")]
+    reviews: Vec<Review>,
+}
+
+fn main() {}
