@@ -157,7 +157,10 @@ async fn a_push_fills_a_missing_key_keeps_an_equal_one_and_refuses_another() {
 
         // With the key equal to the parent's `_id`: accepted.
         let second = note(Some(film.id), 20);
-        notes.push_many(&film.id, std::slice::from_ref(&second)).await.unwrap();
+        notes
+            .push_many(&film.id, std::slice::from_ref(&second))
+            .await
+            .unwrap();
 
         // Another parent's `_id`: refused before anything is written, alone or in a batch.
         let other = ObjectId::new();
