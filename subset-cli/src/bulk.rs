@@ -12,9 +12,9 @@ use mongodb::Database;
 use serde_json::{json, Map, Value};
 use subset_runtime::bson::{Bson, Document};
 use subset_runtime::bulk::{BulkProgress, BulkReport};
-use subset_runtime::raw::{self, ChildPatch};
+use subset_runtime::raw::ChildPatch;
 use subset_runtime::repair::SweepOptions;
-use subset_runtime::spec::{ParentSpec, SubsetSpec};
+use subset_runtime::spec::SubsetSpec;
 use subset_runtime::Error;
 
 use crate::args::{SubsetArgs, WhereArgs};
@@ -115,7 +115,7 @@ pub async fn run(
     scan::require_collection(db, &subset.parent).await?;
     // A misspelt `--child` would otherwise match nothing and look like a success.
     scan::require_collection(db, &subset.child).await?;
-    let store = raw::Store::for_fields(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
+    let store = crate::connect::store(db, &subset.conn, &subset.parent, vec![*spec])?;
     let handle = store.children(spec);
     let patch = job.patch();
     if let Some(patch) = &patch {

@@ -5,6 +5,8 @@ use std::time::Duration;
 use mongodb::options::ClientOptions;
 use mongodb::{Client, Database};
 use subset_runtime::bson::doc;
+use subset_runtime::raw;
+use subset_runtime::spec::{ParentSpec, SubsetSpec};
 
 use crate::args::Conn;
 use crate::error::CliError;
@@ -35,4 +37,22 @@ pub async fn database(conn: &Conn) -> Result<Database, CliError> {
     let db = client.database(&conn.db);
     db.run_command(doc! { "ping": 1 }).await.map_err(connect)?;
     Ok(db)
+}
+
+/// The store of `fields` of the parent collection `parent` (see
+/// [`raw::Store::for_fields`]), with the bookkeeping prefix of `--bookkeeping-prefix`: the one
+/// place the tool builds a store.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] for a prefix no collection name can start with.
+pub fn store(
+    db: &Database,
+    conn: &Conn,
+    parent: &str,
+    fields: Vec<SubsetSpec>,
+) -> Result<raw::Store, CliError> {
+    raw::Store::for_fields(db, ParentSpec::leak(parent.to_owned(), fields))
+        .with_bookkeeping_prefix(&conn.bookkeeping_prefix)
+        .map_err(|e| CliError::Usage(format!("--bookkeeping-prefix: {e}")))
 }

@@ -6,7 +6,7 @@ use mongodb::Database;
 use serde_json::{json, Value};
 use subset_runtime::bson::{doc, Bson, Document};
 use subset_runtime::repair::{Drift, Orphans, ParentFailure, SweepOptions, SweepReport};
-use subset_runtime::{raw, spec::ParentSpec, spec::SubsetSpec, Error};
+use subset_runtime::{spec::SubsetSpec, Error};
 
 use crate::args::SubsetArgs;
 use crate::error::{is_connection, CliError, Invalid};
@@ -47,7 +47,7 @@ pub async fn run(
 ) -> Result<Outcome, CliError> {
     let json = args.conn.json;
     scan::require_collection(db, &args.parent).await?;
-    let store = raw::Store::for_fields(db, ParentSpec::leak(args.parent.clone(), vec![*spec]));
+    let store = crate::connect::store(db, &args.conn, &args.parent, vec![*spec])?;
     let subset = store.children(spec);
     let mut index = subset.has_index().await?;
     let index_created = mode == Mode::Reconcile && !index;

@@ -429,7 +429,8 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     ///
     /// Each parent is done in one transaction on a replica set. The job is resumable: killed at
     /// any point and run again with the same filter, it ends as one uninterrupted run would
-    /// (without transactions, a journal in [`crate::bookkeeping::JOB_COLLECTION`] lists the parents
+    /// (without transactions, a journal in the store's
+    /// [`Names::jobs`](crate::bookkeeping::Names::jobs) lists the parents
     /// it may have left half done, and the rerun finishes them first). It is not atomic as a
     /// whole: pages read meanwhile may see some parents done and others not yet.
     ///

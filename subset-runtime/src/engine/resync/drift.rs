@@ -39,6 +39,15 @@ pub struct Drift {
     /// a reconcile rebuilds every view of the parent, as [`crate::raw::Store::rebuild`]
     /// does, and reads compute such views from the child collection meanwhile.
     pub outdated: bool,
+    /// `_id`s of children pushed to the parent but still queued in its fold document
+    /// ([`crate::bookkeeping::Names::folds`]): pushes whose caller went away before a fold
+    /// wrote them (or, for a moment, pushes waiting for a fold right now). They are in no page,
+    /// count or sum. A reconcile in transactions writes them first, with one fold, and the rest
+    /// of the drift is of the parent after them; without a transaction (or in the caller's) it
+    /// only reports them, since taking them off the queue and writing them must be one
+    /// transaction for a crash between the two not to lose them: the parent's next fold, or a
+    /// reconcile in transactions, writes them.
+    pub queued: Vec<Bson>,
     /// Whether the parent was rewritten to fix what was found.
     pub fixed: bool,
 }
@@ -50,10 +59,11 @@ impl Drift {
         self.is_in_sync() && self.malformed.is_empty()
     }
 
-    /// Whether the subset, the count and the sums were exactly right: nothing a reconcile
-    /// would write. Malformed children ([`Drift::malformed`]) may still be reported.
+    /// Whether the subset, the count and the sums were exactly right, and no push is queued:
+    /// nothing a reconcile would write. Malformed children ([`Drift::malformed`]) may still be reported.
     pub fn is_in_sync(&self) -> bool {
         !self.outdated
+            && self.queued.is_empty()
             && self.missing.is_empty()
             && self.stale.is_empty()
             && self.changed.is_empty()
@@ -156,6 +166,7 @@ fn compare(parent: &Bson, embedded: &[Document], top: &[Document]) -> Drift {
         sums: Vec::new(),
         malformed: Vec::new(),
         outdated: false,
+        queued: Vec::new(),
         fixed: false,
     }
 }
