@@ -508,6 +508,10 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// Recomputes the subset, the count and the running sums from the child collection, fixes
     /// them if they differ, and reports what differed. Safe while writers run.
     ///
+    /// Pushes queued for a fold whose callers went away ([`Drift::queued`]) are written first,
+    /// in a transaction of their own, when the store writes in transactions and no session is
+    /// given; otherwise they are only reported.
+    ///
     /// # Errors
     ///
     /// [`crate::Error::ParentNotFound`], [`crate::Error::MalformedParent`],

@@ -195,7 +195,10 @@ async fn a_push_whose_caller_went_away_is_found_by_check_and_written_by_reconcil
     let drift = reviews.reconcile(&product.id).await.unwrap();
     assert_eq!(drift.queued, std::slice::from_ref(&id), "{drift:?}");
     assert!(drift.fixed, "{drift:?}");
-    assert_eq!(stored_ids(store, &product.id).await, std::slice::from_ref(&id));
+    assert_eq!(
+        stored_ids(store, &product.id).await,
+        std::slice::from_ref(&id)
+    );
     assert!(queued(store, &product.id).await.is_empty());
     let got = store.get(&product.id).await.unwrap().unwrap();
     assert_eq!(got.total_reviews, 1);
