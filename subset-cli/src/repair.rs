@@ -216,6 +216,12 @@ fn report(
             p.malformed
         ));
     }
+    if p.queued > 0 {
+        text.push_str(&format!(
+            "; children of pushes queued for a fold whose callers went away: {}",
+            p.queued
+        ));
+    }
     if p.outdated > 0 {
         text.push_str(&format!(
             "; built under another definition (rebuild them with the application's `Store::rebuild`): {}",
@@ -254,6 +260,7 @@ fn report(
             "unfixed": unfixed,
             "malformed": p.malformed,
             "outdated": p.outdated,
+            "queued": p.queued,
             "index": { "present": index, "created": index_created },
             "drifts": report.drifts.iter().map(|(_, drift)| drift_json(drift)).collect::<Vec<_>>(),
             "skipped": invalid_json(skipped),
@@ -354,6 +361,9 @@ fn describe(drift: &Drift) -> String {
             sum.field, sum.stored, sum.computed
         ));
     }
+    if !drift.queued.is_empty() {
+        parts.push(format!("{} queued for a fold", drift.queued.len()));
+    }
     if drift.fixed {
         parts.push("fixed".to_owned());
     }
@@ -382,6 +392,7 @@ fn drift_json(drift: &Drift) -> Value {
             "stored": value_json(&s.stored),
             "computed": value_json(&s.computed),
         })).collect::<Vec<_>>(),
+        "queued": ids(&drift.queued),
         "fixed": drift.fixed,
         "malformed": drift.malformed.iter().map(|m| json!({
             "_id": id_json(&m.child),

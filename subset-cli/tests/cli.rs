@@ -1894,6 +1894,7 @@ async fn the_bookkeeping_prefix_names_the_collections_the_tool_reads_and_writes(
     assert_eq!(code(&out), 0, "default prefix: {}", stderr(&out));
     let out = subset(&uri, &db, &prefixed("check", &["--json"])).await;
     assert_eq!(code(&out), 1, "prefixed: {}", stderr(&out));
+    assert_eq!(json(&out)["queued"], 1, "{}", json(&out));
 
     // The reconcile of that prefix writes it (transactions: a replica set).
     let out = subset(&uri, &db, &prefixed("reconcile", &["--json"])).await;
