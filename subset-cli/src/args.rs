@@ -84,6 +84,10 @@ pub struct Conn {
     /// Print one JSON document on stdout instead of text (progress bars are hidden).
     #[arg(long)]
     pub json: bool,
+    /// The prefix of the library's own collections (<P>_definitions, <P>_folds, <P>_jobs,
+    /// <P>_followers): the one the application's stores use.
+    #[arg(long, default_value = subset_runtime::bookkeeping::DEFAULT_PREFIX, value_name = "P")]
+    pub bookkeeping_prefix: String,
 }
 
 /// `subset inspect`.
@@ -349,9 +353,10 @@ pub struct FollowArgs {
     /// On a first start (no saved place), reconcile every parent before following.
     #[arg(long)]
     pub catch_up: bool,
-    /// The collection (in --db) where the place is saved.
-    #[arg(long, default_value = subset_runtime::bookkeeping::DEFAULT_TOKEN_COLLECTION, value_name = "C")]
-    pub token_collection: String,
+    /// The collection (in --db) where the place is saved [default: <P>_followers, P the
+    /// --bookkeeping-prefix].
+    #[arg(long, value_name = "C")]
+    pub token_collection: Option<String>,
     /// Do not turn on `changeStreamPreAndPostImages` on the child collection; fail if it is off.
     #[arg(long)]
     pub require_pre_images: bool,

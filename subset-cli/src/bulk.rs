@@ -115,7 +115,7 @@ pub async fn run(
 ) -> Result<Outcome, CliError> {
     let json = subset.conn.json;
     scan::require_collection(db, model.parent()).await?;
-    let store = model.store(db);
+    let store = model.store(db, &subset.conn)?;
     // One job per child collection and key, on the first view of it.
     let mut jobs: Vec<&'static SubsetSpec> = Vec::new();
     for spec in model.spec.subsets {

@@ -4,10 +4,14 @@ use std::time::Duration;
 
 use mongodb::options::ClientOptions;
 use mongodb::{Client, Database};
+use subset_runtime::bookkeeping::{Names, PrefixError};
 use subset_runtime::bson::doc;
+use subset_runtime::raw;
+use subset_runtime::spec::{ParentSpec, SubsetSpec};
 
 use crate::args::Conn;
 use crate::error::CliError;
+use crate::model::Model;
 
 /// How long to look for a server when the URI does not say (the driver's default is 30 s).
 const SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(5);
@@ -35,4 +39,37 @@ pub async fn database(conn: &Conn) -> Result<Database, CliError> {
     let db = client.database(&conn.db);
     db.run_command(doc! { "ping": 1 }).await.map_err(connect)?;
     Ok(db)
+}
+
+/// The bookkeeping names of `--bookkeeping-prefix`: the one place the tool reads the flag.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] for a prefix no collection name can start with.
+pub fn names(conn: &Conn) -> Result<Names, CliError> {
+    Names::with_prefix(&conn.bookkeeping_prefix).map_err(bad_prefix)
+}
+
+/// The usage error of a `--bookkeeping-prefix` no collection name can start with.
+pub fn bad_prefix(e: PrefixError) -> CliError {
+    CliError::Usage(format!("--bookkeeping-prefix: {e}"))
+}
+
+/// The store of `fields` of the parent collection `parent`, a store of some fields that leaves
+/// the application's definition alone (see [`raw::Store::for_fields`]).
+///
+/// # Errors
+///
+/// As [`Model::store`].
+pub fn store(
+    db: &Database,
+    conn: &Conn,
+    parent: &str,
+    fields: Vec<SubsetSpec>,
+) -> Result<raw::Store, CliError> {
+    Model {
+        spec: ParentSpec::leak(parent.to_owned(), fields),
+        registered: false,
+    }
+    .store(db, conn)
 }

@@ -8,8 +8,8 @@ use indicatif::ProgressBar;
 use mongodb::Database;
 use serde_json::{json, Value};
 use subset_runtime::{
-    follow::CatchUp, follow::FollowOptions, follow::FollowStats, follow::FollowUpdate, raw,
-    repair::SweepOptions, spec::ParentSpec, spec::SubsetSpec,
+    follow::CatchUp, follow::FollowOptions, follow::FollowStats, follow::FollowUpdate,
+    repair::SweepOptions, spec::SubsetSpec,
 };
 
 use crate::args::FollowArgs;
@@ -26,7 +26,7 @@ pub async fn run(
     let subset = &args.subset;
     let json = subset.conn.json;
     scan::require_collection(db, &subset.parent).await?;
-    let store = raw::Store::for_fields(db, ParentSpec::leak(subset.parent.clone(), vec![*spec]));
+    let store = crate::connect::store(db, &subset.conn, &subset.parent, vec![*spec])?;
     // Every reconcile reads the top `keep` of one parent: without the index, a scan each time.
     let handle = store.children(spec);
     if !handle.has_index().await? {
@@ -36,14 +36,16 @@ pub async fn run(
         .name
         .clone()
         .unwrap_or_else(|| format!("subset-cli:{}.{}", subset.parent, spec.field));
-    let options = FollowOptions::new(&name)
+    let mut options = FollowOptions::new(&name)
         .window(Duration::from_millis(args.window_ms))
         .max_batch(usize::try_from(args.max_batch).unwrap_or(usize::MAX))
         .concurrency(usize::try_from(args.concurrency).unwrap_or(usize::MAX))
-        .token_collection(&args.token_collection)
         .catch_up(args.catch_up)
         .enable_pre_images(!args.require_pre_images)
         .sweep(SweepOptions::default().batch_size(subset.batch));
+    if let Some(tokens) = &args.token_collection {
+        options = options.token_collection(tokens);
+    }
     let status = progress::status(json);
     let printer = Printer {
         json,

@@ -7,8 +7,6 @@ use serde::Serialize;
 use serde_json::json;
 use subset_runtime::bson::{doc, Bson, RawBsonRef, RawDocument, RawDocumentBuf};
 use subset_runtime::bson_compat;
-use subset_runtime::raw;
-use subset_runtime::spec::ParentSpec;
 
 use crate::args::InspectArgs;
 use crate::error::CliError;
@@ -60,7 +58,7 @@ pub async fn run(db: &Database, args: &InspectArgs) -> Result<Outcome, CliError>
     let mut json = json!({ "command": "inspect", "database": db.name(), "collections": reports });
     if let (Some(parent), Some(key), Some(child)) = (&args.parent, &args.key, &args.collection) {
         crate::scan::require_collection(db, parent).await?;
-        let store = raw::Store::for_fields(db, ParentSpec::leak(parent.clone(), Vec::new()));
+        let store = crate::connect::store(db, &args.conn, parent, Vec::new())?;
         let orphans = store.orphans(child, key).await?;
         text.push_str(&format!(
             "`{child}` as children of `{parent}` by `{key}`:\n"

@@ -116,12 +116,13 @@ async fn run(command: Command) -> Result<Outcome, CliError> {
                 ));
             }
             let db = connect::database(&args.subset.conn).await?;
-            let model = model::registered_model(&db, &args.subset.parent).await?;
+            let model =
+                model::registered_model(&db, &args.subset.conn, &args.subset.parent).await?;
             rebuild::run(&db, model, &args).await
         }
         Command::Status(args) => {
             let db = connect::database(&args.conn).await?;
-            status::run(&db).await
+            status::run(&db, &args.conn).await
         }
     }
 }

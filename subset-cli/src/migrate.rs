@@ -22,7 +22,7 @@ use serde_json::json;
 use subset_runtime::bson::{doc, Bson, Document, RawDocumentBuf};
 use subset_runtime::raw::{self, Adopted, Refusal};
 use subset_runtime::repair::{Orphans, SweepOptions};
-use subset_runtime::spec::{ParentSpec, SubsetSpec};
+use subset_runtime::spec::SubsetSpec;
 
 use crate::args::MigrateArgs;
 use crate::error::{CliError, Invalid};
@@ -99,7 +99,7 @@ pub async fn run(
             ))
         })?;
     }
-    let store = raw::Store::for_fields(db, ParentSpec::leak(a.parent.clone(), vec![*spec]));
+    let store = crate::connect::store(db, &a.conn, &a.parent, vec![*spec])?;
     let subset = store.children(spec);
     let orphans = subset.orphans().await?;
     if args.dry_run {

@@ -12,7 +12,7 @@ use subset_runtime::bson::{doc, spec::ElementType, Document, RawDocumentBuf};
 use subset_runtime::raw;
 use subset_runtime::spec::{ParentSpec, SortValues};
 
-use crate::args::{SubsetArgs, View};
+use crate::args::{Conn, SubsetArgs, View};
 use crate::error::CliError;
 use crate::shape::{Bracket, Brackets};
 
@@ -31,12 +31,19 @@ pub struct Model {
 impl Model {
     /// The store of this model: the whole application's model, or a store of the flags' view
     /// that leaves the application's definition alone.
-    pub fn store(&self, db: &Database) -> raw::Store {
-        if self.registered {
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Usage`] for a `--bookkeeping-prefix` no collection name can start with.
+    pub fn store(&self, db: &Database, conn: &Conn) -> Result<raw::Store, CliError> {
+        let store = if self.registered {
             raw::Store::new(db, self.spec)
         } else {
             raw::Store::for_fields(db, self.spec)
-        }
+        };
+        store
+            .with_bookkeeping_prefix(&conn.bookkeeping_prefix)
+            .map_err(crate::connect::bad_prefix)
     }
 
     /// The parent collection.
@@ -54,7 +61,7 @@ impl Model {
 /// holds the current definition by its digest only.
 pub async fn of(db: &Database, args: &SubsetArgs) -> Result<Model, CliError> {
     let Some(view) = args.view()? else {
-        return registered_model(db, &args.parent).await;
+        return registered_model(db, &args.conn, &args.parent).await;
     };
     let spec = typed(db, view).await?;
     Ok(Model {
@@ -64,8 +71,13 @@ pub async fn of(db: &Database, args: &SubsetArgs) -> Result<Model, CliError> {
 }
 
 /// The registry's word on `parent`: the one place the command line reads it.
-pub async fn registered(db: &Database, parent: &str) -> Result<Option<Registered>, CliError> {
-    Ok(Registered::read(db, parent).await?)
+pub async fn registered(
+    db: &Database,
+    conn: &Conn,
+    parent: &str,
+) -> Result<Option<Registered>, CliError> {
+    let names = crate::connect::names(conn)?;
+    Ok(Registered::read(db, &names, parent).await?)
 }
 
 /// The registered current model of `parent`.
@@ -73,8 +85,8 @@ pub async fn registered(db: &Database, parent: &str) -> Result<Option<Registered
 /// # Errors
 ///
 /// As [`of`].
-pub async fn registered_model(db: &Database, parent: &str) -> Result<Model, CliError> {
-    let Some(registered) = registered(db, parent).await? else {
+pub async fn registered_model(db: &Database, conn: &Conn, parent: &str) -> Result<Model, CliError> {
+    let Some(registered) = registered(db, conn, parent).await? else {
         return Err(CliError::Usage(format!(
             "`{parent}` has no registered model in database `{}`: give the view flags (--field, --child, --key, --sort), or let the application write to it once (its first write registers its model)",
             db.name()

@@ -20,7 +20,7 @@ pub async fn run(db: &Database, model: Model, args: &RebuildArgs) -> Result<Outc
     let a = &args.subset;
     let parent = model.parent();
     scan::require_collection(db, parent).await?;
-    let store = model.store(db);
+    let store = model.store(db, &a.conn)?;
     let total = db
         .collection::<Document>(parent)
         .estimated_document_count()
@@ -43,7 +43,7 @@ pub async fn run(db: &Database, model: Model, args: &RebuildArgs) -> Result<Outc
     bar.finish_and_clear();
     let p = &report.progress;
     let failures: Vec<Invalid> = report.failures.iter().map(Invalid::failed).collect();
-    let registered = model::registered(db, parent).await?;
+    let registered = model::registered(db, &a.conn, parent).await?;
     let definitions: Vec<(String, bool, bool)> = registered
         .iter()
         .flat_map(|r| {

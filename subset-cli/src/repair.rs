@@ -49,7 +49,7 @@ pub async fn run(
     let json = args.conn.json;
     let parent = model.parent();
     scan::require_collection(db, parent).await?;
-    let store = model.store(db);
+    let store = model.store(db, &args.conn)?;
     let mut indexes = Vec::new();
     for spec in model.spec.subsets {
         let subset = store.children(spec);
@@ -253,6 +253,12 @@ fn report(
             p.malformed
         ));
     }
+    if p.queued > 0 {
+        text.push_str(&format!(
+            "; children of pushes queued for a fold whose callers went away: {}",
+            p.queued
+        ));
+    }
     if p.outdated > 0 {
         text.push_str(&format!(
             "; built under another definition (rebuild them with `subset rebuild`, or the application's `Store::rebuild`): {}",
@@ -301,6 +307,7 @@ fn report(
             "unfixed": unfixed,
             "malformed": p.malformed,
             "outdated": p.outdated,
+            "queued": p.queued,
             "index": { "present": index, "created": index_created },
             "drifts": report.drifts.iter().map(|(field, drift)| drift_json(field, drift)).collect::<Vec<_>>(),
             "skipped": invalid_json(skipped),
@@ -410,6 +417,9 @@ fn describe(drift: &Drift) -> String {
     if drift.malformed_note {
         parts.push("note of malformed children out of date".to_owned());
     }
+    if !drift.queued.is_empty() {
+        parts.push(format!("{} queued for a fold", drift.queued.len()));
+    }
     if drift.fixed {
         parts.push("fixed".to_owned());
     }
@@ -452,6 +462,7 @@ fn drift_json(field: &str, drift: &Drift) -> Value {
         })).collect::<Vec<_>>(),
         "malformed_in_head": ids(&drift.malformed_in_head),
         "malformed_note": drift.malformed_note,
+        "queued": ids(&drift.queued),
         "fixed": drift.fixed,
         "malformed": drift.malformed.iter().map(|m| json!({
             "_id": id_json(&m.child),

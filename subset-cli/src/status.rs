@@ -4,12 +4,13 @@
 use mongodb::Database;
 use subset_runtime::bookkeeping::Status;
 
+use crate::args::Conn;
 use crate::error::CliError;
 use crate::output::Outcome;
 
 /// Runs `subset status`.
-pub async fn run(db: &Database) -> Result<Outcome, CliError> {
-    let status = Status::read(db).await?;
+pub async fn run(db: &Database, conn: &Conn) -> Result<Outcome, CliError> {
+    let status = Status::read(db, &crate::connect::names(conn)?).await?;
     let json = serde_json::to_value(&status)
         .map_err(|e| CliError::Usage(format!("the status cannot be written as JSON: {e}")))?;
     Ok(Outcome {

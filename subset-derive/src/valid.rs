@@ -337,7 +337,7 @@ pub(crate) fn parent<'a>(ctxt: &Ctxt, cont: &'a Container<'a>) -> Option<Parent<
     }
 }
 
-/// The field the runtime keeps in every parent it writes (`subset::bookkeeping::MARKER`): the
+/// The field the runtime keeps in every parent it writes (`subset::bookkeeping::Names::marker`): the
 /// derive cannot depend on the runtime, so it holds its own copy, which a test compares.
 pub(crate) const MARKER: &str = "_subset";
 
@@ -755,6 +755,9 @@ fn same_view(a: &Subset<'_>, b: &Subset<'_>) -> bool {
 mod tests {
     #[test]
     fn the_marker_is_the_runtimes() {
-        assert_eq!(super::MARKER, subset_runtime::bookkeeping::MARKER);
+        assert_eq!(
+            super::MARKER,
+            subset_runtime::bookkeeping::Names::default().marker()
+        );
     }
 }

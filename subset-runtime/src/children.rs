@@ -431,7 +431,8 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     ///
     /// Each parent is done in one transaction on a replica set. The job is resumable: killed at
     /// any point and run again with the same filter, it ends as one uninterrupted run would
-    /// (without transactions, a journal in [`crate::bookkeeping::JOB_COLLECTION`] lists the parents
+    /// (without transactions, a journal in the store's
+    /// [`Names::jobs`](crate::bookkeeping::Names::jobs) lists the parents
     /// it may have left half done, and the rerun finishes them first). It is not atomic as a
     /// whole: pages read meanwhile may see some parents done and others not yet.
     ///
@@ -508,6 +509,10 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
 
     /// Recomputes the subset, the count and the running sums from the child collection, fixes
     /// them if they differ, and reports what differed. Safe while writers run.
+    ///
+    /// Pushes queued for a fold whose callers went away ([`Drift::queued`]) are written first,
+    /// in a transaction of their own, when the store writes in transactions and no session is
+    /// given; otherwise they are only reported.
     ///
     /// # Errors
     ///

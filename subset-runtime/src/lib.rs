@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 mod action;
+pub mod bookkeeping;
 pub mod bson_compat;
 mod checks;
 mod children;
@@ -58,18 +59,6 @@ pub mod raw {
 /// ([`Store::contention`]).
 pub mod hot {
     pub use crate::engine::Contention;
-}
-
-/// Every name the library writes in your database besides your documents: the field it keeps
-/// in each parent it writes, and its own collections. What each holds, which call creates it and
-/// whether it is safe to drop: the guide's page "what subset keeps in your database"
-/// (`subset::guide::bookkeeping`); all of it read in one go: [`Status`](bookkeeping::Status).
-pub mod bookkeeping {
-    pub use crate::engine::{
-        DefinitionStatus, FoldQueue, FollowerPlace, JobJournal, ModelStatus, Registered,
-        RegisteredDefinition, Status, ViewName, DEFAULT_TOKEN_COLLECTION, DEFINITIONS_COLLECTION,
-        FOLDS_COLLECTION, JOB_COLLECTION, MARKER,
-    };
 }
 
 /// Removing or patching every child that matches a filter, across parents

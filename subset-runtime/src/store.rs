@@ -100,6 +100,45 @@ impl<P: Subset> Store<P> {
         }
     }
 
+    /// The same store keeping its own collections under `prefix` (default `subset`:
+    /// `subset_definitions`, `subset_folds`, `subset_jobs`, `subset_followers`), as GridFS keeps
+    /// its buckets under one prefix; see
+    /// [`raw::Store::with_bookkeeping_prefix`](crate::raw::Store::with_bookkeeping_prefix) and the
+    /// bookkeeping guide. Every store and program writing the same parents must use the same
+    /// prefix.
+    ///
+    /// # Errors
+    ///
+    /// [`PrefixError`](crate::bookkeeping::PrefixError) for a prefix no collection name can
+    /// start with: empty, longer than [`MAX_PREFIX_LEN`](crate::bookkeeping::MAX_PREFIX_LEN)
+    /// bytes, or with a `$`, a `.` or a NUL.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use subset_runtime as subset;
+    /// # fn demo<Product: subset::Subset>(db: &mongodb::Database) -> Result<(), subset::bookkeeping::PrefixError> {
+    /// let store = subset::Store::<Product>::new(db).with_bookkeeping_prefix("shop_subset")?;
+    /// assert_eq!(store.bookkeeping().folds(), "shop_subset_folds");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_bookkeeping_prefix(
+        self,
+        prefix: &str,
+    ) -> std::result::Result<Self, crate::bookkeeping::PrefixError> {
+        Ok(Store {
+            raw: self.raw.with_bookkeeping_prefix(prefix)?,
+            _parent: PhantomData,
+        })
+    }
+
+    /// The names this store writes besides your documents: the marker field of each parent and
+    /// its collections (see [`crate::bookkeeping`]).
+    pub fn bookkeeping(&self) -> &crate::bookkeeping::Names {
+        self.raw.bookkeeping()
+    }
+
     /// How often this store's pushes met other processes' transactions on a parent, which
     /// [`Store::with_folding`] would fold instead of retrying.
     pub fn contention(&self) -> crate::hot::Contention {

@@ -9,7 +9,6 @@ use crate::common;
 use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 use common::*;
-use subset::bookkeeping::FOLDS_COLLECTION;
 use subset::bson;
 use subset::{Error, Store};
 
@@ -77,7 +76,7 @@ async fn pushes_from_many_processes_to_one_parent_each_land_once() {
     );
     // The parent was contended, and folded: its document counts the folds.
     let document = folds(store, &product.id).await;
-    let n = document.as_ref().and_then(|d| d.get_i64("n").ok());
+    let n = document.as_ref().and_then(|d| d.get_i64("folds").ok());
     assert!(n.is_some_and(|n| n > 0), "never folded: {document:?}");
 }
 
@@ -105,8 +104,8 @@ async fn without_folding_a_conflict_is_retried_counted_and_creates_nothing() {
     assert_subset_true(&store, Product::RECENT_REVIEWS, &product.id.into()).await;
     let names = store.database().list_collection_names().await.unwrap();
     assert!(
-        !names.iter().any(|n| n == FOLDS_COLLECTION),
-        "folding off created {FOLDS_COLLECTION}: {names:?}"
+        !names.iter().any(|n| n == store.bookkeeping().folds()),
+        "folding off created the fold documents' collection: {names:?}"
     );
 }
 
@@ -163,6 +162,79 @@ async fn a_push_cut_off_after_queueing_is_written_by_the_next_fold() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_whose_caller_went_away_is_found_by_check_and_written_by_reconcile() {
+    let stores = fleet(1).await;
+    let store = &stores[0];
+    let reviews = store.children(Product::RECENT_REVIEWS);
+    let product = Product::named("abandoned");
+    store.insert(&product).await.unwrap();
+    let lost = cut_off_after_queueing(store, &product.id).await;
+    let id = Bson::ObjectId(lost.id);
+
+    // A check finds it, and writes nothing.
+    let drift = reviews.check(&product.id).await.unwrap();
+    assert_eq!(drift.queued, std::slice::from_ref(&id), "{drift:?}");
+    assert!(!drift.is_in_sync() && !drift.fixed, "{drift:?}");
+    let report = store.check_all().await.unwrap();
+    assert_eq!(report.progress.queued, 1, "{:?}", report.progress);
+    assert_eq!(report.progress.drifted, 1, "{:?}", report.progress);
+    assert!(stored_ids(store, &product.id).await.is_empty());
+
+    // Without a transaction a reconcile reports it and leaves it queued.
+    let ordered = store.clone().with_mode(subset::WriteMode::Ordered);
+    let drift = ordered
+        .children(Product::RECENT_REVIEWS)
+        .reconcile(&product.id)
+        .await
+        .unwrap();
+    assert_eq!(drift.queued, std::slice::from_ref(&id), "{drift:?}");
+    assert!(stored_ids(store, &product.id).await.is_empty());
+    assert_eq!(queued(store, &product.id).await.len(), 1);
+
+    // In transactions it writes it: into the child collection, the subset and the count.
+    let drift = reviews.reconcile(&product.id).await.unwrap();
+    assert_eq!(drift.queued, std::slice::from_ref(&id), "{drift:?}");
+    assert!(drift.fixed, "{drift:?}");
+    assert_eq!(
+        stored_ids(store, &product.id).await,
+        std::slice::from_ref(&id)
+    );
+    assert!(queued(store, &product.id).await.is_empty());
+    let got = store.get(&product.id).await.unwrap().unwrap();
+    assert_eq!(got.total_reviews, 1);
+    assert_subset_true(store, Product::RECENT_REVIEWS, &product.id.into()).await;
+    let drift = reviews.check(&product.id).await.unwrap();
+    assert!(drift.is_clean(), "{drift:?}");
+
+    // The same through the sweep, which counts what it wrote.
+    let again = cut_off_after_queueing(store, &product.id).await;
+    let report = store.reconcile_all().await.unwrap();
+    assert_eq!(report.progress.queued, 1, "{:?}", report.progress);
+    assert_eq!(report.progress.fixed, 1, "{:?}", report.progress);
+    assert!(stored_ids(store, &product.id)
+        .await
+        .contains(&Bson::ObjectId(again.id)));
+    assert!(queued(store, &product.id).await.is_empty());
+    assert_subset_true(store, Product::RECENT_REVIEWS, &product.id.into()).await;
+}
+
+/// Pushes a review that queues behind a transaction holding `parent`, then is cut off (its
+/// future dropped, as when its process dies) before the parent is free; returns it.
+async fn cut_off_after_queueing(store: &Store<Product>, parent: &ObjectId) -> Review {
+    let before = queued(store, parent).await.len();
+    let mut holder = hold(store, parent).await;
+    let lost = Review::at(1_000 + before as i64);
+    let (pusher, id, r) = (store.clone(), *parent, lost.clone());
+    let push =
+        tokio::spawn(async move { pusher.children(Product::RECENT_REVIEWS).push(&id, &r).await });
+    wait_for(|| async { queued(store, parent).await.len() > before }).await;
+    push.abort();
+    let _ = push.await;
+    holder.commit_transaction().await.unwrap();
+    lost
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fold_that_cannot_write_an_entry_writes_each_push_alone() {
     let stores = fleet(1).await;
     let store = &stores[0];
@@ -174,10 +246,13 @@ async fn a_fold_that_cannot_write_an_entry_writes_each_push_alone() {
     let garbage = ObjectId::new();
     store
         .database()
-        .collection::<Document>(FOLDS_COLLECTION)
+        .collection::<Document>(store.bookkeeping().folds())
         .update_one(
-            doc! { "_id": { "c": "products", "f": "recent_reviews", "p": product.id } },
-            doc! { "$push": { "q": { "i": garbage, "c": [5] } } },
+            doc! { "_id": {
+                "collection": "products", "children": "reviews", "key": "product_id",
+                "parent": product.id,
+            } },
+            doc! { "$push": { "queue": { "push": garbage, "children": [5] } } },
         )
         .upsert(true)
         .await
@@ -191,7 +266,7 @@ async fn a_fold_that_cannot_write_an_entry_writes_each_push_alone() {
     assert_subset_true(store, Product::RECENT_REVIEWS, &product.id.into()).await;
     // Set aside, not folded again.
     let document = folds(store, &product.id).await.unwrap();
-    assert_eq!(document.get_array("q").unwrap(), &Vec::<Bson>::new());
+    assert_eq!(document.get_array("queue").unwrap(), &Vec::<Bson>::new());
     let alone = document.get_array("alone").unwrap();
     assert_eq!(alone, &vec![Bson::ObjectId(garbage)]);
 
@@ -201,7 +276,7 @@ async fn a_fold_that_cannot_write_an_entry_writes_each_push_alone() {
     let err = folded(store, &product.id, &owned).await.unwrap_err();
     assert!(matches!(err, Error::ChildOwnedElsewhere { .. }), "{err}");
     let document = folds(store, &product.id).await.unwrap();
-    assert_eq!(document.get_array("q").unwrap(), &Vec::<Bson>::new());
+    assert_eq!(document.get_array("queue").unwrap(), &Vec::<Bson>::new());
     let alone = document.get_array("alone").unwrap();
     assert_eq!(
         alone,

@@ -372,15 +372,15 @@ pub fn external_server() -> bool {
 pub async fn folds(store: &Store<Product>, parent: &ObjectId) -> Option<Document> {
     let folds = store
         .database()
-        .collection::<Document>(subset::bookkeeping::FOLDS_COLLECTION);
-    folds.find_one(doc! { "_id.p": parent }).await.unwrap()
+        .collection::<Document>(store.bookkeeping().folds());
+    folds.find_one(doc! { "_id.parent": parent }).await.unwrap()
 }
 
 /// The pushes queued for `parent`.
 pub async fn queued(store: &Store<Product>, parent: &ObjectId) -> Vec<Bson> {
     folds(store, parent)
         .await
-        .and_then(|d| d.get_array("q").ok().cloned())
+        .and_then(|d| d.get_array("queue").ok().cloned())
         .unwrap_or_default()
 }
 

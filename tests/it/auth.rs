@@ -11,7 +11,7 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson, Document};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
-use subset::bookkeeping::DEFINITIONS_COLLECTION;
+use subset::bookkeeping::Names;
 use subset::bson;
 use subset::testkit::{MongoServer, TestkitError, Topology, User};
 use subset::{Child, Error, PageRequest, Store, Subset, WriteMode};
@@ -327,7 +327,7 @@ async fn a_reader_reads_a_database_without_a_registry_and_writes_nothing() {
             .list_collection_names()
             .await
             .unwrap()
-            .contains(&DEFINITIONS_COLLECTION.to_owned())
+            .contains(&Names::default().definitions().to_owned())
     };
     assert!(!registry().await);
 
@@ -464,7 +464,7 @@ async fn a_follower_without_change_stream_is_unauthorized_naming_it() {
     assert_eq!(action, "changeStream", "{error}");
     assert!(error.to_string().contains("changeStream"), "{error}");
     let tokens = admin
-        .collection::<Document>(subset::bookkeeping::DEFAULT_TOKEN_COLLECTION)
+        .collection::<Document>(Names::default().followers())
         .count_documents(doc! {})
         .await
         .unwrap();

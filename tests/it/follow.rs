@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 use subset::bson;
 use subset::bson_compat;
 use subset::{
-    bookkeeping::DEFAULT_TOKEN_COLLECTION, follow::CatchUp, follow::FollowOptions,
-    follow::FollowStats, follow::FollowUpdate, follow::Follower, Child, Children, Error, Store,
+    bookkeeping::Names, follow::CatchUp, follow::FollowOptions, follow::FollowStats,
+    follow::FollowUpdate, follow::Follower, Child, Children, Error, Store,
 };
 
 /// Parents written to in each test.
@@ -579,7 +579,7 @@ async fn a_place_that_cannot_be_resumed_is_caught_up_with_a_full_pass() {
         "a resume token starts with its cluster time"
     );
     let forged = format!("82{}{}", "0000000100000001", &data[18..]);
-    let tokens = db.collection::<Document>(DEFAULT_TOKEN_COLLECTION);
+    let tokens = db.collection::<Document>(Names::default().followers());
     let key = doc! { "_id": { "follower": "lost", "collection": "reviews" } };
     let replaced = tokens
         .update_one(key, doc! { "$set": { "token": { "_data": forged } } })

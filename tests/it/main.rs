@@ -8,6 +8,7 @@ mod common;
 mod adopt;
 mod auth;
 mod bad_input;
+mod bookkeeping;
 mod concerns;
 mod concurrency;
 mod examples;

@@ -479,7 +479,9 @@ async fn parents_carry_the_definition_they_were_built_under() {
         .await
         .unwrap()
         .unwrap();
-    let marker = stored.get_document(subset::bookkeeping::MARKER).unwrap();
+    let marker = stored
+        .get_document(subset::bookkeeping::Names::default().marker())
+        .unwrap();
     let digest = marker.get_str("d").unwrap().to_owned();
     assert_eq!(
         marker
@@ -491,7 +493,7 @@ async fn parents_carry_the_definition_they_were_built_under() {
             .ok(),
         Some(3)
     );
-    let registry = db.collection::<Document>(subset::bookkeeping::DEFINITIONS_COLLECTION);
+    let registry = db.collection::<Document>(subset::bookkeeping::Names::default().definitions());
     let entry = registry
         .find_one(doc! { "_id": "movies" })
         .await
@@ -532,10 +534,12 @@ async fn parents_carry_the_definition_they_were_built_under() {
 #[tokio::test]
 async fn the_registry_holds_each_definition_whole_with_its_types() {
     let db = common::replica_db().await;
-    assert!(subset::bookkeeping::Registered::read(&db, "movies")
-        .await
-        .unwrap()
-        .is_none());
+    assert!(
+        subset::bookkeeping::Registered::read(&db, &Default::default(), "movies")
+            .await
+            .unwrap()
+            .is_none()
+    );
     let id = ObjectId::new();
     Store::<Latest3>::new(&db)
         .raw()
@@ -547,7 +551,7 @@ async fn the_registry_holds_each_definition_whole_with_its_types() {
         .insert(doc! { "_id": ObjectId::new(), "latest": [], "first": [] })
         .await
         .unwrap();
-    let registered = subset::bookkeeping::Registered::read(&db, "movies")
+    let registered = subset::bookkeeping::Registered::read(&db, &Default::default(), "movies")
         .await
         .unwrap()
         .unwrap();
@@ -584,13 +588,13 @@ async fn the_registry_holds_each_definition_whole_with_its_types() {
         .await
         .unwrap()
         .unwrap()
-        .get_document(subset::bookkeeping::MARKER)
+        .get_document(subset::bookkeeping::Names::default().marker())
         .unwrap()
         .get_str("d")
         .unwrap()
         .to_owned();
     assert_eq!(marker, registered.current);
-    let again = subset::bookkeeping::Registered::read(&db, "movies")
+    let again = subset::bookkeeping::Registered::read(&db, &Default::default(), "movies")
         .await
         .unwrap()
         .unwrap();
@@ -867,7 +871,8 @@ async fn a_rebuild_that_would_empty_views_after_a_rename_refuses_and_names_both_
         assert!(message.contains("key = \"movie_id\""), "{message}");
         let stored = movies.get(&movie.id).await.unwrap().unwrap();
         assert_eq!(stored.latest.len(), 3, "{mode:?}: nothing written");
-        let registry = db.collection::<Document>(subset::bookkeeping::DEFINITIONS_COLLECTION);
+        let registry =
+            db.collection::<Document>(subset::bookkeeping::Names::default().definitions());
         let registered = registry
             .find_one(doc! { "_id": "renamed_movies" })
             .await
@@ -943,7 +948,10 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
             .insert(doc! { "_id": ObjectId::new(), "latest": [], "first": [], "n": 0_i64 })
             .await
             .unwrap();
-        let before = Registered::read(&db, "movies").await.unwrap().unwrap();
+        let before = Registered::read(&db, &Default::default(), "movies")
+            .await
+            .unwrap()
+            .unwrap();
         let (old_digest, new_digest) = (
             before.definitions[0].digest.clone(),
             before.definitions[1].digest.clone(),
@@ -957,7 +965,10 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
 
         let report = new.rebuild().await.unwrap();
         assert_eq!(report.progress.failed, 1, "{mode:?}: the stranded parent");
-        let kept = Registered::read(&db, "movies").await.unwrap().unwrap();
+        let kept = Registered::read(&db, &Default::default(), "movies")
+            .await
+            .unwrap()
+            .unwrap();
         assert!(
             kept.model(&old_digest).is_some(),
             "{mode:?}: a parent is still built under the old definition"
@@ -966,7 +977,10 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
         let all = SweepOptions::default().allow_emptying(true);
         let report = new.rebuild().options(all).await.unwrap();
         assert_eq!(report.progress.fixed, 1, "{mode:?}");
-        let after = Registered::read(&db, "movies").await.unwrap().unwrap();
+        let after = Registered::read(&db, &Default::default(), "movies")
+            .await
+            .unwrap()
+            .unwrap();
         let digests: Vec<&str> = after
             .definitions
             .iter()
@@ -1000,7 +1014,10 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
             .insert(doc! { "_id": ObjectId::new(), "latest": [], "n": 0_i64 })
             .await
             .unwrap();
-        let again = Registered::read(&db, "movies").await.unwrap().unwrap();
+        let again = Registered::read(&db, &Default::default(), "movies")
+            .await
+            .unwrap()
+            .unwrap();
         assert!(again.model(&old_digest).is_some(), "{mode:?}");
         assert_eq!(
             again.current, new_digest,

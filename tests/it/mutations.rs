@@ -721,7 +721,7 @@ async fn removal_by_filter_killed_and_rerun_ends_as_one_run() {
         assert!(p.latest.iter().all(|r| r.author != "spammer"));
         let jobs = store
             .database()
-            .collection::<Document>(subset::bookkeeping::JOB_COLLECTION)
+            .collection::<Document>(store.bookkeeping().jobs())
             .count_documents(doc! {})
             .await
             .unwrap();
@@ -1185,7 +1185,7 @@ async fn a_patch_by_filter_with_nothing_to_do_or_a_refused_filter_leaves_nothing
         );
         let jobs = store
             .database()
-            .collection::<Document>(subset::bookkeeping::JOB_COLLECTION)
+            .collection::<Document>(store.bookkeeping().jobs())
             .count_documents(doc! {})
             .await
             .unwrap();

@@ -4,9 +4,7 @@ use crate::common;
 
 use bson::oid::ObjectId;
 use bson::{doc, DateTime, Document};
-use subset::bookkeeping::{
-    Status, DEFAULT_TOKEN_COLLECTION, FOLDS_COLLECTION, JOB_COLLECTION, MARKER,
-};
+use subset::bookkeeping::{Names, Status};
 use subset::bson;
 use subset::raw;
 use subset::spec::{ParentSpec, SpecBuilder};
@@ -33,6 +31,7 @@ async fn status_counts_parents_per_definition_and_reads_queues_jobs_and_follower
     new.insert(doc! { "_id": ObjectId::new(), "latest": [] })
         .await
         .unwrap();
+    let names = Names::default();
     let movies = db.collection::<Document>("movies");
     // Written around the library (legacy), and marked as built under none.
     movies
@@ -40,20 +39,23 @@ async fn status_counts_parents_per_definition_and_reads_queues_jobs_and_follower
         .await
         .unwrap();
     movies
-        .insert_one(doc! { "_id": ObjectId::new(), "latest": [], MARKER: { "d": "" } })
+        .insert_one(doc! { "_id": ObjectId::new(), "latest": [], names.marker(): { "d": "" } })
         .await
         .unwrap();
 
     let (first, second) = (ObjectId::new(), ObjectId::new());
-    db.collection::<Document>(FOLDS_COLLECTION)
+    db.collection::<Document>(names.folds())
         .insert_one(doc! {
-            "_id": { "c": "movies", "f": "comments", "p": ObjectId::new() },
-            "n": 2_i64,
-            "q": [{ "i": first, "c": [] }, { "i": second, "c": [] }],
+            "_id": {
+                "collection": "movies", "children": "comments", "key": "movie_id",
+                "parent": ObjectId::new(),
+            },
+            "folds": 2_i64,
+            "queue": [{ "push": first, "children": [] }, { "push": second, "children": [] }],
         })
         .await
         .unwrap();
-    db.collection::<Document>(JOB_COLLECTION)
+    db.collection::<Document>(names.jobs())
         .insert_one(doc! {
             "collection": "comments", "key": "movie_id", "parents": "movies",
             "change": "remove", "job": "x", "filter": "{ \"author\": \"ann\" }",
@@ -62,7 +64,7 @@ async fn status_counts_parents_per_definition_and_reads_queues_jobs_and_follower
         .await
         .unwrap();
     let saved = DateTime::now();
-    db.collection::<Document>(DEFAULT_TOKEN_COLLECTION)
+    db.collection::<Document>(names.followers())
         .insert_one(doc! {
             "_id": { "follower": "sync", "collection": "comments" },
             "token": { "_data": "82" }, "parent": "movies", "saved_at": saved,
@@ -70,7 +72,7 @@ async fn status_counts_parents_per_definition_and_reads_queues_jobs_and_follower
         .await
         .unwrap();
 
-    let status = Status::read(&db).await.unwrap();
+    let status = Status::read(&db, &names).await.unwrap();
     assert_eq!(status.models.len(), 1);
     let model = &status.models[0];
     assert_eq!(model.collection, "movies");

@@ -9,7 +9,8 @@
 //! - In [`WriteMode::Transactional`] each parent's step is one transaction: a run killed at
 //!   any point leaves each parent done or untouched, and a rerun finds the untouched ones,
 //!   whose children still match.
-//! - In [`WriteMode::Ordered`] a journal document (in [`JOB_COLLECTION`]) lists the parents whose
+//! - In [`WriteMode::Ordered`] a journal document (in the store's
+//!   [`Names::jobs`](crate::bookkeeping::Names::jobs), `subset_jobs`) lists the parents whose
 //!   children may be changed and whose views are not recomputed yet: each is added before its
 //!   children are written and taken off once its views are. A rerun of the same job first
 //!   recomputes the parents the journal still lists, so that one killed between the two steps
@@ -31,11 +32,6 @@ use super::resync::CountFix;
 use super::sweep::{ParentFailure, SweepOptions};
 use super::{RawChildren, WriteMode};
 use crate::error::{Error, Result};
-
-/// The collection of the journals of jobs by filter in [`WriteMode::Ordered`]: one document per
-/// job (child collection, key, filter and change) that is under way, deleted when it ends
-/// without failures.
-pub const JOB_COLLECTION: &str = "subset_jobs";
 
 /// Where a job by filter is, handed to its progress callback after every batch of parents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -448,14 +444,15 @@ impl Journal {
             "change": kind,
             "job": URL_SAFE_NO_PAD.encode(bytes),
         };
-        let jobs = s.store().database().collection::<Document>(JOB_COLLECTION);
+        let name = s.store().bookkeeping().jobs();
+        let jobs = s.store().database().collection::<Document>(name);
         let started = doc! { "$setOnInsert": { "pending": [], "filter": filter.to_string() } };
         let opened = jobs
             .find_one_and_update(job, started)
             .upsert(true)
             .return_document(ReturnDocument::After)
             .await
-            .map_err(|e| Error::mongo(JOB_COLLECTION, e))?
+            .map_err(|e| Error::mongo(name, e))?
             .unwrap_or_default();
         let pending = opened
             .get_array("pending")
@@ -483,7 +480,7 @@ impl Journal {
             .update_one(doc! { "_id": self.id.clone() }, update)
             .await
             .map(|_| ())
-            .map_err(|e| Error::mongo(JOB_COLLECTION, e))
+            .map_err(|e| Error::mongo(self.jobs.name(), e))
     }
 
     /// Deletes the journal when it lists no parent half done (it then holds nothing a rerun
@@ -500,6 +497,6 @@ impl Journal {
             .delete_one(doc! { "_id": self.id.clone() })
             .await
             .map(|_| ())
-            .map_err(|e| Error::mongo(JOB_COLLECTION, e))
+            .map_err(|e| Error::mongo(self.jobs.name(), e))
     }
 }

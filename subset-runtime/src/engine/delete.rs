@@ -60,7 +60,8 @@ impl RawStore {
 }
 
 /// The writes of [`RawStore::delete`]: the parent first, so a crash leaves invisible orphans
-/// rather than a parent whose embedded children are gone from the collection.
+/// rather than a parent whose embedded children are gone from the collection; its fold
+/// documents last (a crash before leaves them to `reconcile_all`).
 struct DeleteSteps<'a> {
     store: &'a RawStore,
     id: &'a Bson,
@@ -88,6 +89,7 @@ impl Steps for DeleteSteps<'_> {
                 .await
                 .map_err(|e| Error::mongo(spec.child_collection, e))?;
         }
+        self.store.drop_folds(ctx, self.id).await?;
         Ok(deleted.deleted_count > 0)
     }
 }

@@ -36,6 +36,7 @@ use mongodb::options::{Acknowledgment, CollectionOptions, ReadConcern, WriteConc
 use mongodb::{Collection, Database};
 use tokio::sync::OnceCell;
 
+use crate::bookkeeping::{Names, PrefixError};
 use crate::error::{driver, Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
 
@@ -66,16 +67,16 @@ mod sweep;
 mod views;
 
 pub use adopt::{Adopted, Refusal};
-pub use bulk::{BulkProgress, BulkReport, JOB_COLLECTION};
+pub use bulk::{BulkProgress, BulkReport};
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
-    DEFAULT_TOKEN_COLLECTION,
 };
-pub use model_change::{Registered, RegisteredDefinition, DEFINITIONS_COLLECTION, MARKER};
+pub(crate) use model_change::MARKER;
+pub use model_change::{Registered, RegisteredDefinition};
 pub use orphans::Orphans;
 pub use patch::ChildPatch;
 pub(crate) use patch::Range;
-pub use push::fold::{Contention, FOLDS_COLLECTION};
+pub use push::fold::Contention;
 pub use resync::{Drift, MalformedChild, SumDrift};
 pub use status::{
     DefinitionStatus, FoldQueue, FollowerPlace, JobJournal, ModelStatus, Status, ViewName,
@@ -151,6 +152,7 @@ pub struct RawStore {
     combiner: group_commit::Combiner<push::Batch>,
     folds: Arc<push::fold::Folds>,
     patches: group_commit::Combiner<patch::Batch>,
+    names: Names,
 }
 
 impl std::fmt::Debug for RawStore {
@@ -179,6 +181,7 @@ impl RawStore {
             combiner: group_commit::Combiner::default(),
             folds: Arc::new(push::fold::Folds::new(false)),
             patches: group_commit::Combiner::default(),
+            names: Names::default(),
         }
     }
 
@@ -229,7 +232,7 @@ impl RawStore {
     /// (default: off). Pushes to one parent within a process always share a transaction (group
     /// commit); transactions of different processes on one parent still conflict, and retry.
     /// Folding queues such pushes in a document per parent in
-    /// [`FOLDS_COLLECTION`](crate::bookkeeping::FOLDS_COLLECTION), where one transaction at a time
+    /// [`Names::folds`] (`subset_folds`), where one transaction at a time
     /// writes them all, and waits for them with a change stream: it creates that collection and
     /// needs the `changeStream` privilege, which is why it is asked for. Without it, a parent
     /// contended across processes is reported: a `tracing` warning once per parent, and
@@ -239,6 +242,32 @@ impl RawStore {
             folds: Arc::new(push::fold::Folds::new(on)),
             ..self
         }
+    }
+
+    /// The same store keeping its own collections under `prefix` rather than
+    /// [`DEFAULT_PREFIX`](crate::bookkeeping::DEFAULT_PREFIX) (`subset`): `<prefix>_definitions`,
+    /// `<prefix>_folds`, `<prefix>_jobs` and `<prefix>_followers`, as GridFS keeps its buckets
+    /// under one prefix. The marker field of each parent stays `_subset`. Every store and
+    /// program (the command line's `--bookkeeping-prefix`) writing the same parents must use the
+    /// same prefix: a store of another prefix reads another registry, and another queue of
+    /// folded pushes.
+    ///
+    /// # Errors
+    ///
+    /// [`PrefixError`] for a prefix no collection name can start with (empty, longer than
+    /// [`MAX_PREFIX_LEN`](crate::bookkeeping::MAX_PREFIX_LEN) bytes, or with a `$`, a `.` or a
+    /// NUL).
+    pub fn with_bookkeeping_prefix(self, prefix: &str) -> std::result::Result<Self, PrefixError> {
+        Ok(RawStore {
+            names: Names::with_prefix(prefix)?,
+            ..self
+        })
+    }
+
+    /// The names this store writes besides the documents: its marker field and its
+    /// collections.
+    pub fn bookkeeping(&self) -> &Names {
+        &self.names
     }
 
     /// How often this store's pushes (and its clones') met other processes' transactions on a

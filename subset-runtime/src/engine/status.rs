@@ -7,25 +7,9 @@ use mongodb::Database;
 use serde::Serialize;
 
 use super::model_change::Registered;
-use super::{DEFAULT_TOKEN_COLLECTION, FOLDS_COLLECTION, JOB_COLLECTION};
+use crate::bookkeeping::Names;
 use crate::bson::{doc, Bson, DateTime, Document};
 use crate::error::{Error, Result};
-
-/// The names this module reads, in one table: the only place they are named here (the
-/// registry is read through [`Registered`]).
-struct Names {
-    folds: &'static str,
-    jobs: &'static str,
-    followers: &'static str,
-    marker: &'static str,
-}
-
-const NAMES: Names = Names {
-    folds: FOLDS_COLLECTION,
-    jobs: JOB_COLLECTION,
-    followers: DEFAULT_TOKEN_COLLECTION,
-    marker: super::MARKER,
-};
 
 /// Everything the library keeps in a database besides the documents, as [`Status::read`] finds
 /// it; serializable (the command line's `subset status --json`).
@@ -38,7 +22,7 @@ pub struct Status {
     pub folds: Vec<FoldQueue>,
     /// The journals of jobs by filter run without transactions (a job under way, or cut off).
     pub jobs: Vec<JobJournal>,
-    /// The followers' saved places (in the default collection).
+    /// The followers' saved places (in the collection of the names' [`followers`](Names::followers)).
     pub followers: Vec<FollowerPlace>,
 }
 
@@ -137,16 +121,16 @@ impl Status {
     /// [`Error::Mongo`] naming the collection that could not be read; [`Error::Registry`] for a
     /// stored definition that does not read back.
     #[tracing::instrument(skip_all, fields(db = %db.name()))]
-    pub async fn read(db: &Database) -> Result<Status> {
+    pub async fn read(db: &Database, names: &Names) -> Result<Status> {
         let mut models = Vec::new();
-        for registered in Registered::read_all(db).await? {
-            models.push(model(db, registered).await?);
+        for registered in Registered::read_all(db, names).await? {
+            models.push(model(db, names, registered).await?);
         }
         Ok(Status {
             models,
-            folds: folds(db).await?,
-            jobs: jobs(db).await?,
-            followers: followers(db).await?,
+            folds: folds(db, names).await?,
+            jobs: jobs(db, names).await?,
+            followers: followers(db, names).await?,
         })
     }
 }
@@ -178,8 +162,8 @@ fn date(d: DateTime) -> Option<String> {
     d.try_to_rfc3339_string().ok()
 }
 
-async fn model(db: &Database, registered: Registered) -> Result<ModelStatus> {
-    let marker = format!("${}.d", NAMES.marker);
+async fn model(db: &Database, names: &Names, registered: Registered) -> Result<ModelStatus> {
+    let marker = format!("${}.d", names.marker());
     // `_id` null: no marker; "": built under none.
     let groups = aggregate(
         db,
@@ -234,13 +218,17 @@ async fn model(db: &Database, registered: Registered) -> Result<ModelStatus> {
     })
 }
 
-async fn folds(db: &Database) -> Result<Vec<FoldQueue>> {
+async fn folds(db: &Database, names: &Names) -> Result<Vec<FoldQueue>> {
     let found = aggregate(
         db,
-        NAMES.folds,
+        names.folds(),
         vec![
-            doc! { "$match": { "q.0": { "$exists": true } } },
-            doc! { "$project": { "c": "$_id.c", "n": { "$size": "$q" }, "oldest": { "$min": "$q.i" } } },
+            doc! { "$match": { "queue.0": { "$exists": true } } },
+            doc! { "$project": {
+                "c": "$_id.collection",
+                "n": { "$size": "$queue" },
+                "oldest": { "$min": "$queue.push" },
+            } },
             doc! { "$group": {
                 "_id": "$c",
                 "parents": { "$sum": 1 },
@@ -265,10 +253,10 @@ async fn folds(db: &Database) -> Result<Vec<FoldQueue>> {
         .collect())
 }
 
-async fn jobs(db: &Database) -> Result<Vec<JobJournal>> {
+async fn jobs(db: &Database, names: &Names) -> Result<Vec<JobJournal>> {
     let found = aggregate(
         db,
-        NAMES.jobs,
+        names.jobs(),
         vec![doc! { "$project": {
             "parents": 1, "collection": 1, "change": 1, "filter": 1,
             "pending": { "$size": { "$ifNull": ["$pending", []] } },
@@ -288,10 +276,10 @@ async fn jobs(db: &Database) -> Result<Vec<JobJournal>> {
         .collect())
 }
 
-async fn followers(db: &Database) -> Result<Vec<FollowerPlace>> {
+async fn followers(db: &Database, names: &Names) -> Result<Vec<FollowerPlace>> {
     let found = aggregate(
         db,
-        NAMES.followers,
+        names.followers(),
         vec![doc! { "$sort": { "_id.follower": 1, "_id.collection": 1 } }],
     )
     .await?;

@@ -76,6 +76,9 @@ pub struct SweepProgress {
     /// Parents with a view built under another definition of the model (see
     /// [`Drift::outdated`]); a reconcile or [`RawStore::rebuild`] rebuilt them.
     pub outdated: u64,
+    /// Children of pushes found queued for a fold (see [`Drift::queued`]): pushes whose caller
+    /// went away, which a reconcile in transactions wrote.
+    pub queued: u64,
     /// Time since the sweep started.
     pub elapsed: Duration,
 }
@@ -222,7 +225,8 @@ impl RawStore {
     /// Reconciles every parent's subsets, in `_id` order and batches, calling `progress` after
     /// each batch. Idempotent, and safe while writers run (see
     /// [`crate::raw::Children::reconcile`]). A parent that fails (a malformed one, say) is recorded in
-    /// [`SweepReport::failures`] and the sweep goes on.
+    /// [`SweepReport::failures`] and the sweep goes on. At the end, the fold documents of
+    /// parents that are gone are deleted.
     ///
     /// # Errors
     ///
@@ -448,6 +452,7 @@ impl RawStore {
                         outdated |= drift.outdated;
                         fixed |= drift.fixed;
                         report.progress.malformed += drift.malformed.len() as u64;
+                        report.progress.queued += drift.queued.len() as u64;
                         if report.drifts.len() < SweepReport::SAMPLES {
                             report.drifts.push((field, drift));
                         }
@@ -464,6 +469,12 @@ impl RawStore {
                 p.elapsed = started.elapsed();
                 progress(p);
             }
+        }
+        if write {
+            // The queues of parents deleted without this library (or by a version that left
+            // them): nothing can be written for them any more.
+            let dropped = self.drop_orphan_folds().await?;
+            tracing::debug!(dropped, "fold documents of deleted parents dropped");
         }
         report.progress.elapsed = started.elapsed();
         if report.progress.checked % u64::from(options.batch_size) != 0 {

@@ -216,7 +216,7 @@ pub enum Error {
         reason: String,
     },
 
-    /// The registry of model definitions ([`crate::bookkeeping::DEFINITIONS_COLLECTION`]) could
+    /// The registry of model definitions ([`Names::definitions`](crate::bookkeeping::Names::definitions)) could
     /// not be read or written as a store needs it.
     #[error("`{collection}`: the registry of model definitions: {reason}")]
     Registry {

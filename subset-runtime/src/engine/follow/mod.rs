@@ -46,9 +46,6 @@ pub use stats::{CatchUp, FollowBatch, FollowStats, FollowUpdate};
 
 use stats::Counters;
 
-/// The collection where followers save their places, unless told otherwise.
-pub const DEFAULT_TOKEN_COLLECTION: &str = "subset_followers";
-
 /// Options of [`RawStore::follow`] and [`crate::Store::follow`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -57,7 +54,7 @@ pub struct FollowOptions {
     window: Duration,
     max_batch: usize,
     concurrency: usize,
-    token_collection: String,
+    token_collection: Option<String>,
     catch_up: bool,
     enable_pre_images: bool,
     sweep: SweepOptions,
@@ -72,7 +69,7 @@ impl FollowOptions {
             window: Duration::from_millis(100),
             max_batch: 1_000,
             concurrency: 8,
-            token_collection: DEFAULT_TOKEN_COLLECTION.to_owned(),
+            token_collection: None,
             catch_up: false,
             enable_pre_images: true,
             sweep: SweepOptions::default(),
@@ -104,10 +101,11 @@ impl FollowOptions {
         self
     }
 
-    /// Saves the place in `collection` of the store's database (default
-    /// [`DEFAULT_TOKEN_COLLECTION`]).
+    /// Saves the place in `collection` of the store's database (default: the store's
+    /// [`Names::followers`](crate::bookkeeping::Names::followers), `subset_followers` under the
+    /// default prefix).
     pub fn token_collection(mut self, collection: impl Into<String>) -> Self {
-        self.token_collection = collection.into();
+        self.token_collection = Some(collection.into());
         self
     }
 

@@ -92,7 +92,10 @@ async fn follow(
         options,
         tokens: Tokens::new(
             store.database(),
-            &options.token_collection,
+            options
+                .token_collection
+                .as_deref()
+                .unwrap_or(store.bookkeeping().followers()),
             &options.name,
             store.collection_name(),
         ),

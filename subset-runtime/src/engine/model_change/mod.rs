@@ -13,7 +13,8 @@
 //! A view's entry may also hold `m`, a note that malformed children are among the view's head
 //! (see `guard.rs`), which a resync writes and a rebuild's marking keeps.
 //!
-//! **The registry.** One document per parent collection in [`DEFINITIONS_COLLECTION`]: the
+//! **The registry.** One document per parent collection in the registry collection
+//! ([`Names::definitions`](crate::bookkeeping::Names::definitions), `subset_definitions`): the
 //! definition writes converge to (`current`), every definition seen (`seen`, digests in the
 //! order of deploys, and `definitions`, each whole: see `stored.rs` and
 //! [`Registered`]), and the one parents without a marker were built under (`legacy`, the first registered: data written before
@@ -50,8 +51,5 @@ pub(crate) use guard::{malformed_note, noted_malformed, touch, ViewState};
 pub(crate) use registry::RegistryCache;
 pub use registry::{Registered, RegisteredDefinition};
 
-/// The parent field that holds the marker.
-pub const MARKER: &str = "_subset";
-
-/// The collection of the registry: one document per parent collection, `_id` its name.
-pub const DEFINITIONS_COLLECTION: &str = "subset_definitions";
+/// The parent field that holds the marker ([`crate::bookkeeping::Names::marker`]).
+pub(crate) const MARKER: &str = "_subset";

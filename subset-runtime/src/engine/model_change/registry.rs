@@ -1,4 +1,5 @@
-//! The registry: one document per parent collection in [`DEFINITIONS_COLLECTION`], naming the
+//! The registry: one document per parent collection in the store's
+//! [`Names::definitions`](crate::bookkeeping::Names::definitions), naming the
 //! definition writes converge to and the one unmarked parents were built under.
 
 use std::sync::{Arc, Mutex};
@@ -6,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use crate::bson::{doc, Document};
 use mongodb::Database;
 
-use super::{stored, DEFINITIONS_COLLECTION, MARKER};
+use super::{stored, MARKER};
+use crate::bookkeeping::Names;
 use crate::engine::RawStore;
 use crate::error::{Error, Result};
 use crate::model::ParentSpec;
@@ -83,12 +85,13 @@ impl RawStore {
             "$addToSet": { "seen": own },
             "$setOnInsert": { "legacy": own },
         };
+        let registry = self.bookkeeping().definitions();
         self.database()
-            .collection::<Document>(DEFINITIONS_COLLECTION)
+            .collection::<Document>(registry)
             .update_one(doc! { "_id": self.collection_name() }, update)
             .upsert(true)
             .await
-            .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?;
+            .map_err(|e| Error::mongo(registry, e))?;
         self.refresh_registry().await.map(|_| ())
     }
 
@@ -102,10 +105,9 @@ impl RawStore {
     ///
     /// [`Error::Mongo`] when the registry or the parent collection cannot be read or written.
     pub(crate) async fn drop_unused_definitions(&self) -> Result<Vec<String>> {
-        let registry = self
-            .database()
-            .collection::<Document>(DEFINITIONS_COLLECTION);
-        let error = |e| Error::mongo(DEFINITIONS_COLLECTION, e);
+        let name = self.bookkeeping().definitions();
+        let registry = self.database().collection::<Document>(name);
+        let error = |e| Error::mongo(name, e);
         let id = self.collection_name();
         let Some(found) = registry.find_one(doc! { "_id": id }).await.map_err(error)? else {
             return Ok(Vec::new());
@@ -193,39 +195,47 @@ pub struct RegisteredDefinition {
 }
 
 impl Registered {
-    /// The registry's word on `collection`, `None` when no store of it has written yet.
+    /// The registry's word on `collection`, `None` when no store of it has written yet. The
+    /// registry is the collection `names` gives (`Names::default()`, or a store's
+    /// [`bookkeeping`](crate::raw::Store::bookkeeping) when it has a prefix of its own).
     ///
     /// # Errors
     ///
     /// [`Error::Mongo`] when the registry cannot be read; [`Error::Registry`] when a stored
     /// definition does not read back (naming the view and entry at fault).
-    pub async fn read(db: &Database, collection: &str) -> Result<Option<Registered>> {
+    pub async fn read(
+        db: &Database,
+        names: &Names,
+        collection: &str,
+    ) -> Result<Option<Registered>> {
+        let registry = names.definitions();
         let found = db
-            .collection::<Document>(DEFINITIONS_COLLECTION)
+            .collection::<Document>(registry)
             .find_one(doc! { "_id": collection })
             .await
-            .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?;
+            .map_err(|e| Error::mongo(registry, e))?;
         found
             .map(|found| registered(collection, &found))
             .transpose()
     }
 
-    /// Every parent collection of `db` in the registry, by name.
+    /// Every parent collection of `db` in the registry `names` gives, by name.
     ///
     /// # Errors
     ///
     /// As [`Registered::read`].
-    pub async fn read_all(db: &Database) -> Result<Vec<Registered>> {
+    pub async fn read_all(db: &Database, names: &Names) -> Result<Vec<Registered>> {
         use futures::TryStreamExt;
+        let registry = names.definitions();
         let found: Vec<Document> = db
-            .collection::<Document>(DEFINITIONS_COLLECTION)
+            .collection::<Document>(registry)
             .find(doc! {})
             .sort(doc! { "_id": 1 })
             .await
-            .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?
+            .map_err(|e| Error::mongo(registry, e))?
             .try_collect()
             .await
-            .map_err(|e| Error::mongo(DEFINITIONS_COLLECTION, e))?;
+            .map_err(|e| Error::mongo(registry, e))?;
         found
             .iter()
             .map(|d| registered(d.get_str("_id").unwrap_or_default(), d))
@@ -305,10 +315,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 async fn load_registry(store: &RawStore, load: Load) -> Result<Arc<Registry>> {
     let register = load == Load::Register && !store.definition.partial;
-    let coll = store
-        .database()
-        .collection::<Document>(DEFINITIONS_COLLECTION);
-    let error = |e| Error::mongo(DEFINITIONS_COLLECTION, e);
+    let registry = store.bookkeeping().definitions();
+    let coll = store.database().collection::<Document>(registry);
+    let error = |e| Error::mongo(registry, e);
     let own = store.definition.digest().to_owned();
     let id = store.collection_name();
     let mut registry = None;

@@ -49,6 +49,15 @@ pub struct Drift {
     /// a reconcile rebuilds every view of the parent, as [`crate::raw::Store::rebuild`]
     /// does, and reads compute such views from the child collection meanwhile.
     pub outdated: bool,
+    /// `_id`s of children pushed to the parent but still queued in its fold document
+    /// ([`crate::bookkeeping::Names::folds`]): pushes whose caller went away before a fold
+    /// wrote them (or, for a moment, pushes waiting for a fold right now). They are in no page,
+    /// count or sum. A reconcile in transactions writes them first, with one fold, and the rest
+    /// of the drift is of the parent after them; without a transaction (or in the caller's) it
+    /// only reports them, since taking them off the queue and writing them must be one
+    /// transaction for a crash between the two not to lose them: the parent's next fold, or a
+    /// reconcile in transactions, writes them.
+    pub queued: Vec<Bson>,
     /// Whether the parent was rewritten to fix what was found.
     pub fixed: bool,
 }
@@ -61,11 +70,13 @@ impl Drift {
     }
 
     /// Whether the subset, the count, the sums and the note of malformed children were exactly
-    /// right: nothing a reconcile would write. Malformed children ([`Drift::malformed`],
-    /// [`Drift::malformed_in_head`]) may still be reported: no reconcile can fix them.
+    /// right, and no push is queued: nothing a reconcile would write. Malformed children
+    /// ([`Drift::malformed`], [`Drift::malformed_in_head`]) may still be reported: no reconcile
+    /// can fix them.
     pub fn is_in_sync(&self) -> bool {
         !self.outdated
             && !self.malformed_note
+            && self.queued.is_empty()
             && self.missing.is_empty()
             && self.stale.is_empty()
             && self.changed.is_empty()
@@ -173,6 +184,7 @@ fn compare(parent: &Bson, embedded: &[Document], top: &[Document]) -> Drift {
         malformed_in_head: Vec::new(),
         malformed_note: false,
         outdated: false,
+        queued: Vec::new(),
         fixed: false,
     }
 }

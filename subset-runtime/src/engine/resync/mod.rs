@@ -20,10 +20,8 @@ use super::model_change::MARKER;
 use super::parent_write::{Guard, ParentUpdate, Written};
 use super::{query, RawChildren};
 use crate::action::Action;
-use crate::error::Result;
-// Only the docs link to it.
-#[cfg(doc)]
-use crate::error::Error;
+use crate::engine::WriteMode;
+use crate::error::{Error, Result};
 
 mod drift;
 mod fix;
@@ -64,8 +62,8 @@ impl RawChildren<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::ParentNotFound`], [`Error::MalformedParent`] when the stored subset field is not
-    /// an array, [`Error::MalformedChild`] when a stored child's summed field is not a number,
+    /// [`Error::ParentNotFound`] (and the parent's fold documents, if any, are deleted),
+    /// [`Error::MalformedParent`] when the stored subset field is not an array, [`Error::MalformedChild`] when a stored child's summed field is not a number,
     /// [`Error::Mongo`].
     pub fn reconcile<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
         Action::new(move |session| Box::pin(self.resync_in(parent, true, session)))
@@ -91,12 +89,34 @@ impl RawChildren<'_> {
         caller: Option<&mut ClientSession>,
     ) -> Result<Drift> {
         self.store().check_parent_id(parent)?;
+        // Pushes queued by callers that went away: written first where a fold can run (a
+        // transaction of its own), so that the resync sees their children.
+        let store = self.store();
+        let fold = write && caller.is_none() && store.mode().await? == WriteMode::Transactional;
+        let queued = match fold {
+            true => self.fold_queued(parent).await?,
+            false => self.queued(parent).await?,
+        };
         let steps = ResyncSteps {
             subset: self,
             parent,
             write,
         };
-        exec::execute(self.store(), caller, &steps).await
+        match exec::execute(store, caller, &steps).await {
+            Ok(mut drift) => {
+                drift.fixed |= fold && !queued.is_empty();
+                drift.queued = queued;
+                Ok(drift)
+            }
+            Err(Error::ParentNotFound { collection, id }) => {
+                // Its fold documents have no subject any more.
+                if write {
+                    store.drop_folds(&mut Ctx::apart(), parent).await?;
+                }
+                Err(Error::ParentNotFound { collection, id })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Reads the subset and the count, then the child collection's top `keep` (and count), and,

@@ -4,7 +4,8 @@
 //! processes conflicting on one parent: the server aborts all but one, and the losers back off
 //! and collide again, so pushes wait for hundreds of milliseconds. A parent whose push
 //! transaction conflicted is *contended* in this process for [`CONTENDED_FOR`], and pushes to
-//! it are *folded*, through one document per parent in [`FOLDS_COLLECTION`]:
+//! it are *folded*, through one document per parent in the store's
+//! [`Names::folds`](crate::bookkeeping::Names::folds) (`subset_folds`):
 //!
 //! 1. A push appends its children to the document's queue (outside any transaction). They are
 //!    in no page, count or sum yet. The server holds that write while a fold of the parent is
@@ -43,13 +44,190 @@ use mongodb::Collection;
 use super::{Batch, PushSteps};
 use crate::engine::exec::{self, backoff, is_transient, Ctx, Retry, Steps};
 use crate::engine::group_commit::{key_bytes, Key};
-use crate::engine::RawChildren;
+use crate::engine::{RawChildren, RawStore};
 use crate::error::{driver, Error, Result};
+use crate::model::SubsetSpec;
 
 mod watch;
 
-/// One document per folded parent: its queue, and how many folds it has had.
-pub const FOLDS_COLLECTION: &str = "subset_folds";
+// The fields of a parent's fold document (see the bookkeeping guide).
+/// The pushes queued, in order: each `{ push, children }`.
+const QUEUE: &str = "queue";
+/// In a queued entry: the push's id.
+const PUSH: &str = "push";
+/// In a queued entry: the children it pushes, as stored.
+const CHILDREN: &str = "children";
+/// How many folds the parent has had.
+const FOLDS: &str = "folds";
+/// How many times pushes were set aside.
+const ASIDES: &str = "asides";
+/// The pushes set aside, each to write its children alone.
+const ALONE: &str = "alone";
+/// Bumped by every look (a write the server holds while a fold is in flight).
+const LOOKS: &str = "looks";
+
+/// The `_id` of the fold document of `parent` for the children of `spec` (and every view of
+/// them) in `store`: the parent collection, the child collection and key, and the parent's
+/// `_id`.
+fn fold_id(store: &RawStore, spec: &SubsetSpec, parent: &Bson) -> Document {
+    doc! {
+        "collection": store.collection_name(),
+        "children": spec.child_collection,
+        "key": spec.key,
+        "parent": parent.clone(),
+    }
+}
+
+/// The `_id`s of the children queued in a fold document, in queue order.
+fn queued_children(document: &Document) -> Vec<Bson> {
+    entries(document)
+        .into_iter()
+        .flat_map(|(_, children)| children)
+        .map(|child| match child {
+            Bson::Document(child) => child.get("_id").cloned().unwrap_or(Bson::Null),
+            other => other.clone(),
+        })
+        .collect()
+}
+
+impl RawStore {
+    /// Deletes the fold documents of `parent`, one per child collection and key of the store,
+    /// in the step's session: the parent is gone, and what they queue can never be written.
+    pub(crate) async fn drop_folds(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
+        let mut ids: Vec<Document> = Vec::new();
+        for spec in self.spec().subsets {
+            let id = fold_id(self, spec, parent);
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let name = self.bookkeeping().folds();
+        let folds = self.database().collection::<Document>(name);
+        ctx.run(folds.delete_many(doc! { "_id": { "$in": ids } }))
+            .await
+            .map_err(|e| Error::mongo(name, e))?;
+        Ok(())
+    }
+
+    /// Deletes the fold documents of this collection's parents that are gone (deleted by
+    /// another program, or before deletes cleaned them), and returns how many there were.
+    pub(crate) async fn drop_orphan_folds(&self) -> Result<u64> {
+        use futures::TryStreamExt;
+        let name = self.bookkeeping().folds();
+        let folds = self.database().collection::<Document>(name);
+        let error = |e| Error::mongo(name, e);
+        let found: Vec<Document> = folds
+            .find(doc! { "_id.collection": self.collection_name() })
+            .projection(doc! { "_id": 1 })
+            .await
+            .map_err(error)?
+            .try_collect()
+            .await
+            .map_err(error)?;
+        let mut dropped = 0;
+        for chunk in found.chunks(1_000) {
+            let parents: Vec<Bson> = chunk
+                .iter()
+                .filter_map(|d| d.get_document("_id").ok()?.get("parent").cloned())
+                .collect();
+            let present: Vec<Bson> = self
+                .parents::<Document>()
+                .find(doc! { "_id": { "$in": parents } })
+                .projection(doc! { "_id": 1 })
+                .await
+                .map_err(|e| self.mongo(e))?
+                .map_ok(|mut d| d.remove("_id").unwrap_or(Bson::Null))
+                .try_collect()
+                .await
+                .map_err(|e| self.mongo(e))?;
+            let gone: Vec<Bson> = chunk
+                .iter()
+                .filter_map(|d| d.get("_id"))
+                .filter(|id| {
+                    id.as_document()
+                        .and_then(|id| id.get("parent"))
+                        .is_some_and(|parent| !present.contains(parent))
+                })
+                .cloned()
+                .collect();
+            if gone.is_empty() {
+                continue;
+            }
+            let deleted = folds
+                .delete_many(doc! { "_id": { "$in": gone } })
+                .await
+                .map_err(error)?;
+            dropped += deleted.deleted_count;
+        }
+        Ok(dropped)
+    }
+}
+
+impl RawChildren<'_> {
+    /// The `_id`s of the children queued for `parent` in its fold document: pushes whose caller
+    /// went away (or that wait for a fold right now). Read only.
+    pub(crate) async fn queued(&self, parent: &Bson) -> Result<Vec<Bson>> {
+        let name = self.store().bookkeeping().folds();
+        let found = self
+            .store()
+            .collection::<Document>(name)
+            .find_one(doc! { "_id": fold_id(self.store(), self.spec(), parent) })
+            .projection(doc! { QUEUE: 1 })
+            .await
+            .map_err(|e| Error::mongo(name, e))?;
+        Ok(found.as_ref().map(queued_children).unwrap_or_default())
+    }
+
+    /// Writes the pushes queued for `parent` with one fold (in a transaction, as a push's fold
+    /// does), and returns the `_id`s of the children it found queued. An entry the fold cannot
+    /// write is set aside, as a fold run by a push does.
+    pub(crate) async fn fold_queued(&self, parent: &Bson) -> Result<Vec<Bson>> {
+        let name = self.store().bookkeeping().folds();
+        let found = self
+            .store()
+            .collection::<Document>(name)
+            .find_one(doc! { "_id": fold_id(self.store(), self.spec(), parent) })
+            .projection(doc! { QUEUE: 1, FOLDS: 1 })
+            .await
+            .map_err(|e| Error::mongo(name, e))?;
+        let Some(found) = found else {
+            return Ok(Vec::new());
+        };
+        let queued = queued_children(&found);
+        if queued.is_empty() {
+            return Ok(queued);
+        }
+        // A push of no one: it is never in the queue, so the fold writes every entry in it.
+        let queue = Queue {
+            subset: self,
+            parent,
+            mine: ObjectId::new(),
+        };
+        let since = Seen::of(Some(&found), queue.mine).folds;
+        queue.fold(since).await?;
+        Ok(queued)
+    }
+}
+
+/// The pushes queued in a fold document: each push's id and its children.
+fn entries(document: &Document) -> Vec<(ObjectId, &Vec<Bson>)> {
+    document
+        .get_array(QUEUE)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|entry| {
+            let entry = entry.as_document()?;
+            Some((
+                entry.get_object_id(PUSH).ok()?,
+                entry.get_array(CHILDREN).ok()?,
+            ))
+        })
+        .collect()
+}
 
 /// How long a parent stays contended after its last conflict.
 const CONTENDED_FOR: Duration = Duration::from_secs(5);
@@ -194,15 +372,15 @@ impl<'a> RawChildren<'a> {
         let queue = Queue {
             subset: self,
             parent,
-            group: self.group_key(parent).0,
             mine: ObjectId::new(),
         };
         let store = self.store();
-        let heard =
-            store
-                .folds
-                .heard
-                .listen(store.database(), store.collection_name(), &queue.id());
+        let heard = store.folds.heard.listen(
+            store.database(),
+            store.bookkeeping().folds(),
+            store.collection_name(),
+            &queue.id(),
+        );
         let queued = match queue.enqueue(children).await {
             Ok(queued) => queued,
             // The queue is full.
@@ -213,7 +391,7 @@ impl<'a> RawChildren<'a> {
             }
             // A write-concern error or a lost connection: it may be queued, and written by the
             // next fold.
-            Err(e) => return Err(Error::mongo(FOLDS_COLLECTION, e).into_unknown()),
+            Err(e) => return Err(Error::mongo(queue.name(), e).into_unknown()),
         };
         match queue.wait(queued, heard).await.map_err(still_queued)? {
             Folded::Done => Ok(()),
@@ -269,18 +447,18 @@ impl Seen {
             _ => 0,
         };
         let first = document
-            .get_array("q")
+            .get_array(QUEUE)
             .ok()
             .and_then(|q| q.first())
             .and_then(Bson::as_document)
-            .and_then(|entry| entry.get_object_id("i").ok())
+            .and_then(|entry| entry.get_object_id(PUSH).ok())
             == Some(mine);
         let alone = document
-            .get_array("alone")
+            .get_array(ALONE)
             .is_ok_and(|alone| alone.contains(&Bson::ObjectId(mine)));
         Seen {
-            folds: count("n"),
-            asides: count("a"),
+            folds: count(FOLDS),
+            asides: count(ASIDES),
             first,
             alone,
         }
@@ -303,18 +481,18 @@ impl Seen {
 struct Queue<'s, 'a> {
     subset: &'s RawChildren<'a>,
     parent: &'s Bson,
-    group: &'static str,
     mine: ObjectId,
 }
 
 impl Queue<'_, '_> {
     /// The `_id` of the parent's document.
     fn id(&self) -> Document {
-        doc! {
-            "c": self.subset.store().collection_name(),
-            "f": self.group,
-            "p": self.parent.clone(),
-        }
+        fold_id(self.subset.store(), self.subset.spec(), self.parent)
+    }
+
+    /// The collection of fold documents.
+    fn name(&self) -> &str {
+        self.subset.store().bookkeeping().folds()
     }
 
     fn filter(&self) -> Document {
@@ -330,7 +508,7 @@ impl Queue<'_, '_> {
         self.subset
             .store()
             .database()
-            .collection_with_options(FOLDS_COLLECTION, options)
+            .collection_with_options(self.name(), options)
     }
 
     /// Appends this push's children to the queue. With `w: majority`, although a fold's
@@ -338,15 +516,15 @@ impl Queue<'_, '_> {
     /// rolled back must not take a fold on the new primary for the fold of its children.
     async fn enqueue(&self, children: Vec<Bson>) -> mongodb::error::Result<Seen> {
         let update = doc! {
-            "$push": { "q": { "i": self.mine, "c": children } },
-            "$setOnInsert": { "n": 0_i64 },
+            "$push": { QUEUE: { PUSH: self.mine, CHILDREN: children } },
+            "$setOnInsert": { FOLDS: 0_i64 },
         };
         let seen = self
             .outside()
             .find_one_and_update(self.filter(), update)
             .upsert(true)
             .return_document(ReturnDocument::After)
-            .projection(doc! { "n": 1, "a": 1, "q.i": 1 })
+            .projection(doc! { FOLDS: 1, ASIDES: 1, format!("{QUEUE}.{PUSH}"): 1 })
             .await?;
         Ok(Seen::of(seen.as_ref(), self.mine))
     }
@@ -356,11 +534,11 @@ impl Queue<'_, '_> {
     async fn look(&self) -> Result<Seen> {
         let seen = self
             .outside()
-            .find_one_and_update(self.filter(), doc! { "$inc": { "w": 1 } })
+            .find_one_and_update(self.filter(), doc! { "$inc": { LOOKS: 1 } })
             .return_document(ReturnDocument::After)
-            .projection(doc! { "n": 1, "alone": { "$elemMatch": { "$eq": self.mine } } })
+            .projection(doc! { FOLDS: 1, ALONE: { "$elemMatch": { "$eq": self.mine } } })
             .await
-            .map_err(|e| Error::mongo(FOLDS_COLLECTION, e))?;
+            .map_err(|e| Error::mongo(self.name(), e))?;
         Ok(Seen::of(seen.as_ref(), self.mine))
     }
 
@@ -386,6 +564,12 @@ impl Queue<'_, '_> {
                 return Ok(folded);
             }
         }
+        self.fold(since).await
+    }
+
+    /// Runs folds until one has taken this push (or the queue, for a push of no one), when
+    /// there had been `since` folds: the entries a fold cannot write together are set aside.
+    async fn fold(&self, since: i64) -> Result<Folded> {
         let store = self.subset.store();
         loop {
             let steps = FoldSteps {
@@ -416,23 +600,23 @@ impl Queue<'_, '_> {
     /// Moves queued pushes out of the queue, to be written alone by their pushes.
     async fn set_aside(&self, pushes: &[ObjectId]) -> Result<()> {
         let update = doc! {
-            "$pull": { "q": { "i": { "$in": pushes } } },
-            "$push": { "alone": { "$each": pushes, "$slice": -ALONE_KEPT } },
-            "$inc": { "a": 1_i64 },
+            "$pull": { QUEUE: { PUSH: { "$in": pushes } } },
+            "$push": { ALONE: { "$each": pushes, "$slice": -ALONE_KEPT } },
+            "$inc": { ASIDES: 1_i64 },
         };
         self.outside()
             .update_one(self.filter(), update)
             .await
-            .map_err(|e| Error::mongo(FOLDS_COLLECTION, e))?;
+            .map_err(|e| Error::mongo(self.name(), e))?;
         Ok(())
     }
 
     /// Forgets this push once it was written alone.
     async fn forget(&self) -> Result<()> {
         self.outside()
-            .update_one(self.filter(), doc! { "$pull": { "alone": self.mine } })
+            .update_one(self.filter(), doc! { "$pull": { ALONE: self.mine } })
             .await
-            .map_err(|e| Error::mongo(FOLDS_COLLECTION, e))?;
+            .map_err(|e| Error::mongo(self.name(), e))?;
         Ok(())
     }
 }
@@ -457,20 +641,14 @@ impl Steps for FoldSteps<'_, '_, '_> {
         let s = q.subset;
         // Takes the queue and counts the fold in the first write: a second fold of this
         // parent conflicts here, before any other work.
-        let folds = s
-            .store()
-            .database()
-            .collection::<Document>(FOLDS_COLLECTION);
+        let folds = s.store().database().collection::<Document>(q.name());
         let take = folds
             .find_one_and_update(
                 q.filter(),
-                doc! { "$set": { "q": [] }, "$inc": { "n": 1_i64 } },
+                doc! { "$set": { QUEUE: [] }, "$inc": { FOLDS: 1_i64 } },
             )
             .return_document(ReturnDocument::Before);
-        let before = ctx
-            .run(take)
-            .await
-            .map_err(|e| Error::mongo(FOLDS_COLLECTION, e))?;
+        let before = ctx.run(take).await.map_err(|e| Error::mongo(q.name(), e))?;
         let Some(before) = before else {
             return Ok(Folded::Alone);
         };
@@ -480,16 +658,7 @@ impl Steps for FoldSteps<'_, '_, '_> {
             // Taken now, or by a fold since it queued.
             Folded::Done
         };
-        let entries: Vec<(ObjectId, &Vec<Bson>)> = before
-            .get_array("q")
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|entry| {
-                let entry = entry.as_document()?;
-                Some((entry.get_object_id("i").ok()?, entry.get_array("c").ok()?))
-            })
-            .collect();
+        let entries = entries(&before);
         // What this library did not write is dropped from the queue: nobody waits for it.
         *self.taken.lock().unwrap_or_else(PoisonError::into_inner) =
             entries.iter().map(|(id, _)| *id).collect();
@@ -502,9 +671,9 @@ impl Steps for FoldSteps<'_, '_, '_> {
             for child in children {
                 let Bson::Document(child) = child else {
                     return Err(Error::MalformedChild {
-                        collection: FOLDS_COLLECTION.to_owned(),
+                        collection: q.name().to_owned(),
                         id: Box::new(Bson::ObjectId(id)),
-                        field: "c".to_owned(),
+                        field: format!("{QUEUE}.{CHILDREN}"),
                         problem: "is not an array of documents".to_owned(),
                     });
                 };

@@ -1,5 +1,5 @@
-//! The folds and set-asides of a store's parents as a change stream on [`FOLDS_COLLECTION`]
-//! reports them, so that a queued push learns of the fold that took it without a write of its
+//! The folds and set-asides of a store's parents as a change stream on the fold documents
+//! ([`Names::folds`](crate::bookkeeping::Names::folds)) reports them, so that a queued push learns of the fold that took it without a write of its
 //! own.
 //!
 //! A change stream returns majority-committed changes only: a fold seen here survives a
@@ -15,7 +15,7 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::Database;
 use tokio::sync::watch;
 
-use super::FOLDS_COLLECTION;
+use super::{ASIDES, FOLDS};
 use crate::engine::group_commit::key_bytes;
 
 /// How long the stream runs without a folded push before it stops.
@@ -46,11 +46,12 @@ struct State {
 
 impl Heard {
     /// The counts of the document `id` as they are heard, starting the stream over
-    /// `collection`'s documents if it does not run. Taken before the push queues, so that no
-    /// fold after that is missed.
+    /// `collection`'s documents in `folds` if it does not run. Taken before the push queues,
+    /// so that no fold after that is missed.
     pub(crate) fn listen(
         self: &Arc<Self>,
         db: &Database,
+        folds: &str,
         collection: &'static str,
         id: &Document,
     ) -> watch::Receiver<Counts> {
@@ -66,7 +67,12 @@ impl Heard {
             .subscribe();
         if !state.running {
             state.running = true;
-            tokio::spawn(run(db.clone(), collection, Arc::downgrade(self)));
+            tokio::spawn(run(
+                db.clone(),
+                folds.to_owned(),
+                collection,
+                Arc::downgrade(self),
+            ));
         }
         receiver
     }
@@ -104,18 +110,18 @@ impl Heard {
 }
 
 /// The stream: opened, read until an error or idleness, and opened again after an error.
-async fn run(db: Database, collection: &'static str, heard: Weak<Heard>) {
+async fn run(db: Database, folds: String, collection: &'static str, heard: Weak<Heard>) {
     let filter = doc! { "$match": {
         "operationType": "update",
-        "documentKey._id.c": collection,
+        "documentKey._id.collection": collection,
         "$or": [
-            { "updateDescription.updatedFields.n": { "$exists": true } },
-            { "updateDescription.updatedFields.a": { "$exists": true } },
+            { format!("updateDescription.updatedFields.{FOLDS}"): { "$exists": true } },
+            { format!("updateDescription.updatedFields.{ASIDES}"): { "$exists": true } },
         ],
     } };
     loop {
         let opened = db
-            .collection::<Document>(FOLDS_COLLECTION)
+            .collection::<Document>(&folds)
             .watch()
             .pipeline([filter.clone()])
             .max_await_time(AWAIT)
@@ -142,7 +148,7 @@ async fn run(db: Database, collection: &'static str, heard: Weak<Heard>) {
                     _ => None,
                 };
                 if let (Some(id), Some(heard)) = (id, heard.upgrade()) {
-                    heard.heard(id, count("n"), count("a"));
+                    heard.heard(id, count(FOLDS), count(ASIDES));
                 }
             },
             Err(error) => tracing::debug!(%error, "fold stream could not open"),
