@@ -313,7 +313,7 @@ fn report(
             "skipped": invalid_json(skipped),
             "failed": failed,
             "failures": failures_json(&failures),
-            "orphans": orphans_total(orphans),
+            "orphans": orphans_per_child(orphans),
         }),
         text,
         problems,
@@ -433,15 +433,17 @@ fn describe(drift: &Drift) -> String {
     parts.join(", ")
 }
 
-/// The children of no parent: one child collection's report as before, several as a list.
-fn orphans_total(orphans: &[(&SubsetSpec, Orphans)]) -> Value {
-    match orphans {
-        [(_, only)] => orphans_json(only),
-        many => many
-            .iter()
-            .map(|(spec, o)| json!({ "child": spec.child_collection, "orphans": orphans_json(o) }))
-            .collect(),
-    }
+/// The children of no parent, one entry per child collection (`{"child", "total", …}`): one
+/// shape whether the model has one child collection or several.
+fn orphans_per_child(orphans: &[(&SubsetSpec, Orphans)]) -> Value {
+    orphans
+        .iter()
+        .map(|(spec, o)| {
+            let mut entry = orphans_json(o);
+            entry["child"] = spec.child_collection.into();
+            entry
+        })
+        .collect()
 }
 
 fn drift_json(field: &str, drift: &Drift) -> Value {
