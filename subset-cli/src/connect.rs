@@ -16,13 +16,14 @@ use crate::model::Model;
 /// How long to look for a server when the URI does not say (the driver's default is 30 s).
 const SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The database named by `--db`, after a `ping` proved the server answers.
+/// The database named by `--db`, after a `ping` proved the server answers; its client is left in
+/// `client`, for the caller to shut down.
 ///
 /// # Errors
 ///
 /// [`CliError::Connect`] for a bad URI, an unreachable server or refused credentials;
 /// [`CliError::Usage`] for a database name MongoDB rejects.
-pub async fn database(conn: &Conn) -> Result<Database, CliError> {
+pub async fn database(conn: &Conn, client: &mut Option<Client>) -> Result<Database, CliError> {
     if conn.db.is_empty() || conn.db.contains(['/', '\\', '.', ' ', '"', '$', '\0']) {
         return Err(CliError::Usage(format!(
             "--db `{}` is not a database name MongoDB accepts",
@@ -35,8 +36,9 @@ pub async fn database(conn: &Conn) -> Result<Database, CliError> {
         .server_selection_timeout
         .get_or_insert(SERVER_SELECTION_TIMEOUT);
     options.app_name.get_or_insert_with(|| "subset-cli".into());
-    let client = Client::with_options(options).map_err(connect)?;
-    let db = client.database(&conn.db);
+    let db = client
+        .insert(Client::with_options(options).map_err(connect)?)
+        .database(&conn.db);
     db.run_command(doc! { "ping": 1 }).await.map_err(connect)?;
     Ok(db)
 }

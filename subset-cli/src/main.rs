@@ -31,6 +31,7 @@ mod status;
 use std::process::ExitCode;
 
 use clap::Parser;
+use mongodb::Client;
 
 use args::{Cli, Command};
 use error::CliError;
@@ -47,32 +48,44 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return output::fail(&CliError::Runtime(e), json),
     };
-    match runtime.block_on(run(cli.command)) {
+    let result = runtime.block_on(async {
+        let mut client = None;
+        let result = run(cli.command, &mut client).await;
+        // When its last handle goes, the driver ends the server sessions in a task of its own;
+        // left to the runtime's shutdown, that task finds the pool gone and panics. Shut the
+        // client down while the runtime still runs.
+        if let Some(client) = client {
+            client.shutdown().await;
+        }
+        result
+    });
+    match result {
         Ok(outcome) => outcome.print(json),
         Err(e) => output::fail(&e, json),
     }
 }
 
-async fn run(command: Command) -> Result<Outcome, CliError> {
+/// Runs `command`, leaving in `client` the client it connected, for `main` to shut down.
+async fn run(command: Command, client: &mut Option<Client>) -> Result<Outcome, CliError> {
     match command {
         Command::Inspect(args) => {
-            let db = connect::database(&args.conn).await?;
+            let db = connect::database(&args.conn, client).await?;
             inspect::run(&db, &args).await
         }
         Command::Migrate(args) => {
             let spec = args.subset.spec("migrate")?;
-            let db = connect::database(&args.subset.conn).await?;
+            let db = connect::database(&args.subset.conn, client).await?;
             migrate::run(&db, spec, &args).await
         }
         Command::Check(args) => {
             args.view()?;
-            let db = connect::database(&args.conn).await?;
+            let db = connect::database(&args.conn, client).await?;
             let model = model::of(&db, &args).await?;
             repair::run(&db, model, &args, repair::Mode::Check).await
         }
         Command::Reconcile(args) => {
             args.subset.view()?;
-            let db = connect::database(&args.subset.conn).await?;
+            let db = connect::database(&args.subset.conn, client).await?;
             let model = model::of(&db, &args.subset).await?;
             let mode = if args.dry_run {
                 repair::Mode::Check
@@ -83,13 +96,13 @@ async fn run(command: Command) -> Result<Outcome, CliError> {
         }
         Command::Follow(args) => {
             let spec = args.subset.spec("follow")?;
-            let db = connect::database(&args.subset.conn).await?;
+            let db = connect::database(&args.subset.conn, client).await?;
             follow::run(&db, spec, &args).await
         }
         Command::Remove(args) => {
             args.subset.view()?;
             let filter = args.job.filter()?;
-            let db = connect::database(&args.subset.conn).await?;
+            let db = connect::database(&args.subset.conn, client).await?;
             let model = model::of(&db, &args.subset).await?;
             bulk::run(
                 &db,
@@ -105,7 +118,7 @@ async fn run(command: Command) -> Result<Outcome, CliError> {
             args.subset.view()?;
             let filter = args.job.filter()?;
             let job = args.job()?;
-            let db = connect::database(&args.subset.conn).await?;
+            let db = connect::database(&args.subset.conn, client).await?;
             let model = model::of(&db, &args.subset).await?;
             bulk::run(&db, model, &args.subset, &args.job, filter, job).await
         }
@@ -115,13 +128,13 @@ async fn run(command: Command) -> Result<Outcome, CliError> {
                     "`subset rebuild` works on the application's registered model: give --parent without the view flags".to_owned(),
                 ));
             }
-            let db = connect::database(&args.subset.conn).await?;
+            let db = connect::database(&args.subset.conn, client).await?;
             let model =
                 model::registered_model(&db, &args.subset.conn, &args.subset.parent).await?;
             rebuild::run(&db, model, &args).await
         }
         Command::Status(args) => {
-            let db = connect::database(&args.conn).await?;
+            let db = connect::database(&args.conn, client).await?;
             status::run(&db, &args.conn).await
         }
     }
