@@ -343,6 +343,7 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChec
         }
         None => quote!(::core::option::Option::None),
     };
+    let count_type = numbers(subset.count.map(|(field, _)| field.ty));
     // A sum adds up, and a filter reads, the stored children, so both look their field up on the
     // full type (`Self` for a child that is not a preview), whose name the parent does not know.
     let sums = subset
@@ -369,10 +370,12 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChec
                 "so its sum is no total of the children: sum another field",
                 span,
             );
+            let ty = numbers(Some(sum.parent.ty));
             quote! {
                 ::subset::#Private::SumSpec {
                     parent: #parent,
                     child: ::subset::#Private::bson_name(#child),
+                    ty: #ty,
                 }
             }
         })
@@ -453,6 +456,7 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChec
             keep: #keep,
             sort: &[#(#sort),*],
             count: #count,
+            count_type: #count_type,
             sums: &[#(#sums),*],
             // The child's `_id` values, or any `_id` if the child type is not a `Child` (which
             // is reported once elsewhere).
@@ -637,6 +641,20 @@ fn const_doc(subset: &Subset<'_>) -> String {
         collection = subset.child.value(),
         key = subset.key,
     )
+}
+
+/// The `NumberType` of a count or sum field of type `ty` (`Unknown` without one), read through
+/// a probe that names a type that can be neither without a second error: the field's own check
+/// reports it.
+fn numbers(ty: Option<&Type>) -> TokenStream {
+    match ty {
+        Some(ty) => quote! {{
+            #[allow(unused_imports)]
+            use ::subset::#Private::NumbersFallback as _;
+            ::subset::#Private::Numbers::<#ty>::TYPE
+        }},
+        None => quote!(::subset::#Private::NumberType::Unknown),
+    }
 }
 
 /// The check function's parameter as a check spanned at `at` names it: rebound under `at`'s

@@ -27,7 +27,7 @@ use subset_spec::{
     NameRole, SortError, SumError,
 };
 
-use crate::model::{Direction, FieldName, FilterSpec, SortKey, SubsetSpec, SumSpec};
+use crate::model::{Direction, FieldName, FilterSpec, NumberType, SortKey, SubsetSpec, SumSpec};
 use crate::values::SortValues;
 
 /// The largest `keep`, the same constant the derive checks against: a bigger subset defeats the
@@ -354,12 +354,14 @@ impl SpecBuilder {
             keep: self.keep,
             sort: Box::leak(sort.into_boxed_slice()),
             count: self.count.map(leak),
+            count_type: NumberType::Unknown,
             sums: Box::leak(
                 self.sums
                     .into_iter()
                     .map(|(parent, child)| SumSpec {
                         parent: leak(parent),
                         child: leak(child),
+                        ty: NumberType::Unknown,
                     })
                     .collect::<Vec<_>>()
                     .into_boxed_slice(),
@@ -457,11 +459,13 @@ mod tests {
             [
                 SumSpec {
                     parent: "t",
-                    child: "rating"
+                    child: "rating",
+                    ty: NumberType::Unknown
                 },
                 SumSpec {
                     parent: "h",
-                    child: "helpful"
+                    child: "helpful",
+                    ty: NumberType::Unknown
                 }
             ]
         );

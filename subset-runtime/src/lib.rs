@@ -95,7 +95,7 @@ pub mod spec {
     pub use crate::checks::{CountField, FilterField, PreviewField, SortableField, SumField};
     pub use crate::dynamic::{parse_sort, SpecBuilder, SpecError, MAX_KEEP};
     pub use crate::model::{
-        Direction, FieldName, FilterSpec, ParentSpec, SortKey, SubsetSpec, SumSpec,
+        Direction, FieldName, FilterSpec, NumberType, ParentSpec, SortKey, SubsetSpec, SumSpec,
     };
     pub use crate::values::SortValues;
     pub use subset_spec::{
@@ -113,11 +113,12 @@ pub mod __private010 {
         bson_name, distinct_orders, field_found, field_index, field_of, field_problem, is_key,
         key_found, key_index, nothing, parent_key_type, preview_problem, same_order, sort_values,
         sort_values_at, stores, ChildField, ChildIds, Described, DescribedFallback, FieldOf,
-        FullOf, IdFallback, Message, NotAChild, ParentKey, Probe, Role, SameType, SameTypeFallback,
-        Site,
+        FullOf, IdFallback, Message, NotAChild, Numbers, NumbersFallback, ParentKey, Probe, Role,
+        SameType, SameTypeFallback, Site,
     };
     pub use crate::model::{
-        Child, Direction, FieldName, FilterSpec, SortKey, Subset, SubsetField, SubsetSpec, SumSpec,
+        Child, Direction, FieldName, FilterSpec, NumberType, SortKey, Subset, SubsetField,
+        SubsetSpec, SumSpec,
     };
     pub use crate::patch;
     pub use crate::spec::{CountField, FilterField, PreviewField, SortableField, SumField};

@@ -153,6 +153,8 @@ pub struct SubsetSpec {
     pub sort: &'static [SortKey],
     /// BSON name of the parent's integer field that counts the children, if any.
     pub count: Option<&'static str>,
+    /// The numbers the count field's Rust type holds, which no write may carry it past.
+    pub count_type: NumberType,
     /// The parent's numeric fields kept equal to the sum of a child field over all the
     /// children (see [`SumSpec`]).
     pub sums: &'static [SumSpec],
@@ -198,6 +200,42 @@ pub struct SumSpec {
     pub parent: &'static str,
     /// BSON name of the child field summed; every child must hold a number there.
     pub child: &'static str,
+    /// The numbers the parent field's Rust type holds, which no write may carry it past.
+    pub ty: NumberType,
+}
+
+/// The numbers a parent's count or sum field holds: those of its Rust type. A write that would
+/// carry the field past them is refused ([`crate::Error::NumberOverflow`]) with nothing
+/// written, since the server would store a wider number (an `$inc` past `i32::MAX` makes an
+/// int64) that the parent's type could not read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NumberType {
+    /// An integer type, named `name` (`"i32"`), from `min` to `max` (`i64::MAX` for a `u64`:
+    /// BSON has no larger integer).
+    Integer {
+        /// The Rust type's name.
+        name: &'static str,
+        /// Its least value.
+        min: i64,
+        /// Its greatest value, as BSON stores it.
+        max: i64,
+    },
+    /// `f64` (or `f32`): a float holds any sum, rounded.
+    Float,
+    /// `Decimal128`: 34 significant digits; beyond them the server's `$inc` and `$sum` round,
+    /// as IEEE 754-2008 decimal128 does.
+    Decimal,
+    /// Not known (a descriptor built at run time without types): only what the server refuses
+    /// (an `$inc` past `i64`) is refused.
+    Unknown,
+}
+
+impl NumberType {
+    /// The numbers of the integer type `name`, from `min` to `max`.
+    pub const fn integer(name: &'static str, min: i64, max: i64) -> Self {
+        NumberType::Integer { name, min, max }
+    }
 }
 
 impl SubsetSpec {
@@ -310,6 +348,7 @@ pub(crate) const TEST_SPEC: SubsetSpec = SubsetSpec {
         },
     ],
     count: None,
+    count_type: NumberType::Unknown,
     sums: &[],
     id_values: SortValues::ObjectId,
     embed: None,

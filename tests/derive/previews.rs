@@ -1,6 +1,7 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{spec::FieldName, spec::SumSpec, Child, Subset, SubsetField};
+use subset::spec::{FieldName, NumberType, SumSpec};
+use subset::{Child, Subset, SubsetField};
 
 #[derive(Serialize, Deserialize, Child)]
 #[serde(rename_all = "camelCase")]
@@ -61,11 +62,13 @@ fn previews() {
         [
             SumSpec {
                 parent: "rating_total",
-                child: "rating"
+                child: "rating",
+                ty: NumberType::integer("i64", i64::MIN, i64::MAX)
             },
             SumSpec {
                 parent: "helpful_total",
-                child: "helpfulVotes"
+                child: "helpfulVotes",
+                ty: NumberType::integer("i64", i64::MIN, i64::MAX)
             },
         ]
     );

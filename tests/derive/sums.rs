@@ -1,6 +1,7 @@
 use serde::{Deserialize, Serialize};
 use subset::bson::{self, oid::ObjectId};
-use subset::{spec::SumSpec, Child, Subset};
+use subset::spec::{NumberType, SumSpec};
+use subset::{Child, Subset};
 
 #[derive(Serialize, Deserialize, Child)]
 #[serde(rename_all = "camelCase")]
@@ -49,25 +50,31 @@ fn sums() {
         [
             SumSpec {
                 parent: "ratingTotal",
-                child: "stars"
+                child: "stars",
+                ty: NumberType::integer("i32", i32::MIN as i64, i32::MAX as i64)
             },
             SumSpec {
                 parent: "helpful",
-                child: "helpfulVotes"
+                child: "helpfulVotes",
+                ty: NumberType::integer("u32", 0, u32::MAX as i64)
             },
             SumSpec {
                 parent: "weightTotal",
-                child: "weight"
+                child: "weight",
+                ty: NumberType::Float
             },
             SumSpec {
                 parent: "bigTotal",
-                child: "big"
+                child: "big",
+                ty: NumberType::integer("i64", i64::MIN, i64::MAX)
             },
             SumSpec {
                 parent: "amountTotal",
-                child: "amount"
+                child: "amount",
+                ty: NumberType::Decimal
             },
         ]
     );
     assert_eq!(<Poll as Subset>::SUBSETS[0].count, None);
+    assert_eq!(<Poll as Subset>::SUBSETS[0].count_type, NumberType::Unknown);
 }

@@ -226,7 +226,7 @@ async fn an_insert_whose_subset_cannot_fit_is_undone_and_reconcile_names_it() {
         assert_eq!(left, 0);
 
         // Written by someone else into the child collection: reconcile cannot fit it either,
-        // and says so, for every attempt.
+        // so it leaves it out and names it, and the count stays exact.
         product.recent_reviews.clear();
         store.insert(&product).await.unwrap();
         let mut raw = bson_compat::to_document(&huge(3)).unwrap();
@@ -239,9 +239,125 @@ async fn an_insert_whose_subset_cannot_fit_is_undone_and_reconcile_names_it() {
             .unwrap();
         let reviews = store.children(Product::RECENT_REVIEWS);
         for _ in 0..2 {
-            let err = reviews.reconcile(&product.id).await.unwrap_err();
-            assert_too_large(&err, product.id);
+            let drift = reviews.reconcile(&product.id).await.unwrap();
+            assert_eq!(drift.malformed.len(), 1, "{drift:?}");
+            assert!(
+                drift.malformed[0].problem.contains("recent_reviews"),
+                "{drift:?}"
+            );
+            assert_eq!(
+                drift.malformed_in_head,
+                vec![drift.malformed[0].child.clone()]
+            );
         }
+        assert_eq!(
+            store.get(&product.id).await.unwrap().unwrap().total_reviews,
+            1
+        );
+        store.delete(&product.id).await.unwrap();
+    }
+}
+
+/// A parent that another program wrote (no marker) with five small reviews embedded and stored.
+async fn unmarked_product(store: &Store<Product>) -> Product {
+    let mut product = Product::named("small");
+    product.recent_reviews = (1..6).rev().map(Review::at).collect();
+    product.total_reviews = 5;
+    let db = store.database();
+    let raw = bson_compat::to_document(&product).unwrap();
+    db.collection::<Document>("products")
+        .insert_one(raw)
+        .await
+        .unwrap();
+    for review in &product.recent_reviews {
+        let mut raw = bson_compat::to_document(review).unwrap();
+        raw.insert("product_id", product.id);
+        db.collection::<Document>("reviews")
+            .insert_one(raw)
+            .await
+            .unwrap();
+    }
+    product
+}
+
+/// A review of 16 MiB less `short` bytes, newer than every other: it ranks first.
+fn near_limit(short: usize) -> Review {
+    let mut review = Review::at(100);
+    review.author = "x".repeat(LIMIT - short);
+    review
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_refused_while_settling_its_parent_takes_its_child_out_again() {
+    for store in every_mode().await {
+        // Built by another program: the push settles the parent from the child collection,
+        // and that rebuild is what cannot hold the child.
+        let product = unmarked_product(&store).await;
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        let err = reviews
+            .push(&product.id, &near_limit(200))
+            .await
+            .unwrap_err();
+        assert_too_large(&err, product.id);
+        let (children, embedded, count) = state(&store, product.id).await;
+        assert_eq!((children.len(), embedded.len(), count), (5, 5, 5));
+        let got = store.get(&product.id).await.unwrap().unwrap();
+        assert_eq!(got.total_reviews, 5);
+        let drift = reviews.check(&product.id).await.unwrap();
+        assert!(drift.is_clean(), "{drift:?}");
+        // And the parent takes the next push.
+        reviews.push(&product.id, &Review::at(50)).await.unwrap();
+        assert_eq!(state(&store, product.id).await.2, 6);
+        store.delete(&product.id).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_no_subset_can_hold_is_reported_by_name_and_read_from_the_collection() {
+    for store in every_mode().await {
+        let product = unmarked_product(&store).await;
+        // Stored by another program: no push refused it.
+        let huge = near_limit(200);
+        let mut raw = bson_compat::to_document(&huge).unwrap();
+        raw.insert("product_id", product.id);
+        let db = store.database();
+        db.collection::<Document>("reviews")
+            .insert_one(raw)
+            .await
+            .unwrap();
+        let reviews = store.children(Product::RECENT_REVIEWS);
+
+        let drift = reviews.check(&product.id).await.unwrap();
+        assert_eq!(drift.malformed.len(), 1, "{drift:?}");
+        assert_eq!(drift.malformed[0].child, Bson::ObjectId(huge.id));
+        assert_eq!(drift.malformed[0].field, "author");
+        assert!(drift.malformed[0].problem.contains("16777216"), "{drift:?}");
+        // Every reconcile succeeds, and the second finds nothing to do.
+        let fixed = reviews.reconcile(&product.id).await.unwrap();
+        assert!(fixed.fixed, "{fixed:?}");
+        let again = reviews.reconcile(&product.id).await.unwrap();
+        assert!(again.is_in_sync() && !again.fixed, "{again:?}");
+        let report = store.reconcile_all().await.unwrap();
+        assert_eq!(report.progress.failed, 0, "{report:?}");
+
+        // The count is exact, the parent decodes, and the first page is the collection's.
+        let got = store.get(&product.id).await.unwrap().unwrap();
+        assert_eq!(got.total_reviews, 6);
+        assert!(got.recent_reviews.iter().all(|r| r.id != huge.id));
+        let page = reviews
+            .page(&product.id, &subset::PageRequest::first(5))
+            .await
+            .unwrap();
+        assert_eq!(page.items[0].id, huge.id);
+        assert_eq!(page.items.len(), 5);
+        // Newer children still go in; the huge one stays in the first page.
+        reviews.push(&product.id, &Review::at(200)).await.unwrap();
+        let page = reviews
+            .page(&product.id, &subset::PageRequest::first(2))
+            .await
+            .unwrap();
+        assert_eq!(page.items[1].id, huge.id);
+        assert_eq!(state(&store, product.id).await.2, 7);
         store.delete(&product.id).await.unwrap();
     }
 }

@@ -3,6 +3,7 @@
 //! trait in code that never runs (`<_ as SortableField>::__check(&child.field)`), so that rustc
 //! reports a wrong type at the attribute, with the trait's `on_unimplemented` message.
 
+use crate::model::NumberType;
 use crate::values::SortValues;
 
 /// type and keyset comparisons (`$lt`, `$gt`, which MongoDB brackets by type) reach every child.
@@ -81,6 +82,34 @@ macro_rules! impl_marker {
 }
 
 impl_marker!(sealed::Count: i32, i64, u32, u64);
+
+/// The types a count or a sum can be kept in, with the numbers each holds (see
+/// [`NumberType`]): read by the derive through [`Numbers`](super::probes::Numbers).
+pub trait HeldNumber {
+    /// The numbers a field of this type holds.
+    const TYPE: NumberType;
+}
+
+macro_rules! impl_held_integer {
+    ($($t:ty),*) => {$(
+        impl HeldNumber for $t {
+            const TYPE: NumberType = match integer!($t) {
+                SortValues::Integer { min, max } => NumberType::integer(stringify!($t), min, max),
+                _ => NumberType::Unknown,
+            };
+        }
+    )*};
+}
+
+impl_held_integer!(i32, i64, u32, u64);
+
+impl HeldNumber for f64 {
+    const TYPE: NumberType = NumberType::Float;
+}
+
+impl HeldNumber for crate::bson::Decimal128 {
+    const TYPE: NumberType = NumberType::Decimal;
+}
 
 /// Types a parent field can have to hold the running sum of a child field of type `C`: an
 /// integer for integer children (the sum stays exact), `f64` for any numeric child but a

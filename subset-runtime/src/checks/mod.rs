@@ -30,6 +30,6 @@ pub use lookup::{
 };
 pub use probes::{
     parent_key_type, sort_values_at, ChildIds, Described, DescribedFallback, FieldOf, FullOf,
-    IdFallback, NotAChild, ParentKey, Probe, SameType, SameTypeFallback,
+    IdFallback, NotAChild, Numbers, NumbersFallback, ParentKey, Probe, SameType, SameTypeFallback,
 };
 pub use same_order::{distinct_orders, same_order};

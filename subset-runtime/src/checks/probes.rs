@@ -8,8 +8,9 @@
 
 use std::marker::PhantomData;
 
+use super::fields::HeldNumber;
 use super::SortableField;
-use crate::model::{Child, FieldName};
+use crate::model::{Child, FieldName, NumberType};
 use crate::values::SortValues;
 
 /// `T` is the type of a child's `I`th field of [`Child::FIELDS`]: `#[derive(Child)]` implements it,
@@ -87,6 +88,27 @@ impl<C: Child> ChildIds<C> {
 }
 
 impl<C: ?Sized> IdFallback for ChildIds<C> {}
+
+/// `Numbers::<T>::TYPE`: the [`NumberType`] of a count or sum field of type `T`, or
+/// [`NumberType::Unknown`] for a type that can be neither (reported once, by the field's
+/// check) or that is still generic where it is named. The same inherent-before-trait
+/// resolution as [`Probe`].
+#[doc(hidden)]
+pub struct Numbers<T: ?Sized>(PhantomData<fn() -> PhantomData<T>>);
+
+impl<T: HeldNumber + ?Sized> Numbers<T> {
+    /// `T`'s numbers.
+    pub const TYPE: NumberType = T::TYPE;
+}
+
+/// The fallback of [`Numbers`].
+#[doc(hidden)]
+pub trait NumbersFallback {
+    /// [`NumberType::Unknown`].
+    const TYPE: NumberType = NumberType::Unknown;
+}
+
+impl<T: ?Sized> NumbersFallback for Numbers<T> {}
 
 /// `Described::<C>::…`: what the derives read of a child type `C` and of its full type, or
 /// nothing when `C` is not a [`Child`]. The same inherent-before-trait resolution as

@@ -175,7 +175,10 @@ impl InsertSteps<'_> {
         }
         if !set.is_empty() {
             let parents = self.store.parents::<Document>();
-            let update = parents.update_one(doc! { "_id": self.id.clone() }, doc! { "$set": set });
+            let mut update = doc! { "$set": set };
+            super::numbers::Bounds::of(self.store.spec(), &mut update)
+                .map_err(|o| o.at(self.store.collection_name(), self.id))?;
+            let update = parents.update_one(doc! { "_id": self.id.clone() }, update);
             if let Err(e) = ctx.run(update).await {
                 // Named after the largest subset, the likeliest to have outgrown the document.
                 return Err(match largest {

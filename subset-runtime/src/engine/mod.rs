@@ -26,6 +26,7 @@
 //! | `views.rs` | the fields grouped by the children they show, once per store |
 //! | `schema.rs` | the child-collection indexes and the server-side cap |
 //! | `follow/` | the change-stream follower: other programs' writes to the child collections |
+//! | `numbers.rs` | counts and sums kept within their Rust types |
 //! | `query.rs` | the queries several operations share |
 
 use std::sync::Arc;
@@ -51,6 +52,7 @@ mod group_commit;
 mod insert;
 mod model_change;
 mod move_child;
+mod numbers;
 mod orphans;
 mod page;
 mod parent_key;

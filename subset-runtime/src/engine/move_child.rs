@@ -10,6 +10,7 @@ use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
 use super::RawChildren;
 use crate::action::Action;
+use crate::error::driver;
 use crate::error::Result;
 
 impl RawChildren<'_> {
@@ -86,15 +87,36 @@ impl Steps for MoveSteps<'_, '_> {
         if self.from == self.to {
             return Ok(());
         }
+        ctx.storing([self.child.clone()]);
         // The old parent first: without a transaction, a crash between the two leaves the child
         // counted under both, which a reconcile of either repairs, never under neither.
-        s.resync_views(ctx, self.from, |view| {
-            CountFix::Inc(super::sums::inc(view, &[], &[&before]))
-        })
-        .await?;
-        s.resync_views(ctx, self.to, |view| {
-            CountFix::Inc(super::sums::inc(view, &[&before], &[]))
-        })
-        .await
+        let moved = match s
+            .resync_views(ctx, self.from, |view| {
+                CountFix::Inc(super::sums::inc(view, &[], &[&before]))
+            })
+            .await
+        {
+            Ok(()) => {
+                s.resync_views(ctx, self.to, |view| {
+                    CountFix::Inc(super::sums::inc(view, &[&before], &[]))
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        match moved {
+            // Refused (the new parent cannot hold the child, or a count or sum would leave its
+            // type) outside a transaction: the child goes back, and the old parent, which may
+            // have let it go already, is rebuilt from the child collection.
+            Err(e) if !ctx.atomic() && driver::was_refused(&e) => {
+                let back = doc! { "_id": self.child.clone(), spec.key: self.to.clone() };
+                let undo =
+                    children.update_one(back, doc! { "$set": { spec.key: self.from.clone() } });
+                ctx.run(undo).await.map_err(|e| s.mongo_child(e))?;
+                ctx.outdated(self.from);
+                Err(e)
+            }
+            other => other,
+        }
     }
 }

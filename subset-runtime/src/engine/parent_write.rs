@@ -22,6 +22,7 @@ use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 
 use super::exec::Ctx;
 use super::model_change::{touch, MARKER};
+use super::numbers::Bounds;
 use super::RawStore;
 use crate::error::Result;
 
@@ -108,15 +109,16 @@ impl RawStore {
         let mut next = Some(write);
         let mut guard = Guard::InPlace;
         let mut touch_only = true;
+        let mut bounds = Bounds::default();
         while let Some(mut write) = next.take() {
             guard = write.guard;
             touch_only = write.update.is_empty();
             next = write.otherwise.take().map(|w| *w);
-            if let Some(written) = send(self, ctx, parent, write).await? {
+            if let Some(written) = send(self, ctx, parent, write, &mut bounds).await? {
                 return Ok(written);
             }
         }
-        match why_missed(self, ctx, parent, guard).await? {
+        match why_missed(self, ctx, parent, guard, &bounds).await? {
             // Nothing to send, and nothing against it.
             Written::Missed if touch_only => Ok(Written::Applied),
             other => Ok(other),
@@ -125,12 +127,14 @@ impl RawStore {
 }
 
 /// Sends one update of `store`'s with what every parent update carries; `Some` when it applied
-/// (or there was nothing to send).
+/// (or there was nothing to send). `bounds`: the conditions that kept its counts and sums in
+/// range, for [`why_missed`].
 async fn send(
     store: &RawStore,
     ctx: &mut Ctx<'_>,
     parent: &Bson,
     write: ParentUpdate,
+    bounds: &mut Bounds,
 ) -> Result<Option<Written>> {
     let ParentUpdate {
         filter: own,
@@ -147,6 +151,9 @@ async fn send(
         Guard::Rebuild => {}
     }
     filter.extend(own);
+    *bounds =
+        Bounds::of(store.spec(), &mut update).map_err(|o| o.at(store.collection_name(), parent))?;
+    bounds.filter(&mut filter);
     let lease = ctx.lease(parent);
     if let Some(token) = lease {
         filter.insert(format!("{MARKER}.l.o"), token);
@@ -193,6 +200,7 @@ async fn why_missed(
     ctx: &mut Ctx<'_>,
     parent: &Bson,
     guard: Guard,
+    bounds: &Bounds,
 ) -> Result<Written> {
     let parents = store.parents::<RawDocumentBuf>();
     // `$slice: 0` reads none of an array.
@@ -200,6 +208,15 @@ async fn why_missed(
     for spec in store.spec().subsets {
         projection.insert(spec.field, doc! { "$slice": 0 });
     }
+    for field in bounds.fields() {
+        projection.insert(field, 1);
+    }
+    // Where the parent is as the guard asks, a count or sum the update would have carried out
+    // of range is why it missed: refused, with nothing written.
+    let overflow = |found: &RawDocumentBuf| match bounds.broken(found) {
+        Some(o) => Err(o.at(store.collection_name(), parent)),
+        None => Ok(Written::Missed),
+    };
     let find = parents
         .find_one(doc! { "_id": parent.clone() })
         .projection(projection);
@@ -218,7 +235,7 @@ async fn why_missed(
         }
     }
     if guard == Guard::Rebuild {
-        return Ok(Written::Missed);
+        return overflow(&found);
     }
     let registry = store.registry().await?;
     let whole = guard == Guard::Marked
@@ -228,7 +245,7 @@ async fn why_missed(
             .iter()
             .all(|spec| matches!(found.get(spec.field), Ok(Some(_))));
     if whole && store.built_here(&found, &registry) {
-        return Ok(Written::Missed);
+        return overflow(&found);
     }
     ctx.outdated(parent);
     Ok(Written::Outdated)

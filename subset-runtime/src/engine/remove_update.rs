@@ -97,6 +97,9 @@ impl Steps for ChildSteps<'_, '_> {
         let spec = s.spec();
         let filter = doc! { "_id": self.child.clone(), spec.key: self.parent.clone() };
         let children = s.children::<Document>();
+        if self.replacement.is_some() {
+            ctx.storing([self.child.clone()]);
+        }
         // The child as it was, to put back if the subset cannot follow.
         let before = match self.replacement {
             None => ctx.run(children.find_one_and_delete(filter)).await,

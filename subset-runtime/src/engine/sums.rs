@@ -30,10 +30,12 @@ impl Num {
 
     pub(crate) fn add(self, other: Num) -> Num {
         match (self, other) {
-            // An integer sum past `i64` has no exact form; a float keeps it readable.
-            (Num::Int(a), Num::Int(b)) => a
-                .checked_add(b)
-                .map_or(Num::Float(a as f64 + b as f64), Num::Int),
+            // An integer sum past `i64` is exact as a decimal: a float field takes it as a
+            // float, and an integer field refuses it, naming it (see `numbers.rs`).
+            (Num::Int(a), Num::Int(b)) => a.checked_add(b).map_or_else(
+                || Num::Dec(Dec::from_i64(a)).add(Num::Dec(Dec::from_i64(b))),
+                Num::Int,
+            ),
             // An integer is a decimal exactly, as the server's `$inc` promotes it.
             (Num::Dec(a), Num::Int(b)) | (Num::Int(b), Num::Dec(a)) => {
                 Num::Dec(a).add(Num::Dec(Dec::from_i64(b)))
@@ -48,7 +50,9 @@ impl Num {
 
     fn neg(self) -> Num {
         match self {
-            Num::Int(n) => n.checked_neg().map_or(Num::Float(-(n as f64)), Num::Int),
+            Num::Int(n) => n
+                .checked_neg()
+                .map_or_else(|| Num::Dec(Dec::from_i64(n).neg()), Num::Int),
             Num::Float(f) => Num::Float(-f),
             Num::Dec(d) => Num::Dec(d.neg()),
         }
@@ -196,6 +200,7 @@ mod tests {
         sums: &[SumSpec {
             parent: "total",
             child: "v",
+            ty: crate::model::NumberType::Unknown,
         }],
         ..TEST_SPEC
     };

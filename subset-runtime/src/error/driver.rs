@@ -91,7 +91,7 @@ pub(crate) fn is_refused(error: &mongodb::error::Error) -> bool {
 /// Whether our error says the server refused a write, which then left nothing behind.
 pub(crate) fn was_refused(error: &crate::Error) -> bool {
     match error {
-        crate::Error::SubsetTooLarge { .. } => true,
+        crate::Error::SubsetTooLarge { .. } | crate::Error::NumberOverflow { .. } => true,
         other => other.mongo_error().is_some_and(is_refused),
     }
 }

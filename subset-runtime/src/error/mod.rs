@@ -296,6 +296,26 @@ pub enum Error {
         bytes: u64,
     },
 
+    /// A write would carry a parent's count or running sum past what its Rust type holds (see
+    /// [`crate::spec::NumberType`]): an `i32` sum past `i32::MAX`, an `i64` past `i64::MAX`, a
+    /// `u32` count below 0. The server would store a wider number, or refuse, and the parent
+    /// would no longer decode. Nothing of the write is left behind; `arithmetic` says what the
+    /// field would have become.
+    #[error("parent {id} in `{collection}`: `{field}` is {ty}, which cannot hold {arithmetic}; nothing was written")]
+    NumberOverflow {
+        /// The parent collection.
+        collection: String,
+        /// The parent's `_id`.
+        id: Box<Bson>,
+        /// The count or sum field (BSON name).
+        field: String,
+        /// The field's Rust type: `i32`, `i64`, `u32`, `u64`.
+        ty: String,
+        /// What the write would have made of it: "2147483637 + 100 = 2147483737, more than
+        /// 2147483647".
+        arithmetic: String,
+    },
+
     /// A follower ([`crate::raw::Store::follow`]) cannot run on this deployment or collection:
     /// change streams need a replica set or a sharded cluster, and telling the parent of a
     /// deleted child needs `changeStreamPreAndPostImages` (MongoDB 6.0 or later) on the child

@@ -61,6 +61,15 @@ pub(crate) trait Steps: Sync {
         Vec::new()
     }
 
+    /// Without a transaction, after settling their parent was refused (a child of theirs too
+    /// large to embed, see [`Ctx::storing`], or a sum past its type), takes the children the
+    /// steps stored out again, so that the steps leave nothing, as a transaction would. Nothing
+    /// by default.
+    fn take_back(&self, ctx: &mut Ctx<'_>) -> impl Future<Output = Result<()>> + Send {
+        let _ = ctx;
+        async { Ok(()) }
+    }
+
     /// Between two attempts of a transaction of ours, after `error` (transient) ended attempt
     /// number `attempt`: by default a jittered backoff, then another attempt. Steps may instead
     /// end the retries, with an output (another writer did their work meanwhile) or with the
@@ -103,6 +112,8 @@ pub(crate) struct Ctx<'s> {
     lost: Vec<Bson>,
     /// The leased parents that had no marker of their own (see [`Ctx::is_bare`]).
     bare: Vec<Bson>,
+    /// The children the steps store (see [`Ctx::storing`]).
+    own: Vec<Bson>,
 }
 
 impl<'s> Ctx<'s> {
@@ -115,7 +126,21 @@ impl<'s> Ctx<'s> {
             outdated: Vec::new(),
             lost: Vec::new(),
             bare: Vec::new(),
+            own: Vec::new(),
         }
+    }
+
+    /// Records that the steps store `children` in the child collection: a recompute that
+    /// cannot embed one of them where it ranks (too large for any subset of its parent) refuses
+    /// it, as the server refuses a push into a parent built here, rather than leave it out as
+    /// it leaves out a child another program stored.
+    pub(crate) fn storing(&mut self, children: impl IntoIterator<Item = Bson>) {
+        self.own.extend(children);
+    }
+
+    /// Whether the steps store `child` (see [`Ctx::storing`]).
+    pub(crate) fn stores(&self, child: &Bson) -> bool {
+        self.own.contains(child)
     }
 
     /// Records `parent` as built under another definition of the model (a parent update found
@@ -347,6 +372,16 @@ async fn run_and_settle<S: Steps>(
         let settled = store.settle(ctx, &parent).await;
         match (&output, settled) {
             (_, Ok(_)) => {}
+            // What the steps wrote is what the parent cannot take: without a transaction it
+            // goes again, and the parent is settled without it (a transaction just aborts).
+            (Ok(_), Err(e)) if !ctx.atomic() && crate::error::driver::was_refused(&e) => {
+                steps.take_back(ctx).await?;
+                ctx.own.clear();
+                if store.settle(ctx, &parent).await.is_err() {
+                    store.mark_unsettled(&parent).await;
+                }
+                return Err(e);
+            }
             (Ok(_), Err(e)) => return Err(e),
             // The steps' own error is what the caller needs to see; the parent is left for
             // the next write or reconcile to rebuild.

@@ -127,7 +127,8 @@ impl CollectionFollower<'_> {
                     Err(
                         e @ (Error::MalformedParent { .. }
                         | Error::MalformedChild { .. }
-                        | Error::SubsetTooLarge { .. }),
+                        | Error::SubsetTooLarge { .. }
+                        | Error::NumberOverflow { .. }),
                     ) => {
                         tracing::warn!(parent = %parent, field = self.fields[field].field, error = %e, "parent passed over");
                         tally.failed += 1;

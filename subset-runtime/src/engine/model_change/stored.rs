@@ -156,6 +156,7 @@ mod tests {
             sums: &[SumSpec {
                 parent: "total",
                 child: "rating",
+                ty: crate::model::NumberType::Unknown,
             }],
             filter: Some(FilterSpec {
                 field: "hidden",

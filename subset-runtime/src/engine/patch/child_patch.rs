@@ -533,6 +533,7 @@ mod tests {
         sums: &[SumSpec {
             parent: "stars",
             child: "stars",
+            ty: crate::model::NumberType::Unknown,
         }],
         filter: Some(FilterSpec {
             field: "verified",

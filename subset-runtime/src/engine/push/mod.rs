@@ -242,6 +242,8 @@ pub(super) struct PushSteps<'s, 'a> {
     /// parent as contended, and, when the store folds, ends the retries, for the push to be
     /// folded instead (see `fold/`).
     strategy: Strategy,
+    /// Without a transaction, the children this push inserted, for [`Steps::take_back`].
+    inserted: std::sync::Mutex<Vec<Bson>>,
 }
 
 impl<'s, 'a> PushSteps<'s, 'a> {
@@ -257,6 +259,7 @@ impl<'s, 'a> PushSteps<'s, 'a> {
             batch,
             look_first: false,
             strategy: Strategy::Direct,
+            inserted: std::sync::Mutex::default(),
         }
     }
 }
@@ -266,6 +269,19 @@ impl Steps for PushSteps<'_, '_> {
 
     fn parents(&self) -> Vec<&Bson> {
         vec![self.parent]
+    }
+
+    async fn take_back(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        let ids = std::mem::take(&mut *self.inserted.lock().unwrap_or_else(|e| e.into_inner()));
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let s = self.subset;
+        let children = s.children::<Document>();
+        ctx.run(children.delete_many(query::owned(s.spec(), self.parent, ids)))
+            .await
+            .map_err(|e| s.mongo_child(e))?;
+        Ok(())
     }
 
     async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<()>> {
@@ -281,6 +297,7 @@ impl Steps for PushSteps<'_, '_> {
     }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        ctx.storing(self.batch.iter().map(|p| p.id.clone()));
         if !ctx.atomic() {
             return self.ordered(ctx).await;
         }

@@ -55,6 +55,8 @@ impl PushSteps<'_, '_> {
                 (fresh, duplicates, report.then_some(e))
             }
         };
+        *self.inserted.lock().unwrap_or_else(|e| e.into_inner()) =
+            fresh.iter().map(|p| p.id.clone()).collect();
         if !fresh.is_empty() {
             // The parent update is the last write unless duplicates are restored after it.
             let last = duplicates.is_empty() && failure.is_none();

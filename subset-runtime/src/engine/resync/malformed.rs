@@ -192,6 +192,7 @@ mod tests {
         const SUMS: &[SumSpec] = &[SumSpec {
             parent: "total",
             child: "stars",
+            ty: crate::model::NumberType::Unknown,
         }];
         [
             SubsetSpec {

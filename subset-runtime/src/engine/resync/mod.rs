@@ -11,6 +11,7 @@
 //! | `fix.rs` | the conditional update that makes the stored field right |
 //! | `totals.rs` | the count and sums of a parent's children, in one `$group` |
 //! | `malformed.rs` | the children no subset may embed, and why |
+//! | `size.rs` | the children too large for any subset of their parent |
 
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::ClientSession;
@@ -28,6 +29,7 @@ mod fix;
 #[cfg(test)]
 mod fixtures;
 mod malformed;
+mod size;
 mod state;
 mod totals;
 
@@ -168,7 +170,7 @@ impl RawChildren<'_> {
     /// query, and one `$group` for a view with a count or sums.
     pub(crate) async fn computed(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Document> {
         let spec = self.spec();
-        let (top, _) = self.top(ctx, parent, &[]).await?;
+        let (top, _) = self.top(ctx, parent, &[], &[]).await?;
         let mut fields = doc! { spec.field: top };
         if spec.count.is_some() || !spec.sums.is_empty() {
             let totals = self.totals(ctx, parent).await?;
@@ -213,9 +215,11 @@ impl RawChildren<'_> {
                 super::exec::backoff(attempt as u32).await;
             }
             // The parent's subset and count, as stored.
+            let mut projection = query::subset_projection(spec);
+            size::project(&mut projection);
             let find = raw_parents
                 .find_one(doc! { "_id": parent.clone() })
-                .projection(query::subset_projection(spec));
+                .projection(projection);
             let found = ctx
                 .run(find)
                 .await
@@ -256,7 +260,29 @@ impl RawChildren<'_> {
                 true => self.malformed(ctx, parent).await?,
                 false => Vec::new(),
             };
-            let (top, head_malformed) = self.top(ctx, parent, &malformed).await?;
+            // A child the parent cannot hold is left out, as a malformed one is (see `size.rs`).
+            let mut unheld: Vec<MalformedChild> = Vec::new();
+            let (top, mut head_malformed) = loop {
+                let left_out: Vec<Bson> = unheld.iter().map(|m| m.child.clone()).collect();
+                let (top, head) = self.top(ctx, parent, &malformed, &left_out).await?;
+                let bytes = size::of(&found).unwrap_or(0);
+                match size::unheld(spec, bytes, stored.embedded(), &top) {
+                    // One the running operation stores is refused, with what it wrote.
+                    Some((child, with)) if ctx.stores(&child.child) => {
+                        return Err(Error::SubsetTooLarge {
+                            collection: store.collection_name().to_owned(),
+                            id: Box::new(parent.clone()),
+                            field: spec.field.to_owned(),
+                            bytes: with.max(0) as u64,
+                        });
+                    }
+                    Some((child, _)) => unheld.push(child),
+                    None => break (top, head),
+                }
+            };
+            head_malformed.extend(unheld.iter().map(|m| m.child.clone()));
+            let mut malformed = malformed;
+            malformed.extend(unheld);
             let kept = spec.count.is_some() || !spec.sums.is_empty();
             let totals = match recount && kept {
                 true => Some(self.totals(ctx, parent).await?),
@@ -356,16 +382,19 @@ impl RawChildren<'_> {
     /// returns, and the `known` ones, are left out of the next, until one returns none (on a
     /// backfill, which knows none, the first query is usually the last). A malformed child is
     /// never embedded.
+    ///
+    /// The `left_out` children (too large to embed, see `size.rs`) are left out of every query.
     async fn top(
         &self,
         ctx: &mut Ctx<'_>,
         parent: &Bson,
         known: &[MalformedChild],
+        left_out: &[Bson],
     ) -> Result<(Vec<Document>, Vec<Bson>)> {
         let spec = self.spec();
         let rules = Rules::of(spec, self.view_specs());
         let children = self.children::<Document>();
-        let mut excluded: Vec<Bson> = Vec::new();
+        let mut excluded: Vec<Bson> = left_out.to_vec();
         let mut head: Option<Vec<Bson>> = None;
         loop {
             let find = query::top_children(&children, spec, parent, &excluded);
