@@ -293,7 +293,8 @@ mod tests {
             filter,
             doc! { "_id": 1, "$and": [
                 { "total": { "$not": { "$gt": max } } },
-                { "n": { "$not": { "$lt": 1_i64 } } },
+                // A missing count would become -1: it must be there, and at least 1.
+                { "n": { "$gte": 1_i64 } },
             ] }
         );
         let near = raw(doc! { "total": i32::MAX - 10, "n": 3_i64 });
