@@ -19,6 +19,7 @@ mod malformed;
 mod model;
 mod model_change;
 mod mutations;
+mod overflow;
 mod pages_both_ways;
 mod pagination;
 mod parent_key;

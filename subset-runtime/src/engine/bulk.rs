@@ -356,10 +356,20 @@ impl Steps for WhereSteps<'_, '_> {
             Change::Remove => return self.remove(ctx).await,
             Change::Patch(patch) => patch,
         };
+        // Without a transaction, the children as they were, to put back if the parent refuses.
+        let before = match ctx.atomic() {
+            true => Vec::new(),
+            false => ctx
+                .collect(children.find(self.filter.clone()))
+                .await
+                .map_err(|e| s.mongo_child(e))?,
+        };
         let update = children.update_many(self.filter.clone(), patch.update());
         let patched = ctx.run(update).await.map_err(|e| s.mongo_child(e))?;
-        recount(s, ctx, self.parent).await?;
-        Ok(patched.modified_count)
+        match recount(s, ctx, self.parent).await {
+            Ok(()) => Ok(patched.modified_count),
+            Err(e) => Err(self.undo(ctx, e, &before, false).await),
+        }
     }
 }
 
@@ -385,11 +395,59 @@ impl WhereSteps<'_, '_> {
             return Ok(deleted.deleted_count);
         }
         let removed: Vec<&Document> = found.iter().collect();
-        s.resync_views(ctx, self.parent, |view| {
-            CountFix::Inc(super::sums::inc(view, &[], &removed))
-        })
-        .await?;
-        Ok(deleted.deleted_count)
+        let resynced = s
+            .resync_views(ctx, self.parent, |view| {
+                CountFix::Inc(super::sums::inc(view, &[], &removed))
+            })
+            .await;
+        match resynced {
+            Ok(()) => Ok(deleted.deleted_count),
+            Err(e) => Err(self.undo(ctx, e, &found, true).await),
+        }
+    }
+
+    /// After the parent refused what its children's change would make of it (a subset too
+    /// large, a sum past its type), without a transaction: the children go back as they were
+    /// (`before`; inserted again when they were `removed`) and the parent is rebuilt from them,
+    /// so that the step leaves nothing, as a transaction would. Any other error is `error`.
+    async fn undo(
+        &self,
+        ctx: &mut Ctx<'_>,
+        error: Error,
+        before: &[Document],
+        removed: bool,
+    ) -> Error {
+        if ctx.atomic() || !crate::error::driver::was_refused(&error) || before.is_empty() {
+            return error;
+        }
+        let s = self.subset;
+        let children = s.children::<Document>();
+        let put_back = match removed {
+            true => ctx
+                .run(children.insert_many(before).ordered(false))
+                .await
+                .map(|_| ()),
+            false => {
+                let mut result = Ok(());
+                for child in before {
+                    let id = child.get("_id").cloned().unwrap_or(Bson::Null);
+                    let filter = doc! { "_id": id, s.spec().key: self.parent.clone() };
+                    result = ctx
+                        .run(children.replace_one(filter, child))
+                        .await
+                        .map(|_| ());
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                result
+            }
+        };
+        if let Err(e) = put_back {
+            return s.mongo_child(e);
+        }
+        ctx.outdated(self.parent);
+        error
     }
 }
 

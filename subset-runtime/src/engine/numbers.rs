@@ -129,14 +129,16 @@ impl Bounds {
                         let by = match by {
                             Bson::Int32(n) => i64::from(*n),
                             Bson::Int64(n) => *n,
-                            other => return Err(Overflow {
-                                field: field.clone(),
-                                ty: name,
-                                arithmetic: format!(
+                            other => {
+                                return Err(Overflow {
+                                    field: field.clone(),
+                                    ty: name,
+                                    arithmetic: format!(
                                     "the values this write adds, {}, past every integer it holds",
                                     shown(other)
                                 ),
-                            }),
+                                })
+                            }
                         };
                         if by != 0 {
                             steps.push(Step {

@@ -1,0 +1,321 @@
+//! Counts and sums within their Rust types: every write that would carry one past what the
+//! parent's field holds is refused with `Error::NumberOverflow`, naming the parent, the field,
+//! the type and the arithmetic, and leaves nothing behind, in both write modes; the parent
+//! always decodes.
+
+use crate::common;
+
+use bson::oid::ObjectId;
+use bson::{doc, DateTime, Document};
+use common::stores;
+use serde::{Deserialize, Serialize};
+use subset::bson;
+use subset::bson_compat;
+use subset::{Child, Error, Store, Subset};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+struct Vote {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    small: i32,
+    big: i64,
+    date: DateTime,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "tallies")]
+struct Tally {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "tally_votes",
+        keep = 3,
+        sort = "date desc",
+        count = "n",
+        sum = "small_total = small, big_total = big"
+    )]
+    recent: Vec<Vote>,
+    #[serde(default)]
+    n: u32,
+    #[serde(default)]
+    small_total: i32,
+    #[serde(default)]
+    big_total: i64,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            id: ObjectId::new(),
+            recent: Vec::new(),
+            n: 0,
+            small_total: 0,
+            big_total: 0,
+        }
+    }
+}
+
+fn vote(millis: i64, small: i32, big: i64) -> Vote {
+    Vote {
+        id: ObjectId::new(),
+        small,
+        big,
+        date: DateTime::from_millis(millis),
+    }
+}
+
+/// The parent as stored (it must decode) and the `_id`s of its children in the collection.
+async fn state(store: &Store<Tally>, id: &ObjectId) -> (Tally, Vec<bson::Bson>) {
+    let tally = store.get(id).await.unwrap().expect("the parent is there");
+    let mut children: Vec<bson::Bson> = store
+        .database()
+        .collection::<Document>("tally_votes")
+        .distinct("_id", doc! { "tally_id": id })
+        .await
+        .unwrap();
+    children.sort_by_key(|b| b.to_string());
+    (tally, children)
+}
+
+fn assert_overflow(err: &Error, id: &ObjectId, field: &str, ty: &str) {
+    match err {
+        Error::NumberOverflow {
+            collection,
+            id: parent,
+            field: f,
+            ty: t,
+            arithmetic,
+        } => {
+            assert_eq!(collection, "tallies");
+            assert_eq!(**parent, bson::Bson::ObjectId(*id));
+            assert_eq!((f.as_str(), t.as_str()), (field, ty), "{err}");
+            assert!(!arithmetic.is_empty());
+        }
+        other => panic!("expected NumberOverflow of `{field}`, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains(field) && text.contains(ty), "{text}");
+}
+
+/// Asserts that `store`'s parent `id` is as `before`, decodes, and checks clean.
+async fn assert_unchanged(store: &Store<Tally>, id: &ObjectId, before: &(Tally, Vec<bson::Bson>)) {
+    let after = state(store, id).await;
+    assert_eq!(after.1, before.1, "the children");
+    assert_eq!(
+        (after.0.n, after.0.small_total, after.0.big_total),
+        (before.0.n, before.0.small_total, before.0.big_total)
+    );
+    let drift = store.children(Tally::RECENT).check(id).await.unwrap();
+    assert!(drift.is_clean(), "{drift:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_past_an_i32_sum_is_refused_and_leaves_nothing() {
+    for store in stores::<Tally>().await {
+        let tally = Tally::new();
+        store.insert(&tally).await.unwrap();
+        let votes = store.children(Tally::RECENT);
+        votes
+            .push(&tally.id, &vote(1, i32::MAX - 10, 0))
+            .await
+            .unwrap();
+        let before = state(&store, &tally.id).await;
+
+        let err = votes.push(&tally.id, &vote(2, 100, 0)).await.unwrap_err();
+        assert_overflow(&err, &tally.id, "small_total", "i32");
+        assert!(err.to_string().contains("2147483637 + 100"), "{err}");
+        assert_unchanged(&store, &tally.id, &before).await;
+        // Within the type, pushes go on.
+        votes.push(&tally.id, &vote(3, 10, 0)).await.unwrap();
+        assert_eq!(state(&store, &tally.id).await.0.small_total, i32::MAX);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_whose_values_add_up_past_i64_is_refused_before_anything_is_written() {
+    for store in stores::<Tally>().await {
+        let tally = Tally::new();
+        store.insert(&tally).await.unwrap();
+        let votes = store.children(Tally::RECENT);
+        let before = state(&store, &tally.id).await;
+        let batch = [vote(1, 0, i64::MAX - 10), vote(2, 0, 100)];
+        let err = votes.push_many(&tally.id, &batch).await.unwrap_err();
+        assert_overflow(&err, &tally.id, "big_total", "i64");
+        assert_unchanged(&store, &tally.id, &before).await;
+
+        // One at a time: the second is refused by the parent update's condition.
+        votes.push(&tally.id, &batch[0]).await.unwrap();
+        let before = state(&store, &tally.id).await;
+        let err = votes.push(&tally.id, &batch[1]).await.unwrap_err();
+        assert_overflow(&err, &tally.id, "big_total", "i64");
+        assert_unchanged(&store, &tally.id, &before).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn patches_updates_and_removes_past_a_sum_are_refused() {
+    for store in stores::<Tally>().await {
+        let tally = Tally::new();
+        store.insert(&tally).await.unwrap();
+        let votes = store.children(Tally::RECENT);
+        let (top, low, small) = (vote(1, i32::MAX, 0), vote(2, -100, 0), vote(3, 50, 0));
+        votes
+            .push_many(&tally.id, &[top, low.clone(), small.clone()])
+            .await
+            .unwrap();
+        let before = state(&store, &tally.id).await;
+        assert_eq!(before.0.small_total, i32::MAX - 50);
+
+        // An inc and a set of a summed child field.
+        let err = votes
+            .patch(&tally.id, &small.id)
+            .inc(Vote::SMALL, 100)
+            .await
+            .unwrap_err();
+        assert_overflow(&err, &tally.id, "small_total", "i32");
+        assert_unchanged(&store, &tally.id, &before).await;
+        let err = votes
+            .patch(&tally.id, &low.id)
+            .set(Vote::SMALL, 0)
+            .await
+            .unwrap_err();
+        assert_overflow(&err, &tally.id, "small_total", "i32");
+        assert_unchanged(&store, &tally.id, &before).await;
+        // A replacement.
+        let mut bigger = small.clone();
+        bigger.small = 1_000;
+        let err = votes.update(&tally.id, &bigger).await.unwrap_err();
+        assert_overflow(&err, &tally.id, "small_total", "i32");
+        assert_unchanged(&store, &tally.id, &before).await;
+        // Taking away a negative value adds it.
+        let err = votes.remove(&tally.id, &low.id).await.unwrap_err();
+        assert_overflow(&err, &tally.id, "small_total", "i32");
+        assert_unchanged(&store, &tally.id, &before).await;
+        // Across parents: the child stays where it was.
+        let other = Tally::new();
+        store.insert(&other).await.unwrap();
+        votes
+            .push(&other.id, &vote(9, i32::MAX - 1, 0))
+            .await
+            .unwrap();
+        let elsewhere = state(&store, &other.id).await;
+        let err = votes
+            .move_child(&tally.id, &small.id, &other.id)
+            .await
+            .unwrap_err();
+        assert_overflow(&err, &other.id, "small_total", "i32");
+        assert_unchanged(&store, &tally.id, &before).await;
+        assert_unchanged(&store, &other.id, &elsewhere).await;
+        // In bulk: the parent fails, the others go on.
+        let report = votes
+            .patch_where(doc! { "_id": small.id })
+            .set(Vote::SMALL, 1_000)
+            .await
+            .unwrap();
+        assert_eq!(report.progress.failed, 1, "{report:?}");
+        assert!(
+            matches!(report.failures[0].error, Error::NumberOverflow { .. }),
+            "{report:?}"
+        );
+        assert_unchanged(&store, &tally.id, &before).await;
+        let report = votes.remove_where(doc! { "_id": low.id }).await.unwrap();
+        assert_eq!(report.progress.failed, 1, "{report:?}");
+        assert_unchanged(&store, &tally.id, &before).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recount_past_the_type_is_refused_and_the_parent_still_decodes() {
+    for store in stores::<Tally>().await {
+        let tally = Tally::new();
+        store.insert(&tally).await.unwrap();
+        let votes = store.children(Tally::RECENT);
+        votes.push(&tally.id, &vote(1, i32::MAX, 0)).await.unwrap();
+        // Another program adds a child whose value the sum cannot take.
+        let mut raw = bson_compat::to_document(&vote(2, 1, 0)).unwrap();
+        raw.insert("tally_id", tally.id);
+        store
+            .database()
+            .collection::<Document>("tally_votes")
+            .insert_one(raw)
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            let err = votes.reconcile(&tally.id).await.unwrap_err();
+            assert_overflow(&err, &tally.id, "small_total", "i32");
+        }
+        let (parent, children) = state(&store, &tally.id).await;
+        assert_eq!((parent.small_total, children.len()), (i32::MAX, 2));
+    }
+}
+
+/// A store of `store`'s database and mode on a client of its own named `app`, so that a fail
+/// point holds its commands alone.
+async fn on_own_client(store: &Store<Tally>, app: &str) -> Store<Tally> {
+    let server = subset_testkit::MongoServer::shared(subset_testkit::Topology::ReplicaSet)
+        .await
+        .unwrap();
+    let mut options = mongodb::options::ClientOptions::parse(server.uri())
+        .await
+        .unwrap();
+    options.app_name = Some(app.to_owned());
+    let client = mongodb::Client::with_options(options).unwrap();
+    let mode = store.mode().await.unwrap();
+    Store::new(&client.database(store.database().name())).with_mode(mode)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_pushes_that_fit_alone_but_not_together_end_with_one_refused() {
+    for store in stores::<Tally>().await {
+        let tally = Tally::new();
+        store.insert(&tally).await.unwrap();
+        let votes = store.children(Tally::RECENT);
+        votes
+            .push(&tally.id, &vote(1, i32::MAX - 150, 0))
+            .await
+            .unwrap();
+
+        // The first push's parent update is held by the server while the second one runs.
+        let app = format!("overflow-{}", ObjectId::new().to_hex());
+        let held = on_own_client(&store, &app).await;
+        let admin = store.database().client().database("admin");
+        admin
+            .run_command(doc! {
+                "configureFailPoint": "failCommand",
+                "mode": { "times": 1 },
+                "data": {
+                    "failCommands": ["update"],
+                    "appName": app.as_str(),
+                    "blockConnection": true,
+                    "blockTimeMS": 600,
+                },
+            })
+            .await
+            .expect("failCommand (test commands on)");
+        let first = vote(2, 100, 0);
+        let id = tally.id;
+        let slow =
+            tokio::spawn(async move { held.children(Tally::RECENT).push(&id, &first).await });
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        let fast = votes.push(&tally.id, &vote(3, 100, 0)).await;
+        let slow = slow.await.unwrap();
+        admin
+            .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
+            .await
+            .unwrap();
+
+        let refused: Vec<&Error> = [&slow, &fast]
+            .into_iter()
+            .filter_map(|r| r.as_ref().err())
+            .collect();
+        assert_eq!(refused.len(), 1, "slow {slow:?}, fast {fast:?}");
+        assert_overflow(refused[0], &tally.id, "small_total", "i32");
+        let (parent, children) = state(&store, &tally.id).await;
+        assert_eq!(
+            (parent.small_total, parent.n, children.len()),
+            (i32::MAX - 50, 2, 2)
+        );
+        let drift = votes.check(&tally.id).await.unwrap();
+        assert!(drift.is_clean(), "{drift:?}");
+    }
+}
