@@ -75,9 +75,9 @@ pub use follow::{
 };
 pub(crate) use model_change::MARKER;
 pub use model_change::{Registered, RegisteredDefinition};
+pub(crate) use numbers::Range;
 pub use orphans::Orphans;
 pub use patch::ChildPatch;
-pub(crate) use patch::Range;
 pub use push::fold::Contention;
 pub use resync::{Drift, MalformedChild, SumDrift};
 pub use status::{

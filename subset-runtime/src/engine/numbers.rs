@@ -35,35 +35,61 @@ impl Overflow {
     }
 }
 
-/// One increment of an integer field, checked against the field's range.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The values an integer field's Rust type holds: a write that would leave them is refused,
+/// since the server would store a value the field cannot read back (an int32 widened to an
+/// int64 past `i32::MAX`, a negative number in a `u8`). Children's patched fields and parents'
+/// counts and sums are both kept in theirs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Range {
+    pub(crate) min: i64,
+    pub(crate) max: i64,
+    /// The Rust type, for messages.
+    pub(crate) name: &'static str,
+}
+
+impl Range {
+    pub(crate) fn holds(&self, n: i128) -> bool {
+        (i128::from(self.min)..=i128::from(self.max)).contains(&n)
+    }
+
+    /// The condition on the field under which adding `by` stays in range: `None` when any
+    /// value passes (`by` is 0, or not an integer). A document without the field gets `by`
+    /// itself, so it passes when `by` is in range.
+    pub(crate) fn guard(&self, by: &Bson) -> Option<Bson> {
+        let by = integer(by)?;
+        let (over, within, limit) = match by.cmp(&0) {
+            std::cmp::Ordering::Greater => ("$gt", "$lte", i128::from(self.max) - by),
+            std::cmp::Ordering::Less => ("$lt", "$gte", i128::from(self.min) - by),
+            std::cmp::Ordering::Equal => return None,
+        };
+        // Past `i64` only for a range no stored integer reaches: a double compares the same.
+        let limit = i64::try_from(limit).map_or(Bson::Double(limit as f64), Bson::Int64);
+        Some(if self.holds(by) {
+            Bson::Document(doc! { "$not": { over: limit } })
+        } else {
+            Bson::Document(doc! { within: limit })
+        })
+    }
+}
+
+/// An int32's or int64's value.
+pub(crate) fn integer(value: &Bson) -> Option<i128> {
+    match value {
+        Bson::Int32(n) => Some(i128::from(*n)),
+        Bson::Int64(n) => Some(i128::from(*n)),
+        _ => None,
+    }
+}
+
+/// One increment of a parent's count or sum, checked against its field's range.
+#[derive(Debug, Clone, PartialEq)]
 struct Step {
     field: String,
-    name: &'static str,
-    min: i64,
-    max: i64,
-    by: i64,
+    range: Range,
+    by: Bson,
 }
 
 impl Step {
-    /// The condition under which adding `by` keeps the field from `min` to `max`. A missing
-    /// field counts as 0 (`$inc` creates it with `by`), so the condition holds for one unless
-    /// `by` alone is out of range.
-    fn condition(&self) -> Document {
-        let (op, limit) = if self.by > 0 {
-            ("$gt", i128::from(self.max) - i128::from(self.by))
-        } else {
-            ("$lt", i128::from(self.min) - i128::from(self.by))
-        };
-        let limit = Bson::Int64(limit.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64);
-        let alone = i128::from(self.by);
-        if alone > i128::from(self.max) || alone < i128::from(self.min) {
-            let op = if self.by > 0 { "$lte" } else { "$gte" };
-            return doc! { self.field.clone(): { op: limit } };
-        }
-        doc! { self.field.clone(): { "$not": { op: limit } } }
-    }
-
     /// The overflow of this increment on the stored `value`, if it overflows.
     fn overflow(&self, value: Option<RawBsonRef<'_>>) -> Option<Overflow> {
         let stored: i128 = match value {
@@ -73,22 +99,22 @@ impl Step {
             // A float or decimal (written around this crate) is reported by the read, not here.
             Some(_) => return None,
         };
-        let result = stored + i128::from(self.by);
-        let (min, max) = (i128::from(self.min), i128::from(self.max));
-        if (min..=max).contains(&result) {
+        let by = integer(&self.by)?;
+        let result = stored + by;
+        if self.range.holds(result) {
             return None;
         }
-        let (bound, limit) = match result > max {
-            true => ("more than", max),
-            false => ("less than", min),
+        let (bound, limit) = match result > i128::from(self.range.max) {
+            true => ("more than", self.range.max),
+            false => ("less than", self.range.min),
         };
-        let sign = if self.by < 0 { '-' } else { '+' };
+        let sign = if by < 0 { '-' } else { '+' };
         Some(Overflow {
             field: self.field.clone(),
-            ty: self.name,
+            ty: self.range.name,
             arithmetic: format!(
                 "{stored} {sign} {} = {result}, {bound} {limit}",
-                self.by.unsigned_abs()
+                by.unsigned_abs()
             ),
         })
     }
@@ -126,29 +152,22 @@ impl Bounds {
             for (field, by) in inc.iter_mut() {
                 match (held(spec, field), &*by) {
                     (Some(NumberType::Integer { name, min, max }), by) => {
-                        let by = match by {
-                            Bson::Int32(n) => i64::from(*n),
-                            Bson::Int64(n) => *n,
-                            other => {
-                                return Err(Overflow {
-                                    field: field.clone(),
-                                    ty: name,
-                                    arithmetic: format!(
-                                    "the values this write adds, {}, past every integer it holds",
-                                    shown(other)
-                                ),
-                                })
-                            }
-                        };
-                        if by != 0 {
-                            steps.push(Step {
+                        if integer(by).is_none() {
+                            return Err(Overflow {
                                 field: field.clone(),
-                                name,
-                                min,
-                                max,
-                                by,
+                                ty: name,
+                                arithmetic: format!(
+                                    "the values this write adds, {}, past every integer it holds",
+                                    shown(by)
+                                ),
                             });
                         }
+                        let range = Range { min, max, name };
+                        steps.push(Step {
+                            field: field.clone(),
+                            range,
+                            by: by.clone(),
+                        });
                     }
                     // A float field keeps any sum as a float: a total past `i64` (exact as a
                     // decimal) goes to it as one.
@@ -180,7 +199,13 @@ impl Bounds {
             Some(other) => vec![other],
             None => Vec::new(),
         };
-        all.extend(self.steps.iter().map(|s| Bson::Document(s.condition())));
+        all.extend(self.steps.iter().filter_map(|s| {
+            let condition = s.range.guard(&s.by)?;
+            Some(Bson::Document(doc! { s.field.clone(): condition }))
+        }));
+        if all.is_empty() {
+            return;
+        }
         filter.insert("$and", all);
     }
 
@@ -343,12 +368,17 @@ mod tests {
     fn an_increment_out_of_range_alone_needs_a_stored_value() {
         let step = Step {
             field: "n".into(),
-            name: "u32",
-            min: 0,
-            max: u32::MAX.into(),
-            by: -5,
+            range: Range {
+                min: 0,
+                max: u32::MAX.into(),
+                name: "u32",
+            },
+            by: Bson::Int64(-5),
         };
-        assert_eq!(step.condition(), doc! { "n": { "$gte": 5_i64 } });
+        assert_eq!(
+            step.range.guard(&step.by),
+            Some(Bson::Document(doc! { "$gte": 5_i64 }))
+        );
         assert!(step.overflow(None).is_some());
     }
 }

@@ -1,8 +1,9 @@
 //! [`ChildPatch`]: a change to some fields of one child, by BSON name; what it may change, how
 //! two compose, and which views it concerns.
 
-use crate::bson::{doc, Bson, Document};
+use crate::bson::{Bson, Document};
 
+use crate::engine::numbers::{integer, Range};
 use crate::engine::sums::Num;
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
@@ -32,41 +33,7 @@ enum Op {
     Inc(Bson, Option<Range>),
 }
 
-/// The values an integer field's Rust type holds: an increment that would leave them is
-/// refused, since the server would store a value the field cannot read back (an int32 widened
-/// to an int64 past `i32::MAX`, a negative number in a `u8`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Range {
-    pub(crate) min: i64,
-    pub(crate) max: i64,
-    /// The Rust type, for messages.
-    pub(crate) name: &'static str,
-}
-
 impl Range {
-    fn holds(&self, n: i128) -> bool {
-        (i128::from(self.min)..=i128::from(self.max)).contains(&n)
-    }
-
-    /// The condition on the field under which adding `by` stays in range: `None` when any
-    /// value passes (`by` is 0, or not an integer). A child without the field gets `by`
-    /// itself, so it passes when `by` is in range.
-    fn guard(&self, by: &Bson) -> Option<Bson> {
-        let by = integer(by)?;
-        let (over, within, limit) = match by.cmp(&0) {
-            std::cmp::Ordering::Greater => ("$gt", "$lte", i128::from(self.max) - by),
-            std::cmp::Ordering::Less => ("$lt", "$gte", i128::from(self.min) - by),
-            std::cmp::Ordering::Equal => return None,
-        };
-        // Past `i64` only for a range no stored integer reaches: a double compares the same.
-        let limit = i64::try_from(limit).map_or(Bson::Double(limit as f64), Bson::Int64);
-        Some(if self.holds(by) {
-            Bson::Document(doc! { "$not": { over: limit } })
-        } else {
-            Bson::Document(doc! { within: limit })
-        })
-    }
-
     /// Why adding `by` to `current` (`None`: the child has no such field) leaves the range, if
     /// it does.
     fn refuses(&self, current: Option<&Bson>, by: &Bson) -> Option<String> {
@@ -85,14 +52,6 @@ impl Range {
                  and the server would store a value the field cannot read back"
             )
         })
-    }
-}
-
-fn integer(value: &Bson) -> Option<i128> {
-    match value {
-        Bson::Int32(n) => Some(i128::from(*n)),
-        Bson::Int64(n) => Some(i128::from(*n)),
-        _ => None,
     }
 }
 

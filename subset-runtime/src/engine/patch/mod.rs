@@ -43,7 +43,6 @@ mod child_patch;
 mod steps;
 
 pub use child_patch::ChildPatch;
-pub(crate) use child_patch::Range;
 use steps::PatchSteps;
 
 /// The patches of one caller, as the group commit queues them: (child `_id`, patch).
