@@ -93,7 +93,7 @@ mod tests {
         let huge = doc! { "_id": 2, "text": "x".repeat(LIMIT as usize - 100), "n": 1 };
         assert!(unheld(&TEST_SPEC, 1_000, &[], std::slice::from_ref(&small)).is_none());
         let (child, with) =
-            unheld(&TEST_SPEC, 1_000, &[small.clone()], &[huge, small]).expect("over the limit");
+            unheld(&TEST_SPEC, 1_000, std::slice::from_ref(&small), &[huge, small]).expect("over the limit");
         assert_eq!(child.child, Bson::Int32(2));
         assert_eq!(child.field, "text");
         assert!(with > LIMIT, "{with}");
