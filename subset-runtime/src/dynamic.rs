@@ -116,6 +116,7 @@ pub struct SpecBuilder {
     embed_key: bool,
     filter: Option<String>,
     values: Vec<(String, SortValues)>,
+    numbers: Vec<(String, NumberType)>,
 }
 
 impl SpecBuilder {
@@ -138,6 +139,7 @@ impl SpecBuilder {
             embed_key: false,
             filter: None,
             values: Vec::new(),
+            numbers: Vec::new(),
         }
     }
 
@@ -159,6 +161,15 @@ impl SpecBuilder {
     /// descriptor of the derive, which knows the Rust field's type.
     pub fn values(mut self, field: impl Into<String>, values: SortValues) -> Self {
         self.values.push((field.into(), values));
+        self
+    }
+
+    /// The numbers the count or sum field `field` (by BSON name) holds, where the descriptor
+    /// would otherwise not know them ([`NumberType::Unknown`]): a write that would carry it
+    /// past them is then refused, as for a descriptor of the derive, which knows the Rust
+    /// field's type.
+    pub fn number_type(mut self, field: impl Into<String>, ty: NumberType) -> Self {
+        self.numbers.push((field.into(), ty));
         self
     }
 
@@ -345,6 +356,13 @@ impl SpecBuilder {
                 .collect();
             &*Box::leak(fields.into_boxed_slice())
         });
+        let numbers = self.numbers;
+        let number_type = |name: &str| {
+            numbers
+                .iter()
+                .find_map(|(field, ty)| (field == name).then_some(*ty))
+                .unwrap_or(NumberType::Unknown)
+        };
         let field = leak(self.field);
         Ok(Box::leak(Box::new(SubsetSpec {
             field,
@@ -353,15 +371,18 @@ impl SpecBuilder {
             key: leak(self.key),
             keep: self.keep,
             sort: Box::leak(sort.into_boxed_slice()),
+            count_type: self
+                .count
+                .as_deref()
+                .map_or(NumberType::Unknown, number_type),
             count: self.count.map(leak),
-            count_type: NumberType::Unknown,
             sums: Box::leak(
                 self.sums
                     .into_iter()
                     .map(|(parent, child)| SumSpec {
+                        ty: number_type(&parent),
                         parent: leak(parent),
                         child: leak(child),
-                        ty: NumberType::Unknown,
                     })
                     .collect::<Vec<_>>()
                     .into_boxed_slice(),

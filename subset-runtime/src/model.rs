@@ -236,6 +236,31 @@ impl NumberType {
     pub const fn integer(name: &'static str, min: i64, max: i64) -> Self {
         NumberType::Integer { name, min, max }
     }
+
+    /// The type's word in the registry of definitions (`"i32"`, `"f64"`, `"decimal"`), `None`
+    /// for [`NumberType::Unknown`]; [`NumberType::parse`] reads it back.
+    pub fn word(&self) -> Option<&'static str> {
+        match self {
+            NumberType::Integer { name, .. } => Some(name),
+            NumberType::Float => Some("f64"),
+            NumberType::Decimal => Some("decimal"),
+            NumberType::Unknown => None,
+        }
+    }
+
+    /// The type [`NumberType::word`] names, if any.
+    pub fn parse(word: &str) -> Option<NumberType> {
+        Some(match word {
+            "i32" => NumberType::integer("i32", i32::MIN.into(), i32::MAX.into()),
+            "i64" => NumberType::integer("i64", i64::MIN, i64::MAX),
+            "u32" => NumberType::integer("u32", 0, u32::MAX.into()),
+            // BSON holds no integer past `i64::MAX`.
+            "u64" => NumberType::integer("u64", 0, i64::MAX),
+            "f64" => NumberType::Float,
+            "decimal" => NumberType::Decimal,
+            _ => return None,
+        })
+    }
 }
 
 impl SubsetSpec {

@@ -66,6 +66,18 @@ fn view(spec: &SubsetSpec) -> Document {
         let names: Vec<&str> = embed.iter().map(|f| f.bson).collect();
         view.insert("embed", names);
     }
+    // The Rust types of the count and sums, where known: written only then, as definitions
+    // stored before them had none.
+    let numbers: Document = spec
+        .count
+        .map(|c| (c, spec.count_type))
+        .into_iter()
+        .chain(spec.sums.iter().map(|s| (s.parent, s.ty)))
+        .filter_map(|(field, ty)| Some((field.to_owned(), Bson::String(ty.word()?.to_owned()))))
+        .collect();
+    if !numbers.is_empty() {
+        view.insert("numbers", numbers);
+    }
     // Written only when set, as definitions stored before it had none.
     if spec.embed_key {
         view.insert("embed_key", true);
@@ -118,6 +130,17 @@ fn parse_view(view: &Document) -> Result<&'static SubsetSpec, String> {
             builder = builder.values(field.as_str(), values);
         }
     }
+    if let Ok(numbers) = view.get_document("numbers") {
+        for (field, word) in numbers {
+            let ty = word
+                .as_str()
+                .and_then(crate::model::NumberType::parse)
+                .ok_or_else(|| {
+                    format!("the type of `{field}` is not one a count or sum has: {word}")
+                })?;
+            builder = builder.number_type(field.as_str(), ty);
+        }
+    }
     if view.contains_key("count") {
         builder = builder.count(text("count")?);
     }
@@ -153,10 +176,11 @@ mod tests {
         let filtered = SubsetSpec {
             field: "verified",
             count: Some("n"),
+            count_type: crate::model::NumberType::integer("u32", 0, u32::MAX as i64),
             sums: &[SumSpec {
                 parent: "total",
                 child: "rating",
-                ty: crate::model::NumberType::Unknown,
+                ty: crate::model::NumberType::Decimal,
             }],
             filter: Some(FilterSpec {
                 field: "hidden",
@@ -198,6 +222,7 @@ mod tests {
             assert_eq!(a.sort, b.sort);
             assert_eq!(a.id_values, b.id_values);
             assert_eq!((a.count, a.sums, a.filter), (b.count, b.sums, b.filter));
+            assert_eq!(a.count_type, b.count_type);
             assert_eq!(a.embed_key, b.embed_key);
         }
         assert!(back.subsets[2].embed_key);
@@ -218,6 +243,11 @@ mod tests {
             v.get_document_mut("types").unwrap().insert("date", "when");
         });
         assert!(e.contains("`date`") && e.contains("when"), "{e}");
+        let e = damaged(&|v| {
+            v.insert("count", "n");
+            v.insert("numbers", doc! { "n": "i128" });
+        });
+        assert!(e.contains("`n`") && e.contains("i128"), "{e}");
         let e = damaged(&|v| {
             v.insert("embed_key", "yes");
         });

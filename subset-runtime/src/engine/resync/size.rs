@@ -92,8 +92,9 @@ mod tests {
         let small = doc! { "_id": 1, "text": "a" };
         let huge = doc! { "_id": 2, "text": "x".repeat(LIMIT as usize - 100), "n": 1 };
         assert!(unheld(&TEST_SPEC, 1_000, &[], std::slice::from_ref(&small)).is_none());
+        let top = [huge, small.clone()];
         let (child, with) =
-            unheld(&TEST_SPEC, 1_000, std::slice::from_ref(&small), &[huge, small]).expect("over the limit");
+            unheld(&TEST_SPEC, 1_000, std::slice::from_ref(&small), &top).expect("over the limit");
         assert_eq!(child.child, Bson::Int32(2));
         assert_eq!(child.field, "text");
         assert!(with > LIMIT, "{with}");
