@@ -77,7 +77,9 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// [`crate::Error::ChildOwnedElsewhere`] when the `_id` is stored under another parent,
     /// [`crate::Error::ParentKeyMismatch`] when the child's own parent key names another parent,
     /// [`crate::Error::ChildWithoutId`], [`crate::Error::MalformedChild`] when a summed field is
-    /// not a number, [`crate::Error::Serialize`], [`crate::Error::Mongo`].
+    /// not a number, [`crate::Error::SubsetTooLarge`] when the parent cannot hold the child,
+    /// [`crate::Error::NumberOverflow`] when a count or sum would leave its Rust type (each
+    /// leaving nothing), [`crate::Error::Serialize`], [`crate::Error::Mongo`].
     ///
     /// # Examples
     ///
@@ -279,7 +281,8 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// # Errors
     ///
     /// [`crate::Error::ChildNotFound`] when no such child is stored under `parent` (nothing changes),
-    /// [`crate::Error::ParentNotFound`], [`crate::Error::Mongo`].
+    /// [`crate::Error::ParentNotFound`], [`crate::Error::NumberOverflow`] when a sum would leave
+    /// its Rust type (taking away a negative value), [`crate::Error::Mongo`].
     ///
     /// # Examples
     ///
@@ -317,7 +320,8 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// [`crate::Error::ChildNotFound`] when no child with this `_id` is stored under `parent`,
     /// [`crate::Error::ParentNotFound`], [`crate::Error::MalformedChild`] when a summed field is
     /// not a number, [`crate::Error::ParentKeyMismatch`] when the child's own parent key names
-    /// another parent, [`crate::Error::Serialize`], [`crate::Error::Mongo`].
+    /// another parent, [`crate::Error::SubsetTooLarge`], [`crate::Error::NumberOverflow`],
+    /// [`crate::Error::Serialize`], [`crate::Error::Mongo`].
     pub fn update<'r>(&'r self, parent: &'r P::Id, child: &'r C) -> Action<'r, ()> {
         Action::new(move |session| {
             Box::pin(async move {
@@ -474,7 +478,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     ///
     /// [`crate::Error::ParentNotFound`] when `to` does not exist (nothing changes),
     /// [`crate::Error::ChildNotFound`] when the child is not stored under `from`,
-    /// [`crate::Error::SubsetTooLarge`], [`crate::Error::Mongo`].
+    /// [`crate::Error::SubsetTooLarge`], [`crate::Error::NumberOverflow`], [`crate::Error::Mongo`].
     pub fn move_child<'r>(
         &'r self,
         from: &'r P::Id,
