@@ -746,6 +746,13 @@ impl IntoResponse for ApiError {
                 "outcome_unknown",
                 e.to_string(),
             ),
+            // The write asked more than the product can hold (a review too large to embed, a
+            // total past its type): refused whole, nothing written; retrying cannot help.
+            ApiError::Store(e @ (E::SubsetTooLarge { .. } | E::NumberOverflow { .. })) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unprocessable",
+                e.to_string(),
+            ),
             ApiError::Store(E::ChildOwnedElsewhere { id, parent, .. }) => (
                 StatusCode::CONFLICT,
                 "conflict",
