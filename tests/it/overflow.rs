@@ -319,3 +319,44 @@ async fn two_pushes_that_fit_alone_but_not_together_end_with_one_refused() {
         assert!(drift.is_clean(), "{drift:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_follower_passes_over_a_parent_whose_sum_its_type_cannot_hold() {
+    let store = Store::<Tally>::new(&common::replica_db().await);
+    let (full, other) = (Tally::new(), Tally::new());
+    store.insert(&full).await.unwrap();
+    store.insert(&other).await.unwrap();
+    let votes = store.children(Tally::RECENT);
+    votes.push(&full.id, &vote(1, i32::MAX, 0)).await.unwrap();
+    let follower = crate::sums::started_follower(&store, "overflow").await;
+
+    // Another program adds a vote the sum cannot take, then one to another parent.
+    let children = store.database().collection::<Document>("tally_votes");
+    let raw = |parent: &ObjectId, v: &Vote| {
+        let mut d = bson_compat::to_document(v).unwrap();
+        d.insert("tally_id", *parent);
+        d
+    };
+    children
+        .insert_one(raw(&full.id, &vote(2, 1, 0)))
+        .await
+        .unwrap();
+    children
+        .insert_one(raw(&other.id, &vote(3, 7, 0)))
+        .await
+        .unwrap();
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while follower.stats().failed == 0 || state(&store, &other.id).await.0.small_total != 7 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            follower.stats()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!follower.is_finished(), "the follower goes on");
+    // The parent still decodes, with the sum it held.
+    assert_eq!(state(&store, &full.id).await.0.small_total, i32::MAX);
+    follower.stop().await.unwrap();
+}

@@ -242,7 +242,7 @@ async fn a_parent_inserted_with_children_starts_with_their_sums() {
 }
 
 /// A follower of `store`, spawned, once its change stream is open.
-async fn started_follower<P: Subset>(store: &Store<P>, name: &str) -> Follower {
+pub(crate) async fn started_follower<P: Subset>(store: &Store<P>, name: &str) -> Follower {
     let started = Arc::new(AtomicBool::new(false));
     let seen = Arc::clone(&started);
     let follower = store
