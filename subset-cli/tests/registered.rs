@@ -11,7 +11,7 @@ use subset_runtime::bson::oid::ObjectId;
 use subset_runtime::bson::{doc, Bson, DateTime, Document};
 use subset_runtime::raw;
 use subset_runtime::repair::{SweepOptions, SweepReport};
-use subset_runtime::spec::{ParentSpec, SortValues, SpecBuilder, SubsetSpec};
+use subset_runtime::spec::{NumberType, ParentSpec, SortValues, SpecBuilder, SubsetSpec};
 use subset_runtime::WriteMode;
 use subset_testkit::{MongoServer, Topology};
 
@@ -289,6 +289,68 @@ async fn a_string_dated_comment_is_malformed_for_the_cli_as_for_the_application(
 
 /// A right-to-be-forgotten removal without flags, on a model of two child collections (three
 /// views): every view of every parent is exact afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recount_past_a_sums_type_is_refused_by_the_cli_as_by_the_application() {
+    let (db, uri) = fresh().await;
+    // The application's `stars: i32` sum, as its store registers it.
+    let i32_sum = NumberType::integer("i32", i32::MIN.into(), i32::MAX.into());
+    let spec = SpecBuilder::new("latest", "ratings", "movie_id")
+        .keep(3)
+        .sort("date desc")
+        .values("date", SortValues::DateTime)
+        .sum("stars", "stars")
+        .number_type("stars", i32_sum)
+        .build()
+        .unwrap();
+    let store = raw::Store::new(&db, ParentSpec::leak("movies", vec![*spec]));
+    let movie = Bson::ObjectId(ObjectId::new());
+    store
+        .insert(doc! { "_id": movie.clone(), "latest": [] })
+        .await
+        .unwrap();
+    let rating = |at: i64, stars: i32| {
+        doc! { "_id": ObjectId::new(), "movie_id": movie.clone(), "date": DateTime::from_millis(at), "stars": stars }
+    };
+    store
+        .children(spec)
+        .push(&movie, vec![rating(1, i32::MAX)])
+        .await
+        .unwrap();
+    // Another program adds a rating the sum cannot take.
+    db.collection::<Document>("ratings")
+        .insert_one(rating(2, 1))
+        .await
+        .unwrap();
+
+    let out = subset(&uri, &db, &["reconcile", "--parent", "movies", "--json"]).await;
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["failed"], 1, "{report}");
+    let error = report["failures"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("`stars` is i32, which cannot hold"),
+        "{error}"
+    );
+    let library = store
+        .reconcile_all(&SweepOptions::default(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(library.progress.failed, 1, "{library:?}");
+    // The movie still holds what its type can read.
+    let stored = db
+        .collection::<Document>("movies")
+        .find_one(doc! { "_id": movie })
+        .await
+        .unwrap()
+        .unwrap();
+    let stars = match stored.get("stars") {
+        Some(Bson::Int32(n)) => i64::from(*n),
+        Some(Bson::Int64(n)) => *n,
+        other => panic!("stars: {other:?}"),
+    };
+    assert_eq!(stars, i64::from(i32::MAX));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_removal_without_flags_leaves_every_view_exact() {
     for mode in [WriteMode::Transactional, WriteMode::Ordered] {

@@ -260,13 +260,19 @@ impl RawChildren<'_> {
                 true => self.malformed(ctx, parent).await?,
                 false => Vec::new(),
             };
-            // A child the parent cannot hold is left out, as a malformed one is (see `size.rs`).
+            // A child the parent cannot hold is left out, as a malformed one is (see `size.rs`),
+            // by a store that notes it for pages; a store of some fields, which writes no note,
+            // lets the server refuse the subset instead.
+            let noting = !store.is_partial();
             let mut unheld: Vec<MalformedChild> = Vec::new();
             let (top, mut head_malformed) = loop {
                 let left_out: Vec<Bson> = unheld.iter().map(|m| m.child.clone()).collect();
                 let (top, head) = self.top(ctx, parent, &malformed, &left_out).await?;
                 let bytes = size::of(&found).unwrap_or(0);
-                match size::unheld(spec, bytes, stored.embedded(), &top) {
+                let unheld_child = noting
+                    .then(|| size::unheld(spec, bytes, stored.embedded(), &top))
+                    .flatten();
+                match unheld_child {
                     // One the running operation stores is refused, with what it wrote.
                     Some((child, with)) if ctx.stores(&child.child) => {
                         return Err(Error::SubsetTooLarge {
@@ -292,7 +298,7 @@ impl RawChildren<'_> {
                 top,
                 totals,
                 head_malformed,
-                noting: !store.is_partial(),
+                noting,
             };
 
             drift = Drift::between(spec, parent, &stored, &expected);
