@@ -828,7 +828,7 @@ async fn concurrent_votes_no_view_ranks_by_are_exact_in_every_copy() {
 
 /// `store` on a client of its own named `app`, so that a fail point can hold its commands
 /// alone.
-pub(crate) async fn on_own_client(store: &Store<Product>, app: &str) -> Store<Product> {
+pub(crate) async fn on_own_client<P: subset::Subset>(store: &Store<P>, app: &str) -> Store<P> {
     let server = subset_testkit::MongoServer::shared(subset_testkit::Topology::ReplicaSet)
         .await
         .unwrap();

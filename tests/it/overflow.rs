@@ -249,21 +249,6 @@ async fn a_recount_past_the_type_is_refused_and_the_parent_still_decodes() {
     }
 }
 
-/// A store of `store`'s database and mode on a client of its own named `app`, so that a fail
-/// point holds its commands alone.
-async fn on_own_client(store: &Store<Tally>, app: &str) -> Store<Tally> {
-    let server = subset_testkit::MongoServer::shared(subset_testkit::Topology::ReplicaSet)
-        .await
-        .unwrap();
-    let mut options = mongodb::options::ClientOptions::parse(server.uri())
-        .await
-        .unwrap();
-    options.app_name = Some(app.to_owned());
-    let client = mongodb::Client::with_options(options).unwrap();
-    let mode = store.mode().await.unwrap();
-    Store::new(&client.database(store.database().name())).with_mode(mode)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn two_pushes_that_fit_alone_but_not_together_end_with_one_refused() {
     for store in stores::<Tally>().await {
@@ -277,7 +262,7 @@ async fn two_pushes_that_fit_alone_but_not_together_end_with_one_refused() {
 
         // The first push's parent update is held by the server while the second one runs.
         let app = format!("overflow-{}", ObjectId::new().to_hex());
-        let held = on_own_client(&store, &app).await;
+        let held = crate::mutations::on_own_client(&store, &app).await;
         let admin = store.database().client().database("admin");
         admin
             .run_command(doc! {
