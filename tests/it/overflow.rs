@@ -345,3 +345,21 @@ async fn the_follower_passes_over_a_parent_whose_sum_its_type_cannot_hold() {
     assert_eq!(state(&store, &full.id).await.0.small_total, i32::MAX);
     follower.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parent_inserted_with_children_past_a_sum_is_refused_whole() {
+    for store in stores::<Tally>().await {
+        let mut tally = Tally::new();
+        tally.recent = vec![vote(1, i32::MAX, 0), vote(2, 1, 0)];
+        let err = store.insert(&tally).await.unwrap_err();
+        assert_overflow(&err, &tally.id, "small_total", "i32");
+        assert!(store.get(&tally.id).await.unwrap().is_none());
+        let left = store
+            .database()
+            .collection::<Document>("tally_votes")
+            .count_documents(doc! { "tally_id": tally.id })
+            .await
+            .unwrap();
+        assert_eq!(left, 0);
+    }
+}
