@@ -29,7 +29,7 @@ pub use lookup::{
     preview_problem, stores, ChildField, Message, Role, Site,
 };
 pub use probes::{
-    parent_key_type, sort_values_at, ChildIds, Described, DescribedFallback, FieldOf, FullOf,
-    IdFallback, NotAChild, ParentKey, Probe, SameType, SameTypeFallback,
+    field_type, sort_values_at, ChildIds, Described, DescribedFallback, FieldOf, FullOf,
+    IdFallback, NotAChild, Probe, SameType, SameTypeFallback, TypeOf,
 };
 pub use same_order::{distinct_orders, same_order};
