@@ -41,6 +41,7 @@ pub const fn distinct_orders(
     message: &'static str,
 ) -> &'static [SubsetSpec] {
     if same_order(specs, earlier, later) {
+        #[allow(clippy::unnecessary_literal_unwrap)]
         None::<()>.expect(message);
     }
     specs
