@@ -85,6 +85,16 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
         .enumerate()
         .map(|(index, subset)| subset_const(cont, index, subset));
     let checks = parent.subsets.iter().map(|subset| checks(subset, generic));
+    // A child may hold the parent key as a field of its own (its embedded copies then keep it
+    // too): of the parent's `_id` type, or an `Option` of it. Its type is found through a
+    // constant, which a generic parent's cannot name.
+    let key_checks = parent.subsets.iter().filter(|_| !generic).map(|subset| {
+        let (child, full) = (
+            parent_key_type(id_ty, subset, false),
+            parent_key_type(id_ty, subset, true),
+        );
+        quote!(#child #full)
+    });
     let (subsets, const_items) = const_checks.place(subsets, generic);
 
     quote! {
@@ -113,6 +123,8 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
                 #(#checks)*
             }
 
+            #(#key_checks)*
+
             #const_items
         };
     }
@@ -121,9 +133,9 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
 /// The checks that only constant evaluation can make: what `#[derive(Child)]` recorded of how
 /// serde stores each child field a string names (`Child::__UNSTORED`, `Child::__ALTERED`, the
 /// BSON names in `Child::FIELDS`), a child field stored under the parent key, views of one
-/// collection with different child types or one order. Each is a statement that panics, with
-/// the message, in the generated code itself and spanned at the attribute it is about, so that
-/// the error points there and shows no frame of the runtime.
+/// collection with different child types or one order. Each is a statement that fails with the
+/// message in the generated code itself, spanned at the attribute it is about (see [`fail`]), so
+/// that the error points there and shows no frame of the runtime.
 ///
 /// In a type without generic parameters each is a constant item of its own, which rustc
 /// evaluates as it checks the crate. A generic type cannot be named by such an item: there the
@@ -138,27 +150,30 @@ impl ConstChecks {
     /// A check that fails the build with the `Option<Message>` that `problem` evaluates to, if
     /// any.
     fn problem(&mut self, problem: TokenStream, span: Span) {
+        let fail = fail(quote_spanned!(span=> __subset_problem.text()), span);
         self.checks.push(quote_spanned! {span=>
             if let ::core::option::Option::Some(__subset_problem) = #problem {
-                ::core::panic!("{}", __subset_problem.text());
+                #fail
             }
         });
     }
 
     /// A check that fails the build with the `Option<&str>` that `problem` evaluates to, if any.
     fn reason(&mut self, problem: TokenStream, span: Span) {
+        let fail = fail(quote_spanned!(span=> __subset_problem), span);
         self.checks.push(quote_spanned! {span=>
             if let ::core::option::Option::Some(__subset_problem) = #problem {
-                ::core::panic!("{}", __subset_problem);
+                #fail
             }
         });
     }
 
     /// A check that fails the build with `message` where `fails` is true.
     fn message(&mut self, fails: TokenStream, message: &str, span: Span) {
+        let fail = fail(quote!(#message), span);
         self.checks.push(quote_spanned! {span=>
             if #fails {
-                ::core::panic!("{}", #message);
+                #fail
             }
         });
     }
@@ -188,6 +203,16 @@ impl ConstChecks {
             #value
         });
         (value, items)
+    }
+}
+
+/// The statement that fails constant evaluation with `message` (a `&str`), at `span`. Not
+/// `panic!`: its expansion is core's, so the error's primary span would be in core's source, where
+/// the human-readable output hides it but tools reading JSON diagnostics (an IDE) show the error.
+/// `Option::expect` is `#[track_caller]`: the failure is located at this call, at `span`.
+fn fail(message: TokenStream, span: Span) -> TokenStream {
+    quote_spanned! {span=>
+        ::core::option::Option::<()>::None.expect(#message);
     }
 }
 
@@ -257,13 +282,6 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChec
     let keep = Literal::u32_unsuffixed(subset.keep);
     let child_ty = subset.child_ty;
     let child_span = Span::mixed_site().located_at(child_ty.span());
-    // A child may hold the parent key as a field of its own (its embedded copies then keep it
-    // too): of the parent's `_id` type, or an `Option` of it. Checked by trait bounds in a
-    // constant, which a generic parent's cannot name.
-    if !generic {
-        parent_key_type(checks, parent.id.ty, child_ty, key, false, child_span);
-        parent_key_type(checks, parent.id.ty, child_ty, key, true, child_span);
-    }
     let (fields, embed) = (described(child_ty, "FIELDS"), described(child_ty, "EMBED"));
     // Located at the sort string but resolved like macro-internal code: rustc points its errors
     // at the string, and does not suggest replacing the whole string with a bare field name (a
@@ -483,16 +501,15 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChec
     }
 }
 
-/// The check that the child field stored under the parent key `key`, if any, has the parent's
-/// `_id` type or an `Option` of it: of `child_ty`, or (`full`) of the full type it previews.
-fn parent_key_type(
-    checks: &mut ConstChecks,
-    id_ty: &Type,
-    child_ty: &Type,
-    key: &str,
-    full: bool,
-    span: Span,
-) {
+/// The check that the child field stored under the parent key, if any, has the parent's `_id`
+/// type or an `Option` of it: of the element type of `subset`, or (`full`) of the full type it
+/// previews: an item of its own. The field's type, found by its index in constant evaluation,
+/// must implement a trait declared here, whose `on_unimplemented` message names the key, the
+/// child type and the types it may have (a trait of the runtime would show its hidden path in
+/// rustc's help).
+fn parent_key_type(id_ty: &Type, subset: &Subset<'_>, full: bool) -> TokenStream {
+    let (child_ty, key) = (subset.child_ty, subset.key.as_str());
+    let span = Span::mixed_site().located_at(child_ty.span());
     let fallback = quote! {
         #[allow(unused_imports)]
         use ::subset::#Private::DescribedFallback as _;
@@ -523,15 +540,45 @@ fn parent_key_type(
             quote!(::subset::#Private::key_found(#is_child, #fields, #key)),
         )
     };
-    checks.checks.push(quote_spanned! {span=>
-        ::subset::#Private::parent_key_type::<
-            #ty,
-            _,
-            #id_ty,
-            { #fallback ::subset::#Private::key_index(#fields, #key) },
-            { #fallback #found },
-        >();
-    });
+    // The user's text, in a format string whose only argument is `{Self}`.
+    let text = |ty: &Type| show_type(ty).replace('{', "{{").replace('}', "}}");
+    let (id, child) = (text(id_ty), text(child_ty));
+    let owner = if full {
+        format!("the full type of `{child}`")
+    } else {
+        format!("`{child}`")
+    };
+    let message = format!(
+        "the field of {owner} stored as `{key}`, the parent key, must have the parent's `_id` type `{id}`, or `Option<{id}>`, not `{{Self}}`"
+    );
+    let label = format!("{owner} stores the parent key `{key}` as `{{Self}}`");
+    let note = format!(
+        "the parent key holds the `_id` of the child's parent: declare the field stored as `{key}` as `{id}` (or `Option<{id}>`, filled in when the child is written), or name another key with `#[subset(key = \"...\")]`"
+    );
+    quote_spanned! {span=>
+        const _: () = {
+            #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
+            trait ParentKeyType {
+                fn __check(_: ::subset::#Private::TypeOf<Self>) {}
+            }
+            impl ParentKeyType for #id_ty {}
+            impl ParentKeyType for ::core::option::Option<#id_ty> {}
+            // No field is stored under the key, or the type is no `Child` (reported once
+            // elsewhere): not a type to suggest.
+            #[diagnostic::do_not_recommend]
+            impl ParentKeyType for ::subset::#Private::NotAChild {}
+            // Never called: type-checking its body is the check.
+            #[allow(dead_code, clippy::all)]
+            fn __subset_check() {
+                <_ as ParentKeyType>::__check(::subset::#Private::field_type::<
+                    #ty,
+                    _,
+                    { #fallback ::subset::#Private::key_index(#fields, #key) },
+                    { #fallback #found },
+                >());
+            }
+        };
+    }
 }
 
 /// The check that a child field a parent names in `sort`, `sum` or `filter` (`what`, found as

@@ -6,8 +6,10 @@
 //! never called, so that an unknown name is its "no field" error, and check the field's type with
 //! a method of the trait it must implement, whose `on_unimplemented` message says what to write.
 //! What only the other derive knows (how serde stores a child's fields) is read here, in
-//! constant evaluation: each function returns the problem, and the generated code panics with
-//! it, so that the error points at the attribute and names nothing of this crate.
+//! constant evaluation: each function returns the problem, and the generated code fails with it
+//! (by `Option::expect`, whose `#[track_caller]` locates the failure at the derive's call, where
+//! `panic!` would locate it in core's source), so that the error points at the attribute, in
+//! JSON diagnostics too, and names nothing of this crate.
 //!
 //! | file | holds |
 //! |---|---|
@@ -29,7 +31,7 @@ pub use lookup::{
     preview_problem, stores, ChildField, Message, Role, Site,
 };
 pub use probes::{
-    parent_key_type, sort_values_at, ChildIds, Described, DescribedFallback, FieldOf, FullOf,
-    IdFallback, NotAChild, Numbers, NumbersFallback, ParentKey, Probe, SameType, SameTypeFallback,
+    field_type, sort_values_at, ChildIds, Described, DescribedFallback, FieldOf, FullOf,
+    IdFallback, NotAChild, Numbers, NumbersFallback, Probe, SameType, SameTypeFallback, TypeOf,
 };
 pub use same_order::{distinct_orders, same_order};

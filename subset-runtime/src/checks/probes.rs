@@ -184,32 +184,21 @@ where
     <C as FieldOf<T, I, CHILD>>::SORT_VALUES
 }
 
-/// `T`, the type of a child field stored under the parent key, may hold the parent's `_id`,
-/// of type `Id`: it is `Id` or `Option<Id>`. With `CHILD` false (no such field, or no
-/// [`Child`]), every type qualifies.
+/// A type, as a value: what [`field_type`] returns.
 #[doc(hidden)]
-#[diagnostic::on_unimplemented(
-    message = "a child field stored under the parent key must have the parent's `_id` type `{Id}`, or `Option<{Id}>`, not `{Self}`",
-    label = "this child type has a field stored under the parent key, of type `{Self}`",
-    note = "the parent key holds the `_id` of the child's parent: declare the field as `{Id}` (or `Option<{Id}>`, filled in when the child is written), or name another key with `#[subset(key = \"...\")]`"
-)]
-pub trait ParentKey<Id: ?Sized, const CHILD: bool> {}
+pub struct TypeOf<T: ?Sized>(Marker<T>);
 
-impl<Id> ParentKey<Id, true> for Id {}
-
-impl<Id> ParentKey<Id, true> for Option<Id> {}
-
-impl<T: ?Sized, Id: ?Sized> ParentKey<Id, false> for T {}
-
-/// Checks that the `I`th field of `C` (stored under the parent key; `CHILD` false where there is
-/// none) has a type that can hold the parent's `_id` of type `Id` (see [`ParentKey`]).
+/// The type `T` of the `I`th field of `C` (inferred from its one [`FieldOf`] impl; [`NotAChild`]
+/// where `CHILD` is false): the derive checks that a field stored under the parent key can hold
+/// the parent's `_id` by a trait of its own, whose message names the key, implemented for the
+/// types it may have.
 #[doc(hidden)]
-pub const fn parent_key_type<C, T, Id, const I: usize, const CHILD: bool>()
+pub const fn field_type<C, T, const I: usize, const CHILD: bool>() -> TypeOf<T>
 where
     C: FieldOf<T, I, CHILD> + ?Sized,
-    T: ParentKey<Id, CHILD> + ?Sized,
-    Id: ?Sized,
+    T: ?Sized,
 {
+    TypeOf(PhantomData)
 }
 
 /// A type in a probe's parameters, without owning one (and `Send`, `Sync` whatever it is).

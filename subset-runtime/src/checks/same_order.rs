@@ -29,8 +29,11 @@ pub const fn same_order(specs: &'static [SubsetSpec], earlier: usize, later: usi
 
 /// `specs`; in a generic parent, where no constant item can name the parent, the derive's
 /// check of [`same_order`] in `SUBSETS` itself: fails the build with `message` when they sort
-/// in one order (evaluated where a build uses `SUBSETS` for a concrete type).
+/// in one order (evaluated where a build uses `SUBSETS` for a concrete type). The failure is
+/// located at the caller, the derive's call spanned at the attribute: `#[track_caller]` here and
+/// in `Option::expect` (where `panic!` would locate it in core's source).
 #[doc(hidden)]
+#[track_caller]
 pub const fn distinct_orders(
     specs: &'static [SubsetSpec],
     earlier: usize,
@@ -38,7 +41,8 @@ pub const fn distinct_orders(
     message: &'static str,
 ) -> &'static [SubsetSpec] {
     if same_order(specs, earlier, later) {
-        panic!("{}", message);
+        #[allow(clippy::unnecessary_literal_unwrap)]
+        None::<()>.expect(message);
     }
     specs
 }
