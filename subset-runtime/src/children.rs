@@ -518,12 +518,13 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     ///
     /// [`crate::Error::ParentNotFound`], [`crate::Error::MalformedParent`],
     /// [`crate::Error::MalformedChild`] when a stored child's summed field is not a number,
-    /// [`crate::Error::Mongo`].
+    /// [`crate::Error::Mongo`]; [`crate::Error::RebuildWouldEmpty`] for a parent built under another
+    /// definition that a rebuild would refuse.
     pub fn reconcile<'r>(&'r self, parent: &'r P::Id) -> Action<'r, Drift> {
         Action::new(move |session| {
             Box::pin(async move {
                 let parent = Self::parent_id(parent)?;
-                self.raw.resync_in(&parent, true, session).await
+                self.raw.resync_in(&parent, true, false, session).await
             })
         })
     }
@@ -554,7 +555,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
         Action::new(move |session| {
             Box::pin(async move {
                 let parent = Self::parent_id(parent)?;
-                self.raw.resync_in(&parent, false, session).await
+                self.raw.resync_in(&parent, false, false, session).await
             })
         })
     }

@@ -226,14 +226,16 @@ pub enum Error {
         reason: String,
     },
 
-    /// A rebuild ([`crate::Store::rebuild`]) would empty a view of a parent that holds children
-    /// today: no child is stored under the key the view names. Most often the parent struct was
-    /// renamed, and with it the default key (`Movie` → `Film` looks for `film_id`), while the
-    /// children still carry the old one, which `carried` names when one of the embedded children
-    /// has it. Set the key on the field (`#[subset(key = "movie_id", …)]`); or, if the
-    /// children are really gone, rebuild with [`crate::repair::SweepOptions::allow_emptying`].
-    /// Nothing was written.
-    #[error("rebuilding parent {id} of `{collection}` would empty `{field}`, which holds children today: none is stored under `{key}`{}", carried_hint(.carried))]
+    /// A rebuild ([`crate::Store::rebuild`], or a reconcile or check of a parent built under
+    /// another definition of the model) would empty a view of a parent that holds children
+    /// today, while those children are still stored: none under the key the view names, and one
+    /// of them carries the parent's `_id` in another field, which `carried` names. Most often
+    /// the parent struct was renamed, and with it the default key (`Movie` → `Film` looks for
+    /// `film_id`). Set the key on the field (`#[subset(key = "movie_id", …)]`); or, to drop
+    /// those children from the views, rebuild with
+    /// [`crate::repair::SweepOptions::allow_emptying`]. A view whose children are gone from the
+    /// child collection is rebuilt empty without this error. Nothing was written.
+    #[error("rebuilding parent {id} of `{collection}` would empty `{field}`, which holds children today: none is stored under `{key}`; its children carry `{carried}`: set `key = \"{carried}\"` on the field, or rebuild with `SweepOptions::allow_emptying(true)`")]
     RebuildWouldEmpty {
         /// The parent collection.
         collection: String,
@@ -244,8 +246,8 @@ pub enum Error {
         /// The key the view looks for in the child collection.
         key: String,
         /// The field of an embedded child, as stored in the child collection, that holds the
-        /// parent's `_id`, if one does.
-        carried: Option<String>,
+        /// parent's `_id`.
+        carried: String,
     },
 
     /// A rebuild asked of a store that knows only some fields of its model
@@ -487,16 +489,6 @@ fn unauthorized_message(collection: &str, action: &str, command: &str) -> String
         "not authorized to `{action}` on `{collection}` (the server refused `{command}`): \
          {grant}"
     )
-}
-
-/// The end of [`Error::RebuildWouldEmpty`]'s message: the key the children carry, if known.
-fn carried_hint(carried: &Option<String>) -> String {
-    match carried {
-        Some(key) => format!(
-            "; its children carry `{key}`: set `key = \"{key}\"` on the field, or rebuild with `SweepOptions::allow_emptying(true)`"
-        ),
-        None => "; rebuild with `SweepOptions::allow_emptying(true)` if its children are gone".to_owned(),
-    }
 }
 
 #[cfg(test)]
