@@ -769,6 +769,7 @@ impl IntoResponse for ApiError {
                     id,
                     field,
                     problem,
+                    ..
                 },
             ) => {
                 tracing::error!(

@@ -189,7 +189,10 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
                     .page_in(
                         &parent,
                         request,
-                        |raw, collection, path| decode::child::<C>(raw, collection, path),
+                        |raw, collection, path| {
+                            decode::child::<C>(raw, collection, path)
+                                .map_err(|e| e.of_parent(&parent))
+                        },
                         session,
                     )
                     .await
@@ -235,7 +238,10 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
                 let parent = Self::parent_id(parent)?;
                 let raw = self.raw.all_in(&parent, session).await?;
                 Ok(raw
-                    .and_then(move |doc| async move { decode::child::<C>(&doc, name, None) })
+                    .and_then(move |doc| {
+                        let child = decode::child::<C>(&doc, name, None);
+                        futures::future::ready(child.map_err(|e| e.of_parent(&parent)))
+                    })
                     .boxed())
             })
         })

@@ -1268,3 +1268,64 @@ async fn a_rebuild_and_a_reconcile_refuse_the_same_parents() {
         assert_eq!((p.drifted, p.outdated, p.failed), (0, 0, 0), "{mode:?}");
     }
 }
+
+/// An entry of a ledger: an amount of money, summed exactly as a `Decimal128`.
+#[derive(Debug, Clone, Serialize, Deserialize, Child)]
+struct Entry {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    amount: bson::Decimal128,
+    date: i64,
+}
+
+/// A ledger of one model: its latest entries and its balance, a `Decimal128` sum.
+macro_rules! ledger {
+    ($name:ident, $keep:literal) => {
+        #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+        #[subset(collection = "model_ledgers")]
+        struct $name {
+            #[serde(rename = "_id")]
+            id: ObjectId,
+            #[subset(child = "model_entries", keep = $keep, sort = "date desc", sum = "balance = amount")]
+            latest: Vec<Entry>,
+            balance: bson::Decimal128,
+        }
+    };
+}
+
+ledger!(Ledger2, 2);
+ledger!(Ledger4, 4);
+
+/// A ledger without entries read through a model its view was not built under: the balance is
+/// computed from the child collection, where the sum of nothing is an integer 0, and read as a
+/// `Decimal128` zero, the type the ledger stores.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decimal_sum_of_no_children_reads_as_a_decimal_under_another_model() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let db = common::replica_db().await;
+        let zero: bson::Decimal128 = "0".parse().unwrap();
+        let old = Store::<Ledger2>::new(&db).with_mode(mode);
+        let empty = Ledger2 {
+            id: ObjectId::new(),
+            latest: Vec::new(),
+            balance: zero,
+        };
+        old.insert(&empty).await.unwrap();
+        let new = Store::<Ledger4>::new(&db).with_mode(mode);
+        let read = new.get(&empty.id).await.unwrap().unwrap();
+        assert_eq!(read.balance.to_string(), "0", "{mode:?}");
+        assert!(read.latest.is_empty(), "{mode:?}");
+        // Rebuilt, the stored balance stays a decimal.
+        new.rebuild().await.unwrap();
+        let stored = db
+            .collection::<Document>("model_ledgers")
+            .find_one(doc! { "_id": empty.id })
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(stored.get("balance"), Some(Bson::Decimal128(_))),
+            "{mode:?}: {stored:?}"
+        );
+    }
+}

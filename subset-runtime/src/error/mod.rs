@@ -143,13 +143,16 @@ pub enum Error {
     },
 
     /// A stored child document does not have the shape of the Rust type.
-    #[error("child {id} in `{collection}`: field `{field}` {problem}")]
+    #[error("child {id}{} in `{collection}`: field `{field}` {problem}", of_parent(.parent))]
     MalformedChild {
         /// The collection holding the child (the child collection, or the parent collection for an
         /// embedded copy).
         collection: String,
         /// The child's `_id` (or `null` when it has none).
         id: Box<Bson>,
+        /// The `_id` of the parent the child was read or written for; `None` only where no
+        /// parent is at hand (a child decoded on its own).
+        parent: Option<Box<Bson>>,
         /// The BSON path of the offending field.
         field: String,
         /// What is wrong with it.
@@ -489,6 +492,36 @@ fn unauthorized_message(collection: &str, action: &str, command: &str) -> String
         "not authorized to `{action}` on `{collection}` (the server refused `{command}`): \
          {grant}"
     )
+}
+
+/// The part of [`Error::MalformedChild`]'s message that names the parent, if known.
+fn of_parent(parent: &Option<Box<Bson>>) -> String {
+    parent
+        .as_ref()
+        .map_or_else(String::new, |p| format!(" of parent {p}"))
+}
+
+impl Error {
+    /// This error naming `parent` when it is an [`Error::MalformedChild`] that names none: for
+    /// a caller that decoded a child of a parent it knows.
+    pub(crate) fn of_parent(self, parent: &Bson) -> Self {
+        match self {
+            Error::MalformedChild {
+                collection,
+                id,
+                parent: None,
+                field,
+                problem,
+            } => Error::MalformedChild {
+                collection,
+                id,
+                parent: Some(Box::new(parent.clone())),
+                field,
+                problem,
+            },
+            other => other,
+        }
+    }
 }
 
 #[cfg(test)]

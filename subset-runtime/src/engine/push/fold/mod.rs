@@ -673,6 +673,7 @@ impl Steps for FoldSteps<'_, '_, '_> {
                     return Err(Error::MalformedChild {
                         collection: q.name().to_owned(),
                         id: Box::new(Bson::ObjectId(id)),
+                        parent: Some(Box::new(q.parent.clone())),
                         field: format!("{QUEUE}.{CHILDREN}"),
                         problem: "is not an array of documents".to_owned(),
                     });
