@@ -283,3 +283,48 @@ async fn a_job_refused_on_one_parent_leaves_no_journal() {
         assert_subset_true(&store, Product::RECENT_REVIEWS, &product.id.into()).await;
     }
 }
+
+/// A queued push whose caller went away and whose child cannot be written (keyed to another
+/// parent): a reconcile does not drop it. In transactions its fold fails with the child's
+/// error and leaves the queue as it was; without, the queue is only reported. Either way a
+/// check lists the child as queued.
+#[tokio::test]
+async fn a_queued_push_a_reconcile_cannot_write_stays_queued_and_is_reported() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let db = replica_db().await;
+        let store = Store::<Product>::new(&db).with_mode(mode);
+        let product = Product::named("queued");
+        store.insert(&product).await.unwrap();
+        let stray = ObjectId::new();
+        let mut child = bson::to_document(&Review::at(1)).unwrap();
+        child.insert("_id", stray);
+        child.insert("product_id", ObjectId::new());
+        store
+            .database()
+            .collection::<Document>(store.bookkeeping().folds())
+            .update_one(
+                doc! { "_id": {
+                    "collection": "products", "children": "reviews", "key": "product_id",
+                    "parent": product.id,
+                } },
+                doc! { "$push": { "queue": { "push": ObjectId::new(), "children": [child] } } },
+            )
+            .upsert(true)
+            .await
+            .unwrap();
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        let reconciled = reviews.reconcile(&product.id).await;
+        match mode {
+            WriteMode::Transactional => assert!(
+                matches!(&reconciled, Err(Error::ParentKeyMismatch { child, .. }) if **child == Bson::ObjectId(stray)),
+                "{reconciled:?}"
+            ),
+            _ => assert_eq!(reconciled.unwrap().queued, [Bson::ObjectId(stray)]),
+        }
+        assert_eq!(queued(&store, &product.id).await.len(), 1, "{mode:?}: kept");
+        let drift = reviews.check(&product.id).await.unwrap();
+        assert_eq!(drift.queued, [Bson::ObjectId(stray)], "{mode:?}");
+        let report = store.check_all().await.unwrap();
+        assert_eq!(report.progress.queued, 1, "{mode:?}");
+    }
+}
