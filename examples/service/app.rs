@@ -776,6 +776,7 @@ impl IntoResponse for ApiError {
                     id,
                     field,
                     problem,
+                    ..
                 },
             ) => {
                 tracing::error!(

@@ -359,6 +359,12 @@ fn refused(spec: &SubsetSpec, refusal: &Refusal) -> String {
             "element {child} holds only the --embed fields and its child is not in `{}`: it is a preview whose whole child is gone, so it can be neither copied nor dropped; restore the child or remove the element (or, if the children really have no other fields, migrate without --embed)",
             spec.child_collection
         ),
+        Refusal::KeyMismatch {
+            child, field, found, ..
+        } => format!(
+            "child {child} holds `{field}` = {found}, another parent's key: it belongs elsewhere; fix the element's key or move it to that parent's `{}`",
+            spec.field
+        ),
         Refusal::Changing => format!(
             "`{}` kept changing while being migrated; run again to finish it",
             spec.field

@@ -320,8 +320,11 @@ fn report(
     }
 }
 
-/// Which of `ids` look never migrated: more than `keep` elements embedded (a subset never
-/// holds that many), or some embedded and none in the child collection.
+/// Which of `ids` look never migrated: without a marker (a parent the library wrote carries
+/// one), and more than `keep` elements embedded (a subset never holds that many), or some
+/// embedded and none in the child collection. A marked parent may hold a view built under
+/// another model, or one whose last child code of another model removed (leaving the view as
+/// it was): the engine's reconcile judges those, as its rebuild does.
 async fn unmigrated(
     db: &Database,
     spec: &SubsetSpec,
@@ -347,8 +350,10 @@ async fn unmigrated(
             .map_err(mongo(parent))?;
         Ok::<_, Error>(found.into_iter().filter_map(|mut d| d.remove("_id")))
     };
+    let marker = subset_runtime::bookkeeping::Names::default().marker();
     let overfull = find(doc! {
         "_id": { "$in": ids },
+        marker: { "$exists": false },
         format!("{}.{}", spec.field, spec.keep): { "$exists": true },
     })
     .await?
@@ -360,6 +365,7 @@ async fn unmigrated(
         .map_err(mongo(spec.child_collection))?;
     let orphaned = find(doc! {
         "_id": { "$in": ids, "$nin": with_children },
+        marker: { "$exists": false },
         format!("{}.0", spec.field): { "$exists": true },
     })
     .await?

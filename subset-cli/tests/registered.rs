@@ -532,3 +532,96 @@ async fn rebuild_and_status_show_the_definitions() {
         stderr(&out)
     );
 }
+
+/// After a rolling deploy: `gone`, whose last children code of the old model removed (its
+/// views left as they were, marked as built under none), and `renamed`, written by the old code
+/// and whose children then had their key renamed. `subset check`, `subset reconcile` and
+/// `subset rebuild` refuse `renamed` alone, naming the key its children carry, and rebuild
+/// `gone` empty, as the library's own passes do.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_reconcile_and_rebuild_refuse_only_the_renamed_key() {
+    use futures::TryStreamExt;
+
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let (db, uri) = fresh().await;
+        let latest = view("latest", "comments", 3, "date desc");
+        let old = raw::Store::new(&db, ParentSpec::leak("movies", vec![latest])).with_mode(mode);
+        let ids = seed(&old, 3, "comments").await;
+        let new = raw::Store::new(&db, movies()).with_mode(mode);
+        let rebuilt = new.rebuild(&SweepOptions::default(), |_| {}).await.unwrap();
+        assert_eq!(rebuilt.progress.fixed, 3, "{mode:?}");
+        let (gone, renamed) = (&ids[0], &ids[1]);
+        let comments = db.collection::<Document>("comments");
+        let of_gone: Vec<Document> = comments
+            .find(doc! { "movie_id": gone.clone() })
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        let old_latest = old.children(&old.spec().subsets[0]);
+        for child in of_gone {
+            old_latest
+                .remove(gone, child.get("_id").unwrap())
+                .await
+                .unwrap();
+        }
+        old_latest
+            .push(renamed, vec![comment(renamed, 9, "cy")])
+            .await
+            .unwrap();
+        comments
+            .update_many(
+                doc! { "movie_id": renamed.clone() },
+                doc! { "$rename": { "movie_id": "film_ref" } },
+            )
+            .await
+            .unwrap();
+        let refused_ids = |report: &Value| -> Vec<Value> {
+            let failures = report["failures"].as_array().unwrap();
+            for f in failures {
+                let error = f["error"].as_str().unwrap();
+                assert!(error.contains("`film_ref`"), "{mode:?}: {error}");
+            }
+            let mut ids: Vec<Value> = failures.iter().map(|f| f["_id"].clone()).collect();
+            ids.dedup();
+            ids
+        };
+        let renamed_json = serde_json::json!({ "$oid": renamed.as_object_id().unwrap().to_hex() });
+
+        let out = subset(&uri, &db, &["check", "--parent", "movies", "--json"]).await;
+        assert_eq!(code(&out), 1, "{mode:?}: {}", stderr(&out));
+        let report = json(&out);
+        assert_eq!(
+            refused_ids(&report),
+            std::slice::from_ref(&renamed_json),
+            "{report}"
+        );
+        assert_eq!(report["outdated"], 1, "{mode:?}: {report}");
+
+        let out = subset(&uri, &db, &["reconcile", "--parent", "movies", "--json"]).await;
+        assert_eq!(code(&out), 1, "{mode:?}: {}", stderr(&out));
+        let report = json(&out);
+        assert_eq!(
+            refused_ids(&report),
+            std::slice::from_ref(&renamed_json),
+            "{report}"
+        );
+        assert_eq!(report["fixed"], 1, "{mode:?}: {report}");
+        let emptied = new.get(gone).await.unwrap().unwrap();
+        assert!(emptied.get_array("latest").unwrap().is_empty(), "{mode:?}");
+        assert!(emptied.get_array("first").unwrap().is_empty(), "{mode:?}");
+
+        // The renamed parent is the only one left to rebuild: refused before anything is
+        // written.
+        let out = subset(&uri, &db, &["rebuild", "--parent", "movies", "--json"]).await;
+        assert_ne!(code(&out), 0, "{mode:?}");
+        let message = stderr(&out);
+        assert!(message.contains("would empty"), "{mode:?}: {message}");
+        assert!(message.contains("film_ref"), "{mode:?}: {message}");
+        assert!(
+            message.contains(&renamed.to_string()),
+            "{mode:?}: {message}"
+        );
+    }
+}

@@ -191,7 +191,10 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
                     .page_in(
                         &parent,
                         request,
-                        |raw, collection, path| decode::child::<C>(raw, collection, path),
+                        |raw, collection, path| {
+                            decode::child::<C>(raw, collection, path)
+                                .map_err(|e| e.of_parent(&parent))
+                        },
                         session,
                     )
                     .await
@@ -237,7 +240,10 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
                 let parent = Self::parent_id(parent)?;
                 let raw = self.raw.all_in(&parent, session).await?;
                 Ok(raw
-                    .and_then(move |doc| async move { decode::child::<C>(&doc, name, None) })
+                    .and_then(move |doc| {
+                        let child = decode::child::<C>(&doc, name, None);
+                        futures::future::ready(child.map_err(|e| e.of_parent(&parent)))
+                    })
                     .boxed())
             })
         })
@@ -522,12 +528,13 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     ///
     /// [`crate::Error::ParentNotFound`], [`crate::Error::MalformedParent`],
     /// [`crate::Error::MalformedChild`] when a stored child's summed field is not a number,
-    /// [`crate::Error::Mongo`].
+    /// [`crate::Error::Mongo`]; [`crate::Error::RebuildWouldEmpty`] for a parent built under another
+    /// definition that a rebuild would refuse.
     pub fn reconcile<'r>(&'r self, parent: &'r P::Id) -> Action<'r, Drift> {
         Action::new(move |session| {
             Box::pin(async move {
                 let parent = Self::parent_id(parent)?;
-                self.raw.resync_in(&parent, true, session).await
+                self.raw.resync_in(&parent, true, false, session).await
             })
         })
     }
@@ -558,7 +565,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
         Action::new(move |session| {
             Box::pin(async move {
                 let parent = Self::parent_id(parent)?;
-                self.raw.resync_in(&parent, false, session).await
+                self.raw.resync_in(&parent, false, false, session).await
             })
         })
     }

@@ -32,6 +32,7 @@ pub(crate) fn child<C: DeserializeOwned>(
         Error::MalformedChild {
             collection: collection.to_owned(),
             id: Box::new(id_of(raw)),
+            parent: None,
             field: join(prefix, &field),
             problem,
         }
@@ -78,6 +79,7 @@ pub(crate) fn parent<P: Subset>(raw: &RawDocument) -> Result<P> {
             Some(id) => Error::MalformedChild {
                 collection: P::COLLECTION.to_owned(),
                 id: Box::new(id),
+                parent: Some(Box::new(id_of(raw))),
                 field,
                 problem,
             },

@@ -254,3 +254,43 @@ async fn a_parent_that_would_lose_a_child_is_left_as_it_is() {
         assert_subset_true(&store, Product::RECENT_REVIEWS, &second).await;
     }
 }
+
+/// An element that already carries the parent key with another parent's `_id` is not
+/// rewritten to this parent: the adoption is refused naming the parent, the child and the key,
+/// before anything is written. One carrying this parent's own `_id` is adopted.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_element_keyed_to_another_parent_is_refused_not_overwritten() {
+    for store in stores::<Product>().await {
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        let raw = reviews.raw();
+        let elsewhere = Bson::ObjectId(ObjectId::new());
+        let mut stray = review(2, true);
+        stray.insert("product_id", elsewhere.clone());
+        let id = embedding(&store, vec![review(1, true), stray.clone()]).await;
+        let before = parent(&store, &id).await;
+        assert_eq!(
+            raw.adopt(&id).await.unwrap(),
+            Adopted::Refused(Refusal::KeyMismatch {
+                parent: Box::new(id.clone()),
+                child: Box::new(stray.get("_id").unwrap().clone()),
+                field: "recent_reviews.1.product_id".to_owned(),
+                found: Box::new(elsewhere),
+            })
+        );
+        assert_eq!(parent(&store, &id).await, before);
+        assert!(stored(&store).await.is_empty());
+
+        let kept = embedding(&store, vec![review(3, true)]).await;
+        products(&store)
+            .update_one(
+                doc! { "_id": kept.clone() },
+                doc! { "$set": { "recent_reviews.0.product_id": kept.clone() } },
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            raw.adopt(&kept).await.unwrap(),
+            Adopted::Done { inserted: 1, .. }
+        ));
+    }
+}

@@ -80,6 +80,18 @@ fn assert_malformed_child(err: &Error, collection: &str, id: &Bson, field: &str)
     assert!(text.contains(collection) && text.contains(field), "{text}");
 }
 
+/// Asserts `err` is a `MalformedChild` naming `parent`, in its fields and its message.
+fn assert_names_parent(err: &Error, parent: &Bson) {
+    match err {
+        Error::MalformedChild { parent: got, .. } => {
+            assert_eq!(got.as_deref(), Some(parent), "{err}");
+        }
+        other => panic!("expected MalformedChild of parent {parent}, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains(&format!("of parent {parent}")), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_subset_field_of_the_wrong_shape_fails_reconcile_check_and_the_sweeps() {
     for store in stores::<Product>().await {
@@ -262,10 +274,12 @@ async fn malformed_children_are_named_on_every_read_path() {
         .await
         .unwrap_err();
     assert_malformed_child(&err, "reviews", &Bson::ObjectId(bad_rating), "rating");
+    assert_names_parent(&err, &Bson::ObjectId(product.id));
     let results: Vec<_> = reviews.all(&product.id).await.unwrap().collect().await;
     assert_eq!(results.len(), 10);
     let err = results[0].as_ref().unwrap_err();
     assert_malformed_child(err, "reviews", &Bson::ObjectId(bad_rating), "rating");
+    assert_names_parent(err, &Bson::ObjectId(product.id));
     // A missing field is named as the field.
     let err = results[1].as_ref().unwrap_err();
     match err {
@@ -289,6 +303,7 @@ async fn malformed_children_are_named_on_every_read_path() {
         &Bson::ObjectId(bad_rating),
         "recent_reviews.0.rating",
     );
+    assert_names_parent(&err, &Bson::ObjectId(product.id));
     let err = reviews
         .page(&product.id, &PageRequest::first(5))
         .await
@@ -682,11 +697,19 @@ async fn a_sort_key_of_the_wrong_type_is_reported_by_keyset_pages_not_skipped() 
             Error::MalformedChild {
                 collection,
                 id,
+                parent,
                 field,
                 problem,
             } => {
                 assert_eq!(collection, "reviews");
                 assert_eq!(**id, Bson::ObjectId(bad));
+                // The parent is named too, in the error and its message.
+                let of = Bson::ObjectId(product.id);
+                assert_eq!(parent.as_deref(), Some(&of), "{err}");
+                assert!(
+                    err.to_string().contains(&format!("of parent {of}")),
+                    "{err}"
+                );
                 assert_eq!(field, "date");
                 assert!(
                     problem.contains("a string") && problem.contains("a date"),

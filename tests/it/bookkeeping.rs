@@ -5,10 +5,11 @@
 use crate::common;
 
 use bson::oid::ObjectId;
-use bson::{doc, Document};
+use bson::{doc, Bson, Document};
 use common::*;
 use subset::bookkeeping::{Names, PrefixProblem, Registered, MAX_PREFIX_LEN};
 use subset::bson;
+use subset::raw::ChildPatch;
 use subset::{Error, Store, WriteMode};
 
 /// The collections of `db`, sorted.
@@ -234,4 +235,96 @@ async fn a_job_leaves_no_journal_when_it_ends_or_is_refused() {
     assert_eq!(report.progress.children, 2);
     assert_eq!(journals().await, 0, "a finished job left its journal");
     assert_subset_true(&store, Product::RECENT_REVIEWS, &product.id.into()).await;
+}
+
+/// A job whose change the server refuses on one parent's children (a path through a string)
+/// fails that parent, recomputes its views from what the refused change left, and leaves no
+/// journal behind; the other parents are done.
+#[tokio::test]
+async fn a_job_refused_on_one_parent_leaves_no_journal() {
+    let db = replica_db().await;
+    let store = Store::<Product>::new(&db)
+        .with_mode(WriteMode::Ordered)
+        .with_bookkeeping_prefix("jobs_refused")
+        .unwrap();
+    let reviews = store.children(Product::RECENT_REVIEWS);
+    let (fine, refused) = (Product::named("fine"), Product::named("refused"));
+    for product in [&fine, &refused] {
+        store.insert(product).await.unwrap();
+        for n in 0..3 {
+            reviews.push(&product.id, &Review::at(n)).await.unwrap();
+        }
+    }
+    // A child whose `meta` is a string: `meta.note` cannot be set in it.
+    db.collection::<Document>("reviews")
+        .update_one(
+            doc! { "product_id": refused.id },
+            doc! { "$set": { "meta": "text" } },
+        )
+        .await
+        .unwrap();
+    let patch = ChildPatch::new().set("meta.note", "checked");
+    let filter = doc! { "rating": { "$gte": 0 } };
+    let options = subset::repair::SweepOptions::default();
+    let report = reviews
+        .raw()
+        .patch_where(&filter, &patch, &options, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(report.progress.failed, 1, "{report:?}");
+    assert_eq!(report.failures[0].parent, Bson::ObjectId(refused.id));
+    let journals = db
+        .collection::<Document>(store.bookkeeping().jobs())
+        .count_documents(doc! {})
+        .await
+        .unwrap();
+    assert_eq!(journals, 0, "a job refused on one parent left its journal");
+    for product in [&fine, &refused] {
+        assert_subset_true(&store, Product::RECENT_REVIEWS, &product.id.into()).await;
+    }
+}
+
+/// A queued push whose caller went away and whose child cannot be written (keyed to another
+/// parent): a reconcile does not drop it. In transactions its fold fails with the child's
+/// error and leaves the queue as it was; without, the queue is only reported. Either way a
+/// check lists the child as queued.
+#[tokio::test]
+async fn a_queued_push_a_reconcile_cannot_write_stays_queued_and_is_reported() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let db = replica_db().await;
+        let store = Store::<Product>::new(&db).with_mode(mode);
+        let product = Product::named("queued");
+        store.insert(&product).await.unwrap();
+        let stray = ObjectId::new();
+        let mut child = bson::to_document(&Review::at(1)).unwrap();
+        child.insert("_id", stray);
+        child.insert("product_id", ObjectId::new());
+        store
+            .database()
+            .collection::<Document>(store.bookkeeping().folds())
+            .update_one(
+                doc! { "_id": {
+                    "collection": "products", "children": "reviews", "key": "product_id",
+                    "parent": product.id,
+                } },
+                doc! { "$push": { "queue": { "push": ObjectId::new(), "children": [child] } } },
+            )
+            .upsert(true)
+            .await
+            .unwrap();
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        let reconciled = reviews.reconcile(&product.id).await;
+        match mode {
+            WriteMode::Transactional => assert!(
+                matches!(&reconciled, Err(Error::ParentKeyMismatch { child, .. }) if **child == Bson::ObjectId(stray)),
+                "{reconciled:?}"
+            ),
+            _ => assert_eq!(reconciled.unwrap().queued, [Bson::ObjectId(stray)]),
+        }
+        assert_eq!(queued(&store, &product.id).await.len(), 1, "{mode:?}: kept");
+        let drift = reviews.check(&product.id).await.unwrap();
+        assert_eq!(drift.queued, [Bson::ObjectId(stray)], "{mode:?}");
+        let report = store.check_all().await.unwrap();
+        assert_eq!(report.progress.queued, 1, "{mode:?}");
+    }
 }

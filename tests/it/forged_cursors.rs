@@ -289,6 +289,7 @@ fn assert_names(err: &Error, id: ObjectId) {
             id: got,
             field,
             problem,
+            ..
         } => {
             assert_eq!(collection, "reviews");
             assert_eq!(**got, Bson::ObjectId(id), "{err}");

@@ -149,6 +149,11 @@ async fn reconcile_leaves_malformed_children_out_and_reports_each() {
             .map(|m| (m.child.clone(), m.field.clone()))
             .collect();
         assert_reported(&found, &malformed);
+        let parent = Bson::ObjectId(poll.id);
+        assert!(
+            drift.malformed.iter().all(|m| m.parent == parent),
+            "each names its parent: {drift:?}"
+        );
         assert!(drift.fixed, "the sum is rewritten: {drift:?}");
         let problem = &drift
             .malformed

@@ -863,7 +863,7 @@ async fn a_rebuild_that_would_empty_views_after_a_rename_refuses_and_names_both_
                 ..
             }) => {
                 assert_eq!((key.as_str(), field.as_str()), ("film_id", "latest"));
-                assert_eq!(carried.as_deref(), Some("movie_id"), "{mode:?}");
+                assert_eq!(carried, "movie_id", "{mode:?}");
             }
             other => panic!("{mode:?}: {other:?}"),
         }
@@ -927,8 +927,9 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
                 .unwrap();
             parents.push(id);
         }
-        // A parent of the old model whose children are gone from the child collection: the
-        // rebuild refuses to empty its view, so it stays built under the old definition.
+        // A parent of the old model whose children now carry another key (renamed outside
+        // the library): the rebuild refuses to empty its view, so it stays built under the old
+        // definition.
         let stranded = Bson::ObjectId(ObjectId::new());
         old.raw()
             .insert(doc! { "_id": stranded.clone(), "latest": [], "n": 0_i64 })
@@ -940,7 +941,10 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
             .await
             .unwrap();
         db.collection::<Document>("comments")
-            .delete_many(doc! { "movie_id": stranded.clone() })
+            .update_many(
+                doc! { "movie_id": stranded.clone() },
+                doc! { "$rename": { "movie_id": "film_ref" } },
+            )
             .await
             .unwrap();
         let new = Store::<WithFirst>::new(&db).with_mode(mode);
@@ -1022,6 +1026,306 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
         assert_eq!(
             again.current, new_digest,
             "{mode:?}: a seen definition stays old"
+        );
+    }
+}
+
+/// How a parent stands after the old model's code wrote it: `(d, view length)` of its marker
+/// and its stored `latest`.
+async fn stored_state(db: &mongodb::Database, parent: &Bson) -> (String, usize) {
+    let stored = db
+        .collection::<Document>("movies")
+        .find_one(doc! { "_id": parent.clone() })
+        .await
+        .unwrap()
+        .unwrap();
+    let d = stored
+        .get_document("_subset")
+        .ok()
+        .and_then(|m| m.get_str("d").ok())
+        .unwrap_or("(none)")
+        .to_owned();
+    (d, stored.get_array("latest").map_or(0, Vec::len))
+}
+
+/// Parents of the old model (`Latest3`) rebuilt under the new one (`Latest6`), each with
+/// `children[i]` comments; returns the stores and the parents.
+async fn built_under_new(
+    db: &mongodb::Database,
+    mode: WriteMode,
+    children: &[usize],
+) -> (Store<Latest3>, Store<Latest6>, Vec<Bson>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let old = Store::<Latest3>::new(db).with_mode(mode);
+    let mut parents = Vec::new();
+    for &n in children {
+        let id = Bson::ObjectId(ObjectId::new());
+        old.raw()
+            .insert(doc! { "_id": id.clone(), "latest": [], "n": 0_i64 })
+            .await
+            .unwrap();
+        let comments: Vec<Document> = (0..n).map(|_| comment(&mut rng, &id)).collect();
+        if !comments.is_empty() {
+            old.raw()
+                .children(&Latest3::SUBSETS[0])
+                .push(&id, comments)
+                .await
+                .unwrap();
+        }
+        parents.push(id);
+    }
+    let new = Store::<Latest6>::new(db).with_mode(mode);
+    let report = new.rebuild().await.unwrap();
+    assert_eq!(report.progress.fixed, children.len() as u64, "{mode:?}");
+    (old, new, parents)
+}
+
+/// The old model's code removes every child of `parent`, one by one: the parent is of the new
+/// model, so each removal marks it as built under none and leaves its view as it was.
+async fn old_code_removes_all(old: &Store<Latest3>, parent: &Bson) {
+    let comments = old.database().collection::<Document>("comments");
+    let ids: Vec<Bson> = comments
+        .find(doc! { "movie_id": parent.clone() })
+        .await
+        .unwrap()
+        .map_ok(|c| c.get("_id").cloned().unwrap())
+        .try_collect()
+        .await
+        .unwrap();
+    for id in ids {
+        old.raw()
+            .children(&Latest3::SUBSETS[0])
+            .remove(parent, &id)
+            .await
+            .unwrap();
+    }
+}
+
+/// A rolling deploy where the old code removed the last child of parents of the new model:
+/// their views still hold that child, and no child is stored under any key. One rebuild
+/// rebuilds them empty (none is refused, the first rebuild included, where every outdated
+/// parent is such a one), leaves every parent built under the new model, and the checks are
+/// clean; the rollback's rebuild does the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebuild_empties_views_whose_last_child_the_old_code_removed() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let db = common::replica_db().await;
+        let (old, new, parents) = built_under_new(&db, mode, &[1, 2, 3, 4]).await;
+        let emptied = &parents[..3];
+        for parent in emptied {
+            old_code_removes_all(&old, parent).await;
+            let (d, held) = stored_state(&db, parent).await;
+            assert_eq!(d, "", "{mode:?}: marked as built under none");
+            assert!(held > 0, "{mode:?}: the view was left as it was");
+            assert_read_right(&new, parent, None).await;
+        }
+
+        let options = SweepOptions::default().batch_size(2);
+        let report = new.rebuild().options(options.clone()).await.unwrap();
+        assert!(
+            report.failures.is_empty(),
+            "{mode:?}: {:?}",
+            report.failures
+        );
+        assert_eq!(report.progress.fixed, emptied.len() as u64, "{mode:?}");
+        for parent in emptied {
+            let id = parent.as_object_id().unwrap();
+            let movie = new.get(&id).await.unwrap().unwrap();
+            assert!(movie.latest.is_empty(), "{mode:?}");
+            assert_eq!(movie.n, 0, "{mode:?}");
+        }
+        let again = new.rebuild().options(options.clone()).await.unwrap();
+        assert_eq!(
+            again.progress.checked, 0,
+            "{mode:?}: nothing is left to rebuild"
+        );
+        let check = new.check_all().options(options.clone()).await.unwrap();
+        let p = &check.progress;
+        assert_eq!(
+            (p.drifted, p.outdated, p.failed),
+            (0, 0, 0),
+            "{mode:?}: {check:?}"
+        );
+        for parent in &parents {
+            assert_read_right(&new, parent, None).await;
+        }
+
+        // A rollback: the old code empties another parent the same way, and its rebuild
+        // rebuilds every parent under the old model, refusing none.
+        old_code_removes_all(&old, &parents[3]).await;
+        let report = old.rebuild().options(options.clone()).await.unwrap();
+        assert!(
+            report.failures.is_empty(),
+            "{mode:?}: {:?}",
+            report.failures
+        );
+        assert_eq!(report.progress.fixed, parents.len() as u64, "{mode:?}");
+        let check = old.check_all().options(options).await.unwrap();
+        let p = &check.progress;
+        assert_eq!(
+            (p.drifted, p.outdated, p.failed),
+            (0, 0, 0),
+            "{mode:?}: {check:?}"
+        );
+        for parent in &parents {
+            assert_read_right(&old, parent, None).await;
+        }
+    }
+}
+
+/// Parents of the new model after a rolling deploy: `gone`, whose last child the old code
+/// removed; `renamed`, which the old code wrote (so marked as built under none) and whose
+/// children then had their key renamed to `film_ref`; `plain`, built under the new model.
+async fn gone_and_renamed(db: &mongodb::Database, mode: WriteMode) -> (Store<Latest6>, [Bson; 3]) {
+    let (old, new, parents) = built_under_new(db, mode, &[1, 3, 2]).await;
+    let [gone, renamed, plain] = <[Bson; 3]>::try_from(parents).unwrap();
+    old_code_removes_all(&old, &gone).await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    old.raw()
+        .children(&Latest3::SUBSETS[0])
+        .push(&renamed, vec![comment(&mut rng, &renamed)])
+        .await
+        .unwrap();
+    db.collection::<Document>("comments")
+        .update_many(
+            doc! { "movie_id": renamed.clone() },
+            doc! { "$rename": { "movie_id": "film_ref" } },
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored_state(db, &renamed).await.0, "", "{mode:?}");
+    (new, [gone, renamed, plain])
+}
+
+/// The parents a sweep failed, each with the key its refusal says the children carry.
+fn refused(report: &subset::repair::SweepReport) -> Vec<(Bson, String)> {
+    report
+        .failures
+        .iter()
+        .map(|f| match &f.error {
+            subset::Error::RebuildWouldEmpty { carried, id, .. } => {
+                assert_eq!(**id, f.parent);
+                (f.parent.clone(), carried.clone())
+            }
+            other => panic!("{}: {other:?}", f.parent),
+        })
+        .collect()
+}
+
+/// `rebuild`, `reconcile_all`, `check_all` and a single parent's `check` and `reconcile`
+/// reach one verdict on the same parents: the one whose children carry another key is
+/// refused, the one whose children are gone is rebuilt empty, the others are left alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebuild_and_a_reconcile_refuse_the_same_parents() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let to_rebuild = common::replica_db().await;
+        let (new, [gone, renamed, _]) = gone_and_renamed(&to_rebuild, mode).await;
+        let refusal = vec![(renamed.clone(), "film_ref".to_owned())];
+
+        let check = new.check_all().await.unwrap();
+        assert_eq!(refused(&check), refusal, "{mode:?}: check_all");
+        assert_eq!(check.progress.outdated, 1, "{mode:?}: the emptied parent");
+        let latest = new.raw().children(&Latest6::SUBSETS[0]);
+        assert!(latest.check(&gone).await.unwrap().outdated, "{mode:?}");
+        let one = latest.check(&renamed).await;
+        assert!(
+            matches!(one, Err(subset::Error::RebuildWouldEmpty { .. })),
+            "{mode:?}: {one:?}"
+        );
+
+        let rebuilt = new.rebuild().await.unwrap();
+        assert_eq!(refused(&rebuilt), refusal, "{mode:?}: rebuild");
+        assert_eq!(rebuilt.progress.fixed, 1, "{mode:?}");
+
+        // The same parents, on another database, reconciled instead.
+        let to_reconcile = common::replica_db().await;
+        let (new, [gone, renamed, _]) = gone_and_renamed(&to_reconcile, mode).await;
+        let refusal = vec![(renamed.clone(), "film_ref".to_owned())];
+        let reconciled = new.reconcile_all().await.unwrap();
+        assert_eq!(refused(&reconciled), refusal, "{mode:?}: reconcile_all");
+        assert_eq!(reconciled.progress.fixed, 1, "{mode:?}");
+        let (d, held) = stored_state(&to_reconcile, &renamed).await;
+        assert_eq!((d.as_str(), held), ("", 3), "{mode:?}: nothing written");
+        let id = gone.as_object_id().unwrap();
+        assert!(new.get(&id).await.unwrap().unwrap().latest.is_empty());
+        let latest = new.raw().children(&Latest6::SUBSETS[0]);
+        let one = latest.reconcile(&renamed).await;
+        assert!(
+            matches!(one, Err(subset::Error::RebuildWouldEmpty { .. })),
+            "{mode:?}: {one:?}"
+        );
+
+        // Allowed to empty, both rebuild it.
+        let all = SweepOptions::default().allow_emptying(true);
+        let reconciled = new.reconcile_all().options(all.clone()).await.unwrap();
+        assert!(reconciled.failures.is_empty(), "{mode:?}");
+        assert_eq!(stored_state(&to_reconcile, &renamed).await.1, 0, "{mode:?}");
+        let new = Store::<Latest6>::new(&to_rebuild).with_mode(mode);
+        let rebuilt = new.rebuild().options(all).await.unwrap();
+        assert_eq!(rebuilt.progress.fixed, 1, "{mode:?}");
+        let check = new.check_all().await.unwrap();
+        let p = &check.progress;
+        assert_eq!((p.drifted, p.outdated, p.failed), (0, 0, 0), "{mode:?}");
+    }
+}
+
+/// An entry of a ledger: an amount of money, summed exactly as a `Decimal128`.
+#[derive(Debug, Clone, Serialize, Deserialize, Child)]
+struct Entry {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    amount: bson::Decimal128,
+    date: i64,
+}
+
+/// A ledger of one model: its latest entries and its balance, a `Decimal128` sum.
+macro_rules! ledger {
+    ($name:ident, $keep:literal) => {
+        #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+        #[subset(collection = "model_ledgers")]
+        struct $name {
+            #[serde(rename = "_id")]
+            id: ObjectId,
+            #[subset(child = "model_entries", keep = $keep, sort = "date desc", sum = "balance = amount")]
+            latest: Vec<Entry>,
+            balance: bson::Decimal128,
+        }
+    };
+}
+
+ledger!(Ledger2, 2);
+ledger!(Ledger4, 4);
+
+/// A ledger without entries read through a model its view was not built under: the balance is
+/// computed from the child collection, where the sum of nothing is an integer 0, and read as a
+/// `Decimal128` zero, the type the ledger stores.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decimal_sum_of_no_children_reads_as_a_decimal_under_another_model() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let db = common::replica_db().await;
+        let zero: bson::Decimal128 = "0".parse().unwrap();
+        let old = Store::<Ledger2>::new(&db).with_mode(mode);
+        let empty = Ledger2 {
+            id: ObjectId::new(),
+            latest: Vec::new(),
+            balance: zero,
+        };
+        old.insert(&empty).await.unwrap();
+        let new = Store::<Ledger4>::new(&db).with_mode(mode);
+        let read = new.get(&empty.id).await.unwrap().unwrap();
+        assert_eq!(read.balance.to_string(), "0", "{mode:?}");
+        assert!(read.latest.is_empty(), "{mode:?}");
+        // Rebuilt, the stored balance stays a decimal.
+        new.rebuild().await.unwrap();
+        let stored = db
+            .collection::<Document>("model_ledgers")
+            .find_one(doc! { "_id": empty.id })
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(stored.get("balance"), Some(Bson::Decimal128(_))),
+            "{mode:?}: {stored:?}"
         );
     }
 }

@@ -306,3 +306,45 @@ async fn insert_keeps_the_key_and_refuses_a_child_of_another_parent() {
         );
     }
 }
+
+/// A child whose key is an `Int32` written for a parent whose `_id` is the `Int64` of the same
+/// number names that parent, as the server's queries say: the push keeps it, and a check finds
+/// the parent exact. Another number is still refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_int32_key_names_the_int64_id_of_the_same_number() {
+    use subset::raw;
+    use subset::spec::{ParentSpec, SpecBuilder};
+    use subset::WriteMode;
+
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let db = common::replica_db().await;
+        let spec = SpecBuilder::new("episodes", "key_episodes", "show_id")
+            .keep(2)
+            .sort("n desc")
+            .count("num_episodes")
+            .build()
+            .unwrap();
+        let store =
+            raw::Store::new(&db, ParentSpec::leak("key_shows", vec![*spec])).with_mode(mode);
+        let show = Bson::Int64(7);
+        store
+            .insert(doc! { "_id": show.clone(), "episodes": [], "num_episodes": 0_i64 })
+            .await
+            .unwrap();
+        let episodes = store.children(spec);
+        let children: Vec<Document> = (1..=3)
+            .map(|n| doc! { "_id": ObjectId::new(), "show_id": 7_i32, "n": n })
+            .collect();
+        episodes.push(&show, children).await.unwrap();
+        assert_eq!(episodes.count(&show).await.unwrap(), 3, "{mode:?}");
+        let drift = episodes.check(&show).await.unwrap();
+        assert!(drift.is_clean(), "{mode:?}: {drift:?}");
+
+        let other = doc! { "_id": ObjectId::new(), "show_id": 8_i32, "n": 4 };
+        let err = episodes.push(&show, vec![other]).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::ParentKeyMismatch { found, .. } if **found == Bson::Int32(8)),
+            "{mode:?}: {err:?}"
+        );
+    }
+}

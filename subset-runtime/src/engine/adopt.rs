@@ -92,6 +92,18 @@ pub enum Refusal {
         /// The element's `_id`.
         child: Box<Bson>,
     },
+    /// An element already carries the parent key with another value than the parent's `_id`:
+    /// adopting it would overwrite the key, and so move the child to this parent silently.
+    KeyMismatch {
+        /// The parent's `_id`.
+        parent: Box<Bson>,
+        /// The element's `_id` (`null` when it has none yet).
+        child: Box<Bson>,
+        /// The BSON path of the key in the element (`reviews.3.product_id`).
+        field: String,
+        /// The value the element holds there.
+        found: Box<Bson>,
+    },
     /// The array changed between every read and the update that gives ids to its elements.
     Changing,
 }
@@ -106,6 +118,15 @@ impl fmt::Display for Refusal {
             Refusal::LostPreview { child } => write!(
                 f,
                 "element {child} holds only the preview fields and its child is not stored"
+            ),
+            Refusal::KeyMismatch {
+                parent,
+                child,
+                field,
+                found,
+            } => write!(
+                f,
+                "child {child} of parent {parent} holds `{field}` = {found}, another parent's key: adopting it would overwrite the key"
             ),
             Refusal::Changing => f.write_str("the array kept changing while ids were given"),
         }
@@ -209,6 +230,7 @@ impl Found {
         };
         // Each `_id` as text, which conflates 1, 1.0 and 1L as the `_id` index does.
         let mut seen: HashMap<String, usize> = HashMap::new();
+        let parent_id = crate::decode::id_of(parent);
         for (i, element) in array.into_iter().enumerate() {
             let path = format!("{field}.{i}");
             let unreadable =
@@ -241,6 +263,20 @@ impl Found {
                             format!("repeats `{field}.{first}._id` ({id}): each child needs its own `_id`"),
                         ));
                     }
+                }
+            }
+            // A key naming another parent is the caller's data saying the child is not this
+            // parent's: refused rather than overwritten by the copy.
+            match child.get(spec.key) {
+                None | Some(Bson::Null) => {}
+                Some(key) if crate::engine::parent_key::same_key(key, &parent_id) => {}
+                Some(key) => {
+                    return Err(Refusal::KeyMismatch {
+                        parent: Box::new(parent_id),
+                        child: Box::new(child.get("_id").cloned().unwrap_or(Bson::Null)),
+                        field: format!("{path}.{}", spec.key),
+                        found: Box::new(key.clone()),
+                    });
                 }
             }
             found.elements.push(child);
@@ -465,5 +501,30 @@ mod tests {
             problem(doc! { "recent": [{ "_id": [1, 2] }] }),
             "`recent.0._id` is not a usable `_id`: an `_id` cannot be an array"
         );
+    }
+
+    #[test]
+    fn a_key_naming_another_parent_is_refused_and_an_equal_one_kept() {
+        let key = SPEC.key;
+        let refused =
+            found(doc! { "_id": 7_i64, "recent": [{ "_id": 1, key: 7 }, { "_id": 2, key: 8 }] });
+        assert_eq!(
+            refused.unwrap_err(),
+            Refusal::KeyMismatch {
+                parent: Box::new(Bson::Int64(7)),
+                child: Box::new(Bson::Int32(2)),
+                field: format!("recent.1.{key}"),
+                found: Box::new(Bson::Int32(8)),
+            }
+        );
+        let message = problem(doc! { "_id": 7, "recent": [{ "_id": 2, key: 8 }] });
+        assert!(
+            message.contains("child 2 of parent 7") && message.contains(key),
+            "{message}"
+        );
+        let kept = found(
+            doc! { "_id": 7, "recent": [{ "_id": 1, key: 7_i64 }, { "_id": 2, key: Bson::Null }] },
+        );
+        assert_eq!(kept.unwrap().elements.len(), 2);
     }
 }

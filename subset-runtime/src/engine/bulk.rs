@@ -14,7 +14,9 @@
 //!   children may be changed and whose views are not recomputed yet: each is added before its
 //!   children are written and taken off once its views are. A rerun of the same job first
 //!   recomputes the parents the journal still lists, so that one killed between the two steps
-//!   ends as it would have.
+//!   ends as it would have. A parent whose step fails (refused part way) is recomputed at once
+//!   and taken off; a job that ends with a journal listing no parent deletes it, failed parents
+//!   or not (a rerun finds them by their children, which still match).
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -254,7 +256,12 @@ impl RawChildren<'_> {
                     }
                     // Deleted meanwhile: its children are no one's to fix.
                     Err(Error::ParentNotFound { .. }) => {}
-                    Err(error) => report.fail(parent, self.spec().field, error),
+                    Err(error) => {
+                        if let Some(journal) = &journal {
+                            self.recount_failed(journal, &parent).await;
+                        }
+                        report.fail(parent, self.spec().field, error);
+                    }
                 }
             }
             report.progress.elapsed = started.elapsed();
@@ -263,6 +270,10 @@ impl RawChildren<'_> {
         if let Some(journal) = journal {
             if report.failures.is_empty() {
                 journal.close().await?;
+            } else {
+                // Failed parents are recounted as they fail: a journal that lists none holds
+                // nothing a rerun needs (their children still match, and a rerun finds them).
+                journal.discard_if_idle().await;
             }
         }
         report.progress.elapsed = started.elapsed();
@@ -295,6 +306,25 @@ impl RawChildren<'_> {
             .try_collect()
             .await
             .map_err(|e| self.mongo_child(e))
+    }
+
+    /// After `parent`'s step failed in ordered mode (a change the server refused for one of its
+    /// children, say), recomputes its views from the child collection, as a rerun would first
+    /// do, and takes it off the journal: a step refused part way may have changed some
+    /// children already (an `updateMany` stops at the first child it cannot change). Left on
+    /// the journal when the recompute fails too, for a rerun to finish.
+    async fn recount_failed(&self, journal: &Journal, parent: &Bson) {
+        let steps = RecountSteps {
+            subset: self,
+            parent,
+        };
+        let recounted = match exec::execute(self.store(), None, &steps).await {
+            Ok(()) | Err(Error::ParentNotFound { .. }) => journal.done(parent).await,
+            Err(e) => Err(e),
+        };
+        if let Err(error) = recounted {
+            tracing::warn!(%parent, %error, "job by filter: a failed parent stays on the journal");
+        }
     }
 
     /// One parent's step, between its journal entries in ordered mode: how many children it

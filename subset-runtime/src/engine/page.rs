@@ -185,6 +185,7 @@ impl RawChildren<'_> {
                 return Err(Error::MalformedChild {
                     collection: spec.child_collection.to_owned(),
                     id: Box::new(decode::id_of(misfit)),
+                    parent: Some(Box::new(parent.clone())),
                     field: field.to_owned(),
                     problem,
                 });
@@ -315,6 +316,7 @@ impl RawChildren<'_> {
             return Err(Error::MalformedChild {
                 collection: self.spec.child_collection.to_owned(),
                 id: Box::new(decode::id_of(child)),
+                parent: Some(Box::new(parent.clone())),
                 field: field.to_owned(),
                 problem,
             });

@@ -20,7 +20,7 @@ use crate::model::SubsetSpec;
 pub(crate) fn keyed(spec: &SubsetSpec, parent: &Bson, mut child: Document) -> Result<Document> {
     match child.get(spec.key) {
         None | Some(Bson::Null) => {}
-        Some(found) if found == parent => return Ok(child),
+        Some(found) if same_key(found, parent) => return Ok(child),
         Some(found) => {
             return Err(Error::ParentKeyMismatch {
                 collection: spec.child_collection.to_owned(),
@@ -33,6 +33,16 @@ pub(crate) fn keyed(spec: &SubsetSpec, parent: &Bson, mut child: Document) -> Re
     }
     child.insert(spec.key, parent.clone());
     Ok(child)
+}
+
+/// Whether a child's parent key `found` names `parent`, as the server's equality does: the
+/// integer types compare by value (an `Int32` key written by one program names the `Int64`
+/// `_id` of the same number, and a query on the key finds it); any other value must be equal.
+pub(crate) fn same_key(found: &Bson, parent: &Bson) -> bool {
+    match (found, parent) {
+        (Bson::Int32(a), Bson::Int64(b)) | (Bson::Int64(b), Bson::Int32(a)) => i64::from(*a) == *b,
+        _ => found == parent,
+    }
 }
 
 #[cfg(test)]
@@ -61,5 +71,17 @@ mod tests {
             ),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn integer_keys_of_the_same_value_name_the_same_parent() {
+        let key = TEST_SPEC.key;
+        assert!(same_key(&Bson::Int32(7), &Bson::Int64(7)));
+        assert!(same_key(&Bson::Int64(7), &Bson::Int32(7)));
+        assert!(!same_key(&Bson::Int32(7), &Bson::Int64(8)));
+        assert!(!same_key(&Bson::String("7".into()), &Bson::Int64(7)));
+        // Kept as the child holds it: a query on the key finds it under either type.
+        let kept = keyed(&TEST_SPEC, &Bson::Int64(7), doc! { "_id": 1, key: 7_i32 }).unwrap();
+        assert_eq!(kept.get(key), Some(&Bson::Int32(7)));
     }
 }

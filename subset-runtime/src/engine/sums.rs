@@ -133,6 +133,7 @@ pub(crate) fn check_child(spec: &SubsetSpec, child: &Document) -> Result<()> {
         return Err(Error::MalformedChild {
             collection: spec.child_collection.to_owned(),
             id: Box::new(child.get("_id").cloned().unwrap_or(Bson::Null)),
+            parent: child.get(spec.key).cloned().map(Box::new),
             field: sum.child.to_owned(),
             problem,
         });

@@ -41,10 +41,11 @@ impl SweepOptions {
         self
     }
 
-    /// For [`RawStore::rebuild`]: rebuilds a parent even when that empties a view that holds
-    /// children today, because none is stored under the view's key (default: refused, see
-    /// [`Error::RebuildWouldEmpty`]). For children that are really gone; a renamed key wants
-    /// `key = "…"` on the field instead.
+    /// For [`RawStore::rebuild`], [`RawStore::reconcile_all`] and [`RawStore::check_all`]:
+    /// rebuilds (or reports as to be rebuilt) a parent of another definition even when that
+    /// empties a view whose children are still stored under another key (default: refused, see
+    /// [`Error::RebuildWouldEmpty`]). A renamed key usually wants `key = "…"` on the field
+    /// instead. A view whose children are gone is rebuilt empty either way.
     pub fn allow_emptying(mut self, allow: bool) -> Self {
         self.allow_emptying = allow;
         self
@@ -224,7 +225,9 @@ impl RawStore {
 
     /// Reconciles every parent's subsets, in `_id` order and batches, calling `progress` after
     /// each batch. Idempotent, and safe while writers run (see
-    /// [`crate::raw::Children::reconcile`]). A parent that fails (a malformed one, say) is recorded in
+    /// [`crate::raw::Children::reconcile`]). A parent built under another definition is rebuilt,
+    /// unless [`RawStore::rebuild`] would refuse it ([`Error::RebuildWouldEmpty`], see
+    /// [`SweepOptions::allow_emptying`]), which then fails it here too. A parent that fails (a malformed one, say) is recorded in
     /// [`SweepReport::failures`] and the sweep goes on. At the end, the fold documents of
     /// parents that are gone are deleted.
     ///
@@ -261,10 +264,13 @@ impl RawStore {
     /// while a parent is built under it (the legacy one while parents without a marker remain,
     /// a parent that failed keeps its own); the digests stay listed.
     ///
-    /// A parent whose rebuild would empty a view that holds children today (none of them
-    /// stored under the view's key) is not rebuilt: it fails with [`Error::RebuildWouldEmpty`],
-    /// and when the first parents to rebuild all would, nothing is written and the rebuild
-    /// returns that error (unless [`SweepOptions::allow_emptying`]).
+    /// A parent whose rebuild would empty a view that holds children today, while those
+    /// children are still stored under another key (a renamed key), is not rebuilt: it fails
+    /// with [`Error::RebuildWouldEmpty`], and when the first parents to rebuild all would,
+    /// nothing is written and the rebuild returns that error (unless
+    /// [`SweepOptions::allow_emptying`]). A reconcile or check of such a parent fails the same
+    /// way. A view whose children are gone (its last child removed by code of another model,
+    /// which left the view as it was) is rebuilt empty.
     ///
     /// # Errors
     ///
@@ -419,7 +425,10 @@ impl RawStore {
             let mut found = Vec::with_capacity(fields.len());
             if refused.is_empty() {
                 for spec in fields {
-                    let result = self.children(spec).resync_in(&id, write, None).await;
+                    let result = self
+                        .children(spec)
+                        .resync_in(&id, write, options.allow_emptying, None)
+                        .await;
                     found.push((spec.field.to_owned(), result));
                 }
             } else {

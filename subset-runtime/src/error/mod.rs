@@ -143,13 +143,16 @@ pub enum Error {
     },
 
     /// A stored child document does not have the shape of the Rust type.
-    #[error("child {id} in `{collection}`: field `{field}` {problem}")]
+    #[error("child {id}{} in `{collection}`: field `{field}` {problem}", of_parent(.parent))]
     MalformedChild {
         /// The collection holding the child (the child collection, or the parent collection for an
         /// embedded copy).
         collection: String,
         /// The child's `_id` (or `null` when it has none).
         id: Box<Bson>,
+        /// The `_id` of the parent the child was read or written for; `None` only where no
+        /// parent is at hand (a child decoded on its own).
+        parent: Option<Box<Bson>>,
         /// The BSON path of the offending field.
         field: String,
         /// What is wrong with it.
@@ -226,14 +229,16 @@ pub enum Error {
         reason: String,
     },
 
-    /// A rebuild ([`crate::Store::rebuild`]) would empty a view of a parent that holds children
-    /// today: no child is stored under the key the view names. Most often the parent struct was
-    /// renamed, and with it the default key (`Movie` → `Film` looks for `film_id`), while the
-    /// children still carry the old one, which `carried` names when one of the embedded children
-    /// has it. Set the key on the field (`#[subset(key = "movie_id", …)]`); or, if the
-    /// children are really gone, rebuild with [`crate::repair::SweepOptions::allow_emptying`].
-    /// Nothing was written.
-    #[error("rebuilding parent {id} of `{collection}` would empty `{field}`, which holds children today: none is stored under `{key}`{}", carried_hint(.carried))]
+    /// A rebuild ([`crate::Store::rebuild`], or a reconcile or check of a parent built under
+    /// another definition of the model) would empty a view of a parent that holds children
+    /// today, while those children are still stored: none under the key the view names, and one
+    /// of them carries the parent's `_id` in another field, which `carried` names. Most often
+    /// the parent struct was renamed, and with it the default key (`Movie` → `Film` looks for
+    /// `film_id`). Set the key on the field (`#[subset(key = "movie_id", …)]`); or, to drop
+    /// those children from the views, rebuild with
+    /// [`crate::repair::SweepOptions::allow_emptying`]. A view whose children are gone from the
+    /// child collection is rebuilt empty without this error. Nothing was written.
+    #[error("rebuilding parent {id} of `{collection}` would empty `{field}`, which holds children today: none is stored under `{key}`; its children carry `{carried}`: set `key = \"{carried}\"` on the field, or rebuild with `SweepOptions::allow_emptying(true)`")]
     RebuildWouldEmpty {
         /// The parent collection.
         collection: String,
@@ -244,8 +249,8 @@ pub enum Error {
         /// The key the view looks for in the child collection.
         key: String,
         /// The field of an embedded child, as stored in the child collection, that holds the
-        /// parent's `_id`, if one does.
-        carried: Option<String>,
+        /// parent's `_id`.
+        carried: String,
     },
 
     /// A rebuild asked of a store that knows only some fields of its model
@@ -509,13 +514,33 @@ fn unauthorized_message(collection: &str, action: &str, command: &str) -> String
     )
 }
 
-/// The end of [`Error::RebuildWouldEmpty`]'s message: the key the children carry, if known.
-fn carried_hint(carried: &Option<String>) -> String {
-    match carried {
-        Some(key) => format!(
-            "; its children carry `{key}`: set `key = \"{key}\"` on the field, or rebuild with `SweepOptions::allow_emptying(true)`"
-        ),
-        None => "; rebuild with `SweepOptions::allow_emptying(true)` if its children are gone".to_owned(),
+/// The part of [`Error::MalformedChild`]'s message that names the parent, if known.
+fn of_parent(parent: &Option<Box<Bson>>) -> String {
+    parent
+        .as_ref()
+        .map_or_else(String::new, |p| format!(" of parent {p}"))
+}
+
+impl Error {
+    /// This error naming `parent` when it is an [`Error::MalformedChild`] that names none: for
+    /// a caller that decoded a child of a parent it knows.
+    pub(crate) fn of_parent(self, parent: &Bson) -> Self {
+        match self {
+            Error::MalformedChild {
+                collection,
+                id,
+                parent: None,
+                field,
+                problem,
+            } => Error::MalformedChild {
+                collection,
+                id,
+                parent: Some(Box::new(parent.clone())),
+                field,
+                problem,
+            },
+            other => other,
+        }
     }
 }
 

@@ -91,8 +91,13 @@ impl CollectionFollower<'_> {
                     // transaction lifetime (60 s) ran out. The reconcile finishes; the place is
                     // not saved, so the next start redoes it.
                     let (store, spec, key) = (store.clone(), self.fields[field], parent.clone());
+                    // Unguarded: it follows child writes, and settles a parent of another
+                    // definition as those writes do.
                     let task = tokio::spawn(async move {
-                        store.children(&spec).resync_in(&key, true, None).await
+                        store
+                            .children(&spec)
+                            .resync_in(&key, true, true, None)
+                            .await
                     });
                     async move {
                         match task.await {

@@ -231,7 +231,15 @@ impl RawStore {
             }
         }
         for spec in stale {
-            let fields = self.children(spec).computed(ctx, &id).await?;
+            let mut fields = self.children(spec).computed(ctx, &id).await?;
+            // The sum of no children is an integer 0: in the type the parent stores the sum
+            // in, so that a `Decimal128` sum reads as one.
+            for sum in spec.sums {
+                if let Some(value) = fields.get_mut(sum.parent) {
+                    let computed = std::mem::replace(value, Bson::Null);
+                    *value = crate::engine::sums::like_stored(computed, doc.get(sum.parent));
+                }
+            }
             doc.extend(fields);
         }
         RawDocumentBuf::try_from(&doc).map_err(|e| malformed(format!("cannot be re-encoded: {e}")))

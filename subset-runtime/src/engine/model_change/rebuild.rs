@@ -156,7 +156,7 @@ impl RawStore {
         let mut refused = None;
         for parent in sample {
             let id = parent.get("_id").cloned().unwrap_or(Bson::Null);
-            match would_empty(self, &mut ctx, &id).await {
+            match self.would_empty(&mut ctx, &id).await {
                 Ok(()) => return Ok(()),
                 Err(e @ crate::Error::RebuildWouldEmpty { .. }) => refused = Some(e),
                 Err(other) => return Err(other),
@@ -169,65 +169,93 @@ impl RawStore {
 /// How many parents [`RawStore::refuse_emptying`] looks at.
 const EMPTYING_SAMPLE: i64 = 10;
 
-/// [`crate::Error::RebuildWouldEmpty`] when a view of `parent` holds children today but none is
-/// stored under its key, naming the field of one of them that holds the parent's `_id`.
-async fn would_empty(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
-    let mut projection = doc! { "_id": 1 };
-    for spec in store.spec().subsets {
-        projection.insert(spec.field, doc! { "$slice": 1 });
-    }
-    let parents = store.parents::<Document>();
-    let find = parents
-        .find_one(doc! { "_id": parent.clone() })
-        .projection(projection);
-    let Some(found) = ctx.run(find).await.map_err(|e| store.mongo(e))? else {
-        return Ok(());
-    };
-    // Views of one child collection and key share the answer: asked once.
-    let mut holding: Vec<(&str, &str)> = Vec::new();
-    for spec in store.spec().subsets {
-        if holding.contains(&(spec.child_collection, spec.key)) {
-            continue;
+impl RawStore {
+    /// The one answer to whether rebuilding `parent` under this definition must be refused
+    /// ([`crate::Error::RebuildWouldEmpty`]), which a rebuild, a reconcile and a check all ask
+    /// of a parent built under another definition, so that they never disagree on one.
+    ///
+    /// Refused only when a view holds children today, none is stored under the view's key, and
+    /// one of the embedded children is still stored, holding the parent's `_id` in another
+    /// field: the key was renamed (a renamed struct, whose default key follows its name), and
+    /// the rebuild would drop children that exist. A view whose embedded children are gone from
+    /// the child collection (the last one removed by code of an older model, which left the
+    /// view as it was and marked the parent as built under none) or now belong to another
+    /// parent is stale, and rebuilding it empty is right.
+    pub(crate) async fn would_empty(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
+        let mut projection = doc! { "_id": 1 };
+        for spec in self.spec().subsets {
+            projection.insert(format!("{}._id", spec.field), 1);
         }
-        let first = found
-            .get_array(spec.field)
-            .ok()
-            .and_then(|a| a.first())
-            .and_then(Bson::as_document)
-            .and_then(|c| c.get("_id"))
-            .cloned();
-        let Some(first) = first else {
-            continue;
+        let parents = self.parents::<Document>();
+        let find = parents
+            .find_one(doc! { "_id": parent.clone() })
+            .projection(projection);
+        let Some(found) = ctx.run(find).await.map_err(|e| self.mongo(e))? else {
+            return Ok(());
         };
-        let children = store.collection::<Document>(spec.child_collection);
-        let under_key = children
-            .count_documents(doc! { spec.key: parent.clone() })
-            .limit(1);
-        let child_error = |e| crate::Error::mongo(spec.child_collection, e);
-        if ctx.run(under_key).await.map_err(child_error)? > 0 {
-            holding.push((spec.child_collection, spec.key));
-            continue;
-        }
-        let stored = children.find_one(doc! { "_id": first });
-        let carried = ctx
-            .run(stored)
-            .await
-            .map_err(child_error)?
-            .and_then(|child| {
+        // Views of one child collection and key share the answer: asked once, about the
+        // children any of them embeds.
+        let mut asked: Vec<(&str, &str)> = Vec::new();
+        for spec in self.spec().subsets {
+            let group = (spec.child_collection, spec.key);
+            if asked.contains(&group) {
+                continue;
+            }
+            asked.push(group);
+            let mut embedded: Vec<Bson> = Vec::new();
+            for view in self
+                .spec()
+                .subsets
+                .iter()
+                .filter(|s| (s.child_collection, s.key) == group)
+            {
+                let ids = found
+                    .get_array(view.field)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Bson::as_document)
+                    .filter_map(|c| c.get("_id"));
+                for id in ids {
+                    if !embedded.contains(id) {
+                        embedded.push(id.clone());
+                    }
+                }
+            }
+            if embedded.is_empty() {
+                continue;
+            }
+            let children = self.collection::<Document>(spec.child_collection);
+            let child_error = |e| crate::Error::mongo(spec.child_collection, e);
+            let under_key = children
+                .count_documents(doc! { spec.key: parent.clone() })
+                .limit(1);
+            if ctx.run(under_key).await.map_err(child_error)? > 0 {
+                continue;
+            }
+            let stored = children.find(doc! { "_id": { "$in": embedded } });
+            let stored = ctx.collect(stored).await.map_err(child_error)?;
+            let carried = stored.iter().find_map(|child| {
                 child
                     .iter()
-                    .find(|(k, v)| k.as_str() != "_id" && *v == parent)
+                    .find(|(k, v)| {
+                        k.as_str() != "_id"
+                            && k.as_str() != spec.key
+                            && crate::engine::parent_key::same_key(v, parent)
+                    })
                     .map(|(k, _)| k.to_owned())
             });
-        return Err(crate::Error::RebuildWouldEmpty {
-            collection: store.collection_name().to_owned(),
-            id: Box::new(parent.clone()),
-            field: spec.field.to_owned(),
-            key: spec.key.to_owned(),
-            carried,
-        });
+            if let Some(carried) = carried {
+                return Err(crate::Error::RebuildWouldEmpty {
+                    collection: self.collection_name().to_owned(),
+                    id: Box::new(parent.clone()),
+                    field: spec.field.to_owned(),
+                    key: spec.key.to_owned(),
+                    carried,
+                });
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 impl Steps for RebuildSteps<'_> {
@@ -239,7 +267,7 @@ impl Steps for RebuildSteps<'_> {
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         if !self.allow_emptying {
-            would_empty(self.store, ctx, self.parent).await?;
+            self.store.would_empty(ctx, self.parent).await?;
         }
         self.store.rebuild_parent(ctx, self.parent).await
     }

@@ -197,7 +197,7 @@ impl<'a> RawChildren<'a> {
             return Ok(());
         };
         let owner = stored.get(spec.key).cloned().unwrap_or(Bson::Null);
-        if &owner != parent {
+        if !crate::engine::parent_key::same_key(&owner, parent) {
             return Err(Error::ChildOwnedElsewhere {
                 collection: spec.child_collection.to_owned(),
                 id: Box::new(id.clone()),

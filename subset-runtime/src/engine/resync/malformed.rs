@@ -23,6 +23,8 @@ pub(super) const MALFORMED_LISTED: i64 = 100;
 pub struct MalformedChild {
     /// The child's `_id`.
     pub child: Bson,
+    /// The `_id` of its parent (the value of the view's key in the child).
+    pub parent: Bson,
     /// BSON name of the field at fault.
     pub field: String,
     /// What is wrong, naming the stored type and the type expected: "is a string where the
@@ -171,6 +173,7 @@ impl<'s> Rules<'s> {
                 let (field, problem) = self.problem(child, true)?;
                 Some(MalformedChild {
                     child: child.get("_id").cloned().unwrap_or(Bson::Null),
+                    parent: child.get(self.spec.key).cloned().unwrap_or(Bson::Null),
                     field,
                     problem,
                 })

@@ -66,9 +66,10 @@ impl RawChildren<'_> {
     ///
     /// [`Error::ParentNotFound`] (and the parent's fold documents, if any, are deleted),
     /// [`Error::MalformedParent`] when the stored subset field is not an array, [`Error::MalformedChild`] when a stored child's summed field is not a number,
-    /// [`Error::Mongo`].
+    /// [`Error::Mongo`]; [`Error::RebuildWouldEmpty`] for a parent built under another
+    /// definition that a rebuild would refuse.
     pub fn reconcile<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
-        Action::new(move |session| Box::pin(self.resync_in(parent, true, session)))
+        Action::new(move |session| Box::pin(self.resync_in(parent, true, false, session)))
     }
 
     /// What [`RawChildren::reconcile`] would find, without writing anything.
@@ -80,14 +81,20 @@ impl RawChildren<'_> {
     ///
     /// As [`RawChildren::reconcile`].
     pub fn check<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
-        Action::new(move |session| Box::pin(self.resync_in(parent, false, session)))
+        Action::new(move |session| Box::pin(self.resync_in(parent, false, false, session)))
     }
 
+    /// [`RawChildren::reconcile`] (`write`) or [`RawChildren::check`]. A parent built under
+    /// another definition is refused as a rebuild refuses it ([`RawStore::would_empty`]) unless
+    /// `allow_emptying`: a reconcile or check reaches the verdict a rebuild does.
+    ///
+    /// [`RawStore::would_empty`]: crate::engine::RawStore::would_empty
     #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field, write))]
     pub(crate) async fn resync_in(
         &self,
         parent: &Bson,
         write: bool,
+        allow_emptying: bool,
         caller: Option<&mut ClientSession>,
     ) -> Result<Drift> {
         self.store().check_parent_id(parent)?;
@@ -103,6 +110,7 @@ impl RawChildren<'_> {
             subset: self,
             parent,
             write,
+            guarded: !allow_emptying,
         };
         match exec::execute(store, caller, &steps).await {
             Ok(mut drift) => {
@@ -140,7 +148,8 @@ impl RawChildren<'_> {
         count_fix: &CountFix,
         write: bool,
     ) -> Result<Drift> {
-        self.resync_as(ctx, parent, count_fix, write, true).await
+        self.resync_as(ctx, parent, count_fix, write, true, false)
+            .await
     }
 
     /// Resyncs every view of this field's children on `parent`, each with the count fix
@@ -188,12 +197,13 @@ impl RawChildren<'_> {
     /// built under, counts and sums included: a part of
     /// [`crate::raw::Store::rebuild_parent`], which marks the parent after every view.
     pub(crate) async fn rebuild_view(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Drift> {
-        self.resync_as(ctx, parent, &CountFix::Recount, true, false)
+        self.resync_as(ctx, parent, &CountFix::Recount, true, false, false)
             .await
     }
 
     /// [`RawChildren::resync`]; `marked`: whether the parent must be built under this store's
-    /// definition (every resync but a rebuild's).
+    /// definition (every resync but a rebuild's); `guarded`: whether a parent built under
+    /// another is first put to the rebuild's guard (a reconcile's or check's, not a write's).
     async fn resync_as(
         &self,
         ctx: &mut Ctx<'_>,
@@ -201,6 +211,7 @@ impl RawChildren<'_> {
         count_fix: &CountFix,
         write: bool,
         marked: bool,
+        guarded: bool,
     ) -> Result<Drift> {
         let spec = self.spec();
         let store = self.store();
@@ -237,6 +248,10 @@ impl RawChildren<'_> {
                     && matches!(found.get(MARKER), Ok(None))
                     && matches!(found.get(spec.field), Ok(None));
                 if unbuilt || !store.built_here(&found, &registry) {
+                    if guarded {
+                        // Before anything is settled: refused here, it is refused everywhere.
+                        store.would_empty(ctx, parent).await?;
+                    }
                     drift = Drift {
                         parent: parent.clone(),
                         outdated: true,
@@ -431,6 +446,8 @@ struct ResyncSteps<'s, 'a> {
     subset: &'s RawChildren<'a>,
     parent: &'s Bson,
     write: bool,
+    /// Whether a parent of another definition is put to the rebuild's guard first.
+    guarded: bool,
 }
 
 impl Steps for ResyncSteps<'_, '_> {
@@ -445,8 +462,9 @@ impl Steps for ResyncSteps<'_, '_> {
     }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<Drift> {
+        let (write, guarded) = (self.write, self.guarded);
         self.subset
-            .resync(ctx, self.parent, &CountFix::Recount, self.write)
+            .resync_as(ctx, self.parent, &CountFix::Recount, write, true, guarded)
             .await
     }
 }

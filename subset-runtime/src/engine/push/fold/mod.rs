@@ -182,8 +182,14 @@ impl RawChildren<'_> {
     }
 
     /// Writes the pushes queued for `parent` with one fold (in a transaction, as a push's fold
-    /// does), and returns the `_id`s of the children it found queued. An entry the fold cannot
-    /// write is set aside, as a fold run by a push does.
+    /// does), and returns the `_id`s of the children it found queued.
+    ///
+    /// # Errors
+    ///
+    /// The fold's error when it cannot write the queue (a child keyed to another parent, a
+    /// child a view refuses): the queue is left as it was, so that a check still lists its
+    /// children ([`crate::repair::Drift::queued`]). Its pushes' callers are gone, so none would
+    /// write an entry set aside, as a push's own fold does: that would lose it silently.
     pub(crate) async fn fold_queued(&self, parent: &Bson) -> Result<Vec<Bson>> {
         let name = self.store().bookkeeping().folds();
         let found = self
@@ -207,7 +213,12 @@ impl RawChildren<'_> {
             mine: ObjectId::new(),
         };
         let since = Seen::of(Some(&found), queue.mine).folds;
-        queue.fold(since).await?;
+        let steps = FoldSteps {
+            queue: &queue,
+            since,
+            taken: Mutex::new(Vec::new()),
+        };
+        exec::execute(self.store(), None, &steps).await?;
         Ok(queued)
     }
 }
@@ -673,6 +684,7 @@ impl Steps for FoldSteps<'_, '_, '_> {
                     return Err(Error::MalformedChild {
                         collection: q.name().to_owned(),
                         id: Box::new(Bson::ObjectId(id)),
+                        parent: Some(Box::new(q.parent.clone())),
                         field: format!("{QUEUE}.{CHILDREN}"),
                         problem: "is not an array of documents".to_owned(),
                     });
