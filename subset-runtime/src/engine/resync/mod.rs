@@ -285,7 +285,7 @@ impl RawChildren<'_> {
                 let (top, head) = self.top(ctx, parent, &malformed, &left_out).await?;
                 let bytes = size::of(&found).unwrap_or(0);
                 let unheld_child = noting
-                    .then(|| size::unheld(spec, bytes, stored.embedded(), &top))
+                    .then(|| size::unheld(spec, parent, bytes, stored.embedded(), &top))
                     .flatten();
                 match unheld_child {
                     // One the running operation stores is refused, with what it wrote.

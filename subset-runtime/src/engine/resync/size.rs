@@ -34,10 +34,11 @@ pub(super) fn of(found: &RawDocument) -> Option<i64> {
     }
 }
 
-/// When a parent of `bytes` now holding `held` in this view cannot hold `top` instead, the
+/// When `parent`, of `bytes` now holding `held` in this view cannot hold `top` instead, the
 /// largest child of `top`, reported, with the size the parent would have had.
 pub(super) fn unheld(
     spec: &SubsetSpec,
+    parent: &Bson,
     bytes: i64,
     held: &[Document],
     top: &[Document],
@@ -60,6 +61,7 @@ pub(super) fn unheld(
     Some((
         MalformedChild {
             child: largest.get("_id").cloned().unwrap_or(Bson::Null),
+            parent: parent.clone(),
             field: largest_field(largest),
             problem,
         },
@@ -91,10 +93,23 @@ mod tests {
     fn the_largest_child_is_left_out_only_past_the_limit() {
         let small = doc! { "_id": 1, "text": "a" };
         let huge = doc! { "_id": 2, "text": "x".repeat(LIMIT as usize - 100), "n": 1 };
-        assert!(unheld(&TEST_SPEC, 1_000, &[], std::slice::from_ref(&small)).is_none());
+        assert!(unheld(
+            &TEST_SPEC,
+            &Bson::Int32(7),
+            1_000,
+            &[],
+            std::slice::from_ref(&small)
+        )
+        .is_none());
         let top = [huge, small.clone()];
-        let (child, with) =
-            unheld(&TEST_SPEC, 1_000, std::slice::from_ref(&small), &top).expect("over the limit");
+        let (child, with) = unheld(
+            &TEST_SPEC,
+            &Bson::Int32(7),
+            1_000,
+            std::slice::from_ref(&small),
+            &top,
+        )
+        .expect("over the limit");
         assert_eq!(child.child, Bson::Int32(2));
         assert_eq!(child.field, "text");
         assert!(with > LIMIT, "{with}");
