@@ -6,6 +6,11 @@
 //! The standalone run is made twice: on the one-view `Product`, and on a `Shelf` with three
 //! views of one collection (previews, a filtered view) and running sums, whose drift `check_all`
 //! must find in every view and sum.
+//!
+//! Writers killed, too: writer processes SIGKILLed while the server holds their parent update,
+//! in both write modes (the lease they leave is ordered writes' alone). Every read of the parents
+//! they left (`get`, the first page, `count`, the sums) must equal the child collection before
+//! any repair, and the next write to such a parent must end within 2 s of the kill.
 
 use crate::common;
 
