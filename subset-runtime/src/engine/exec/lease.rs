@@ -124,7 +124,8 @@ impl Leases {
         }
     }
 
-    /// Stops renewing: before the leases are given back, so that no renewal lands after.
+    /// Stops renewing, before the leases are given back (a renewal already sent and landing
+    /// after finds its token gone, and changes nothing).
     fn stop_renewing(&mut self) {
         if let Some(task) = self.renewal.take() {
             task.abort();
