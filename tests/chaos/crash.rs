@@ -6,6 +6,11 @@
 //! The standalone run is made twice: on the one-view `Product`, and on a `Shelf` with three
 //! views of one collection (previews, a filtered view) and running sums, whose drift `check_all`
 //! must find in every view and sum.
+//!
+//! Writers killed, too: writer processes SIGKILLed while the server holds their parent update,
+//! in both write modes (the lease they leave is ordered writes' alone). Every read of the parents
+//! they left (`get`, the first page, `count`, the sums) must equal the child collection before
+//! any repair, and the next write to such a parent must end within 2 s of the kill.
 
 use crate::common;
 
@@ -410,4 +415,449 @@ async fn a_replica_set_crash_loses_nothing_acknowledged_and_leaves_no_drift() {
         )
         .await;
     }
+}
+
+// Writers killed while they hold a parent's lease. The writers are processes of their own (this
+// test binary, run again on one test in the worker role), killed with SIGKILL while the server
+// holds their parent update (`failCommand` with `blockConnection`): the child collection has
+// their write, the parent not yet, and nothing of theirs gives the lease back.
+
+/// The variable that makes a run of this binary a writer: the job, its fields separated by tabs
+/// (see [`Job`]).
+const WORKER: &str = "SUBSET_TEST_LEASE_WORKER";
+
+/// How long the server holds a killed writer's parent update: longer than the test reads, so
+/// that they meet the parents as the writers left them.
+const HELD_UPDATE: Duration = Duration::from_secs(10);
+
+/// Past the last renewal of a dead writer's lease, the lease has expired: the lease lasts 1.5 s.
+const LEASE_LAPSED: Duration = Duration::from_millis(1_700);
+
+/// What a worker process writes: a push of a new newest mark, or a patch of a mark's rating.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    Push,
+    Patch(ObjectId),
+}
+
+/// One worker's job, passed in [`WORKER`].
+struct Job {
+    uri: String,
+    db: String,
+    app: String,
+    mode: WriteMode,
+    parent: ObjectId,
+    op: Op,
+}
+
+impl Job {
+    fn encode(&self) -> String {
+        let mode = match self.mode {
+            WriteMode::Ordered => "ordered",
+            _ => "transactional",
+        };
+        let op = match self.op {
+            Op::Push => "push".to_owned(),
+            Op::Patch(mark) => mark.to_hex(),
+        };
+        [
+            &self.uri,
+            &self.db,
+            &self.app,
+            mode,
+            &self.parent.to_hex(),
+            &op,
+        ]
+        .join("\t")
+    }
+
+    fn decode(text: &str) -> Job {
+        let fields: Vec<&str> = text.split('\t').collect();
+        let [uri, db, app, mode, parent, op] = fields[..] else {
+            panic!("a malformed {WORKER}: {text:?}");
+        };
+        Job {
+            uri: uri.to_owned(),
+            db: db.to_owned(),
+            app: app.to_owned(),
+            mode: if mode == "ordered" {
+                WriteMode::Ordered
+            } else {
+                WriteMode::Transactional
+            },
+            parent: parent.parse().unwrap(),
+            op: match op {
+                "push" => Op::Push,
+                mark => Op::Patch(mark.parse().unwrap()),
+            },
+        }
+    }
+}
+
+/// The worker role: on its own client (named `app`, so that the fail point holds it alone),
+/// writes once to warm up (the store registers its model with an update), says it is ready,
+/// waits for the word, writes its job, and is killed while the server holds the job's parent
+/// update. A write that returns is a failure of the test's set-up.
+async fn work(job: Job) {
+    let mut options = mongodb::options::ClientOptions::parse(&job.uri)
+        .await
+        .unwrap();
+    options.app_name = Some(job.app.clone());
+    let client = mongodb::Client::with_options(options).unwrap();
+    let store = Store::<Shelf>::new(&client.database(&job.db)).with_mode(job.mode);
+    let warm_up = Shelf::named(0);
+    store.insert(&warm_up).await.unwrap();
+    store.delete(&warm_up.id).await.unwrap();
+    println!("{WORKER} ready");
+    tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
+        .await
+        .unwrap()
+        .unwrap();
+    let marks = store.children(Shelf::LATEST);
+    let result = match job.op {
+        Op::Push => marks.push(&job.parent, &Shelf::child(10_000)).await,
+        Op::Patch(mark) => marks.patch(&job.parent, &mark).set(Mark::RATING, 5).await,
+    };
+    panic!("the write was to be held until this process was killed, and returned {result:?}");
+}
+
+/// If this run of the binary is a worker, its job (the test then does nothing else).
+fn worker_job() -> Option<Job> {
+    std::env::var(WORKER).ok().map(|job| Job::decode(&job))
+}
+
+/// A worker process running `test` (this module's test of that name) on `job`, ready to write.
+async fn spawn_worker(test: &str, job: &Job) -> std::process::Child {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    let mut child = Command::new(std::env::current_exe().expect("the test's own path"))
+        .args([&format!("{module}::{test}"), "--exact", "--nocapture"])
+        .env(WORKER, job.encode())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run the test binary as a worker");
+    let stdout = child.stdout.take().unwrap();
+    let ready = tokio::task::spawn_blocking(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains(&format!("{WORKER} ready")))
+    });
+    assert!(ready.await.unwrap(), "the worker ended before it was ready");
+    child
+}
+
+/// Holds the next `update` of each of `workers` (all on clients named `app`) for
+/// [`HELD_UPDATE`], has them write, and returns once the server holds every one's parent
+/// update (listed by `$currentOp`).
+///
+/// One setting for all: the fail point cannot be set again while it holds a command (the
+/// server waits for the command to go first). The workers write at once, so that their parent
+/// updates come well before the first renewal of a lease, another `update`.
+async fn hold_parent_updates(
+    admin: &mongodb::Database,
+    app: &str,
+    workers: &mut [std::process::Child],
+) {
+    use std::io::Write;
+    admin
+        .run_command(subset::bson::doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": workers.len() as i64 },
+            "data": {
+                "failCommands": ["update"],
+                "appName": app,
+                "blockConnection": true,
+                "blockTimeMS": HELD_UPDATE.as_millis() as i64,
+            },
+        })
+        .await
+        .expect("failCommand (test commands on)");
+    for worker in workers.iter_mut() {
+        let mut stdin = worker.stdin.take().unwrap();
+        writeln!(stdin, "go").unwrap();
+    }
+    let held =
+        subset::bson::doc! { "$match": { "appName": app, "command.update": { "$exists": true } } };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ops: Vec<_> = futures::TryStreamExt::try_collect(
+            admin
+                .aggregate(vec![subset::bson::doc! { "$currentOp": {} }, held.clone()])
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        if ops.len() == workers.len() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} parent updates held",
+            ops.len(),
+            workers.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Kills `worker` (SIGKILL) and reaps it.
+fn kill(mut worker: std::process::Child) {
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+}
+
+/// The previews of `marks` (the shelf's marks) that a view of `keep` ordered by `order` holds.
+fn top(
+    mut marks: Vec<Mark>,
+    keep: usize,
+    order: fn(&Mark, &Mark) -> std::cmp::Ordering,
+) -> Vec<(ObjectId, i32)> {
+    marks.sort_by(order);
+    marks.iter().take(keep).map(|m| (m.id, m.rating)).collect()
+}
+
+fn previews(marks: &[MarkPreview]) -> Vec<(ObjectId, i32)> {
+    marks.iter().map(|m| (m.id, m.rating)).collect()
+}
+
+/// Every read of `shelf` equals what the child collection holds: `get` (every view, count and
+/// sum), the first page and the count.
+async fn assert_reads_exact(store: &Store<Shelf>, shelf: &ObjectId, what: &str) {
+    let marks: Vec<Mark> = futures::TryStreamExt::try_collect(
+        store
+            .database()
+            .collection::<Mark>("marks")
+            .find(subset::bson::doc! { store.children(Shelf::LATEST).spec().key: shelf })
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let latest = |a: &Mark, b: &Mark| (b.date, b.id).cmp(&(a.date, a.id));
+    let best = |a: &Mark, b: &Mark| (b.rating, b.date, b.id).cmp(&(a.rating, a.date, a.id));
+    let flagged: Vec<Mark> = marks.iter().filter(|m| m.flagged).cloned().collect();
+    let got = store
+        .get(shelf)
+        .await
+        .unwrap()
+        .expect("the shelf is stored");
+    assert_eq!(
+        previews(&got.latest),
+        top(marks.clone(), 5, latest),
+        "{what}: latest"
+    );
+    assert_eq!(
+        previews(&got.best),
+        top(marks.clone(), 3, best),
+        "{what}: best"
+    );
+    assert_eq!(
+        previews(&got.flagged_latest),
+        top(flagged.clone(), 2, latest),
+        "{what}: flagged_latest"
+    );
+    assert_eq!(got.total, marks.len() as i64, "{what}: total");
+    let ratings = |marks: &[Mark]| marks.iter().map(|m| i64::from(m.rating)).sum::<i64>();
+    assert_eq!(got.rating_total, ratings(&marks), "{what}: rating_total");
+    assert_eq!(got.flagged, flagged.len() as i64, "{what}: flagged");
+    assert_eq!(
+        got.flagged_rating,
+        ratings(&flagged),
+        "{what}: flagged_rating"
+    );
+    let handle = store.children(Shelf::LATEST);
+    let page = handle
+        .page(shelf, &subset::PageRequest::first(5))
+        .await
+        .unwrap();
+    let served: Vec<(ObjectId, i32)> = page.items.iter().map(|m| (m.id, m.rating)).collect();
+    assert_eq!(served, top(marks.clone(), 5, latest), "{what}: first page");
+    assert_eq!(
+        page.has_next(),
+        marks.len() > 5,
+        "{what}: first page's has_next"
+    );
+    let count = handle.count(shelf).await.unwrap();
+    assert_eq!(count, marks.len() as u64, "{what}: count");
+}
+
+/// A shelf with six marks, dated apart, on `store`; and the mark a patch raises to 5 stars (its
+/// rating below 5, so that the patch changes the sums, the order of `best` and the copies).
+async fn shelf_with_marks(store: &Store<Shelf>) -> (ObjectId, ObjectId) {
+    let shelf = Shelf::named(0);
+    store.insert(&shelf).await.unwrap();
+    let marks: Vec<Mark> = (1..=6).map(|k| Shelf::child(k * 1_000 + k)).collect();
+    store
+        .children(Shelf::LATEST)
+        .push_many(&shelf.id, &marks)
+        .await
+        .unwrap();
+    let patched = marks
+        .iter()
+        .find(|m| m.rating < 5)
+        .expect("a mark under 5 stars")
+        .id;
+    (shelf.id, patched)
+}
+
+/// The fail point's turn (see `faults.rs`), a store in `mode` on a fresh database of the shared
+/// replica set, its URI, and the server's `admin` database.
+async fn leased(
+    mode: WriteMode,
+) -> (
+    tokio::sync::MutexGuard<'static, ()>,
+    Store<Shelf>,
+    String,
+    mongodb::Database,
+) {
+    let turn = crate::faults::FAIL_POINT.lock().await;
+    let server = MongoServer::shared(Topology::ReplicaSet)
+        .await
+        .expect("start the test mongod");
+    let db = server.database().await.unwrap();
+    let admin = db.client().database("admin");
+    (
+        turn,
+        Store::new(&db).with_mode(mode),
+        server.uri().to_owned(),
+        admin,
+    )
+}
+
+/// A worker's job on `store`'s database.
+fn job(
+    store: &Store<Shelf>,
+    uri: &str,
+    app: &str,
+    mode: WriteMode,
+    parent: ObjectId,
+    op: Op,
+) -> Job {
+    Job {
+        uri: uri.to_owned(),
+        db: store.database().name().to_owned(),
+        app: app.to_owned(),
+        mode,
+        parent,
+        op,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_killed_between_their_writes_leave_parents_every_read_answers_exactly() {
+    if let Some(job) = worker_job() {
+        return work(job).await;
+    }
+    if external_server() {
+        return skip("MONGODB_URI is set: this test holds the server's commands with a fail point");
+    }
+    const SHELVES: usize = 4;
+    for mode in [WriteMode::Ordered, WriteMode::Transactional] {
+        let (_turn, store, uri, admin) = leased(mode).await;
+        let app = format!("lease-{}", ObjectId::new().to_hex());
+        let mut shelves = Vec::new();
+        let mut workers = Vec::new();
+        for n in 0..SHELVES {
+            let (shelf, mark) = shelf_with_marks(&store).await;
+            // Half push a newest mark (a count, sums and a latest one off), half raise a
+            // mark's rating (sums, a copy and the order of `best` stale).
+            let op = if n % 2 == 0 {
+                Op::Push
+            } else {
+                Op::Patch(mark)
+            };
+            let job = job(&store, &uri, &app, mode, shelf, op);
+            let worker = spawn_worker(
+                "writers_killed_between_their_writes_leave_parents_every_read_answers_exactly",
+                &job,
+            )
+            .await;
+            shelves.push(shelf);
+            workers.push(worker);
+        }
+        hold_parent_updates(&admin, &app, &mut workers).await;
+        let first_held = Instant::now();
+        workers.into_iter().for_each(kill);
+        // Past every dead writer's lease (ordered writes; a dead writer's transaction never
+        // commits, and leaves nothing to read around).
+        tokio::time::sleep(LEASE_LAPSED).await;
+        let left = drifted_parents(&store).await;
+        let expected = match mode {
+            WriteMode::Ordered => SHELVES as u64,
+            _ => 0,
+        };
+        assert_eq!(
+            left, expected,
+            "{mode:?}: parents the killed writers left behind"
+        );
+        for (n, shelf) in shelves.iter().enumerate() {
+            assert_reads_exact(&store, shelf, &format!("{mode:?}: shelf {n}")).await;
+        }
+        // Reads write nothing: the parents are as the writers left them, for a write to settle.
+        assert_eq!(
+            drifted_parents(&store).await,
+            expected,
+            "{mode:?}: after the reads"
+        );
+        assert!(
+            first_held.elapsed() < HELD_UPDATE,
+            "{mode:?}: the reads were to end before the server let the held updates go"
+        );
+        eprintln!("{mode:?}: {SHELVES} writers killed mid-write; every read exact");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_holders_parent_is_written_again_within_two_seconds() {
+    if let Some(job) = worker_job() {
+        return work(job).await;
+    }
+    if external_server() {
+        return skip("MONGODB_URI is set: this test holds the server's commands with a fail point");
+    }
+    // The lease is ordered writes' alone; a dead writer's transaction holds nothing the next
+    // writer waits for, which the transactional run shows.
+    for mode in [WriteMode::Ordered, WriteMode::Transactional] {
+        let (_turn, store, uri, admin) = leased(mode).await;
+        let (shelf, _) = shelf_with_marks(&store).await;
+        let app = format!("lease-{}", ObjectId::new().to_hex());
+        let job = job(&store, &uri, &app, mode, shelf, Op::Push);
+        let worker = spawn_worker(
+            "a_dead_holders_parent_is_written_again_within_two_seconds",
+            &job,
+        )
+        .await;
+        let mut workers = [worker];
+        hold_parent_updates(&admin, &app, &mut workers).await;
+        let [worker] = workers;
+        // Alive for a few renewals first: its lease is as fresh as a dead holder's can be.
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        kill(worker);
+        let killed = Instant::now();
+        store
+            .children(Shelf::LATEST)
+            .push(&shelf, &Shelf::child(20_000))
+            .await
+            .unwrap();
+        let stalled = killed.elapsed();
+        eprintln!(
+            "{mode:?}: the next write to a dead holder's parent ended {stalled:.2?} after the kill"
+        );
+        assert!(
+            stalled < Duration::from_secs(2),
+            "{mode:?}: a dead holder stalled its parent's next writer for {stalled:.2?}"
+        );
+        // That write settled what the dead one left: every view, count and sum exact.
+        assert_eq!(drifted_parents(&store).await, 0, "{mode:?}");
+        assert_reads_exact(&store, &shelf, &format!("{mode:?}: after the next write")).await;
+    }
+}
+
+/// How many parents of `store` `check_all` finds behind their children (it writes nothing).
+async fn drifted_parents(store: &Store<Shelf>) -> u64 {
+    store.check_all().await.unwrap().progress.drifted
 }

@@ -52,7 +52,7 @@ impl Fault {
 /// `failCommand` is one fail point per server: the cases of this binary, whose tests run on
 /// parallel threads, take turns with it (other binaries have servers of their own, and an
 /// external server's other clients are left alone by `appName`).
-static FAIL_POINT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static FAIL_POINT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The server's `failCommand` fail point, held for one case: armed for one command of this
 /// case's own client (its `appName`).

@@ -1,7 +1,8 @@
 //! Privileges: every read (`get`, pages, `count`, `all`, `check`, `check_all`) works for a user
 //! with the built-in `read` role alone, on every kind of parent (pushed through a store,
 //! written by another program with no marker, adopted, outdated by a store of another model,
-//! in a database with no registry at all), and sends no write; writes work with `readWrite`;
+//! left by a writer that died holding its lease, in a database with no registry at all), and
+//! sends no write; writes work with `readWrite`;
 //! a write by a reader is `Error::Unauthorized` naming the refused action, and so is a follower
 //! without `changeStream`.
 
@@ -177,9 +178,19 @@ async fn insert_unmarked(admin: &mongodb::Database, n: i64) -> ObjectId {
     id
 }
 
-/// Every read of parent number `n` through `store`, checked against its ratings; `outdated`
-/// when it was built under another model.
-async fn read_everything(store: &Store<Recipe>, id: &ObjectId, n: i64, outdated: bool, what: &str) {
+/// What a parent's bookkeeping says of its views, which only `check` reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    /// In sync with the child collection.
+    InSync,
+    /// Built under another model.
+    Outdated,
+    /// Left behind its children by a writer that died holding its lease.
+    Abandoned,
+}
+
+/// Every read of parent number `n` through `store`, checked against its ratings.
+async fn read_everything(store: &Store<Recipe>, id: &ObjectId, n: i64, kind: Kind, what: &str) {
     let expected = expected_ids(n);
     let handle = store.children(Recipe::LATEST);
 
@@ -222,10 +233,18 @@ async fn read_everything(store: &Store<Recipe>, id: &ObjectId, n: i64, outdated:
         .check(id)
         .await
         .unwrap_or_else(|e| panic!("check of {what}: {e}"));
-    // A parent built under another model is outdated (its views are computed from the child
-    // collection); every other one is in sync.
-    assert_eq!(drift.outdated, outdated, "check of {what}: {drift:?}");
-    assert!(outdated || drift.is_clean(), "check of {what}: {drift:?}");
+    // A parent built under another model is outdated, and one a dead writer left drifted
+    // (the reads above computed their views from the child collection); every other one is in
+    // sync.
+    assert_eq!(
+        drift.outdated,
+        kind == Kind::Outdated,
+        "check of {what}: {drift:?}"
+    );
+    assert!(
+        kind == Kind::Outdated || drift.is_clean() == (kind == Kind::InSync),
+        "check of {what}: {drift:?}"
+    );
     assert!(!drift.fixed, "check of {what}: {drift:?}");
 }
 
@@ -254,6 +273,34 @@ async fn every_kind_of_parent(server: &MongoServer) {
     store
         .children(Recipe::LATEST)
         .push_many(&pushed.id, &ratings(2))
+        .await
+        .unwrap();
+
+    // Left by a writer without transactions that died between its writes: its newest rating is
+    // stored, the parent's subset and count are still as they were before it, and its lease
+    // has expired.
+    let abandoned = recipe("abandoned");
+    store.insert(&abandoned).await.unwrap();
+    let all = ratings(5);
+    store
+        .children(Recipe::LATEST)
+        .push_many(&abandoned.id, &all[..all.len() - 1])
+        .await
+        .unwrap();
+    let mut newest = subset::bson_compat::to_document(&all[all.len() - 1]).unwrap();
+    newest.insert("recipe_id", abandoned.id);
+    admin
+        .collection::<Document>("auth_ratings")
+        .insert_one(newest)
+        .await
+        .unwrap();
+    let expired = bson::DateTime::from_millis(bson::DateTime::now().timestamp_millis() - 60_000);
+    admin
+        .collection::<Document>("auth_recipes")
+        .update_one(
+            doc! { "_id": abandoned.id },
+            doc! { "$set": { "_subset.l": { "o": ObjectId::new(), "u": expired } } },
+        )
         .await
         .unwrap();
 
@@ -298,18 +345,19 @@ async fn every_kind_of_parent(server: &MongoServer) {
 
     let (read, log) = reader(server, &name).await;
     let store = Store::<Recipe>::new(&read);
-    for (id, n, is_outdated, what) in [
-        (unmarked, 1, false, "the unmarked parent"),
-        (pushed.id, 2, false, "the pushed parent"),
-        (adopted, 3, false, "the adopted parent"),
-        (outdated.id, 4, true, "the outdated parent"),
+    for (id, n, kind, what) in [
+        (unmarked, 1, Kind::InSync, "the unmarked parent"),
+        (pushed.id, 2, Kind::InSync, "the pushed parent"),
+        (adopted, 3, Kind::InSync, "the adopted parent"),
+        (outdated.id, 4, Kind::Outdated, "the outdated parent"),
+        (abandoned.id, 5, Kind::Abandoned, "the abandoned parent"),
     ] {
-        read_everything(&store, &id, n, is_outdated, what).await;
+        read_everything(&store, &id, n, kind, what).await;
     }
     let report = store.check_all().await.expect("check_all");
     let progress = &report.progress;
-    assert_eq!(progress.checked, 4, "{report:?}");
-    assert_eq!((progress.outdated, progress.drifted), (1, 1), "{report:?}");
+    assert_eq!(progress.checked, 5, "{report:?}");
+    assert_eq!((progress.outdated, progress.drifted), (1, 2), "{report:?}");
     assert!(report.failures.is_empty(), "{report:?}");
     assert_no_write(&log);
 }
@@ -333,7 +381,7 @@ async fn a_reader_reads_a_database_without_a_registry_and_writes_nothing() {
 
     let (read, log) = reader(server, &name).await;
     let store = Store::<Recipe>::new(&read);
-    read_everything(&store, &unmarked, 1, false, "the unmarked parent").await;
+    read_everything(&store, &unmarked, 1, Kind::InSync, "the unmarked parent").await;
     let report = store.check_all().await.expect("check_all");
     assert_eq!(report.progress.checked, 1, "{report:?}");
     assert!(report.failures.is_empty(), "{report:?}");

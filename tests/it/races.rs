@@ -17,6 +17,11 @@ const HELD: Duration = Duration::from_millis(600);
 
 /// Holds the next `command` of the client named `app` for [`HELD`].
 async fn hold_next(store: &Store<Product>, app: &str, command: &str) {
+    hold_next_for(store, app, command, HELD).await;
+}
+
+/// Holds the next `command` of the client named `app` for `held`.
+async fn hold_next_for(store: &Store<Product>, app: &str, command: &str, held: Duration) {
     store
         .database()
         .client()
@@ -28,7 +33,7 @@ async fn hold_next(store: &Store<Product>, app: &str, command: &str) {
                 "failCommands": [command],
                 "appName": app,
                 "blockConnection": true,
-                "blockTimeMS": HELD.as_millis() as i64,
+                "blockTimeMS": held.as_millis() as i64,
             },
         })
         .await
@@ -321,5 +326,66 @@ async fn mixed_writers_on_a_few_parents_leave_every_view_exact() {
             .await
             .unwrap();
         assert_eq!(leased, 0, "{mode:?}: leases left behind");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_writer_whose_parent_update_is_held_past_its_lease_keeps_its_turn() {
+    // Ordered writes: the lease (1.5 s, renewed while its holder lives) must outlast a parent
+    // update the server holds for 5 s, and the other process's writer wait for it. With
+    // transactions, the second writer conflicts with the first until it commits.
+    const LONG: Duration = Duration::from_secs(5);
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 1, 6).await;
+        // Two processes: stores built apart share no turns, only the lease.
+        let (first, app) = own(&store, "slow-holder").await;
+        let (second, _) = own(&store, "next-writer").await;
+        hold_next_for(&store, &app, "update", LONG).await;
+        let started = Instant::now();
+        let slow = tokio::spawn(async move {
+            let done = first
+                .children(Product::LATEST)
+                .patch(&1, &6)
+                .inc(Review::HELPFUL, 1)
+                .await;
+            (done, started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        second
+            .children(Product::LATEST)
+            .patch(&1, &6)
+            .inc(Review::HELPFUL, 1)
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: the second writer: {e}"));
+        let waited = started.elapsed();
+        let (done, slow_took) = slow.await.unwrap();
+        release(&store).await;
+        done.unwrap_or_else(|e| panic!("{mode:?}: the held writer lost its turn: {e}"));
+        assert!(
+            slow_took >= LONG,
+            "{mode:?}: the update was not held ({slow_took:.2?})"
+        );
+        assert!(
+            waited >= slow_took,
+            "{mode:?}: the second writer ended after {waited:.2?}, before the held one \
+             ({slow_took:.2?})"
+        );
+        assert_eq!(
+            stored(&store, 6).await.get_i64("helpful").unwrap(),
+            2,
+            "{mode:?}"
+        );
+        assert_eq!(helpful_total(&store, 1).await, 2, "{mode:?}");
+        let p = parent(&store, 1).await;
+        assert_eq!(p.votes, 2, "{mode:?}: the sum");
+        let copy = p
+            .latest
+            .iter()
+            .find(|r| r.id == 6)
+            .expect("among the latest");
+        assert_eq!(copy.helpful, 2, "{mode:?}: the copy in `latest`");
+        assert_true(&store, 1, "a slow holder and a writer behind it").await;
+        store.delete(&1).await.unwrap();
     }
 }

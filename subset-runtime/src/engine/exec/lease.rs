@@ -18,43 +18,62 @@
 //! [`crate::engine::parent_write`]), and the executor removes the lease when the steps end, in
 //! a last update conditional on the token.
 //!
+//! **Short, and renewed while the holder lives.** A lease lasts [`LEASE`], and a task tied to
+//! the holder ([`Leases`]) moves its expiry forward every [`RENEW`], in an update conditional
+//! on the token, for as long as the operation runs. A write that ends within [`RENEW`] (nearly
+//! every one) sends no renewal at all: the task is aborted before its first tick. A slow holder
+//! (a parent update the server holds for seconds) keeps its lease, since the renewals go out on
+//! other connections of the pool; a crashed one stops renewing, and its lease lapses within
+//! [`LEASE`] of its last renewal, which bounds what it costs the parent's next writer.
+//!
 //! **When a holder does not finish.** A process that crashes, or an operation that is dropped
 //! or fails on the network between its writes, leaves the parent possibly wrong. A holder that
 //! fails says so: its lease goes together with the marker's definition, so the parent counts as
 //! built under none, readers compute its views from the child collection, and the next writer of
-//! the current definition rebuilds it. A holder that vanishes leaves its lease to expire
-//! ([`LEASE`]); the next writer finds an expired lease, which only an unfinished operation
-//! leaves, and settles the parent after its own steps in the same way. A holder slower than its
-//! lease (a write held up longer than [`LEASE`]) finds its fence gone: its parent update
-//! matches nothing, and it marks the parent for a rebuild and reports
-//! [`crate::Error::Unsettled`] rather than `Ok`.
+//! the current definition rebuilds it. A holder that vanishes leaves its lease to expire; an
+//! expired lease is left only by an unfinished operation, so readers compute the parent's views
+//! from the child collection ([`abandoned`]) and the next writer settles the parent after its
+//! own steps. A holder whose renewals could not land for a whole [`LEASE`] (a server or network
+//! that stalls them) may be overtaken: it then finds its fence gone, its parent update matches
+//! nothing, and it marks the parent for a rebuild and reports [`crate::Error::Unsettled`]
+//! rather than `Ok`.
 //!
 //! Within one process, the turns ([`super::turns`]) decide who goes next, so the lease is only
 //! contended between processes, where waiting writers poll it with a short jittered backoff.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::bson::{doc, oid::ObjectId, Bson, Document};
+use crate::bson::{doc, oid::ObjectId, Bson, DateTime, Document, RawDocument};
 use mongodb::options::ReturnDocument;
+use tokio::task::AbortHandle;
 
 use super::Ctx;
 use crate::engine::model_change::MARKER;
 use crate::engine::RawStore;
 use crate::error::Result;
 
-/// How long a lease lasts: longer than any one operation's writes to a parent take on a
-/// healthy server, short enough that a crashed holder delays the parent's next writer only
-/// that long.
-pub(crate) const LEASE: Duration = Duration::from_secs(10);
+/// How long a lease lasts past its last renewal: what a crashed holder costs the parent's
+/// next writer, and how long a live holder's renewals may take to land before it can be
+/// overtaken (less [`RENEW`]).
+pub(crate) const LEASE: Duration = Duration::from_millis(1_500);
+
+/// How often a holder renews its lease: a third of [`LEASE`], so that two renewals in a row may
+/// be late or lost before the lease lapses.
+pub(crate) const RENEW: Duration = Duration::from_millis(500);
 
 /// The longest pause between two polls of a lease held by another process.
 const POLL_CAP: Duration = Duration::from_millis(20);
 
-/// The leases of one operation, on the parents its steps write.
+/// The leases of one operation, on the parents its steps write, renewed while they are held.
 pub(crate) struct Leases {
     store: RawStore,
     held: Vec<(Bson, ObjectId)>,
     released: bool,
+    /// What the renewal task renews (shared with it, since leases are taken one by one and the
+    /// first must be renewed while the others are awaited), and the task, spawned with the first.
+    renewed: Arc<Mutex<Vec<(Bson, ObjectId)>>>,
+    renewal: Option<AbortHandle>,
 }
 
 impl Leases {
@@ -71,6 +90,8 @@ impl Leases {
             store: store.clone(),
             held: Vec::with_capacity(parents.len()),
             released: false,
+            renewed: Arc::default(),
+            renewal: None,
         };
         for parent in parents {
             if leases.held.iter().any(|(p, _)| p == *parent) {
@@ -78,10 +99,37 @@ impl Leases {
             }
             if let Some(token) = take_one(store, ctx, parent).await? {
                 leases.held.push(((*parent).clone(), token));
+                leases.renew((*parent).clone(), token);
             }
         }
         ctx.leases.clone_from(&leases.held);
         Ok(leases)
+    }
+
+    /// Has the renewal task renew `parent`'s lease too, spawning it with the first lease. A
+    /// spawn sends nothing: an operation that ends within [`RENEW`] costs no round trip.
+    fn renew(&mut self, parent: Bson, token: ObjectId) {
+        self.renewed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((parent, token));
+        if self.renewal.is_some() {
+            return;
+        }
+        // Without a runtime to spawn on (the driver needs one, so never in practice) the lease
+        // lasts [`LEASE`], and a longer holder finds its fence gone and reports it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let task = runtime.spawn(renewals(self.store.clone(), self.renewed.clone()));
+            self.renewal = Some(task.abort_handle());
+        }
+    }
+
+    /// Stops renewing, before the leases are given back (a renewal already sent and landing
+    /// after finds its token gone, and changes nothing).
+    fn stop_renewing(&mut self) {
+        if let Some(task) = self.renewal.take() {
+            task.abort();
+        }
     }
 
     /// Gives the leases back: cleanly after steps that finished, or, after steps that failed
@@ -90,6 +138,7 @@ impl Leases {
     /// `held`: the leases the steps still hold (a last write may have given some back).
     pub(crate) async fn release(mut self, held: &[(Bson, ObjectId)], unfinished: bool) {
         self.released = true;
+        self.stop_renewing();
         for (parent, token) in std::mem::take(&mut self.held) {
             if held.iter().any(|(_, t)| *t == token) {
                 give_back(&self.store, parent, token, unfinished).await;
@@ -100,6 +149,7 @@ impl Leases {
 
 impl Drop for Leases {
     fn drop(&mut self) {
+        self.stop_renewing();
         if self.released || self.held.is_empty() {
             return;
         }
@@ -115,6 +165,67 @@ impl Drop for Leases {
             });
         }
     }
+}
+
+/// Renews every [`RENEW`] the leases in `held` (which grows as the holder takes more), each by
+/// an update conditional on its token, until aborted. A lease that the update no longer finds
+/// (given back by the holder's last write, or lost) is renewed no more; a renewal that fails is
+/// tried again at the next tick, while the lease still runs.
+async fn renewals(store: RawStore, held: Arc<Mutex<Vec<(Bson, ObjectId)>>>) {
+    let start = tokio::time::Instant::now() + RENEW;
+    let mut ticks = tokio::time::interval_at(start, RENEW);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let leases = held.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        for (parent, token) in leases {
+            if !renew_one(&store, &parent, token).await {
+                held.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|(_, t)| *t != token);
+            }
+        }
+    }
+}
+
+/// Moves the expiry of `parent`'s lease [`LEASE`] past the server's clock, if the lease is
+/// still `token`'s. Whether to renew it again: not once the update finds it gone.
+#[tracing::instrument(skip_all, fields(collection = store.collection_name(), parent = %parent))]
+async fn renew_one(store: &RawStore, parent: &Bson, token: ObjectId) -> bool {
+    let filter = doc! { "_id": parent.clone(), format!("{MARKER}.l.o"): token };
+    let millis = i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX);
+    let renew = vec![doc! { "$set": { format!("{MARKER}.l.u"): { "$add": ["$$NOW", millis] } } }];
+    // A `findAndModify`, as the take is: a fail point or a profile that singles out a parent's
+    // `update`s (the steps' own) leaves the lease's commands alone.
+    let parents = store.parents::<Document>();
+    let renewal = parents
+        .find_one_and_update(filter, renew)
+        .projection(doc! { "_id": 1 });
+    match renewal.await {
+        Ok(renewed) => renewed.is_some(),
+        Err(e) => {
+            tracing::debug!(error = %e, "could not renew a lease; trying again");
+            true
+        }
+    }
+}
+
+/// Whether `parent` (a stored parent, or a projection holding its marker) holds a lease past
+/// its expiry: one whose holder stopped between its writes (crashed, or cut off for longer than
+/// [`LEASE`]), so that its views may lag the child collection and readers compute them from
+/// it. A lease still running is a write under way, whose holder renews it: its views are the
+/// parent before that write, as a read that came first would see it.
+///
+/// The expiry was set on the server's clock and is compared with this process's: a clock
+/// ahead of the server's computes a parent whose holder is alive (a query more, the same
+/// answer); one behind trusts the views of a crashed holder's parent for that much longer.
+pub(crate) fn abandoned(parent: &RawDocument) -> bool {
+    let until = parent
+        .get_document(MARKER)
+        .ok()
+        .and_then(|marker| marker.get_document("l").ok())
+        .and_then(|lease| lease.get_datetime("u").ok());
+    until.is_some_and(|u| u.timestamp_millis() <= DateTime::now().timestamp_millis())
 }
 
 /// Takes `parent`'s lease; `None` when there is no such parent.

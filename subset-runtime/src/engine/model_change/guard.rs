@@ -77,7 +77,8 @@ pub(crate) enum ViewState {
     /// Built under this view's definition with at least its `keep`: the first `keep` stored
     /// are the view.
     Fresh,
-    /// Built under another definition, or not at all: compute it from the child collection.
+    /// Built under another definition, or not at all, or left by a writer that stopped
+    /// between its writes (an expired lease): compute it from the child collection.
     Stale,
 }
 
@@ -133,6 +134,10 @@ impl RawStore {
         parent: &RawDocument,
         spec: &SubsetSpec,
     ) -> Result<ViewState> {
+        // A writer stopped between its writes: whatever the marker says, the views may lag.
+        if crate::engine::exec::lease::abandoned(parent) {
+            return Ok(ViewState::Stale);
+        }
         let unmarked = matches!(marked_with(parent), Ok(None));
         let marker = match parent.get(MARKER) {
             // Unmarked: written before markers, or around this library. A store of some
