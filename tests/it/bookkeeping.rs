@@ -296,7 +296,7 @@ async fn a_queued_push_a_reconcile_cannot_write_stays_queued_and_is_reported() {
         let product = Product::named("queued");
         store.insert(&product).await.unwrap();
         let stray = ObjectId::new();
-        let mut child = bson::to_document(&Review::at(1)).unwrap();
+        let mut child = subset::bson_compat::to_document(&Review::at(1)).unwrap();
         child.insert("_id", stray);
         child.insert("product_id", ObjectId::new());
         store
