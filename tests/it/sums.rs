@@ -634,3 +634,31 @@ async fn the_follower_keeps_a_decimal_sum_exact() {
         .unwrap()
         .is_clean());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ledger_adopted_without_entries_starts_with_a_decimal_zero() {
+    for store in stores::<Ledger>().await {
+        // Written by another program: no entries, and no balance field at all.
+        let id = ObjectId::new();
+        store
+            .database()
+            .collection::<Document>("decimal_ledgers")
+            .insert_one(doc! { "_id": id, "recent": [] })
+            .await
+            .unwrap();
+        let entries = store.children(Ledger::RECENT);
+        entries.raw().adopt(&Bson::ObjectId(id)).await.unwrap();
+        let stored = store
+            .database()
+            .collection::<Document>("decimal_ledgers")
+            .find_one(doc! { "_id": id })
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(stored.get("balance"), Some(Bson::Decimal128(_))),
+            "{stored}"
+        );
+        assert_eq!(store.get(&id).await.unwrap().unwrap().balance, dec("0"));
+    }
+}

@@ -4,7 +4,7 @@
 use super::decimal::Dec;
 use crate::bson::{Bson, Document};
 use crate::error::{Error, Result};
-use crate::model::SubsetSpec;
+use crate::model::{NumberType, SubsetSpec, SumSpec};
 
 /// A summed value: integers add exactly, decimals add exactly as IEEE 754-2008 decimal128 (what
 /// the server's `$inc` and `$sum` do with a `Decimal128`), anything with a float in it adds as a
@@ -103,6 +103,15 @@ pub(crate) fn like_stored(computed: Bson, stored: Option<&Bson>) -> Bson {
     }
 }
 
+/// The sum of no children as `sum`'s field holds it: a decimal zero for a `Decimal128` field
+/// (which an integer zero would not decode into), else an integer zero.
+pub(crate) fn zero(sum: &SumSpec) -> Num {
+    match sum.ty {
+        NumberType::Decimal => Num::Dec(Dec::from_i64(0)),
+        _ => Num::Int(0),
+    }
+}
+
 /// Checks that a child about to be written holds a number in every field `spec` sums it by (none
 /// when the field is a view whose filter the child does not pass).
 ///
@@ -184,7 +193,7 @@ pub(crate) fn totals(spec: &SubsetSpec, children: &[Document]) -> Vec<(&'static 
                 .filter(|d| spec.admits(d))
                 .filter_map(|d| d.get(sum.child).and_then(Num::of))
                 .reduce(Num::add)
-                .unwrap_or(Num::Int(0));
+                .unwrap_or_else(|| zero(sum));
             (sum.parent, total.into_bson())
         })
         .collect()

@@ -35,7 +35,11 @@ impl RawChildren<'_> {
             // No children: every sum is 0, not missing.
             return Ok(Totals {
                 count: 0,
-                sums: spec.sums.iter().map(|_| Bson::Int64(0)).collect(),
+                sums: spec
+                    .sums
+                    .iter()
+                    .map(|s| sums::zero(s).into_bson())
+                    .collect(),
             });
         };
         let number = |key: &str| grouped.get(key).and_then(sums::Num::of);
@@ -43,8 +47,15 @@ impl RawChildren<'_> {
             Some(sums::Num::Int(n)) => u64::try_from(n).unwrap_or(0),
             _ => 0,
         };
-        let sums = (0..spec.sums.len())
-            .map(|i| number(&format!("s{i}")).map_or(Bson::Int64(0), sums::Num::into_bson))
+        let sums = spec
+            .sums
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                number(&format!("s{i}"))
+                    .unwrap_or_else(|| sums::zero(s))
+                    .into_bson()
+            })
             .collect();
         Ok(Totals { count, sums })
     }
