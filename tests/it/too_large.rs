@@ -361,3 +361,33 @@ async fn a_child_no_subset_can_hold_is_reported_by_name_and_read_from_the_collec
         store.delete(&product.id).await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_update_refused_while_settling_its_parent_puts_the_child_back() {
+    for store in every_mode().await {
+        let product = unmarked_product(&store).await;
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        let mut edited = near_limit(200);
+        edited.id = product.recent_reviews[0].id;
+        let err = reviews.update(&product.id, &edited).await.unwrap_err();
+        assert_too_large(&err, product.id);
+        let (children, _, count) = state(&store, product.id).await;
+        assert_eq!((children.len(), count), (5, 5));
+        let stored = store
+            .database()
+            .collection::<Document>("reviews")
+            .find_one(doc! { "_id": edited.id })
+            .await
+            .unwrap()
+            .unwrap();
+        // Compared without printing: the refused author is 16 MiB.
+        let author = stored.get_str("author").unwrap();
+        assert!(
+            author == product.recent_reviews[0].author,
+            "the child was not put back"
+        );
+        let drift = reviews.check(&product.id).await.unwrap();
+        assert!(drift.is_clean(), "{drift:?}");
+        store.delete(&product.id).await.unwrap();
+    }
+}

@@ -37,6 +37,7 @@ impl RawChildren<'_> {
             parent,
             child,
             replacement: None,
+            before: std::sync::Mutex::default(),
         };
         exec::execute(self.store(), caller, &steps).await
     }
@@ -72,6 +73,7 @@ impl RawChildren<'_> {
             parent,
             child: &id,
             replacement: Some(&stored),
+            before: std::sync::Mutex::default(),
         };
         exec::execute(self.store(), caller, &steps).await
     }
@@ -83,6 +85,8 @@ struct ChildSteps<'s, 'a> {
     parent: &'s Bson,
     child: &'s Bson,
     replacement: Option<&'s Document>,
+    /// Without a transaction, the child as it was, for [`Steps::take_back`].
+    before: std::sync::Mutex<Option<Document>>,
 }
 
 impl Steps for ChildSteps<'_, '_> {
@@ -90,6 +94,14 @@ impl Steps for ChildSteps<'_, '_> {
 
     fn parents(&self) -> Vec<&Bson> {
         vec![self.parent]
+    }
+
+    async fn take_back(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        let before = self.before.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match before {
+            Some(before) => self.put_back(ctx, &before).await,
+            None => Ok(()),
+        }
     }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
@@ -112,6 +124,9 @@ impl Steps for ChildSteps<'_, '_> {
                 id: Box::new(self.child.clone()),
             });
         };
+        if !ctx.atomic() {
+            *self.before.lock().unwrap_or_else(|e| e.into_inner()) = Some(before.clone());
+        }
         // Every view is recomputed; its count and sums move by what left it and what came in
         // (a flag that flipped moves the child between them), exactly once.
         let added: Vec<&Document> = self.replacement.into_iter().collect();
@@ -126,19 +141,29 @@ impl Steps for ChildSteps<'_, '_> {
             // transaction: the child goes back as it was, so the write leaves nothing, as a
             // transaction would; views resynced before the refusal are rebuilt from it.
             Err(e) if !ctx.atomic() && driver::was_refused(&e) => {
-                let undo = doc! { "_id": self.child.clone(), spec.key: self.parent.clone() };
-                let put_back = match self.replacement {
-                    None => ctx.run(children.insert_one(&before)).await.map(|_| ()),
-                    Some(_) => ctx
-                        .run(children.replace_one(undo, &before))
-                        .await
-                        .map(|_| ()),
-                };
-                put_back.map_err(|e| s.mongo_child(e))?;
+                self.put_back(ctx, &before).await?;
                 ctx.outdated(self.parent);
                 Err(e)
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+impl ChildSteps<'_, '_> {
+    /// Puts the child back as it was (`before`), without a transaction: inserted again after a
+    /// remove, replaced after an update.
+    async fn put_back(&self, ctx: &mut Ctx<'_>, before: &Document) -> Result<()> {
+        let s = self.subset;
+        let children = s.children::<Document>();
+        let undo = doc! { "_id": self.child.clone(), s.spec().key: self.parent.clone() };
+        let put_back = match self.replacement {
+            None => ctx.run(children.insert_one(before)).await.map(|_| ()),
+            Some(_) => ctx
+                .run(children.replace_one(undo, before))
+                .await
+                .map(|_| ()),
+        };
+        put_back.map_err(|e| s.mongo_child(e))
     }
 }
