@@ -182,7 +182,14 @@ pub(crate) struct Node {
     auth: bool,
     process: Option<Child>,
     data: DataDir,
+    /// The log's length when the process was spawned, and when: what it logs from there on is
+    /// this process's (see [`Node::wait_listening`]).
+    spawned: (u64, Instant),
 }
+
+/// How long a mongod that answers on its port but has not logged that it listens is given
+/// before it is taken to be listening (a version that logs otherwise).
+const UNLOGGED_LISTENING: Duration = Duration::from_secs(2);
 
 enum Listening {
     Yes,
@@ -244,6 +251,7 @@ impl Node {
             auth,
             process: None,
             data,
+            spawned: (0, Instant::now()),
         };
         let span = tracing::info_span!("mongod.start", dbpath = %node.data.path.display());
         async {
@@ -344,6 +352,8 @@ impl Node {
     }
 
     fn spawn(&mut self) -> Result<(), TestkitError> {
+        let logged = std::fs::metadata(self.data.log()).map_or(0, |m| m.len());
+        self.spawned = (logged, Instant::now());
         let stdio = File::options()
             .create(true)
             .append(true)
@@ -442,8 +452,12 @@ impl Node {
                 }
                 return Err(self.exited(status));
             }
-            // Loopback connects are refused at once, so blocking here is brief.
-            if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
+            // Loopback connects are refused at once, so blocking here is brief. A connect alone
+            // may reach another test's mongod that took the port first (this one then exits
+            // for want of it): the port is this process's once its own log says it listens.
+            if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok()
+                && (self.logged_listening() || self.spawned.1.elapsed() >= UNLOGGED_LISTENING)
+            {
                 return Ok(Listening::Yes);
             }
             if Instant::now() >= deadline {
@@ -451,6 +465,17 @@ impl Node {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+
+    /// Whether this process has logged, since it was spawned, that it waits for connections.
+    fn logged_listening(&self) -> bool {
+        let Ok(mut log) = File::open(self.data.log()) else {
+            return false;
+        };
+        let mut since = String::new();
+        log.seek(SeekFrom::Start(self.spawned.0))
+            .and_then(|_| log.read_to_string(&mut since))
+            .is_ok_and(|_| since.contains("Waiting for connections"))
     }
 
     /// Polls `hello` until the node is `ready`, initiating a single-node replica set first when
