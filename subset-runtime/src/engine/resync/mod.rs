@@ -227,7 +227,10 @@ impl RawChildren<'_> {
             }
             // The parent's subset and count, as stored.
             let mut projection = query::subset_projection(spec);
-            size::project(&mut projection);
+            // Only a store that notes what it leaves out needs the parent's size (see below).
+            if !store.is_partial() {
+                size::project(&mut projection);
+            }
             let find = raw_parents
                 .find_one(doc! { "_id": parent.clone() })
                 .projection(projection);
