@@ -1,12 +1,70 @@
 //! [`Action`]: an operation that runs when awaited, optionally in the caller's session.
 
 use std::fmt;
-use std::future::IntoFuture;
+use std::future::{Future, IntoFuture};
 
 use futures::future::BoxFuture;
 use mongodb::ClientSession;
+use tracing::Instrument;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// One call of the library as a value: its arguments, what it refuses before sending anything,
+/// and how it runs. [`Action`] runs any of them, in the span the operation names.
+///
+/// `'s` is the caller's session: an output may hold it (a stream read in it).
+pub(crate) trait Operation<'s>: Send + Sync + 's {
+    type Output: Send + 's;
+
+    /// The span the operation runs in (see [`span!`](crate::action::span)).
+    fn span(&self) -> tracing::Span;
+
+    /// What the operation refuses before it sends anything ([`Error::InvalidId`], a page size,
+    /// an invalid patch…). Nothing by default.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Sends the operation, in `caller`'s session if given; `check` has passed.
+    fn execute(
+        self,
+        caller: Option<&'s mut ClientSession>,
+    ) -> impl Future<Output = Result<Self::Output>> + Send;
+}
+
+/// Runs `operation`: its checks, then the operation.
+pub(crate) async fn run<'s, O: Operation<'s>>(
+    operation: O,
+    caller: Option<&'s mut ClientSession>,
+) -> Result<O::Output> {
+    operation.check()?;
+    operation.execute(caller).await
+}
+
+/// The span of one call, named and described by OpenTelemetry's database conventions, so that
+/// a call shows as the parent of the driver commands it sends: `span!("subset.push", store,
+/// field, parent)`. The parent `_id` is recorded unless it is a string, which may be personal
+/// data (an e-mail address as `_id`).
+macro_rules! span {
+    ($name:literal, $store:expr, $field:expr, $parent:expr) => {{
+        let store: &$crate::engine::RawStore = $store;
+        let span = ::tracing::info_span!(
+            $name,
+            db.system.name = "mongodb",
+            db.namespace = store.database().name(),
+            db.collection.name = store.collection_name(),
+            db.operation.name = $name,
+            subset.field = $field,
+            subset.parent = ::tracing::field::Empty,
+        );
+        let parent: Option<&$crate::bson::Bson> = $parent;
+        if let Some(parent) = parent.filter(|p| !matches!(p, $crate::bson::Bson::String(_))) {
+            span.record("subset.parent", ::tracing::field::display(parent));
+        }
+        span
+    }};
+}
+pub(crate) use span;
 
 type Run<'a, T> =
     Box<dyn FnOnce(Option<&'a mut ClientSession>) -> BoxFuture<'a, Result<T>> + Send + 'a>;
@@ -46,13 +104,58 @@ pub struct Action<'a, T> {
 }
 
 impl<'a, T> Action<'a, T> {
-    pub(crate) fn new(
-        run: impl FnOnce(Option<&'a mut ClientSession>) -> BoxFuture<'a, Result<T>> + Send + 'a,
-    ) -> Self {
+    /// The action that runs `operation`: its checks, then the operation, in its span.
+    pub(crate) fn of<O: Operation<'a, Output = T>>(operation: O) -> Self
+    where
+        T: 'a,
+    {
         Action {
             session: None,
-            run: Box::new(run),
+            run: Box::new(move |session| {
+                let span = operation.span();
+                Box::pin(run(operation, session).instrument(span))
+            }),
         }
+    }
+
+    /// The action that fails with `error` when awaited (an argument that did not serialize),
+    /// sending nothing.
+    pub(crate) fn refused(error: Error) -> Self
+    where
+        T: 'a,
+    {
+        Action {
+            session: None,
+            run: Box::new(move |_| Box::pin(async move { Err(error) })),
+        }
+    }
+
+    /// `action`, or the action refused with its error: how a typed call whose arguments
+    /// serialize (or not) becomes the BSON-level call.
+    pub(crate) fn or_refused(action: Result<Self>) -> Self
+    where
+        T: 'a,
+    {
+        action.unwrap_or_else(Action::refused)
+    }
+
+    /// The action whose output is `f` of this one's: a typed call decoding what the BSON-level
+    /// one read.
+    pub(crate) fn map<U: 'a>(self, f: impl FnOnce(T) -> Result<U> + Send + 'a) -> Action<'a, U>
+    where
+        T: 'a,
+    {
+        let run = self.run;
+        Action {
+            session: self.session,
+            run: Box::new(move |session| Box::pin(async move { run(session).await.and_then(f) })),
+        }
+    }
+
+    /// Runs the operation in `session` if given.
+    pub(crate) fn in_session(mut self, session: Option<&'a mut ClientSession>) -> Self {
+        self.session = session;
+        self
     }
 
     /// Runs the operation in `session` (see [`Action`]).

@@ -118,13 +118,12 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// # }
     /// ```
     pub fn push_many<'r>(&'r self, parent: &'r P::Id, children: &'r [C]) -> Action<'r, ()> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let parent = Self::parent_id(parent)?;
-                let docs = Self::serialize(children)?;
-                self.raw.push_in(&parent, docs, session).await
-            })
-        })
+        let call = || {
+            Ok(self
+                .raw
+                .push(&Self::parent_id(parent)?, Self::serialize(children)?))
+        };
+        Action::or_refused(call())
     }
 
     /// One page of children, in the subset's order, exactly once across pages.
@@ -184,22 +183,18 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// # }
     /// ```
     pub fn page<'r>(&'r self, parent: &'r P::Id, request: &'r PageRequest) -> Action<'r, Page<C>> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let parent = Self::parent_id(parent)?;
-                self.raw
-                    .page_in(
-                        &parent,
-                        request,
-                        |raw, collection, path| {
-                            decode::child::<C>(raw, collection, path)
-                                .map_err(|e| e.of_parent(&parent))
-                        },
-                        session,
-                    )
-                    .await
-            })
-        })
+        let call = || {
+            let parent = Self::parent_id(parent)?;
+            let of_parent = parent.clone();
+            Ok(Action::of(self.raw.page_as(
+                &parent,
+                request,
+                move |raw, collection, path| {
+                    decode::child::<C>(raw, collection, path).map_err(|e| e.of_parent(&of_parent))
+                },
+            )))
+        };
+        Action::or_refused(call())
     }
 
     /// The cursor of one child, or of its embedded preview, to page on from in either direction:
@@ -235,18 +230,18 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// [`crate::Error::Mongo`] when the query cannot start.
     pub fn all<'r>(&'r self, parent: &'r P::Id) -> Action<'r, BoxStream<'r, Result<C>>> {
         let name = self.spec().child_collection;
-        Action::new(move |session| {
-            Box::pin(async move {
-                let parent = Self::parent_id(parent)?;
-                let raw = self.raw.all_in(&parent, session).await?;
+        let call = || {
+            let parent = Self::parent_id(parent)?;
+            Ok(self.raw.all(&parent).map(move |raw| {
                 Ok(raw
                     .and_then(move |doc| {
                         let child = decode::child::<C>(&doc, name, None);
                         futures::future::ready(child.map_err(|e| e.of_parent(&parent)))
                     })
                     .boxed())
-            })
-        })
+            }))
+        };
+        Action::or_refused(call())
     }
 
     /// How many children `parent` has in the child collection (for a filtered view, how many
@@ -256,12 +251,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     ///
     /// [`crate::Error::Mongo`].
     pub fn count<'r>(&'r self, parent: &'r P::Id) -> Action<'r, u64> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let parent = Self::parent_id(parent)?;
-                self.raw.count_in(&parent, session).await
-            })
-        })
+        Action::or_refused(Self::parent_id(parent).map(|parent| self.raw.count(&parent)))
     }
 
     /// The children of this field's child collection that belong to no parent (their key is
@@ -307,13 +297,11 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// # }
     /// ```
     pub fn remove<'r>(&'r self, parent: &'r P::Id, child: &'r C::Id) -> Action<'r, ()> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let child = encode::id(child, "a child _id")?;
-                let parent = Self::parent_id(parent)?;
-                self.raw.remove_in(&parent, &child, session).await
-            })
-        })
+        let call = || {
+            let child = encode::id(child, "a child _id")?;
+            Ok(self.raw.remove(&Self::parent_id(parent)?, &child))
+        };
+        Action::or_refused(call())
     }
 
     /// Replaces a stored child (matched by `_id`) in the child collection and in the subset.
@@ -329,13 +317,11 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// another parent, [`crate::Error::SubsetTooLarge`], [`crate::Error::NumberOverflow`],
     /// [`crate::Error::Serialize`], [`crate::Error::Mongo`].
     pub fn update<'r>(&'r self, parent: &'r P::Id, child: &'r C) -> Action<'r, ()> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let doc = encode::document(child, "a child")?;
-                let parent = Self::parent_id(parent)?;
-                self.raw.update_in(&parent, doc, session).await
-            })
-        })
+        let call = || {
+            let doc = encode::document(child, "a child")?;
+            Ok(self.raw.update(&Self::parent_id(parent)?, doc))
+        };
+        Action::or_refused(call())
     }
 
     /// Changes some fields of a stored child (matched by `_id` under `parent`), named by the
@@ -465,9 +451,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     ///
     /// [`crate::Error::Mongo`], for a filter the server refuses too.
     pub fn count_where(&self, filter: crate::bson::Document) -> Action<'_, BulkProgress> {
-        Action::new(move |session| {
-            Box::pin(async move { self.raw.count_where_in(&filter, session).await })
-        })
+        self.raw.count_where(&filter)
     }
 
     /// Moves a child stored under `from` to the parent `to` (a review filed under the wrong
@@ -491,13 +475,12 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
         child: &'r C::Id,
         to: &'r P::Id,
     ) -> Action<'r, ()> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let child = encode::id(child, "a child _id")?;
-                let (from, to) = (Self::parent_id(from)?, Self::parent_id(to)?);
-                self.raw.move_in(&from, &child, &to, session).await
-            })
-        })
+        let call = || {
+            let child = encode::id(child, "a child _id")?;
+            let (from, to) = (Self::parent_id(from)?, Self::parent_id(to)?);
+            Ok(self.raw.move_child(&from, &child, &to))
+        };
+        Action::or_refused(call())
     }
 
     /// [`Children::move_child`] of a child known by its `_id` alone: the parent it moves from is
@@ -508,13 +491,11 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// As [`Children::move_child`]; [`crate::Error::UnknownChild`] when no stored child has
     /// this `_id` (or it carries no parent key).
     pub fn move_by_id<'r>(&'r self, child: &'r C::Id, to: &'r P::Id) -> Action<'r, ()> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let child = encode::id(child, "a child _id")?;
-                let to = Self::parent_id(to)?;
-                self.raw.move_by_id_in(&child, &to, session).await
-            })
-        })
+        let call = || {
+            let child = encode::id(child, "a child _id")?;
+            Ok(self.raw.move_by_id(&child, &Self::parent_id(to)?))
+        };
+        Action::or_refused(call())
     }
 
     /// Recomputes the subset, the count and the running sums from the child collection, fixes
@@ -531,12 +512,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// [`crate::Error::Mongo`]; [`crate::Error::RebuildWouldEmpty`] for a parent built under another
     /// definition that a rebuild would refuse.
     pub fn reconcile<'r>(&'r self, parent: &'r P::Id) -> Action<'r, Drift> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let parent = Self::parent_id(parent)?;
-                self.raw.resync_in(&parent, true, false, session).await
-            })
-        })
+        Action::or_refused(Self::parent_id(parent).map(|parent| self.raw.reconcile(&parent)))
     }
 
     /// What [`Children::reconcile`] would find, without changing anything.
@@ -562,11 +538,6 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// # }
     /// ```
     pub fn check<'r>(&'r self, parent: &'r P::Id) -> Action<'r, Drift> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let parent = Self::parent_id(parent)?;
-                self.raw.resync_in(&parent, false, false, session).await
-            })
-        })
+        Action::or_refused(Self::parent_id(parent).map(|parent| self.raw.check(&parent)))
     }
 }

@@ -25,8 +25,9 @@ use futures::future::BoxFuture;
 use mongodb::ClientSession;
 use serde::Serialize;
 
+use crate::action::Action;
 use crate::bson::{Bson, Document};
-use crate::engine::{BulkProgress, BulkReport, ChildPatch, Range, RawChildren, SweepOptions};
+use crate::engine::{BulkProgress, BulkReport, ById, ChildPatch, Range, RawChildren, SweepOptions};
 use crate::error::{Error, Result};
 use crate::job::Progress;
 use crate::model::Child;
@@ -327,16 +328,11 @@ impl<'a, C: Child> IntoFuture for Patch<'a, C, One<'a>> {
                 return Err(error);
             }
             let session = self.target.session;
-            match self.target.ids? {
-                (Some(parent), child) => {
-                    let raw = self.raw;
-                    raw.patch_in(&parent, &child, &self.patch, session).await
-                }
-                (None, child) => {
-                    let raw = self.raw;
-                    raw.patch_by_id_in(&child, &self.patch, session).await
-                }
-            }
+            let action = match self.target.ids? {
+                (Some(parent), child) => Action::of(self.raw.patch_one(parent, child, self.patch)),
+                (None, child) => Action::of(ById::patch(self.raw, child, self.patch)),
+            };
+            action.in_session(session).await
         })
     }
 }

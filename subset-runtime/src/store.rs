@@ -218,12 +218,7 @@ impl<P: Subset> Store<P> {
     /// # }
     /// ```
     pub fn insert<'a>(&'a self, parent: &'a P) -> Action<'a, ()> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let doc = encode::document(parent, "a parent")?;
-                self.raw.insert_in(doc, session).await
-            })
-        })
+        Action::or_refused(encode::document(parent, "a parent").map(|doc| self.raw.insert(doc)))
     }
 
     /// Reads one parent, with its embedded subsets, in one query; in the caller's session with
@@ -255,13 +250,8 @@ impl<P: Subset> Store<P> {
     /// # }
     /// ```
     pub fn get<'a>(&'a self, id: &'a P::Id) -> Action<'a, Option<P>> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let id = encode::id(id, "a parent _id")?;
-                let raw = self.raw.get_in(&id, session).await?;
-                raw.map(|raw| decode::parent::<P>(&raw)).transpose()
-            })
-        })
+        let get = encode::id(id, "a parent _id").map(|id| self.raw.get(&id));
+        Action::or_refused(get).map(|raw| raw.map(|raw| decode::parent::<P>(&raw)).transpose())
     }
 
     /// Deletes a parent and every child of it in each child collection. Returns whether the
@@ -272,12 +262,7 @@ impl<P: Subset> Store<P> {
     ///
     /// [`crate::Error::Mongo`] from the server.
     pub fn delete<'a>(&'a self, id: &'a P::Id) -> Action<'a, bool> {
-        Action::new(move |session| {
-            Box::pin(async move {
-                let id = encode::id(id, "a parent _id")?;
-                self.raw.delete_in(&id, session).await
-            })
-        })
+        Action::or_refused(encode::id(id, "a parent _id").map(|id| self.raw.delete(&id)))
     }
 
     /// Creates, on each child collection, the index `{key: 1, <sort keys>, _id}` that makes

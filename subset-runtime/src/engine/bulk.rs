@@ -33,6 +33,7 @@ use super::patch::ChildPatch;
 use super::resync::CountFix;
 use super::sweep::{ParentFailure, SweepOptions};
 use super::{RawChildren, WriteMode};
+use crate::action::{span, Action, Operation};
 use crate::error::{Error, Result};
 
 /// Where a job by filter is, handed to its progress callback after every batch of parents.
@@ -67,42 +68,33 @@ impl BulkReport {
     pub const SAMPLES: usize = 1_000;
 }
 
-/// What a job does to the matching children of each parent.
-#[derive(Debug, Clone, Copy)]
-enum Change<'p> {
-    Remove,
-    Patch(&'p ChildPatch),
+/// [`RawChildren::count_where`].
+struct CountWhere<'a> {
+    subset: RawChildren<'a>,
+    filter: Document,
 }
 
-impl RawChildren<'_> {
-    /// How many children match `filter` (a query on child fields), and under how many parents:
-    /// what [`RawChildren::remove_where`] or [`RawChildren::patch_where`] would change, without
-    /// changing it. Children of no parent (no key) are not counted.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Mongo`], for a filter the server refuses too.
-    pub async fn count_where(&self, filter: &Document) -> Result<BulkProgress> {
-        self.count_where_in(filter, None).await
+impl<'s, 'a: 's> Operation<'s> for CountWhere<'a> {
+    type Output = BulkProgress;
+
+    fn span(&self) -> tracing::Span {
+        let s = self.subset;
+        span!("subset.count_where", s.store(), Some(s.spec().field), None)
     }
 
-    /// [`RawChildren::count_where`], in the caller's session if there is one.
-    pub(crate) async fn count_where_in(
-        &self,
-        filter: &Document,
-        session: Option<&mut ClientSession>,
-    ) -> Result<BulkProgress> {
-        let key = format!("${}", self.spec().key);
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<BulkProgress> {
+        let s = self.subset;
+        let key = format!("${}", s.spec().key);
         let pipeline = [
-            doc! { "$match": self.matching(filter, None) },
+            doc! { "$match": s.matching(&self.filter, None) },
             doc! { "$group": { "_id": key, "n": { "$sum": 1 } } },
             doc! { "$group": { "_id": Bson::Null, "parents": { "$sum": 1 }, "children": { "$sum": "$n" } } },
         ];
-        let children = self.children::<Document>();
-        let found = Ctx::read(session)
+        let children = s.children::<Document>();
+        let found = Ctx::read(caller)
             .aggregate(children.aggregate(pipeline))
             .await
-            .map_err(|e| self.mongo_child(e))?
+            .map_err(|e| s.mongo_child(e))?
             .pop();
         let number = |field| {
             found
@@ -121,7 +113,29 @@ impl RawChildren<'_> {
             ..BulkProgress::default()
         })
     }
+}
 
+/// What a job does to the matching children of each parent.
+#[derive(Debug, Clone, Copy)]
+enum Change<'p> {
+    Remove,
+    Patch(&'p ChildPatch),
+}
+
+impl RawChildren<'_> {
+    /// How many children match `filter` (a query on child fields), and under how many parents:
+    /// what [`RawChildren::remove_where`] or [`RawChildren::patch_where`] would change, without
+    /// changing it. Children of no parent (no key) are not counted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mongo`], for a filter the server refuses too.
+    pub fn count_where<'r>(&'r self, filter: &Document) -> Action<'r, BulkProgress> {
+        Action::of(CountWhere {
+            subset: *self,
+            filter: filter.clone(),
+        })
+    }
     /// Removes every child that matches `filter` (a query on child fields), across all
     /// parents, from the child collection and from every view, each parent's views backfilled
     /// and its counts and sums recounted; `progress` is called after each batch of parents.

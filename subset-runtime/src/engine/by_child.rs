@@ -12,9 +12,10 @@ use std::future::Future;
 use mongodb::ClientSession;
 
 use super::exec::Ctx;
+use super::move_child::Move;
 use super::patch::ChildPatch;
 use super::RawChildren;
-use crate::action::Action;
+use crate::action::{span, Action, Operation};
 use crate::bson::{doc, Bson, Document};
 use crate::error::{Error, Result};
 
@@ -90,24 +91,8 @@ impl RawChildren<'_> {
     /// # Errors
     ///
     /// As [`RawChildren::patch`], and [`Error::UnknownChild`].
-    pub fn patch_by_id<'r>(&'r self, child: &'r Bson, patch: &'r ChildPatch) -> Action<'r, ()> {
-        Action::new(move |session| Box::pin(self.patch_by_id_in(child, patch, session)))
-    }
-
-    pub(crate) async fn patch_by_id_in(
-        &self,
-        child: &Bson,
-        patch: &ChildPatch,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<()> {
-        self.check_patch(patch)?;
-        self.under_parent(child, caller, |parent, mut caller| async move {
-            let result = self
-                .patch_in(&parent, child, patch, caller.as_deref_mut())
-                .await;
-            (result, caller)
-        })
-        .await
+    pub fn patch_by_id<'r>(&'r self, child: &Bson, patch: &ChildPatch) -> Action<'r, ()> {
+        Action::of(ById::patch(*self, child.clone(), patch.clone()))
     }
 
     /// [`RawChildren::move_child`] of a child named by its `_id` alone; see
@@ -116,20 +101,87 @@ impl RawChildren<'_> {
     /// # Errors
     ///
     /// As [`RawChildren::move_child`], and [`Error::UnknownChild`].
-    pub fn move_by_id<'r>(&'r self, child: &'r Bson, to: &'r Bson) -> Action<'r, ()> {
-        Action::new(move |session| Box::pin(self.move_by_id_in(child, to, session)))
+    pub fn move_by_id<'r>(&'r self, child: &Bson, to: &Bson) -> Action<'r, ()> {
+        Action::of(ById {
+            subset: *self,
+            child: child.clone(),
+            call: Call::Move(to.clone()),
+        })
+    }
+}
+
+/// A call on a child named by its `_id` alone.
+pub(crate) struct ById<'a> {
+    subset: RawChildren<'a>,
+    child: Bson,
+    call: Call,
+}
+
+/// What [`ById`] does under the child's parent.
+enum Call {
+    Patch(ChildPatch),
+    /// A move to this parent.
+    Move(Bson),
+}
+
+impl<'a> ById<'a> {
+    /// [`RawChildren::patch_by_id`].
+    pub(crate) fn patch(subset: RawChildren<'a>, child: Bson, patch: ChildPatch) -> Self {
+        ById {
+            subset,
+            child,
+            call: Call::Patch(patch),
+        }
+    }
+}
+
+impl<'s, 'a: 's> Operation<'s> for ById<'a> {
+    type Output = ();
+
+    fn span(&self) -> tracing::Span {
+        let (store, field) = (self.subset.store(), Some(self.subset.spec().field));
+        match self.call {
+            Call::Patch(_) => span!("subset.patch_by_id", store, field, None),
+            Call::Move(_) => span!("subset.move_by_id", store, field, None),
+        }
     }
 
-    pub(crate) async fn move_by_id_in(
-        &self,
-        child: &Bson,
-        to: &Bson,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<()> {
-        self.under_parent(child, caller, |from, mut caller| async move {
-            let result = self.move_in(&from, child, to, caller.as_deref_mut()).await;
-            (result, caller)
-        })
-        .await
+    fn check(&self) -> Result<()> {
+        self.subset.check_child_id(&self.child)?;
+        match &self.call {
+            Call::Patch(patch) => self.subset.check_patch(patch),
+            Call::Move(to) => self.subset.store().check_parent_id(to),
+        }
+    }
+
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<()> {
+        let (subset, child) = (self.subset, &self.child);
+        let call = &self.call;
+        subset
+            .under_parent(child, caller, |parent, mut caller| async move {
+                let result = match call {
+                    Call::Patch(patch) => {
+                        let one = subset.patch_one(parent, child.clone(), patch.clone());
+                        match one.check() {
+                            Ok(()) => one.send(caller.as_deref_mut()).await,
+                            Err(e) => Err(e),
+                        }
+                    }
+                    Call::Move(to) => {
+                        let move_child = Move {
+                            subset,
+                            from: parent,
+                            child: child.clone(),
+                            to: to.clone(),
+                        };
+                        match move_child.check() {
+                            Ok(()) => move_child.send(caller.as_deref_mut()).await,
+                            Err(e) => Err(e),
+                        }
+                    }
+                };
+                (result, caller)
+            })
+            .await
     }
 }

@@ -5,7 +5,7 @@ use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
 use super::RawStore;
-use crate::action::Action;
+use crate::action::{span, Action, Operation};
 use crate::error::{Error, Result};
 
 impl RawStore {
@@ -16,27 +16,11 @@ impl RawStore {
     ///
     /// [`Error::Mongo`]; [`Error::MalformedParent`] when a subset built under another
     /// definition must be replaced in a parent that cannot be decoded.
-    pub fn get<'a>(&'a self, id: &'a Bson) -> Action<'a, Option<RawDocumentBuf>> {
-        Action::new(move |session| Box::pin(self.get_in(id, session)))
-    }
-
-    #[tracing::instrument(skip_all, fields(collection = %self.collection_name()))]
-    pub(crate) async fn get_in(
-        &self,
-        id: &Bson,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<Option<RawDocumentBuf>> {
-        self.check_parent_id(id)?;
-        let parents = self.parents::<RawDocumentBuf>();
-        let ctx = &mut Ctx::read(caller);
-        let found = ctx
-            .run(parents.find_one(doc! { "_id": id.clone() }))
-            .await
-            .map_err(|e| self.mongo(e))?;
-        match found {
-            Some(found) => self.served(ctx, found).await.map(Some),
-            None => Ok(None),
-        }
+    pub fn get(&self, id: &Bson) -> Action<'_, Option<RawDocumentBuf>> {
+        Action::of(Get {
+            store: self,
+            id: id.clone(),
+        })
     }
 
     /// Deletes a parent and its children; see [`crate::Store::delete`].
@@ -44,34 +28,75 @@ impl RawStore {
     /// # Errors
     ///
     /// [`Error::Mongo`].
-    pub fn delete<'a>(&'a self, id: &'a Bson) -> Action<'a, bool> {
-        Action::new(move |session| Box::pin(self.delete_in(id, session)))
-    }
-
-    #[tracing::instrument(skip_all, fields(collection = %self.collection_name()))]
-    pub(crate) async fn delete_in(
-        &self,
-        id: &Bson,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<bool> {
-        self.check_parent_id(id)?;
-        exec::execute(self, caller, &DeleteSteps { store: self, id }).await
+    pub fn delete(&self, id: &Bson) -> Action<'_, bool> {
+        Action::of(Delete {
+            store: self,
+            id: id.clone(),
+        })
     }
 }
 
-/// The writes of [`RawStore::delete`]: the parent first, so a crash leaves invisible orphans
-/// rather than a parent whose embedded children are gone from the collection; its fold
-/// documents last (a crash before leaves them to `reconcile_all`).
-struct DeleteSteps<'a> {
+/// [`RawStore::get`].
+struct Get<'a> {
     store: &'a RawStore,
-    id: &'a Bson,
+    id: Bson,
 }
 
-impl Steps for DeleteSteps<'_> {
+impl<'s, 'a: 's> Operation<'s> for Get<'a> {
+    type Output = Option<RawDocumentBuf>;
+
+    fn span(&self) -> tracing::Span {
+        span!("subset.get", self.store, None::<&str>, Some(&self.id))
+    }
+
+    fn check(&self) -> Result<()> {
+        self.store.check_parent_id(&self.id)
+    }
+
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<Self::Output> {
+        let store = self.store;
+        let parents = store.parents::<RawDocumentBuf>();
+        let ctx = &mut Ctx::read(caller);
+        let found = ctx
+            .run(parents.find_one(doc! { "_id": self.id.clone() }))
+            .await
+            .map_err(|e| store.mongo(e))?;
+        match found {
+            Some(found) => store.served(ctx, found).await.map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// [`RawStore::delete`]: the parent first, so a crash leaves invisible orphans rather than a
+/// parent whose embedded children are gone from the collection; its fold documents last (a
+/// crash before leaves them to `reconcile_all`).
+struct Delete<'a> {
+    store: &'a RawStore,
+    id: Bson,
+}
+
+impl<'s, 'a: 's> Operation<'s> for Delete<'a> {
+    type Output = bool;
+
+    fn span(&self) -> tracing::Span {
+        span!("subset.delete", self.store, None::<&str>, Some(&self.id))
+    }
+
+    fn check(&self) -> Result<()> {
+        self.store.check_parent_id(&self.id)
+    }
+
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<bool> {
+        exec::execute(self.store, caller, &self).await
+    }
+}
+
+impl Steps for Delete<'_> {
     type Output = bool;
 
     fn parents(&self) -> Vec<&Bson> {
-        vec![self.id]
+        vec![&self.id]
     }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<bool> {
@@ -89,7 +114,7 @@ impl Steps for DeleteSteps<'_> {
                 .await
                 .map_err(|e| Error::mongo(spec.child_collection, e))?;
         }
-        self.store.drop_folds(ctx, self.id).await?;
+        self.store.drop_folds(ctx, &self.id).await?;
         Ok(deleted.deleted_count > 0)
     }
 }

@@ -6,7 +6,7 @@ use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
 use super::{query, RawStore};
-use crate::action::Action;
+use crate::action::{span, Action, Operation};
 use crate::error::{driver, Error, Result};
 
 impl RawStore {
@@ -17,30 +17,52 @@ impl RawStore {
     ///
     /// As [`crate::Store::insert`].
     pub fn insert(&self, parent: Document) -> Action<'_, ()> {
-        Action::new(move |session| Box::pin(self.insert_in(parent, session)))
+        Action::of(Insert {
+            store: self,
+            parent,
+        })
+    }
+}
+
+/// [`RawStore::insert`].
+struct Insert<'a> {
+    store: &'a RawStore,
+    parent: Document,
+}
+
+impl Insert<'_> {
+    fn id(&self) -> Result<&Bson> {
+        self.parent
+            .get("_id")
+            .ok_or_else(|| Error::ParentWithoutId {
+                collection: self.store.collection_name().to_owned(),
+            })
+    }
+}
+
+impl<'s, 'a: 's> Operation<'s> for Insert<'a> {
+    type Output = ();
+
+    fn span(&self) -> tracing::Span {
+        span!("subset.insert", self.store, None::<&str>, self.id().ok())
     }
 
-    #[tracing::instrument(skip_all, fields(collection = %self.collection_name()))]
-    pub(crate) async fn insert_in(
-        &self,
-        mut parent: Document,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<()> {
-        let id = parent
-            .get("_id")
-            .cloned()
-            .ok_or_else(|| Error::ParentWithoutId {
-                collection: self.collection_name().to_owned(),
-            })?;
-        self.check_parent_id(&id)?;
+    fn check(&self) -> Result<()> {
+        self.store.check_parent_id(self.id()?)
+    }
+
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<()> {
+        let store = self.store;
+        let id = self.id()?.clone();
+        let mut parent = self.parent;
         // Built under this store's definition of the model, whatever the parent carried, and
         // the definition registered before any parent carries it.
-        self.registry().await?;
-        parent.insert(super::MARKER, self.definition.marker().clone());
+        store.registry().await?;
+        parent.insert(super::MARKER, store.definition.marker().clone());
         // The children of every view of one child collection and key go in once, for their
         // group (the union of what the views hold, by `_id`).
-        let subsets = self.spec().subsets;
-        let groups = self.views().groups();
+        let subsets = store.spec().subsets;
+        let groups = store.views().groups();
         let mut children: Vec<Vec<Document>> = vec![Vec::new(); groups.len()];
         for (i, spec) in subsets.iter().enumerate() {
             let given = match parent.insert(spec.field, Bson::Array(Vec::new())) {
@@ -49,7 +71,7 @@ impl RawStore {
             };
             if spec.embed.is_some() && !given.is_empty() {
                 return Err(Error::PreviewsOnInsert {
-                    collection: self.collection_name().to_owned(),
+                    collection: store.collection_name().to_owned(),
                     id: Box::new(id),
                     field: spec.field.to_owned(),
                 });
@@ -62,7 +84,7 @@ impl RawStore {
                 let zero = super::sums::like_stored(Bson::Int64(0), parent.get(sum.parent));
                 parent.insert(sum.parent, zero);
             }
-            let g = self.views().group_index(i);
+            let g = store.views().group_index(i);
             let first = groups[g].first_field() == i;
             for child in given {
                 let without_id = || Error::ChildWithoutId {
@@ -81,17 +103,17 @@ impl RawStore {
             }
         }
         for (i, spec) in subsets.iter().enumerate() {
-            for child in &children[self.views().group_index(i)] {
+            for child in &children[store.views().group_index(i)] {
                 super::sums::check_child(spec, child)?;
             }
         }
         let steps = InsertSteps {
-            store: self,
+            store,
             id: &id,
             parent: &parent,
             children: &children,
         };
-        exec::execute(self, caller, &steps).await
+        exec::execute(store, caller, &steps).await
     }
 }
 

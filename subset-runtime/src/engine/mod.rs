@@ -70,6 +70,7 @@ mod views;
 
 pub use adopt::{Adopted, Refusal};
 pub use bulk::{BulkProgress, BulkReport};
+pub(crate) use by_child::ById;
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
 };

@@ -9,7 +9,7 @@ use mongodb::ClientSession;
 use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
 use super::RawChildren;
-use crate::action::Action;
+use crate::action::{span, Action, Operation};
 use crate::error::driver;
 use crate::error::Result;
 
@@ -19,57 +19,70 @@ impl RawChildren<'_> {
     /// # Errors
     ///
     /// As [`crate::Children::move_child`].
-    pub fn move_child<'r>(
-        &'r self,
-        from: &'r Bson,
-        child: &'r Bson,
-        to: &'r Bson,
-    ) -> Action<'r, ()> {
-        Action::new(move |session| Box::pin(self.move_in(from, child, to, session)))
-    }
-
-    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
-    pub(crate) async fn move_in(
-        &self,
-        from: &Bson,
-        child: &Bson,
-        to: &Bson,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<()> {
-        self.store().check_parent_id(from)?;
-        self.store().check_parent_id(to)?;
-        self.check_child_id(child)?;
-        let steps = MoveSteps {
-            subset: self,
-            from,
-            child,
-            to,
-        };
-        exec::execute(self.store(), caller, &steps).await
+    pub fn move_child<'r>(&'r self, from: &Bson, child: &Bson, to: &Bson) -> Action<'r, ()> {
+        Action::of(Move {
+            subset: *self,
+            from: from.clone(),
+            child: child.clone(),
+            to: to.clone(),
+        })
     }
 }
 
 /// [`RawChildren::move_child`].
-struct MoveSteps<'s, 'a> {
-    subset: &'s RawChildren<'a>,
-    from: &'s Bson,
-    child: &'s Bson,
-    to: &'s Bson,
+pub(super) struct Move<'a> {
+    pub(super) subset: RawChildren<'a>,
+    pub(super) from: Bson,
+    pub(super) child: Bson,
+    pub(super) to: Bson,
 }
 
-impl Steps for MoveSteps<'_, '_> {
+impl<'s, 'a: 's> Operation<'s> for Move<'a> {
+    type Output = ();
+
+    fn span(&self) -> tracing::Span {
+        let field = Some(self.subset.spec().field);
+        span!(
+            "subset.move_child",
+            self.subset.store(),
+            field,
+            Some(&self.from)
+        )
+    }
+
+    fn check(&self) -> Result<()> {
+        let s = self.subset;
+        s.store().check_parent_id(&self.from)?;
+        s.store().check_parent_id(&self.to)?;
+        s.check_child_id(&self.child)
+    }
+
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<()> {
+        self.send(caller).await
+    }
+}
+
+impl Move<'_> {
+    /// [`Operation::execute`]; of its own, for [`super::ById`] to call in a future the
+    /// compiler can see is `Send`.
+    pub(super) async fn send(self, caller: Option<&mut ClientSession>) -> Result<()> {
+        exec::execute(self.subset.store(), caller, &self).await
+    }
+}
+
+impl Steps for Move<'_> {
     type Output = ();
 
     fn parents(&self) -> Vec<&Bson> {
-        vec![self.from, self.to]
+        vec![&self.from, &self.to]
     }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         let s = self.subset;
         let spec = s.spec();
         // The new parent first, so that a move to nowhere changes nothing.
-        if !s.has_parent(ctx, self.to).await? {
-            return Err(s.parent_not_found(self.to));
+        if !s.has_parent(ctx, &self.to).await? {
+            return Err(s.parent_not_found(&self.to));
         }
         let filter = doc! { "_id": self.child.clone(), spec.key: self.from.clone() };
         let children = s.children::<Document>();
@@ -82,7 +95,7 @@ impl Steps for MoveSteps<'_, '_> {
             ctx.run(change).await
         };
         let Some(before) = before.map_err(|e| s.mongo_child(e))? else {
-            return Err(s.child_not_found(ctx, self.from, self.child).await);
+            return Err(s.child_not_found(ctx, &self.from, &self.child).await);
         };
         if self.from == self.to {
             return Ok(());
@@ -91,13 +104,13 @@ impl Steps for MoveSteps<'_, '_> {
         // The old parent first: without a transaction, a crash between the two leaves the child
         // counted under both, which a reconcile of either repairs, never under neither.
         let moved = match s
-            .resync_views(ctx, self.from, |view| {
+            .resync_views(ctx, &self.from, |view| {
                 CountFix::Inc(super::sums::inc(view, &[], &[&before]))
             })
             .await
         {
             Ok(()) => {
-                s.resync_views(ctx, self.to, |view| {
+                s.resync_views(ctx, &self.to, |view| {
                     CountFix::Inc(super::sums::inc(view, &[&before], &[]))
                 })
                 .await
@@ -113,7 +126,7 @@ impl Steps for MoveSteps<'_, '_> {
                 let undo =
                     children.update_one(back, doc! { "$set": { spec.key: self.from.clone() } });
                 ctx.run(undo).await.map_err(|e| s.mongo_child(e))?;
-                ctx.outdated(self.from);
+                ctx.outdated(&self.from);
                 Err(e)
             }
             other => other,

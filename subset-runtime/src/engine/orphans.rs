@@ -7,7 +7,7 @@ use mongodb::ClientSession;
 
 use super::exec::Ctx;
 use super::{RawChildren, RawStore};
-use crate::action::Action;
+use crate::action::{span, Action, Operation};
 use crate::error::{Error, Result};
 
 /// How many orphans' `_id`s an [`Orphans`] report names.
@@ -61,19 +61,33 @@ impl RawStore {
     ///
     /// [`crate::Error::Mongo`].
     pub fn orphans<'a>(&'a self, children: &'a str, key: &'a str) -> Action<'a, Orphans> {
-        Action::new(move |session| Box::pin(self.orphans_in(children, key, session)))
+        Action::of(FindOrphans {
+            store: self,
+            children,
+            key,
+        })
+    }
+}
+
+/// [`RawStore::orphans`].
+struct FindOrphans<'a> {
+    store: &'a RawStore,
+    children: &'a str,
+    key: &'a str,
+}
+
+impl<'s, 'a: 's> Operation<'s> for FindOrphans<'a> {
+    type Output = Orphans;
+
+    fn span(&self) -> tracing::Span {
+        span!("subset.orphans", self.store, Some(self.key), None)
     }
 
-    #[tracing::instrument(skip_all, fields(collection = children, key))]
-    async fn orphans_in(
-        &self,
-        children: &str,
-        key: &str,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<Orphans> {
-        let collection = self.database().collection::<Document>(children);
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<Orphans> {
+        let (children, parents) = (self.children, self.store.collection_name());
+        let collection = self.store.database().collection::<Document>(children);
         let found = Ctx::read(caller)
-            .aggregate(collection.aggregate(orphans_pipeline(key, self.collection_name())))
+            .aggregate(collection.aggregate(orphans_pipeline(self.key, parents)))
             .await
             .map_err(|e| Error::mongo(children, e))?;
         Ok(found.first().map(read_report).unwrap_or_default())

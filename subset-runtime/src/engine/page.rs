@@ -10,13 +10,13 @@ use mongodb::ClientSession;
 use super::exec::Ctx;
 use super::model_change::{self, ViewState};
 use super::{query, RawChildren};
-use crate::action::Action;
+use crate::action::{span, Action, Operation};
 use crate::cursor::{Anchor, Cursor, Page, PageRequest, MAX_PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::order::Side;
 use crate::{decode, order};
 
-impl RawChildren<'_> {
+impl<'a> RawChildren<'a> {
     /// One page of children as raw documents; see [`crate::Children::page`].
     ///
     /// # Errors
@@ -24,40 +24,83 @@ impl RawChildren<'_> {
     /// As [`crate::Children::page`].
     pub fn page<'r>(
         &'r self,
-        parent: &'r Bson,
+        parent: &Bson,
         request: &'r PageRequest,
     ) -> Action<'r, Page<RawDocumentBuf>> {
-        Action::new(move |session| {
-            Box::pin(self.page_in(parent, request, |raw, _, _| Ok(raw.to_owned()), session))
-        })
+        Action::of(self.page_as(parent, request, |raw, _, _| Ok(raw.to_owned())))
     }
 
-    /// One page, each child turned into `T` by `decode(child, collection, path in the parent)`,
-    /// read in the caller's session if given.
-    #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field, size = request.size, backward = request.is_backward()))]
-    pub(crate) async fn page_in<T>(
+    /// The operation of a page whose children `decode(child, collection, path in the parent)`
+    /// turns into `T`.
+    pub(crate) fn page_as<'r, T, D>(
         &self,
         parent: &Bson,
-        request: &PageRequest,
-        decode: impl Fn(&RawDocument, &str, Option<&str>) -> Result<T>,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<Page<T>> {
-        let ctx = &mut Ctx::read(caller);
-        let spec = self.spec;
-        self.store.check_parent_id(parent)?;
-        if request.size == 0 || request.size > MAX_PAGE_SIZE {
+        request: &'r PageRequest,
+        decode: D,
+    ) -> PageOf<'r, D>
+    where
+        'a: 'r,
+        D: Fn(&RawDocument, &str, Option<&str>) -> Result<T>,
+    {
+        PageOf {
+            subset: *self,
+            parent: parent.clone(),
+            request,
+            decode,
+        }
+    }
+}
+
+/// [`RawChildren::page`], each child decoded by `decode`.
+pub(crate) struct PageOf<'a, D> {
+    subset: RawChildren<'a>,
+    parent: Bson,
+    request: &'a PageRequest,
+    decode: D,
+}
+
+impl<'s, 'a: 's, T, D> Operation<'s> for PageOf<'a, D>
+where
+    T: Send + 's,
+    D: Fn(&RawDocument, &str, Option<&str>) -> Result<T> + Send + Sync + 's,
+{
+    type Output = Page<T>;
+
+    fn span(&self) -> tracing::Span {
+        let s = self.subset;
+        let span = span!(
+            "subset.page",
+            s.store(),
+            Some(s.spec.field),
+            Some(&self.parent)
+        );
+        span.record("subset.page_size", self.request.size);
+        span
+    }
+
+    fn check(&self) -> Result<()> {
+        self.subset.store.check_parent_id(&self.parent)?;
+        let size = self.request.size;
+        if size == 0 || size > MAX_PAGE_SIZE {
             return Err(Error::InvalidPageSize {
-                size: request.size,
+                size,
                 max: MAX_PAGE_SIZE,
             });
         }
+        Ok(())
+    }
+
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<Page<T>> {
+        let ctx = &mut Ctx::read(caller);
+        let (s, parent, request, decode) = (self.subset, &self.parent, self.request, &self.decode);
+        let spec = s.spec;
         let backward = request.is_backward();
         let from = match &request.anchor {
             // A preview subset embeds parts of children, and a page holds whole ones.
             // From the child collection when the embedded subset was built under another
             // definition of the model (see [`raw::Store::rebuild`](crate::raw::Store::rebuild)).
             Anchor::Start if request.size <= spec.keep && spec.embed.is_none() => {
-                if let Some(page) = self.embedded_page(ctx, parent, request, &decode).await? {
+                if let Some(page) = s.embedded_page(ctx, parent, request, decode).await? {
                     return Ok(page);
                 }
                 None
@@ -90,7 +133,7 @@ impl RawChildren<'_> {
             (None, true) => (spec.children_of(parent), order::reverse_sort_doc(spec)),
         };
         // One child past the page says whether more follow in the direction of reading.
-        let children = self.children::<RawDocumentBuf>();
+        let children = s.children::<RawDocumentBuf>();
         let mut raws = ctx
             .collect(
                 children
@@ -99,9 +142,9 @@ impl RawChildren<'_> {
                     .limit(i64::from(request.size) + 1),
             )
             .await
-            .map_err(|e| self.mongo_child(e))?;
-        if raws.is_empty() && from.is_none() && !self.has_parent(ctx, parent).await? {
-            return Err(self.parent_not_found(parent));
+            .map_err(|e| s.mongo_child(e))?;
+        if raws.is_empty() && from.is_none() && !s.has_parent(ctx, parent).await? {
+            return Err(s.parent_not_found(parent));
         }
         let more = raws.len() > size;
         raws.truncate(size);
@@ -113,7 +156,7 @@ impl RawChildren<'_> {
         let mut cursors = Vec::with_capacity(raws.len());
         for raw in &raws {
             items.push(decode(raw, spec.child_collection, None)?);
-            cursors.push(self.cursor(parent, raw)?);
+            cursors.push(s.cursor(parent, raw)?);
         }
         if let Some((cursor, _)) = from {
             // At the end of the walk, or when the children served have other type brackets
@@ -128,7 +171,7 @@ impl RawChildren<'_> {
             let odd = served.is_some_and(|s| cursor.check_brackets(spec, s).is_err());
             if !more || odd {
                 let served = served.map(<[Bson]>::to_vec);
-                self.report_misfit(ctx, parent, cursor, served).await?;
+                s.report_misfit(ctx, parent, cursor, served).await?;
             }
         }
         // The direction of reading is exact (the extra child); the other is known only from
@@ -140,7 +183,9 @@ impl RawChildren<'_> {
         };
         Ok(Page::new(items, cursors, has_previous, has_next))
     }
+}
 
+impl RawChildren<'_> {
     /// At the end of a keyset walk (or on a page whose children have other type brackets than
     /// its cursor): fails with [`Error::MalformedChild`] if a child of `parent` has a sort value
     /// outside its key's type bracket, which the keyset pages could not reach. One index scan of
@@ -333,30 +378,11 @@ impl RawChildren<'_> {
     /// # Errors
     ///
     /// As [`crate::Children::all`].
-    pub fn all<'r>(
-        &'r self,
-        parent: &'r Bson,
-    ) -> Action<'r, BoxStream<'r, Result<RawDocumentBuf>>> {
-        Action::new(move |session| Box::pin(self.all_in(parent, session)))
-    }
-
-    /// The stream of [`RawChildren::all`], read in the caller's session if given (which the
-    /// stream then holds until it is dropped).
-    #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field))]
-    pub(crate) async fn all_in<'r>(
-        &self,
-        parent: &Bson,
-        caller: Option<&'r mut ClientSession>,
-    ) -> Result<BoxStream<'r, Result<RawDocumentBuf>>> {
-        self.store.check_parent_id(parent)?;
-        let name = self.spec.child_collection;
-        let children = self.children::<RawDocumentBuf>();
-        let find = children
-            .find(self.spec.children_of(parent))
-            .sort(order::sort_doc(self.spec));
-        Ctx::read(caller)
-            .stream(find, move |e| Error::mongo(name, e))
-            .await
+    pub fn all<'r>(&'r self, parent: &Bson) -> Action<'r, BoxStream<'r, Result<RawDocumentBuf>>> {
+        Action::of(All {
+            subset: *self,
+            parent: parent.clone(),
+        })
     }
 
     /// How many children `parent` has in the child collection; see [`crate::Children::count`].
@@ -364,23 +390,82 @@ impl RawChildren<'_> {
     /// # Errors
     ///
     /// [`Error::Mongo`].
-    pub fn count<'r>(&'r self, parent: &'r Bson) -> Action<'r, u64> {
-        Action::new(move |session| Box::pin(self.count_in(parent, session)))
+    pub fn count<'r>(&'r self, parent: &Bson) -> Action<'r, u64> {
+        Action::of(Count {
+            subset: *self,
+            parent: parent.clone(),
+        })
+    }
+}
+
+/// [`RawChildren::all`].
+struct All<'a> {
+    subset: RawChildren<'a>,
+    parent: Bson,
+}
+
+impl<'s, 'a: 's> Operation<'s> for All<'a> {
+    type Output = BoxStream<'s, Result<RawDocumentBuf>>;
+
+    fn span(&self) -> tracing::Span {
+        let s = self.subset;
+        span!(
+            "subset.all",
+            s.store(),
+            Some(s.spec.field),
+            Some(&self.parent)
+        )
     }
 
-    /// [`RawChildren::count`], in the caller's session if given.
-    #[tracing::instrument(skip_all, fields(collection = %self.store.collection_name(), field = self.spec.field))]
-    pub(crate) async fn count_in(
-        &self,
-        parent: &Bson,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<u64> {
-        self.store.check_parent_id(parent)?;
-        let children = self.children::<Document>();
+    fn check(&self) -> Result<()> {
+        self.subset.store.check_parent_id(&self.parent)
+    }
+
+    /// The stream, read in the caller's session if given (which the stream then holds until it
+    /// is dropped).
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<Self::Output> {
+        let spec = self.subset.spec;
+        let name = spec.child_collection;
+        let children = self.subset.children::<RawDocumentBuf>();
+        let find = children
+            .find(spec.children_of(&self.parent))
+            .sort(order::sort_doc(spec));
         Ctx::read(caller)
-            .run(children.count_documents(self.spec.children_of(parent)))
+            .stream(find, move |e| Error::mongo(name, e))
             .await
-            .map_err(|e| self.mongo_child(e))
+    }
+}
+
+/// [`RawChildren::count`].
+struct Count<'a> {
+    subset: RawChildren<'a>,
+    parent: Bson,
+}
+
+impl<'s, 'a: 's> Operation<'s> for Count<'a> {
+    type Output = u64;
+
+    fn span(&self) -> tracing::Span {
+        let s = self.subset;
+        span!(
+            "subset.count",
+            s.store(),
+            Some(s.spec.field),
+            Some(&self.parent)
+        )
+    }
+
+    fn check(&self) -> Result<()> {
+        self.subset.store.check_parent_id(&self.parent)
+    }
+
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<u64> {
+        let s = self.subset;
+        let children = s.children::<Document>();
+        Ctx::read(caller)
+            .run(children.count_documents(s.spec.children_of(&self.parent)))
+            .await
+            .map_err(|e| s.mongo_child(e))
     }
 }
 

@@ -7,7 +7,7 @@ use mongodb::ClientSession;
 use super::exec::{self, Ctx, Steps};
 use super::resync::CountFix;
 use super::RawChildren;
-use crate::action::Action;
+use crate::action::{span, Action, Operation};
 use crate::error::{driver, Error, Result};
 
 impl RawChildren<'_> {
@@ -19,27 +19,14 @@ impl RawChildren<'_> {
     ///
     /// [`Error::ChildNotFound`] when no child with that `_id` is stored under `parent` (nothing
     /// changes), [`Error::Mongo`].
-    pub fn remove<'r>(&'r self, parent: &'r Bson, child: &'r Bson) -> Action<'r, ()> {
-        Action::new(move |session| Box::pin(self.remove_in(parent, child, session)))
-    }
-
-    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
-    pub(crate) async fn remove_in(
-        &self,
-        parent: &Bson,
-        child: &Bson,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<()> {
-        self.store().check_parent_id(parent)?;
-        self.check_child_id(child)?;
-        let steps = ChildSteps {
-            subset: self,
-            parent,
-            child,
+    pub fn remove<'r>(&'r self, parent: &Bson, child: &Bson) -> Action<'r, ()> {
+        Action::of(ChildWrite {
+            subset: *self,
+            parent: parent.clone(),
+            child: child.clone(),
             replacement: None,
             before: std::sync::Mutex::default(),
-        };
-        exec::execute(self.store(), caller, &steps).await
+        })
     }
 
     /// Replaces a stored child (matched by `_id` under `parent`) in the child collection and its
@@ -51,49 +38,69 @@ impl RawChildren<'_> {
     /// [`Error::ChildNotFound`], [`Error::ChildWithoutId`], [`Error::MalformedChild`] when a summed field
     /// (see [`crate::spec::SumSpec`]) is not a number, [`Error::ParentKeyMismatch`] when the
     /// child's parent key names another parent, [`Error::Mongo`].
-    pub fn update<'r>(&'r self, parent: &'r Bson, child: Document) -> Action<'r, ()> {
-        Action::new(move |session| Box::pin(self.update_in(parent, child, session)))
-    }
-
-    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
-    pub(crate) async fn update_in(
-        &self,
-        parent: &Bson,
-        child: Document,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<()> {
-        self.store().check_parent_id(parent)?;
-        let id = self.child_id(&child)?;
-        for spec in self.view_specs() {
-            super::sums::check_child(spec, &child)?;
-        }
-        let stored = super::parent_key::keyed(self.spec(), parent, child)?;
-        let steps = ChildSteps {
-            subset: self,
-            parent,
-            child: &id,
-            replacement: Some(&stored),
+    pub fn update<'r>(&'r self, parent: &Bson, child: Document) -> Action<'r, ()> {
+        Action::of(ChildWrite {
+            subset: *self,
+            parent: parent.clone(),
+            child: child.get("_id").cloned().unwrap_or(Bson::Null),
+            replacement: Some(child),
             before: std::sync::Mutex::default(),
-        };
-        exec::execute(self.store(), caller, &steps).await
+        })
     }
 }
 
 /// [`RawChildren::remove`] (no replacement) or [`RawChildren::update`].
-struct ChildSteps<'s, 'a> {
-    subset: &'s RawChildren<'a>,
-    parent: &'s Bson,
-    child: &'s Bson,
-    replacement: Option<&'s Document>,
+struct ChildWrite<'a> {
+    subset: RawChildren<'a>,
+    parent: Bson,
+    child: Bson,
+    replacement: Option<Document>,
     /// Without a transaction, the child as it was, for [`Steps::take_back`].
     before: std::sync::Mutex<Option<Document>>,
 }
 
-impl Steps for ChildSteps<'_, '_> {
+impl<'s, 'a: 's> Operation<'s> for ChildWrite<'a> {
+    type Output = ();
+
+    fn span(&self) -> tracing::Span {
+        let (store, field, parent) = (
+            self.subset.store(),
+            Some(self.subset.spec().field),
+            Some(&self.parent),
+        );
+        match self.replacement {
+            None => span!("subset.remove", store, field, parent),
+            Some(_) => span!("subset.update", store, field, parent),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let s = self.subset;
+        s.store().check_parent_id(&self.parent)?;
+        let Some(child) = &self.replacement else {
+            return s.check_child_id(&self.child);
+        };
+        s.child_id(child)?;
+        for spec in s.view_specs() {
+            super::sums::check_child(spec, child)?;
+        }
+        Ok(())
+    }
+
+    async fn execute(mut self, caller: Option<&'s mut ClientSession>) -> Result<()> {
+        if let Some(child) = self.replacement.take() {
+            let spec = self.subset.spec();
+            self.replacement = Some(super::parent_key::keyed(spec, &self.parent, child)?);
+        }
+        exec::execute(self.subset.store(), caller, &self).await
+    }
+}
+
+impl Steps for ChildWrite<'_> {
     type Output = ();
 
     fn parents(&self) -> Vec<&Bson> {
-        vec![self.parent]
+        vec![&self.parent]
     }
 
     async fn take_back(&self, ctx: &mut Ctx<'_>) -> Result<()> {
@@ -113,7 +120,7 @@ impl Steps for ChildSteps<'_, '_> {
             ctx.storing([self.child.clone()]);
         }
         // The child as it was, to put back if the subset cannot follow.
-        let before = match self.replacement {
+        let before = match &self.replacement {
             None => ctx.run(children.find_one_and_delete(filter)).await,
             Some(stored) => ctx.run(children.find_one_and_replace(filter, stored)).await,
         };
@@ -129,9 +136,9 @@ impl Steps for ChildSteps<'_, '_> {
         }
         // Every view is recomputed; its count and sums move by what left it and what came in
         // (a flag that flipped moves the child between them), exactly once.
-        let added: Vec<&Document> = self.replacement.into_iter().collect();
+        let added: Vec<&Document> = self.replacement.iter().collect();
         let resynced = s
-            .resync_views(ctx, self.parent, |view| {
+            .resync_views(ctx, &self.parent, |view| {
                 CountFix::Inc(super::sums::inc(view, &added, &[&before]))
             })
             .await;
@@ -142,7 +149,7 @@ impl Steps for ChildSteps<'_, '_> {
             // transaction would; views resynced before the refusal are rebuilt from it.
             Err(e) if !ctx.atomic() && driver::was_refused(&e) => {
                 self.put_back(ctx, &before).await?;
-                ctx.outdated(self.parent);
+                ctx.outdated(&self.parent);
                 Err(e)
             }
             Err(e) => Err(e),
@@ -150,7 +157,7 @@ impl Steps for ChildSteps<'_, '_> {
     }
 }
 
-impl ChildSteps<'_, '_> {
+impl ChildWrite<'_> {
     /// Puts the child back as it was (`before`), without a transaction: inserted again after a
     /// remove, replaced after an update.
     async fn put_back(&self, ctx: &mut Ctx<'_>, before: &Document) -> Result<()> {

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use crate::bson::{doc, Bson, Document};
 use futures::{Stream, StreamExt, TryStreamExt};
 
+use super::resync::{Emptying, Resync};
 use super::{Drift, RawStore};
+use crate::action::Action;
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
 
@@ -425,10 +427,17 @@ impl RawStore {
             let mut found = Vec::with_capacity(fields.len());
             if refused.is_empty() {
                 for spec in fields {
-                    let result = self
-                        .children(spec)
-                        .resync_in(&id, write, options.allow_emptying, None)
-                        .await;
+                    let resync = match write {
+                        true => Resync::Fix,
+                        false => Resync::Check,
+                    };
+                    let emptying = match options.allow_emptying {
+                        true => Emptying::Allowed,
+                        false => Emptying::Refused,
+                    };
+                    let subset = self.children(spec);
+                    let op = subset.resync_of(&id, resync, emptying);
+                    let result = Action::of(op).await;
                     found.push((spec.field.to_owned(), result));
                 }
             } else {

@@ -10,7 +10,9 @@ use futures::StreamExt;
 use super::event::{self, Event, Meaning};
 use super::stats::FollowBatch;
 use super::stream::CollectionFollower;
+use crate::action::Action;
 use crate::engine::exec;
+use crate::engine::resync::{Emptying, Resync};
 use crate::error::{Error, Result};
 
 /// How many times a batch's failed resyncs are tried before the follower gives up (without
@@ -94,10 +96,9 @@ impl CollectionFollower<'_> {
                     // Unguarded: it follows child writes, and settles a parent of another
                     // definition as those writes do.
                     let task = tokio::spawn(async move {
-                        store
-                            .children(&spec)
-                            .resync_in(&key, true, true, None)
-                            .await
+                        let subset = store.children(&spec);
+                        let op = subset.resync_of(&key, Resync::Fix, Emptying::Allowed);
+                        Action::of(op).await
                     });
                     async move {
                         match task.await {

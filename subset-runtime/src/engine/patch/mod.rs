@@ -33,7 +33,7 @@ use mongodb::ClientSession;
 
 use super::exec;
 use super::RawChildren;
-use crate::action::Action;
+use crate::action::{span, Action, Operation};
 use crate::error::Result;
 // Only the docs link to it.
 #[cfg(doc)]
@@ -44,6 +44,58 @@ mod steps;
 
 pub use child_patch::ChildPatch;
 use steps::PatchSteps;
+
+/// [`RawChildren::patch`].
+pub(crate) struct PatchOne<'a> {
+    subset: RawChildren<'a>,
+    parent: Bson,
+    child: Bson,
+    patch: ChildPatch,
+}
+
+impl<'s, 'a: 's> Operation<'s> for PatchOne<'a> {
+    type Output = ();
+
+    fn span(&self) -> tracing::Span {
+        let s = self.subset;
+        span!(
+            "subset.patch",
+            s.store(),
+            Some(s.spec().field),
+            Some(&self.parent)
+        )
+    }
+
+    fn check(&self) -> Result<()> {
+        let s = self.subset;
+        s.store().check_parent_id(&self.parent)?;
+        s.check_child_id(&self.child)?;
+        s.check_patch(&self.patch)
+    }
+
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<()> {
+        self.send(caller).await
+    }
+}
+
+impl PatchOne<'_> {
+    /// [`Operation::execute`]; of its own, for [`super::ById`] to call in a future the
+    /// compiler can see is `Send`.
+    pub(crate) async fn send(self, caller: Option<&mut ClientSession>) -> Result<()> {
+        if self.patch.is_empty() {
+            return Ok(());
+        }
+        let (s, parent) = (self.subset, &self.parent);
+        let batch = vec![(self.child, self.patch)];
+        // Unless the caller gives a session, patches of one parent's children go together: votes
+        // on one hot child would otherwise conflict and retry in transactions, or take turns
+        // on the parent one by one without them (see `group_commit.rs`).
+        if caller.is_none() {
+            return s.patch_combined(parent, batch).await;
+        }
+        s.patch_alone(parent, &batch, caller).await
+    }
+}
 
 /// The patches of one caller, as the group commit queues them: (child `_id`, patch).
 pub(super) type Batch = Vec<(Bson, ChildPatch)>;
@@ -57,13 +109,18 @@ impl RawChildren<'_> {
     ///
     /// [`Error::InvalidPatch`] (nothing is written), [`Error::ChildNotFound`],
     /// [`Error::ParentNotFound`], [`Error::Mongo`].
-    pub fn patch<'r>(
-        &'r self,
-        parent: &'r Bson,
-        child: &'r Bson,
-        patch: &'r ChildPatch,
-    ) -> Action<'r, ()> {
-        Action::new(move |session| Box::pin(self.patch_in(parent, child, patch, session)))
+    pub fn patch<'r>(&'r self, parent: &Bson, child: &Bson, patch: &ChildPatch) -> Action<'r, ()> {
+        Action::of(self.patch_one(parent.clone(), child.clone(), patch.clone()))
+    }
+
+    /// The operation of [`RawChildren::patch`].
+    pub(crate) fn patch_one(&self, parent: Bson, child: Bson, patch: ChildPatch) -> PatchOne<'_> {
+        PatchOne {
+            subset: *self,
+            parent,
+            child,
+            patch,
+        }
     }
 
     /// What [`RawChildren::patch`] checks before it writes anything: the patch names neither the
@@ -75,30 +132,6 @@ impl RawChildren<'_> {
     /// [`Error::InvalidPatch`] naming the field.
     pub fn check_patch(&self, patch: &ChildPatch) -> Result<()> {
         patch.check(self.view_specs())
-    }
-
-    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field))]
-    pub(crate) async fn patch_in(
-        &self,
-        parent: &Bson,
-        child: &Bson,
-        patch: &ChildPatch,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<()> {
-        self.store().check_parent_id(parent)?;
-        self.check_child_id(child)?;
-        self.check_patch(patch)?;
-        if patch.is_empty() {
-            return Ok(());
-        }
-        let batch = vec![(child.clone(), patch.clone())];
-        // Unless the caller gives a session, patches of one parent's children go together: votes
-        // on one hot child would otherwise conflict and retry in transactions, or take turns
-        // on the parent one by one without them (see `group_commit.rs`).
-        if caller.is_none() {
-            return self.patch_combined(parent, batch).await;
-        }
-        self.patch_alone(parent, &batch, caller).await
     }
 
     async fn patch_alone(

@@ -13,7 +13,7 @@ use parent_update::ViewPush;
 pub(super) mod fold;
 mod ordered;
 mod parent_update;
-use crate::action::Action;
+use crate::action::{span, Action, Operation};
 use crate::error::{driver, Error, Result};
 
 /// A child ready to be written: its `_id`, its embedded form in each view, and its
@@ -51,32 +51,12 @@ impl<'a> RawChildren<'a> {
     /// # Errors
     ///
     /// As [`crate::Children::push`].
-    pub fn push<'r>(&'r self, parent: &'r Bson, children: Vec<Document>) -> Action<'r, ()> {
-        Action::new(move |session| Box::pin(self.push_in(parent, children, session)))
-    }
-
-    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field, n = children.len()))]
-    pub(crate) async fn push_in(
-        &self,
-        parent: &Bson,
-        children: Vec<Document>,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<()> {
-        self.store().check_parent_id(parent)?;
-        if children.is_empty() {
-            return Ok(());
-        }
-        let batch = children
-            .into_iter()
-            .map(|c| self.prepare(parent, c))
-            .collect::<Result<Batch>>()?;
-        match Self::strategy(caller.is_some()) {
-            Strategy::GroupCommit => self.push_combined(parent, batch).await,
-            Strategy::Direct | Strategy::Fold => {
-                self.push_alone(parent, &batch, caller, Strategy::Direct)
-                    .await
-            }
-        }
+    pub fn push<'r>(&'r self, parent: &Bson, children: Vec<Document>) -> Action<'r, ()> {
+        Action::of(Push {
+            subset: *self,
+            parent: parent.clone(),
+            children,
+        })
     }
 
     /// How a push of this field reaches the server when no parent is contended yet: in the
@@ -226,6 +206,51 @@ impl<'a> RawChildren<'a> {
         {
             Written::Applied | Written::Missed | Written::Outdated => Ok(()),
             Written::Missing => Err(self.parent_not_found(parent)),
+        }
+    }
+}
+
+/// [`RawChildren::push`].
+struct Push<'a> {
+    subset: RawChildren<'a>,
+    parent: Bson,
+    children: Vec<Document>,
+}
+
+impl<'s, 'a: 's> Operation<'s> for Push<'a> {
+    type Output = ();
+
+    fn span(&self) -> tracing::Span {
+        let s = self.subset;
+        let span = span!(
+            "subset.push",
+            s.store(),
+            Some(s.spec().field),
+            Some(&self.parent)
+        );
+        span.record("subset.children", self.children.len());
+        span
+    }
+
+    fn check(&self) -> Result<()> {
+        self.subset.store().check_parent_id(&self.parent)
+    }
+
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<()> {
+        if self.children.is_empty() {
+            return Ok(());
+        }
+        let (s, parent) = (self.subset, &self.parent);
+        let batch = self
+            .children
+            .into_iter()
+            .map(|c| s.prepare(parent, c))
+            .collect::<Result<Batch>>()?;
+        match RawChildren::strategy(caller.is_some()) {
+            Strategy::GroupCommit => s.push_combined(parent, batch).await,
+            Strategy::Direct | Strategy::Fold => {
+                s.push_alone(parent, &batch, caller, Strategy::Direct).await
+            }
         }
     }
 }

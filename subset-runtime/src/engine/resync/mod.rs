@@ -20,7 +20,7 @@ use super::exec::{self, Ctx, Steps};
 use super::model_change::MARKER;
 use super::parent_write::{Guard, ParentUpdate, Written};
 use super::{query, RawChildren};
-use crate::action::Action;
+use crate::action::{span, Action, Operation};
 use crate::engine::WriteMode;
 use crate::error::{Error, Result};
 
@@ -53,64 +53,69 @@ pub(crate) enum CountFix {
     Recount,
 }
 
-impl RawChildren<'_> {
-    /// Recomputes the subset (the top `keep` of the child collection), the count and the running
-    /// sums, writes them if they differ, and reports what differed.
-    ///
-    /// Safe while writers run: the write is conditional on the subset and count being as read,
-    /// and is retried otherwise, so it never overwrites a child pushed after it read. In
-    /// [`crate::WriteMode::Ordered`] a push whose child is stored but whose parent update is
-    /// still in flight can leave the count one high; the next reconcile corrects it.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::ParentNotFound`] (and the parent's fold documents, if any, are deleted),
-    /// [`Error::MalformedParent`] when the stored subset field is not an array, [`Error::MalformedChild`] when a stored child's summed field is not a number,
-    /// [`Error::Mongo`]; [`Error::RebuildWouldEmpty`] for a parent built under another
-    /// definition that a rebuild would refuse.
-    pub fn reconcile<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
-        Action::new(move |session| Box::pin(self.resync_in(parent, true, false, session)))
+/// Whether a resync writes what it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resync {
+    /// [`RawChildren::check`]: reports only.
+    Check,
+    /// [`RawChildren::reconcile`]: writes the parent to agree with its children.
+    Fix,
+}
+
+/// Whether a resync may empty a parent built under another definition that a rebuild would
+/// refuse ([`RawStore::would_empty`]): a reconcile or check reaches the verdict a rebuild does,
+/// unless it follows child writes (the follower), which settle such a parent as those writes do.
+///
+/// [`RawStore::would_empty`]: crate::engine::RawStore::would_empty
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Emptying {
+    Refused,
+    Allowed,
+}
+
+/// [`RawChildren::reconcile`] or [`RawChildren::check`] of one parent.
+pub(crate) struct ResyncOf<'a> {
+    subset: RawChildren<'a>,
+    parent: Bson,
+    resync: Resync,
+    emptying: Emptying,
+}
+
+impl<'s, 'a: 's> Operation<'s> for ResyncOf<'a> {
+    type Output = Drift;
+
+    fn span(&self) -> tracing::Span {
+        let (store, field, parent) = (
+            self.subset.store(),
+            Some(self.subset.spec().field),
+            Some(&self.parent),
+        );
+        match self.resync {
+            Resync::Check => span!("subset.check", store, field, parent),
+            Resync::Fix => span!("subset.reconcile", store, field, parent),
+        }
     }
 
-    /// What [`RawChildren::reconcile`] would find, without writing anything.
-    ///
-    /// In a transaction on a replica set, so that its reads see one snapshot and a push landing
-    /// between them is not reported as drift.
-    ///
-    /// # Errors
-    ///
-    /// As [`RawChildren::reconcile`].
-    pub fn check<'r>(&'r self, parent: &'r Bson) -> Action<'r, Drift> {
-        Action::new(move |session| Box::pin(self.resync_in(parent, false, false, session)))
+    fn check(&self) -> Result<()> {
+        self.subset.store().check_parent_id(&self.parent)
     }
 
-    /// [`RawChildren::reconcile`] (`write`) or [`RawChildren::check`]. A parent built under
-    /// another definition is refused as a rebuild refuses it ([`RawStore::would_empty`]) unless
-    /// `allow_emptying`: a reconcile or check reaches the verdict a rebuild does.
-    ///
-    /// [`RawStore::would_empty`]: crate::engine::RawStore::would_empty
-    #[tracing::instrument(skip_all, fields(collection = %self.store().collection_name(), field = self.spec().field, write))]
-    pub(crate) async fn resync_in(
-        &self,
-        parent: &Bson,
-        write: bool,
-        allow_emptying: bool,
-        caller: Option<&mut ClientSession>,
-    ) -> Result<Drift> {
-        self.store().check_parent_id(parent)?;
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<Drift> {
+        let (s, parent) = (self.subset, &self.parent);
+        let write = self.resync == Resync::Fix;
         // Pushes queued by callers that went away: written first where a fold can run (a
         // transaction of its own), so that the resync sees their children.
-        let store = self.store();
+        let store = s.store();
         let fold = write && caller.is_none() && store.mode().await? == WriteMode::Transactional;
         let queued = match fold {
-            true => self.fold_queued(parent).await?,
-            false => self.queued(parent).await?,
+            true => s.fold_queued(parent).await?,
+            false => s.queued(parent).await?,
         };
         let steps = ResyncSteps {
-            subset: self,
+            subset: &s,
             parent,
             write,
-            guarded: !allow_emptying,
+            guarded: self.emptying == Emptying::Refused,
         };
         match exec::execute(store, caller, &steps).await {
             Ok(mut drift) => {
@@ -126,6 +131,53 @@ impl RawChildren<'_> {
                 Err(Error::ParentNotFound { collection, id })
             }
             Err(e) => Err(e),
+        }
+    }
+}
+
+impl RawChildren<'_> {
+    /// Recomputes the subset (the top `keep` of the child collection), the count and the running
+    /// sums, writes them if they differ, and reports what differed.
+    ///
+    /// Safe while writers run: the write is conditional on the subset and count being as read,
+    /// and is retried otherwise, so it never overwrites a child pushed after it read. In
+    /// [`crate::WriteMode::Ordered`] a push whose child is stored but whose parent update is
+    /// still in flight can leave the count one high; the next reconcile corrects it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ParentNotFound`] (and the parent's fold documents, if any, are deleted),
+    /// [`Error::MalformedParent`] when the stored subset field is not an array, [`Error::MalformedChild`] when a stored child's summed field is not a number,
+    /// [`Error::Mongo`]; [`Error::RebuildWouldEmpty`] for a parent built under another
+    /// definition that a rebuild would refuse.
+    pub fn reconcile<'r>(&'r self, parent: &Bson) -> Action<'r, Drift> {
+        Action::of(self.resync_of(parent, Resync::Fix, Emptying::Refused))
+    }
+
+    /// What [`RawChildren::reconcile`] would find, without writing anything.
+    ///
+    /// In a transaction on a replica set, so that its reads see one snapshot and a push landing
+    /// between them is not reported as drift.
+    ///
+    /// # Errors
+    ///
+    /// As [`RawChildren::reconcile`].
+    pub fn check<'r>(&'r self, parent: &Bson) -> Action<'r, Drift> {
+        Action::of(self.resync_of(parent, Resync::Check, Emptying::Refused))
+    }
+
+    /// The operation of [`RawChildren::reconcile`] or [`RawChildren::check`].
+    pub(crate) fn resync_of(
+        &self,
+        parent: &Bson,
+        resync: Resync,
+        emptying: Emptying,
+    ) -> ResyncOf<'_> {
+        ResyncOf {
+            subset: *self,
+            parent: parent.clone(),
+            resync,
+            emptying,
         }
     }
 
