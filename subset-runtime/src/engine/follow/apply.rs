@@ -9,7 +9,7 @@ use futures::StreamExt;
 
 use super::event::{self, Event, Meaning};
 use super::stats::FollowBatch;
-use super::stream::CollectionFollower;
+use super::stream::{Applied, CollectionFollower};
 use crate::action::Action;
 use crate::engine::exec;
 use crate::engine::resync::{Emptying, Resync};
@@ -18,14 +18,6 @@ use crate::error::{Error, Result};
 /// How many times a batch's failed resyncs are tried before the follower gives up (without
 /// saving the batch's place, so that a restart redoes it).
 const ATTEMPTS: u32 = 6;
-
-/// What applying a batch came to.
-pub(super) enum Applied {
-    /// Boxed: a batch report is large, and the other variant carries nothing.
-    Batch(Box<FollowBatch>),
-    /// Some event's parents are unknown: only a full pass covers it.
-    MissingImages,
-}
 
 /// What resyncing a batch's parents found.
 #[derive(Default)]

@@ -6,31 +6,12 @@ use tokio::sync::watch;
 
 use super::pre_images;
 use super::stats::{Counters, FollowStats};
-use super::stream::{CollectionFollower, Shared};
+use super::stream::{CollectionFollower, Shared, Stop};
 use super::token::Tokens;
 use super::{Follow, FollowOptions, Observer};
 use crate::engine::RawStore;
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
-
-/// Whether a stop was requested, as every collection follower sees it.
-#[derive(Debug, Clone)]
-pub(super) struct Stop(watch::Receiver<bool>);
-
-impl Stop {
-    pub(super) fn requested(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    /// Resolves once a stop is requested.
-    pub(super) async fn wait(&self) {
-        let mut rx = self.0.clone();
-        // An error means the sender is gone, and nothing can ask for a stop any more.
-        if rx.wait_for(|stop| *stop).await.is_err() {
-            futures::future::pending::<()>().await;
-        }
-    }
-}
 
 impl Follow {
     pub(super) async fn run(self) -> Result<FollowStats> {

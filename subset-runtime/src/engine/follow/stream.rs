@@ -9,15 +9,40 @@ use mongodb::change_stream::event::{OperationType, ResumeToken};
 use mongodb::change_stream::ChangeStream;
 use mongodb::options::{FullDocumentBeforeChangeType, FullDocumentType};
 
-use super::apply::Applied;
 use super::event::{self, Event};
-use super::run::Stop;
-use super::stats::{CatchUp, Counters, FollowUpdate};
+use super::stats::{CatchUp, Counters, FollowBatch, FollowUpdate};
 use super::token::Tokens;
 use super::{FollowOptions, Observer};
 use crate::engine::RawStore;
 use crate::error::{driver, Error, Result};
 use crate::model::SubsetSpec;
+
+/// Whether a stop was requested, as every collection follower sees it.
+#[derive(Debug, Clone)]
+pub(super) struct Stop(pub(super) tokio::sync::watch::Receiver<bool>);
+
+impl Stop {
+    pub(super) fn requested(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves once a stop is requested.
+    pub(super) async fn wait(&self) {
+        let mut rx = self.0.clone();
+        // An error means the sender is gone, and nothing can ask for a stop any more.
+        if rx.wait_for(|stop| *stop).await.is_err() {
+            futures::future::pending::<()>().await;
+        }
+    }
+}
+
+/// What applying a batch came to.
+pub(super) enum Applied {
+    /// Boxed: a batch report is large, and the other variant carries nothing.
+    Batch(Box<FollowBatch>),
+    /// Some event's parents are unknown: only a full pass covers it.
+    MissingImages,
+}
 
 /// How often an idle follower saves the place its stream has reached without events (the
 /// server's post-batch resume token), so that a quiet collection's place does not fall off the

@@ -3,7 +3,7 @@
 use crate::bson::{doc, Bson, Document};
 use sha2::{Digest, Sha256};
 
-use super::MARKER;
+use super::marker::{with_note, MARKER};
 use crate::model::{ParentSpec, SubsetSpec};
 
 /// One store's definition: its digest, and each view's.
@@ -60,7 +60,7 @@ impl Definition {
 
     /// The update that marks a stored parent as built under this definition, keeping what
     /// else its marker holds (a lease), and dropping a rebuild's nonce. `notes` says, per view
-    /// field, how many malformed children its head holds (see [`super::guard::with_note`]):
+    /// field, how many malformed children its head holds (see [`with_note`]):
     /// the marking sets `_subset.v` whole, so the notes a rebuild's recomputes wrote are
     /// written again here.
     pub(crate) fn marking(&self, notes: &[(&str, u32)]) -> Document {
@@ -68,7 +68,7 @@ impl Definition {
         if let Ok(views) = marker.get_document_mut("v") {
             for (field, noted) in notes {
                 if let Some(Bson::Document(view)) = views.get_mut(*field) {
-                    *view = super::guard::with_note(std::mem::take(view), *noted);
+                    *view = with_note(std::mem::take(view), *noted);
                 }
             }
         }

@@ -42,14 +42,14 @@
 
 mod digest;
 mod guard;
+mod marker;
 mod rebuild;
 mod registry;
 mod stored;
 
 pub(crate) use digest::Definition;
-pub(crate) use guard::{malformed_note, noted_malformed, touch, ViewState};
+pub(crate) use guard::{touch, ViewState};
+pub(crate) use marker::{malformed_note, noted_malformed, MARKER};
 pub(crate) use registry::RegistryCache;
 pub use registry::{Registered, RegisteredDefinition};
 
-/// The parent field that holds the marker ([`crate::bookkeeping::Names::marker`]).
-pub(crate) const MARKER: &str = "_subset";

@@ -8,7 +8,7 @@ use crate::bson::{doc, Document};
 use mongodb::Database;
 
 use super::{stored, MARKER};
-use crate::bookkeeping::Names;
+use crate::bookkeeping::names::Names;
 use crate::engine::RawStore;
 use crate::error::{Error, Result};
 use crate::model::ParentSpec;

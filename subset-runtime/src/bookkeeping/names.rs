@@ -1,17 +1,10 @@
-//! Every name the library writes in your database besides your documents: the field it keeps
-//! in each parent it writes ([`Names::marker`]), and its own collections, all named
-//! `<prefix>_<what>` under one prefix ([`DEFAULT_PREFIX`] unless the store is given another with
-//! [`Store::with_bookkeeping_prefix`](crate::Store::with_bookkeeping_prefix); the command line's
-//! `--bookkeeping-prefix`). A store's names are [`Store::bookkeeping`](crate::Store::bookkeeping).
-//! What each holds, which call creates it, whether it is safe to drop and what cleans it: the
-//! guide's page "what subset keeps in your database" (`subset::guide::bookkeeping`).
+//! The names the library writes under: [`Names`].
 
 use std::sync::Arc;
 
-pub use crate::engine::{
-    DefinitionStatus, FoldQueue, FollowerPlace, JobJournal, ModelStatus, Registered,
-    RegisteredDefinition, Status, ViewName,
-};
+/// The field each parent the library writes carries: the definition of the model its views
+/// were built under (see the guide's *Changing a model on live data*).
+pub(crate) const MARKER: &str = "_subset";
 
 /// The prefix of the library's collections unless a store is given another
 /// ([`crate::Store::with_bookkeeping_prefix`]).
@@ -91,7 +84,7 @@ impl Names {
     /// The field each parent the library writes carries (`_subset`). The same under every
     /// prefix: it lives in the application's documents, and every reader of them must know it.
     pub fn marker(&self) -> &'static str {
-        crate::engine::MARKER
+        MARKER
     }
 
     /// The registry of model definitions: one document per parent collection.
