@@ -11,7 +11,7 @@
 //! | `parent_write.rs` | the one way an operation updates a parent: the model guard, the touch, the fence |
 //! | `insert.rs`, `delete.rs` | a parent with its children, in and out |
 //! | `push/` | `push` / `push_many`: its strategies (direct, group commit, fold), the ordered path, the capped `$push` |
-//! | `group_commit.rs` | group commit: pushes (or patches) to one hot parent share a transaction |
+//! | `batch.rs` | what pushes and patches queue for a parent's turn holder to take along |
 //! | `page.rs` | merged pagination, `all`, `count` |
 //! | `parent_key.rs` | the parent key in a child as it is written: filled in, or refused when it names another parent |
 //! | `remove_update.rs` | removing and replacing one child |
@@ -37,18 +37,18 @@ use mongodb::options::{Acknowledgment, CollectionOptions, ReadConcern, WriteConc
 use mongodb::{Collection, Database};
 use tokio::sync::OnceCell;
 
-use crate::bookkeeping::{Names, PrefixError};
+use crate::bookkeeping::names::{Names, PrefixError};
 use crate::error::{driver, Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
 
 mod adopt;
+mod batch;
 mod bulk;
 mod by_child;
 mod decimal;
 mod delete;
 mod exec;
 mod follow;
-mod group_commit;
 mod insert;
 mod model_change;
 mod move_child;
@@ -150,11 +150,9 @@ pub struct RawStore {
     views: Arc<views::ViewTable>,
     definition: Arc<model_change::Definition>,
     registry: Arc<model_change::RegistryCache>,
-    turns: exec::turns::Turns,
+    traffic: exec::traffic::Traffic<batch::Queued>,
     mode: Arc<OnceCell<WriteMode>>,
-    combiner: group_commit::Combiner<push::Batch>,
     folds: Arc<push::fold::Folds>,
-    patches: group_commit::Combiner<patch::Batch>,
     names: Names,
 }
 
@@ -178,12 +176,10 @@ impl RawStore {
             views: Arc::new(views::ViewTable::new(&spec)),
             definition: Arc::new(model_change::Definition::of(&spec, false)),
             registry: Arc::default(),
-            turns: exec::turns::Turns::default(),
+            traffic: exec::traffic::Traffic::default(),
             spec,
             mode: Arc::new(OnceCell::new()),
-            combiner: group_commit::Combiner::default(),
             folds: Arc::new(push::fold::Folds::new(false)),
-            patches: group_commit::Combiner::default(),
             names: Names::default(),
         }
     }
@@ -357,9 +353,9 @@ impl RawStore {
         }
     }
 
-    /// The turns on parents this store's operations take (see [`exec::turns`]).
-    pub(crate) fn turns(&self) -> &exec::turns::Turns {
-        &self.turns
+    /// The queues on parents this store's operations enter (see [`exec::traffic`]).
+    fn traffic(&self) -> &exec::traffic::Traffic<batch::Queued> {
+        &self.traffic
     }
 
     /// The subset fields grouped by the children they show.

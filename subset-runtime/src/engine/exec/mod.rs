@@ -14,7 +14,7 @@
 //! What every write of a parent needs is applied here too, around the steps, from the parents
 //! the steps declare ([`Steps::parents`]):
 //!
-//! - a turn on each parent within this process ([`turns`]), so that writers of one parent go
+//! - a turn on each parent within this process ([`traffic`]), so that writers of one parent go
 //!   first come, first served and a long one is not starved by a stream of short ones;
 //! - without a transaction, a lease on each parent across processes ([`lease`]), so that no
 //!   other writer's steps land between two of these steps;
@@ -23,7 +23,7 @@
 //!   in the same transaction when there is one. Steps only record them ([`Ctx::outdated`]).
 
 pub(crate) mod lease;
-pub(crate) mod turns;
+pub(crate) mod traffic;
 
 use std::future::{Future, IntoFuture};
 use std::time::{Duration, Instant};
@@ -337,7 +337,7 @@ pub(crate) async fn execute<S: Steps>(
         }
     }
     let parents = steps.parents();
-    let _turns = store.turns().take(&parents).await;
+    let _turns = store.traffic().take(&parents).await;
     match store.mode().await? {
         WriteMode::Ordered => ordered(store, caller, steps, &parents).await,
         WriteMode::Transactional => match caller {
@@ -427,10 +427,10 @@ async fn ordered<S: Steps>(
     result.map_err(Error::into_unknown)
 }
 
-/// `parents` in the order turns take them (see [`turns`]), so that leases are taken in it too.
+/// `parents` in the order turns take them (see [`traffic`]), so that leases are taken in it too.
 fn ordered_keys<'p>(parents: &[&'p Bson]) -> Vec<&'p Bson> {
     let mut sorted = parents.to_vec();
-    sorted.sort_by_cached_key(|p| turns::key(p));
+    sorted.sort_by_cached_key(|p| traffic::ParentKey::of(p));
     sorted.dedup();
     sorted
 }

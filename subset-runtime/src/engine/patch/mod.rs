@@ -31,6 +31,7 @@
 use crate::bson::Bson;
 use mongodb::ClientSession;
 
+use super::batch::Queued;
 use super::exec;
 use super::RawChildren;
 use crate::action::{span, Action, Operation};
@@ -39,7 +40,7 @@ use crate::error::Result;
 #[cfg(doc)]
 use crate::error::Error;
 
-mod child_patch;
+pub(super) mod child_patch;
 mod steps;
 
 pub use child_patch::ChildPatch;
@@ -89,16 +90,13 @@ impl PatchOne<'_> {
         let batch = vec![(self.child, self.patch)];
         // Unless the caller gives a session, patches of one parent's children go together: votes
         // on one hot child would otherwise conflict and retry in transactions, or take turns
-        // on the parent one by one without them (see `group_commit.rs`).
+        // on the parent one by one without them (see `exec::traffic`).
         if caller.is_none() {
             return s.patch_combined(parent, batch).await;
         }
         s.patch_alone(parent, &batch, caller).await
     }
 }
-
-/// The patches of one caller, as the group commit queues them: (child `_id`, patch).
-pub(super) type Batch = Vec<(Bson, ChildPatch)>;
 
 impl RawChildren<'_> {
     /// Changes some fields of a stored child (matched by `_id` under `parent`) in the child
@@ -148,22 +146,14 @@ impl RawChildren<'_> {
         exec::execute(self.store(), caller, &steps).await
     }
 
-    /// `batch` in a transaction of ours, together with the patches queued on the same parent.
-    async fn patch_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
+    /// `patches` with the patches queued on the same parent (see [`exec::traffic`]).
+    async fn patch_combined(&self, parent: &Bson, patches: Vec<(Bson, ChildPatch)>) -> Result<()> {
         let group = self.view_specs().first().unwrap_or(self.spec()).field;
-        let together = |mine: &Batch, theirs: &[&Batch]| {
-            Some(
-                mine.iter()
-                    .chain(theirs.iter().copied().flatten())
-                    .cloned()
-                    .collect(),
-            )
+        let run = |work: &Queued| {
+            let patches = work.patches().to_vec();
+            async move { self.patch_alone(parent, &patches, None).await }
         };
-        let run = |batch: &Batch| {
-            let batch = batch.clone();
-            async move { self.patch_alone(parent, &batch, None).await }
-        };
-        let patches = &self.store().patches;
-        patches.run(group, parent, batch, together, run).await
+        let work = Queued::Patches { group, patches };
+        self.store().traffic().together(parent, work, run).await
     }
 }

@@ -16,26 +16,14 @@ mod parent_update;
 use crate::action::{span, Action, Operation};
 use crate::error::{driver, Error, Result};
 
-/// A child ready to be written: its `_id`, its embedded form in each view, and its
-/// child-collection form (the whole child plus the parent key).
-#[derive(Clone)]
-pub(super) struct Prepared {
-    pub(super) id: Bson,
-    /// For each view of [`RawChildren::views`], in order: the whole child or its preview, or
-    /// `None` when the view's filter leaves the child out.
-    pub(super) embedded: Vec<Option<Document>>,
-    pub(super) stored: Document,
-}
-
-/// The children of one push.
-pub(super) type Batch = Vec<Prepared>;
+use super::batch::{Prepared, Queued};
 
 /// How a push reaches the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Strategy {
     /// Its own steps, in the caller's session.
     Direct,
-    /// With every push queued on the same parent in this process (`group_commit.rs`), in one
+    /// With every push queued on the same parent in this process (`exec::traffic`), in one
     /// transaction of ours, or without transactions in one turn on the parent. In a
     /// transaction, a conflict with another process's transaction on the parent reports the
     /// parent as contended.
@@ -98,27 +86,13 @@ impl<'a> RawChildren<'a> {
         }
     }
 
-    /// `batch` in a transaction of ours, together with the pushes queued on the same parent;
-    /// folded with other processes' when the parent is contended and the store folds (see
-    /// `fold/`).
-    async fn push_combined(&self, parent: &Bson, batch: Batch) -> Result<()> {
+    /// `batch` with the pushes queued on the same parent (see [`exec::traffic`]); folded
+    /// with other processes' when the parent is contended and the store folds (see `fold/`).
+    async fn push_combined(&self, parent: &Bson, children: Vec<Prepared>) -> Result<()> {
         let key = self.group_key(parent);
-        // All in one transaction, unless the same child comes from two callers (then each on
-        // its own, so that one stores it and the other finds it stored).
-        let together = |mine: &Batch, theirs: &[&Batch]| {
-            let all: Batch = mine
-                .iter()
-                .chain(theirs.iter().copied().flatten())
-                .cloned()
-                .collect();
-            let mut ids: Vec<String> = all.iter().map(|p| p.id.to_string()).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            (ids.len() == all.len()).then_some(all)
-        };
         let folds = &self.store().folds;
-        let run = |batch: &Batch| {
-            let batch = batch.clone();
+        let run = |work: &Queued| {
+            let batch = work.children().to_vec();
             let key = &key;
             async move {
                 let strategy = match folds.folding(key) {
@@ -137,8 +111,11 @@ impl<'a> RawChildren<'a> {
                 }
             }
         };
-        let combiner = &self.store().combiner;
-        combiner.run(key.0, parent, batch, together, run).await
+        let work = Queued::Pushes {
+            group: key.0,
+            children,
+        };
+        self.store().traffic().together(parent, work, run).await
     }
 
     /// `child` ready to be written into this field's [`RawChildren::views`].
@@ -245,7 +222,7 @@ impl<'s, 'a: 's> Operation<'s> for Push<'a> {
             .children
             .into_iter()
             .map(|c| s.prepare(parent, c))
-            .collect::<Result<Batch>>()?;
+            .collect::<Result<Vec<_>>>()?;
         match RawChildren::strategy(caller.is_some()) {
             Strategy::GroupCommit => s.push_combined(parent, batch).await,
             Strategy::Direct | Strategy::Fold => {

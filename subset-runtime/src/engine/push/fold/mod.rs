@@ -1,6 +1,6 @@
 //! Group commit across processes, for a parent that several processes push to at once.
 //!
-//! Group commit within a process (`group_commit.rs`) cannot stop transactions from different
+//! Group commit within a process (`exec::traffic`) cannot stop transactions from different
 //! processes conflicting on one parent: the server aborts all but one, and the losers back off
 //! and collide again, so pushes wait for hundreds of milliseconds. A parent whose push
 //! transaction conflicted is *contended* in this process for [`CONTENDED_FOR`], and pushes to
@@ -41,9 +41,12 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::options::{CollectionOptions, ReturnDocument, WriteConcern};
 use mongodb::Collection;
 
-use super::{Batch, PushSteps};
+use super::{Prepared, PushSteps};
+use crate::engine::exec::traffic::ParentKey;
 use crate::engine::exec::{self, backoff, is_transient, Ctx, Retry, Steps};
-use crate::engine::group_commit::{key_bytes, Key};
+
+/// A key per (first view of the children, parent).
+pub(crate) type Key = (&'static str, ParentKey);
 use crate::engine::{RawChildren, RawStore};
 use crate::error::{driver, Error, Result};
 use crate::model::SubsetSpec;
@@ -366,11 +369,11 @@ impl<'a> RawChildren<'a> {
     pub(super) fn group_key(&self, parent: &Bson) -> Key {
         // The first view: pushes through any view of these children go together.
         let group = self.view_specs().first().unwrap_or(self.spec()).field;
-        (group, key_bytes(parent))
+        (group, ParentKey::of(parent))
     }
 
     /// Writes `batch` through the folds of `parent` (see the module docs).
-    pub(super) async fn push_folded(&self, parent: &Bson, batch: &Batch) -> Result<()> {
+    pub(super) async fn push_folded(&self, parent: &Bson, batch: &[Prepared]) -> Result<()> {
         if crate::engine::bson_len(batch.iter().map(|p| &p.stored)) > LARGEST_ENTRY {
             return self
                 .push_alone(parent, batch, None, super::Strategy::Direct)
@@ -677,7 +680,7 @@ impl Steps for FoldSteps<'_, '_, '_> {
             return Ok(outcome);
         }
         // Every push taken is written, whoever's it is: the write above took it off the queue.
-        let mut batch = Batch::new();
+        let mut batch = Vec::new();
         for (id, children) in entries {
             for child in children {
                 let Bson::Document(child) = child else {

@@ -16,7 +16,7 @@ use mongodb::Database;
 use tokio::sync::watch;
 
 use super::{ASIDES, FOLDS};
-use crate::engine::group_commit::key_bytes;
+use crate::engine::exec::traffic::ParentKey;
 
 /// How long the stream runs without a folded push before it stops.
 const IDLE_FOR: Duration = Duration::from_secs(30);
@@ -39,7 +39,7 @@ pub(crate) struct Heard {
 #[derive(Default)]
 struct State {
     /// Per parent document (its `_id`'s bytes): the latest counts seen.
-    counts: HashMap<Vec<u8>, watch::Sender<Counts>>,
+    counts: HashMap<ParentKey, watch::Sender<Counts>>,
     running: bool,
     last_used: Option<Instant>,
 }
@@ -59,7 +59,7 @@ impl Heard {
         state.last_used = Some(Instant::now());
         // Parents nobody listens to any more are forgotten.
         state.counts.retain(|_, sender| sender.receiver_count() > 0);
-        let key = key_bytes(&Bson::Document(id.clone()));
+        let key = ParentKey::of(&Bson::Document(id.clone()));
         let receiver = state
             .counts
             .entry(key)
@@ -80,7 +80,7 @@ impl Heard {
     /// Takes in counts an event carried (each `None` when it did not change).
     fn heard(&self, id: &Bson, folds: Option<i64>, asides: Option<i64>) {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sender) = state.counts.get(&key_bytes(id)) {
+        if let Some(sender) = state.counts.get(&ParentKey::of(id)) {
             sender.send_if_modified(|(seen_folds, seen_asides)| {
                 let mut newer = false;
                 for (seen, now) in [(seen_folds, folds), (seen_asides, asides)] {

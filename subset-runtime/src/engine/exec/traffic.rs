@@ -1,0 +1,440 @@
+//! The traffic on each parent within one process: one first-come, first-served queue per
+//! parent that every writer of it enters once, and whose turn holder takes along the work of
+//! the same kind queued right behind it (group commit, as the holder of a log flush takes the
+//! commits waiting behind it).
+//!
+//! Without turns, writers of one parent race each other: in a transaction the server aborts
+//! all but one of the conflicting ones and the losers retry, so a long operation (a removal
+//! that recomputes a view) keeps losing to a stream of short ones (votes) and can wait for
+//! tens of seconds; without a transaction, the lease ([`super::lease`]) is taken by whoever
+//! polls first. A queue per parent bounds every writer's wait by the work queued ahead of it,
+//! and leaves the server's conflicts and the lease to writers in other processes.
+//!
+//! Group commit keeps the queue short: pushes (or patches) of one parent waiting behind a turn
+//! are written by the next holder in one transaction (or one turn without transactions), and
+//! each is told the result. Only work right behind the holder goes along, so the order across
+//! kinds is kept: a remove queued between two pushes is never jumped.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::oneshot;
+
+use crate::bson::Bson;
+use crate::error::Result;
+
+/// A parent's `_id` as its BSON bytes: equal ids, equal keys. The one way the engine keys
+/// per-parent state (turns, group commit, folds).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct ParentKey(Vec<u8>);
+
+impl ParentKey {
+    pub(crate) fn of(parent: &Bson) -> Self {
+        let mut bytes = Vec::new();
+        // A one-field document always serializes; equal `_id`s give equal bytes.
+        let _ = crate::bson::doc! { "": parent.clone() }.to_writer(&mut bytes);
+        ParentKey(bytes)
+    }
+}
+
+/// What a writer brings to a parent's queue: work a turn holder can take along, or its own
+/// turn alone.
+pub(crate) trait Work: Send + Sized + 'static {
+    /// A writer that goes alone (a remove, a move…): nothing joins it.
+    fn alone() -> Self;
+
+    /// Whether `other` can be written together with `self` (same kind, same children).
+    fn joins(&self, other: &Self) -> bool;
+
+    /// `self` and `others` as one piece of work, or `None` when they do not go together (the
+    /// same child twice, say): each is then written on its own.
+    fn together(&self, others: &[&Self]) -> Option<Self>;
+}
+
+tokio::task_local! {
+    /// The parents whose turn the running task holds, with the queues they are held in (see
+    /// [`Traffic::id`]): what it writes meanwhile (a group of pushes, then the pushes one by
+    /// one, or a fold) takes no other turn on them.
+    static HELD: Vec<(usize, ParentKey)>;
+}
+
+/// The queues of the parents some operation of the store is writing (shared by its clones): a
+/// parent is in the table while a writer holds its turn, with the writers waiting for it.
+pub(crate) struct Traffic<W> {
+    lanes: Arc<Mutex<HashMap<ParentKey, VecDeque<Waiter<W>>>>>,
+}
+
+impl<W> Default for Traffic<W> {
+    fn default() -> Self {
+        Traffic {
+            lanes: Arc::default(),
+        }
+    }
+}
+
+impl<W> Clone for Traffic<W> {
+    fn clone(&self) -> Self {
+        Traffic {
+            lanes: Arc::clone(&self.lanes),
+        }
+    }
+}
+
+/// A writer waiting for its turn, with the work a turn holder ahead may take along.
+struct Waiter<W> {
+    work: W,
+    grant: oneshot::Sender<Grant<W>>,
+}
+
+/// What a waiting writer is told.
+enum Grant<W> {
+    /// Its turn, with its work back.
+    Turn(W),
+    /// A turn holder wrote its work: the result.
+    Done(Result<()>),
+    /// A turn holder took its work and went away before writing it: it queues again.
+    Back(W),
+}
+
+/// Turns held on some parents: each passes to the next writer when this is dropped.
+pub(crate) struct Turn<W: Work> {
+    traffic: Traffic<W>,
+    keys: Vec<ParentKey>,
+}
+
+/// Work a turn holder took along: answered once written; dropped unanswered (its holder went
+/// away), it goes back to its writer.
+struct Follower<W> {
+    work: Option<W>,
+    grant: Option<oneshot::Sender<Grant<W>>>,
+}
+
+impl<W> Follower<W> {
+    fn answer(mut self, result: Result<()>) {
+        self.work = None;
+        if let Some(grant) = self.grant.take() {
+            // A writer that went away has nobody to tell.
+            let _ = grant.send(Grant::Done(result));
+        }
+    }
+}
+
+impl<W> Drop for Follower<W> {
+    fn drop(&mut self) {
+        if let (Some(grant), Some(work)) = (self.grant.take(), self.work.take()) {
+            let _ = grant.send(Grant::Back(work));
+        }
+    }
+}
+
+impl<W: Work> Traffic<W> {
+    /// Which queues these are: the stores sharing them (a store and its clones) share turns.
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.lanes) as usize
+    }
+
+    /// Whether the running task holds the turn on `key` in these queues.
+    fn holds(&self, key: &ParentKey) -> bool {
+        let id = self.id();
+        HELD.try_with(|held| held.iter().any(|(i, k)| *i == id && k == key))
+            .unwrap_or(false)
+    }
+
+    /// Waits for a turn on each of `parents` (but those the running task holds already),
+    /// taken in the order of their keys, so that two operations that both need the same two
+    /// parents (moves between them) cannot each hold one and wait for the other.
+    pub(crate) async fn take(&self, parents: &[&Bson]) -> Turn<W> {
+        let mut keys: Vec<ParentKey> = parents.iter().map(|p| ParentKey::of(p)).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys.retain(|k| !self.holds(k));
+        let mut turn = Turn {
+            traffic: self.clone(),
+            keys: Vec::with_capacity(keys.len()),
+        };
+        for key in keys {
+            let mut work = W::alone();
+            loop {
+                match self.enter(&key, work).await {
+                    Grant::Turn(_) => break,
+                    // Nothing joins work that goes alone; were it ever taken, queue again.
+                    Grant::Back(back) => work = back,
+                    Grant::Done(_) => work = W::alone(),
+                }
+            }
+            turn.keys.push(key);
+        }
+        turn
+    }
+
+    /// Writes `work` on `parent` with `run`, as group commit does (see the module docs):
+    /// queued behind the writer holding the parent's turn, which may write it; or, holding the
+    /// turn, together with the work of the same kind queued right behind (as
+    /// [`Work::together`] joins them), and when that fails or they do not go together, each on
+    /// its own, so that each writer gets its own result. `run` runs holding the turn.
+    pub(crate) async fn together<F, Fut>(&self, parent: &Bson, work: W, run: F) -> Result<()>
+    where
+        F: Fn(&W) -> Fut,
+        Fut: Future<Output = Result<()>>,
+    {
+        let key = ParentKey::of(parent);
+        if self.holds(&key) {
+            return run(&work).await;
+        }
+        let mut work = work;
+        let mine = loop {
+            match self.enter(&key, work).await {
+                Grant::Turn(mine) => break mine,
+                Grant::Done(result) => return result,
+                Grant::Back(back) => work = back,
+            }
+        };
+        let turn = Turn {
+            traffic: self.clone(),
+            keys: vec![key.clone()],
+        };
+        let followers = turn.followers(&mine);
+        let mut held = HELD.try_with(Vec::clone).unwrap_or_default();
+        held.push((self.id(), key));
+        HELD.scope(held, async move {
+            let _turn = turn;
+            if !followers.is_empty() {
+                let theirs: Vec<&W> = followers.iter().filter_map(|f| f.work.as_ref()).collect();
+                if let Some(all) = mine.together(&theirs) {
+                    if run(&all).await.is_ok() {
+                        for follower in followers {
+                            follower.answer(Ok(()));
+                        }
+                        return Ok(());
+                    }
+                }
+            }
+            let result = run(&mine).await;
+            for follower in followers {
+                if let Some(work) = &follower.work {
+                    let theirs = run(work).await;
+                    follower.answer(theirs);
+                }
+            }
+            result
+        })
+        .await
+    }
+
+    /// Queues for the turn on `key` with `work` (or takes it, when nobody holds it).
+    async fn enter(&self, key: &ParentKey, work: W) -> Grant<W> {
+        let granted = {
+            let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+            match lanes.get_mut(key) {
+                // Held: its holder's drop hands the turn on.
+                Some(lane) => {
+                    let (grant, granted) = oneshot::channel();
+                    lane.push_back(Waiter { work, grant });
+                    granted
+                }
+                None => {
+                    lanes.insert(key.clone(), VecDeque::new());
+                    return Grant::Turn(work);
+                }
+            }
+        };
+        // A sender is dropped unsent only with the runtime; then the turn is as good as any.
+        granted.await.unwrap_or_else(|_| Grant::Done(Ok(())))
+    }
+}
+
+impl<W: Work> Turn<W> {
+    /// Takes the work queued right behind this turn that joins `mine` (the same kind, up to
+    /// the first that is not), skipping writers that went away.
+    fn followers(&self, mine: &W) -> Vec<Follower<W>> {
+        let mut lanes = self
+            .traffic
+            .lanes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut followers = Vec::new();
+        for key in &self.keys {
+            let Some(lane) = lanes.get_mut(key) else {
+                continue;
+            };
+            while lane.front().is_some_and(|w| mine.joins(&w.work)) {
+                let Some(waiter) = lane.pop_front() else {
+                    break;
+                };
+                // Its writer went away: its work goes unwritten, as nobody waits for it.
+                if !waiter.grant.is_closed() {
+                    followers.push(Follower {
+                        work: Some(waiter.work),
+                        grant: Some(waiter.grant),
+                    });
+                }
+            }
+        }
+        followers
+    }
+}
+
+impl<W: Work> Drop for Turn<W> {
+    fn drop(&mut self) {
+        let mut lanes = self
+            .traffic
+            .lanes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for key in self.keys.drain(..) {
+            let Some(lane) = lanes.get_mut(&key) else {
+                continue;
+            };
+            // Hand on to the first writer still waiting; one that went away is skipped, and
+            // its work goes unwritten, as nobody waits for it.
+            let handed = loop {
+                let Some(waiter) = lane.pop_front() else {
+                    break false;
+                };
+                if waiter.grant.send(Grant::Turn(waiter.work)).is_ok() {
+                    break true;
+                }
+            };
+            if !handed {
+                lanes.remove(&key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Numbers to add up; 0 goes alone.
+    #[derive(Debug)]
+    struct Add(u32);
+
+    impl Work for Add {
+        fn alone() -> Self {
+            Add(0)
+        }
+        fn joins(&self, other: &Self) -> bool {
+            self.0 > 0 && other.0 > 0
+        }
+        fn together(&self, others: &[&Self]) -> Option<Self> {
+            Some(Add(self.0 + others.iter().map(|o| o.0).sum::<u32>()))
+        }
+    }
+
+    #[tokio::test]
+    async fn turns_come_in_the_order_asked_and_the_table_empties() {
+        let traffic = Traffic::<Add>::default();
+        let a = Bson::Int32(1);
+        let first = traffic.take(&[&a]).await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            let (traffic, order, a) = (traffic.clone(), order.clone(), a.clone());
+            tasks.push(tokio::spawn(async move {
+                let _turn = traffic.take(&[&a]).await;
+                order.lock().unwrap().push(i);
+            }));
+            // Each asks after the one before.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(first);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+        assert!(traffic.lanes.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn two_parents_are_taken_in_one_order_whatever_the_order_asked() {
+        let traffic = Traffic::<Add>::default();
+        let (a, b) = (Bson::Int32(1), Bson::Int32(2));
+        let mut tasks = Vec::new();
+        for i in 0..50 {
+            let (traffic, a, b) = (traffic.clone(), a.clone(), b.clone());
+            tasks.push(tokio::spawn(async move {
+                let parents = if i % 2 == 0 { [&a, &b] } else { [&b, &a] };
+                let _turns = traffic.take(&parents).await;
+                tokio::task::yield_now().await;
+            }));
+        }
+        let all = futures::future::join_all(tasks);
+        tokio::time::timeout(Duration::from_secs(10), all)
+            .await
+            .expect("no deadlock");
+    }
+
+    /// Writes `work` on parent 1, recording what each run wrote.
+    async fn add(traffic: &Traffic<Add>, runs: &Mutex<Vec<u32>>, work: u32) -> Result<()> {
+        let parent = Bson::Int32(1);
+        traffic
+            .together(&parent, Add(work), |w| {
+                runs.lock().unwrap().push(w.0);
+                async { Ok(()) }
+            })
+            .await
+    }
+
+    #[tokio::test]
+    async fn the_turn_holder_takes_the_same_kind_behind_it_and_no_further() {
+        let traffic = Traffic::<Add>::default();
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let parent = Bson::Int32(1);
+        let first = traffic.take(&[&parent]).await;
+        let mut tasks = Vec::new();
+        // Queued in this order: 1, 2, a writer alone, 4.
+        for work in [1, 2, 0, 4] {
+            let (traffic, runs) = (traffic.clone(), runs.clone());
+            tasks.push(tokio::spawn(async move {
+                match work {
+                    0 => {
+                        let _turn = traffic.take(&[&Bson::Int32(1)]).await;
+                        runs.lock().unwrap().push(0);
+                    }
+                    work => add(&traffic, &runs, work).await.unwrap(),
+                }
+            }));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(first);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        // 1 took 2 along; the writer alone was not jumped; 4 came after it.
+        assert_eq!(*runs.lock().unwrap(), vec![3, 0, 4]);
+        assert!(traffic.lanes.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn work_taken_by_a_holder_that_went_away_is_written_by_its_writer() {
+        let traffic = Traffic::<Add>::default();
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let parent = Bson::Int32(1);
+        let first = traffic.take(&[&parent]).await;
+        // The holder-to-be: it takes 2 along, then never finishes (it is cancelled).
+        let stuck = {
+            let traffic = traffic.clone();
+            tokio::spawn(async move {
+                let parent = Bson::Int32(1);
+                traffic
+                    .together(&parent, Add(1), |_| std::future::pending::<Result<()>>())
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second = {
+            let (traffic, runs) = (traffic.clone(), runs.clone());
+            tokio::spawn(async move { add(&traffic, &runs, 2).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        stuck.abort();
+        let written = tokio::time::timeout(Duration::from_secs(5), second).await;
+        written.expect("not lost").unwrap().unwrap();
+        assert_eq!(*runs.lock().unwrap(), vec![2]);
+    }
+}
