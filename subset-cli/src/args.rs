@@ -4,7 +4,6 @@ use clap::{ArgGroup, Args, Parser, Subcommand};
 use subset_runtime::bson::{Bson, Document};
 use subset_runtime::spec::{parse_sort, SortValues, SpecBuilder, SubsetSpec};
 
-use crate::bulk::Job;
 use crate::error::CliError;
 use subset_runtime::raw::bson_type_name as type_name;
 
@@ -410,6 +409,20 @@ impl WhereArgs {
             ))),
         }
     }
+}
+
+/// What a job does to each matching child.
+#[derive(Debug)]
+pub enum Job {
+    /// `subset remove`: deletes it.
+    Remove,
+    /// `subset patch`: sets and unsets fields, in the order given.
+    Patch {
+        /// `--set FIELD=VALUE`.
+        set: Vec<(String, Bson)>,
+        /// `--unset FIELD`.
+        unset: Vec<String>,
+    },
 }
 
 /// `subset remove`.

@@ -110,7 +110,7 @@ async fn run(command: Command, client: &mut Option<Client>) -> Result<Outcome, C
                 &args.subset,
                 &args.job,
                 filter,
-                bulk::Job::Remove,
+                args::Job::Remove,
             )
             .await
         }

@@ -10,7 +10,7 @@ use crate::output::Outcome;
 
 /// Runs `subset status`.
 pub async fn run(db: &Database, conn: &Conn) -> Result<Outcome, CliError> {
-    let status = Status::read(db, &crate::connect::names(conn)?).await?;
+    let status = Status::read(db, &crate::model::names(conn)?).await?;
     let json = serde_json::to_value(&status)
         .map_err(|e| CliError::Usage(format!("the status cannot be written as JSON: {e}")))?;
     Ok(Outcome {
