@@ -2,7 +2,7 @@
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use subset_runtime::bson::{Bson, Document};
-use subset_runtime::spec::{parse_sort, SortValues, SpecBuilder, SubsetSpec};
+use subset_runtime::spec::{parse_sort, SortValues, SpecBuilder};
 
 use crate::error::CliError;
 use subset_runtime::raw::bson_type_name as type_name;
@@ -125,8 +125,8 @@ pub struct SubsetArgs {
     #[arg(long, value_name = "COLLECTION")]
     pub parent: String,
     /// The parent's array field holding the (embedded) children. Without the view flags
-    /// (`--field`, `--child`, `--key`, `--sort`), `check`, `reconcile`, `rebuild`, `remove` and
-    /// `patch` act on the application's model as registered: every view, with its types.
+    /// (`--field`, `--child`, `--key`, `--sort`), every command acts on the application's model
+    /// as registered: every view, with its types.
     #[arg(long, value_name = "FIELD")]
     pub field: Option<String>,
     /// The child collection that holds every child.
@@ -233,20 +233,6 @@ impl SubsetArgs {
         Ok(Some(View { builder, untyped }))
     }
 
-    /// The view the flags describe, for the commands that need flags (`migrate`, `follow`).
-    ///
-    /// # Errors
-    ///
-    /// As [`SubsetArgs::view`], and [`CliError::Usage`] when no view flag is given.
-    pub fn spec(&self, command: &str) -> Result<&'static SubsetSpec, CliError> {
-        match self.view()? {
-            Some(view) => view.builder.build().map_err(CliError::Spec),
-            None => Err(CliError::Usage(format!(
-                "`subset {command}` needs the view flags: --field, --child, --key and --sort"
-            ))),
-        }
-    }
-
     /// The view flags given (besides `--parent`).
     fn view_flags_given(&self) -> Vec<&'static str> {
         let mut given = Vec::new();
@@ -335,8 +321,9 @@ pub struct ReconcileArgs {
 pub struct FollowArgs {
     #[command(flatten)]
     pub subset: SubsetArgs,
-    /// The follower's name, under which its place (resume token) is saved
-    /// [default: subset-cli:<PARENT>.<FIELD>].
+    /// The follower's name, under which its place (resume token) is saved [default:
+    /// subset-cli:<PARENT> on the registered model, subset-cli:<PARENT>.<FIELD> with the view
+    /// flags].
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// Gather events for this long after the first of a batch, so that a burst on one parent
@@ -381,6 +368,11 @@ pub struct RebuildArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// Also list the followers whose places are saved in this collection (in --db), as
+    /// `subset follow --token-collection` saves them; <P>_followers is always listed.
+    /// Repeatable.
+    #[arg(long, value_name = "C")]
+    pub token_collection: Vec<String>,
 }
 
 /// What `subset remove` and `subset patch` take besides the subset: which children, and how.
@@ -584,7 +576,7 @@ mod tests {
             ];
             argv.extend(extra);
             match Cli::try_parse_from(argv).unwrap().command {
-                Command::Check(args) => args.spec("check").unwrap(),
+                Command::Check(args) => args.view().unwrap().unwrap().builder.build().unwrap(),
                 _ => unreachable!("parsed as `check`"),
             }
         };

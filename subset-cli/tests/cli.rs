@@ -247,10 +247,13 @@ async fn migrate_check_corrupt_and_reconcile() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let report = json(&out);
     assert_eq!(
-        report["children_to_copy"],
+        report["views"][0]["children_to_copy"],
         (LARGE * REVIEWS + SMALL * 3) as u64
     );
-    assert_eq!(report["ids_to_assign"], (LARGE / 2 * REVIEWS) as u64);
+    assert_eq!(
+        report["views"][0]["ids_to_assign"],
+        (LARGE / 2 * REVIEWS) as u64
+    );
     assert_eq!(all_shops(&db).await, before);
     assert!(!db
         .list_collection_names()
@@ -276,10 +279,13 @@ async fn migrate_check_corrupt_and_reconcile() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let report = json(&out);
     assert_eq!(
-        report["children_copied"],
+        report["views"][0]["children_copied"],
         (LARGE * REVIEWS + SMALL * 3) as u64
     );
-    assert_eq!(report["ids_assigned"], (LARGE / 2 * REVIEWS) as u64);
+    assert_eq!(
+        report["views"][0]["ids_assigned"],
+        (LARGE / 2 * REVIEWS) as u64
+    );
     assert!(
         report["before"]["bytes"].as_u64().unwrap()
             > report["after"]["bytes"].as_u64().unwrap() * 20
@@ -338,7 +344,7 @@ async fn migrate_check_corrupt_and_reconcile() {
     let shops = all_shops(&db).await;
     let out = subset(&uri, &db, &with("migrate", &["--json"])).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(json(&out)["children_copied"], 0);
+    assert_eq!(json(&out)["views"][0]["children_copied"], 0);
     assert_eq!(all_shops(&db).await, shops);
 
     // No drift, and the index is there.
@@ -525,8 +531,8 @@ async fn malformed_shops_stop_the_migration_before_any_write_or_are_skipped() {
     let out = subset(&uri, &db, &with("migrate", &["--skip-invalid", "--json"])).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let report = json(&out);
-    assert_eq!(report["parents_migrated"], 2);
-    let skipped: Vec<i64> = report["skipped"]
+    assert_eq!(report["views"][0]["parents_migrated"], 2);
+    let skipped: Vec<i64> = report["views"][0]["skipped"]
         .as_array()
         .unwrap()
         .iter()
@@ -686,10 +692,14 @@ async fn children_whose_sort_key_has_another_type_are_reported_and_refused() {
     let out = subset(&uri, &db, &with("migrate", &["--dry-run", "--json"])).await;
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     let report = json(&out);
-    assert_eq!(report["invalid"].as_array().unwrap().len(), 1, "{report}");
-    assert_eq!(report["invalid"][0]["_id"], odd_json);
     assert_eq!(
-        report["invalid"][0]["problem"],
+        report["views"][0]["invalid"].as_array().unwrap().len(),
+        1,
+        "{report}"
+    );
+    assert_eq!(report["views"][0]["invalid"][0]["_id"], odd_json);
+    assert_eq!(
+        report["views"][0]["invalid"][0]["problem"],
         "sort field `date` is a date on 799 of 800 elements and of another type on 1, which pages in this order never reach: `reviews.17` (a string)"
     );
 
@@ -706,8 +716,11 @@ async fn children_whose_sort_key_has_another_type_are_reported_and_refused() {
     let out = subset(&uri, &db, &with("migrate", &["--skip-invalid", "--json"])).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let report = json(&out);
-    assert_eq!(report["parents_migrated"], (LARGE + SMALL) as u64);
-    assert_eq!(report["skipped"][0]["_id"], odd_json);
+    assert_eq!(
+        report["views"][0]["parents_migrated"],
+        (LARGE + SMALL) as u64
+    );
+    assert_eq!(report["views"][0]["skipped"][0]["_id"], odd_json);
     let kept = shops
         .find_one(doc! { "_id": odd_id })
         .await
@@ -974,13 +987,22 @@ async fn migrate_embeds_previews_and_sets_sums() {
     let out = subset(&uri, &db, &view("migrate", PREVIEWS, &["--json"])).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let report = json(&out);
-    assert_eq!(report["children_copied"], (SHOPS * PER_SHOP) as u64);
     assert_eq!(
-        report["subset"]["embed"],
+        report["views"][0]["children_copied"],
+        (SHOPS * PER_SHOP) as u64
+    );
+    assert_eq!(
+        report["views"][0]["subset"]["embed"],
         serde_json::json!(["_id", "date", "user", "rating"])
     );
-    assert_eq!(report["subset"]["sums"][0]["field"], "rating_total");
-    assert_eq!(report["parents_built"], 1, "the shop without `reviews`");
+    assert_eq!(
+        report["views"][0]["subset"]["sums"][0]["field"],
+        "rating_total"
+    );
+    assert_eq!(
+        report["views"][0]["parents_built"], 1,
+        "the shop without `reviews`"
+    );
     assert_previews(&db, SHOPS + 2, SHOPS * PER_SHOP).await;
     // The shops with no reviews have a count and a sum of 0.
     for name in ["Empty Grill", "New Grill"] {
@@ -1009,7 +1031,7 @@ async fn migrate_embeds_previews_and_sets_sums() {
     let shops = all_shops(&db).await;
     let out = subset(&uri, &db, &view("migrate", PREVIEWS, &["--json"])).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(json(&out)["children_copied"], 0);
+    assert_eq!(json(&out)["views"][0]["children_copied"], 0);
     assert_eq!(all_shops(&db).await, shops);
 
     // A child deleted outside the library while its preview stays embedded: a rerun neither
@@ -1063,7 +1085,10 @@ async fn a_second_filtered_view_is_built_from_the_child_collection() {
     )
     .await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(json(&out)["parents_to_build"], (SHOPS + 2) as u64);
+    assert_eq!(
+        json(&out)["views"][0]["parents_to_build"],
+        (SHOPS + 2) as u64
+    );
     assert_eq!(all_shops(&db).await, first);
 
     let out = subset(&uri, &db, &view("migrate", VERIFIED, &[])).await;
@@ -1121,8 +1146,8 @@ async fn a_second_filtered_view_is_built_from_the_child_collection() {
     // Idempotent.
     let out = subset(&uri, &db, &view("migrate", VERIFIED, &["--json"])).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(json(&out)["children_copied"], 0);
-    assert_eq!(json(&out)["parents_built"], 0);
+    assert_eq!(json(&out)["views"][0]["children_copied"], 0);
+    assert_eq!(json(&out)["views"][0]["parents_built"], 0);
     assert_eq!(all_shops(&db).await, now);
 
     // A third view, negated: the 2 latest unverified reviews; with the verified ones, every
@@ -1351,7 +1376,7 @@ async fn children_of_no_parent_are_reported_and_the_dry_run_counts_the_subsets_i
     .await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let dry = json(&out);
-    assert_orphans(&dry["orphans"]);
+    assert_orphans(&dry["views"][0]["orphans"]);
     let (before, estimated) = (
         dry["before"]["bytes"].as_u64().unwrap(),
         dry["estimated_after"]["bytes"].as_u64().unwrap(),
@@ -1364,7 +1389,7 @@ async fn children_of_no_parent_are_reported_and_the_dry_run_counts_the_subsets_i
     let out = subset(&uri, &db, &view("migrate", VERIFIED, &["--json"])).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let done = json(&out);
-    assert_orphans(&done["orphans"]);
+    assert_orphans(&done["views"][0]["orphans"]);
     let after = done["after"]["bytes"].as_u64().unwrap();
     let (grown, estimated_growth) = (after - before, estimated - before);
     println!("dry run: parents {before} B, estimated {estimated} B after; migrated: {after} B");
