@@ -3,9 +3,6 @@
 //! as the application (here a run-time store of the same model, which registers it) would;
 //! `status` shows what is kept. Against the testkit's real mongod.
 
-use std::process::{Command, Output};
-
-use mongodb::Database;
 use serde_json::Value;
 use subset_runtime::bson::oid::ObjectId;
 use subset_runtime::bson::{doc, Bson, DateTime, Document};
@@ -13,48 +10,9 @@ use subset_runtime::raw;
 use subset_runtime::repair::{SweepOptions, SweepReport};
 use subset_runtime::spec::{NumberType, ParentSpec, SortValues, SpecBuilder, SubsetSpec};
 use subset_runtime::WriteMode;
-use subset_testkit::{MongoServer, Topology};
 
-async fn fresh() -> (Database, String) {
-    let server = MongoServer::shared(Topology::ReplicaSet)
-        .await
-        .expect("start the test mongod");
-    let db = server.database().await.expect("connect to the test mongod");
-    (db, server.uri().to_owned())
-}
-
-async fn subset(uri: &str, db: &Database, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_subset"));
-    command
-        .args(args)
-        .args(["--uri", uri, "--db", db.name()])
-        .env_remove("MONGODB_URI");
-    tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().expect("exited, not killed")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+mod support;
+use support::*;
 
 /// A view of the application's movies: comments by date, typed as the application's Rust
 /// field (a date) would type it.
