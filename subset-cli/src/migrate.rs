@@ -62,6 +62,11 @@ struct View {
 }
 
 impl View {
+    /// Some parent embeds children to copy through this view.
+    fn copies(&self) -> bool {
+        self.survey.elements > 0
+    }
+
     /// No parent holds the field: the whole view is built from the child collection.
     fn built(&self) -> bool {
         self.survey.parents > 0 && self.survey.absent == self.survey.parents
@@ -110,12 +115,13 @@ pub async fn run(db: &Database, model: Model, args: &MigrateArgs) -> Result<Outc
             orphans: store.children(spec).orphans().await?,
         });
     }
-    // A view built from its child collection is built after the views that fill it (a stable
-    // sort: otherwise in the model's order).
-    views.sort_by_key(View::built);
+    // The views that copy children go first: a view built from its child collection before
+    // they filled it would stay short of their children. A stable sort: otherwise in the
+    // model's order.
+    views.sort_by_key(|v| !v.copies());
     for (at, view) in views.iter().enumerate() {
         let filled = views[..at].iter().any(|v| {
-            !v.built()
+            v.copies()
                 && (v.spec.child_collection, v.spec.key)
                     == (view.spec.child_collection, view.spec.key)
         });
@@ -511,9 +517,12 @@ fn report(
     let mut json_views = Vec::new();
     for (view, moved) in views.iter().zip(moved) {
         let spec = view.spec;
+        if views.len() > 1 {
+            text.push_str(&format!("  view `{}`:\n", spec.field));
+        }
         text.push_str(&format!(
-            "  `{}`: parents migrated: {}; children copied: {} ({} already there from an earlier run); ids assigned: {}\n",
-            spec.field, moved.parents, moved.inserted, moved.already, moved.assigned
+            "  parents migrated: {}; children copied: {} ({} already there from an earlier run); ids assigned: {}\n",
+            moved.parents, moved.inserted, moved.already, moved.assigned
         ));
         if moved.built > 0 {
             text.push_str(&format!(
