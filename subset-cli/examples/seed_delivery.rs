@@ -3,7 +3,7 @@
 //! Without `MONGODB_URI` it seeds a throwaway server and prints its URI, then keeps it running
 //! until Enter is pressed.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/support/delivery.rs"]
 mod support;
 
 use subset_testkit::{MongoServer, Topology};

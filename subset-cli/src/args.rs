@@ -2,9 +2,8 @@
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use subset_runtime::bson::{Bson, Document};
-use subset_runtime::spec::{parse_sort, SortValues, SpecBuilder, SubsetSpec};
+use subset_runtime::spec::{parse_sort, SortValues, SpecBuilder};
 
-use crate::bulk::Job;
 use crate::error::CliError;
 use subset_runtime::raw::bson_type_name as type_name;
 
@@ -23,32 +22,71 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Per collection: document sizes, array lengths, and which arrays look unbounded. Read-only.
+    ///
+    /// Prints the document count, total and average size and the 5 largest `_id`s; per array
+    /// field (also inside embedded documents) the length p50/p99/max. An array looks unbounded
+    /// with at least `--long` elements in some document, or held by a document over 8 MB; the
+    /// report estimates the sizes if only the top `--keep` stayed embedded. It names the element
+    /// fields whose type, in some documents, differs from the type most elements of that
+    /// document's array have (all numbers count as one type; null and missing values are not
+    /// counted): as a sort field such a child has no place in the order, and `migrate` refuses
+    /// its parent.
     Inspect(InspectArgs),
     /// Move a fully-embedded array into a child collection, keeping the top `--keep` embedded.
-    /// On parents without `--field`, build it from the child collection: how a second view of
-    /// migrated children is added. Resumable and idempotent: rerun it after any interruption.
+    ///
+    /// Every element is stored in the child collection with the parent key (keeping its `_id`,
+    /// or getting a new one), the array is cut to the top `keep`, the count and sums are set, and
+    /// the child index `{key: 1, <sort keys>, _id}` is created; the report gives the parent
+    /// collection's size before and after. On parents without the field, it is built from the
+    /// child collection: how a second view of migrated children is added. Resumable and
+    /// idempotent: rerun it after any interruption.
     Migrate(MigrateArgs),
     /// Report drift between each embedded subset (count, sums) and its child collection.
     /// Read-only.
+    ///
+    /// Missing, stale, changed and misordered children, a wrong count, a wrong sum with its
+    /// stored and computed values, malformed children, and the child index. A parent that cannot
+    /// be checked is listed with its `_id` and the error, and the pass goes on.
     Check(SubsetArgs),
     /// Fix drift: recompute each embedded subset, count and sum from the child collection.
+    ///
+    /// Each parent is written in one conditional update (safe while the application writes),
+    /// and a missing child index is created. A parent that cannot be fixed (say its top `keep`
+    /// children and its other fields make more than 16 MB) is listed with its `_id` and the
+    /// reason, and the pass goes on to fix the others.
     Reconcile(ReconcileArgs),
     /// Keep the subset true while other programs write the child collection: follow its change
     /// stream and reconcile each parent a change concerns. Runs until Ctrl-C or SIGTERM, then
     /// saves its place; started again with the same `--name`, it goes on from there. Needs a
     /// replica set or a sharded cluster (MongoDB 6.0 or later).
+    ///
+    /// Events are gathered for `--window-ms`, their parents deduplicated and reconciled
+    /// `--concurrency` at once (a parent already in sync is not written); the place is saved
+    /// after each batch's parents are reconciled. It turns on `changeStreamPreAndPostImages` on
+    /// the child collections, to find the parent of a deleted child, unless
+    /// `--require-pre-images`.
     Follow(FollowArgs),
     /// Remove every child that matches `--where`, across all parents: from the child
     /// collection and from `--field`, each parent backfilled and its count and sums recounted.
     /// Resumable: rerun the same command after any interruption.
+    ///
+    /// Each parent is changed whole or not at all: in a transaction, or on a standalone server
+    /// between the entries of a journal in <P>_jobs that a rerun finishes first. A parent that
+    /// fails is listed with its `_id` and the reason, and the job goes on.
     Remove(RemoveArgs),
     /// Set or unset fields of every child that matches `--where`, across all parents: in the
     /// child collection and in the embedded copies of `--field`, re-ranked and recounted.
     /// Resumable: rerun the same command after any interruption.
+    ///
+    /// A patch the subset refuses (the `_id`, the parent key, a sort key, filter or summed field
+    /// unset) is a usage error before anything is written, in a dry run too.
     Patch(PatchArgs),
     /// Rebuild, under the application's registered model, every parent built under another
     /// definition of it (after a deploy or a rollback), then drop the definitions no parent is
     /// built under any more. Resumable.
+    ///
+    /// A rebuild that would empty views holding children (none stored under the key) is
+    /// refused, with exit code 1, unless `--allow-emptying`. Takes no view flags.
     Rebuild(RebuildArgs),
     /// What the library keeps in the database: each model's definitions (which is current, how
     /// many parents are built under each), fold queues, jobs by filter and followers. Read-only.
@@ -81,7 +119,8 @@ pub struct Conn {
     /// The database.
     #[arg(long, value_name = "DB")]
     pub db: String,
-    /// Print one JSON document on stdout instead of text (progress bars are hidden).
+    /// Print one JSON document on stdout instead of text, errors too (progress bars, on stderr
+    /// when it is a terminal, are hidden).
     #[arg(long)]
     pub json: bool,
     /// The prefix of the library's own collections (<P>_definitions, <P>_folds, <P>_jobs,
@@ -126,8 +165,8 @@ pub struct SubsetArgs {
     #[arg(long, value_name = "COLLECTION")]
     pub parent: String,
     /// The parent's array field holding the (embedded) children. Without the view flags
-    /// (`--field`, `--child`, `--key`, `--sort`), `check`, `reconcile`, `rebuild`, `remove` and
-    /// `patch` act on the application's model as registered: every view, with its types.
+    /// (`--field`, `--child`, `--key`, `--sort`), every command acts on the application's model
+    /// as registered: every view, with its types.
     #[arg(long, value_name = "FIELD")]
     pub field: Option<String>,
     /// The child collection that holds every child.
@@ -136,7 +175,8 @@ pub struct SubsetArgs {
     /// How many children stay embedded (1 to 1000) [default: 10].
     #[arg(long, value_name = "N")]
     pub keep: Option<u32>,
-    /// The order of the children, by child field: "date desc, rating asc". A key may name the
+    /// The order of the children, by child field (their stored names): "date desc, rating asc";
+    /// `_id` is added as the last tie-breaker. A key may name the
     /// BSON type its values hold, "date:date desc" (date, string, int, long, double, decimal,
     /// objectId, bool, timestamp, uuid): a child holding another type is malformed, reported
     /// and never embedded. Untyped keys take the type most children hold.
@@ -163,7 +203,8 @@ pub struct SubsetArgs {
     #[arg(long, value_name = "FIELD|!FIELD")]
     pub filter: Option<String>,
     /// A parent field kept equal to the sum of a child field: "rating_total = rating".
-    /// Repeatable, and each may list several, comma-separated: "a = x, b = y".
+    /// Repeatable, and each may list several, comma-separated: "a = x, b = y". A sum has the
+    /// type of the stored child values: `Decimal128` amounts add up exactly as decimals.
     #[arg(long, value_name = "PARENT = CHILD")]
     pub sum: Vec<String>,
     /// How many parents are read per query.
@@ -232,20 +273,6 @@ impl SubsetArgs {
             builder = builder.values(field, values);
         }
         Ok(Some(View { builder, untyped }))
-    }
-
-    /// The view the flags describe, for the commands that need flags (`migrate`, `follow`).
-    ///
-    /// # Errors
-    ///
-    /// As [`SubsetArgs::view`], and [`CliError::Usage`] when no view flag is given.
-    pub fn spec(&self, command: &str) -> Result<&'static SubsetSpec, CliError> {
-        match self.view()? {
-            Some(view) => view.builder.build().map_err(CliError::Spec),
-            None => Err(CliError::Usage(format!(
-                "`subset {command}` needs the view flags: --field, --child, --key and --sort"
-            ))),
-        }
     }
 
     /// The view flags given (besides `--parent`).
@@ -336,8 +363,9 @@ pub struct ReconcileArgs {
 pub struct FollowArgs {
     #[command(flatten)]
     pub subset: SubsetArgs,
-    /// The follower's name, under which its place (resume token) is saved
-    /// [default: subset-cli:<PARENT>.<FIELD>].
+    /// The follower's name, under which its place (resume token) is saved [default:
+    /// subset-cli:<PARENT> on the registered model, subset-cli:<PARENT>.<FIELD> with the view
+    /// flags].
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// Gather events for this long after the first of a batch, so that a burst on one parent
@@ -382,6 +410,11 @@ pub struct RebuildArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     pub conn: Conn,
+    /// Also list the followers whose places are saved in this collection (in --db), as
+    /// `subset follow --token-collection` saves them; <P>_followers is always listed.
+    /// Repeatable.
+    #[arg(long, value_name = "C")]
+    pub token_collection: Vec<String>,
 }
 
 /// What `subset remove` and `subset patch` take besides the subset: which children, and how.
@@ -410,6 +443,20 @@ impl WhereArgs {
             ))),
         }
     }
+}
+
+/// What a job does to each matching child.
+#[derive(Debug)]
+pub enum Job {
+    /// `subset remove`: deletes it.
+    Remove,
+    /// `subset patch`: sets and unsets fields, in the order given.
+    Patch {
+        /// `--set FIELD=VALUE`.
+        set: Vec<(String, Bson)>,
+        /// `--unset FIELD`.
+        unset: Vec<String>,
+    },
 }
 
 /// `subset remove`.
@@ -571,7 +618,7 @@ mod tests {
             ];
             argv.extend(extra);
             match Cli::try_parse_from(argv).unwrap().command {
-                Command::Check(args) => args.spec("check").unwrap(),
+                Command::Check(args) => args.view().unwrap().unwrap().builder.build().unwrap(),
                 _ => unreachable!("parsed as `check`"),
             }
         };

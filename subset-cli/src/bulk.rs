@@ -17,7 +17,7 @@ use subset_runtime::repair::SweepOptions;
 use subset_runtime::spec::SubsetSpec;
 use subset_runtime::Error;
 
-use crate::args::{SubsetArgs, WhereArgs};
+use crate::args::{Job, SubsetArgs, WhereArgs};
 use crate::error::{reason, CliError, Invalid};
 use crate::model::Model;
 use crate::output::{failures_json, headline, push_listed, spec_json, value_json, Outcome};
@@ -26,20 +26,7 @@ use crate::{progress, scan};
 /// How many failed parents the text form lists.
 const LISTED: usize = 20;
 
-/// What a job does to each matching child.
-#[derive(Debug)]
-pub enum Job {
-    /// `subset remove`: deletes it.
-    Remove,
-    /// `subset patch`: sets and unsets fields, in the order given.
-    Patch {
-        /// `--set FIELD=VALUE`.
-        set: Vec<(String, Bson)>,
-        /// `--unset FIELD`.
-        unset: Vec<String>,
-    },
-}
-
+/// What each job does and says, for the engine and the reports.
 impl Job {
     fn command(&self) -> &'static str {
         match self {

@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use mongodb::options::ClientOptions;
 use mongodb::{Client, Database};
-use subset_runtime::bookkeeping::{Names, PrefixError};
 use subset_runtime::bson::doc;
 use subset_runtime::raw;
 use subset_runtime::spec::{ParentSpec, SubsetSpec};
@@ -41,20 +40,6 @@ pub async fn database(conn: &Conn, client: &mut Option<Client>) -> Result<Databa
         .database(&conn.db);
     db.run_command(doc! { "ping": 1 }).await.map_err(connect)?;
     Ok(db)
-}
-
-/// The bookkeeping names of `--bookkeeping-prefix`: the one place the tool reads the flag.
-///
-/// # Errors
-///
-/// [`CliError::Usage`] for a prefix no collection name can start with.
-pub fn names(conn: &Conn) -> Result<Names, CliError> {
-    Names::with_prefix(&conn.bookkeeping_prefix).map_err(bad_prefix)
-}
-
-/// The usage error of a `--bookkeeping-prefix` no collection name can start with.
-pub fn bad_prefix(e: PrefixError) -> CliError {
-    CliError::Usage(format!("--bookkeeping-prefix: {e}"))
 }
 
 /// The store of `fields` of the parent collection `parent`, a store of some fields that leaves

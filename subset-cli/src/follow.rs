@@ -1,5 +1,6 @@
-//! `subset follow`: the engine's change-stream follower on one subset described by flags, with
-//! a status line, `--json` lines, and a graceful stop on Ctrl-C or SIGTERM.
+//! `subset follow`: the engine's change-stream follower on every view of the model (the
+//! registered one, or the flags' view), with a status line, `--json` lines, and a graceful stop
+//! on Ctrl-C or SIGTERM.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -9,33 +10,30 @@ use mongodb::Database;
 use serde_json::{json, Value};
 use subset_runtime::{
     follow::CatchUp, follow::FollowOptions, follow::FollowStats, follow::FollowUpdate,
-    repair::SweepOptions, spec::SubsetSpec,
+    repair::SweepOptions,
 };
 
 use crate::args::FollowArgs;
 use crate::error::CliError;
+use crate::model::Model;
 use crate::output::{headline, spec_json, Outcome};
 use crate::{progress, scan};
 
 /// Runs `subset follow` until a signal, then reports the totals.
-pub async fn run(
-    db: &Database,
-    spec: &'static SubsetSpec,
-    args: &FollowArgs,
-) -> Result<Outcome, CliError> {
+pub async fn run(db: &Database, model: Model, args: &FollowArgs) -> Result<Outcome, CliError> {
     let subset = &args.subset;
     let json = subset.conn.json;
-    scan::require_collection(db, &subset.parent).await?;
-    let store = crate::connect::store(db, &subset.conn, &subset.parent, vec![*spec])?;
+    let parent = model.parent();
+    scan::require_collection(db, parent).await?;
+    let store = model.store(db, &subset.conn)?;
     // Every reconcile reads the top `keep` of one parent: without the index, a scan each time.
-    let handle = store.children(spec);
-    if !handle.has_index().await? {
-        handle.ensure_index().await?;
+    for spec in model.spec.subsets {
+        let handle = store.children(spec);
+        if !handle.has_index().await? {
+            handle.ensure_index().await?;
+        }
     }
-    let name = args
-        .name
-        .clone()
-        .unwrap_or_else(|| format!("subset-cli:{}.{}", subset.parent, spec.field));
+    let name = args.name.clone().unwrap_or_else(|| default_name(model));
     let mut options = FollowOptions::new(&name)
         .window(Duration::from_millis(args.window_ms))
         .max_batch(usize::try_from(args.max_batch).unwrap_or(usize::MAX))
@@ -59,7 +57,16 @@ pub async fn run(
         .until(shutdown())
         .await;
     status.finish_and_clear();
-    Ok(report(spec, &subset.parent, &name, &stats?))
+    Ok(report(model, &name, &stats?))
+}
+
+/// The follower's name without `--name`: `subset-cli:<PARENT>` on the registered model, and
+/// `subset-cli:<PARENT>.<FIELD>` on the flags' view, so that the two never share a place.
+fn default_name(model: Model) -> String {
+    match (model.registered, model.spec.subsets) {
+        (false, [spec]) => format!("subset-cli:{}.{}", model.parent(), spec.field),
+        _ => format!("subset-cli:{}", model.parent()),
+    }
 }
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM; never, if neither can be listened for.
@@ -253,8 +260,12 @@ fn update_json(update: &FollowUpdate<'_>) -> Value {
 }
 
 /// The totals after a stop. Exit code 1 when parents were passed over.
-fn report(spec: &SubsetSpec, parent: &str, name: &str, t: &FollowStats) -> Outcome {
-    let mut text = format!("follow {}", headline(spec, parent));
+fn report(model: Model, name: &str, t: &FollowStats) -> Outcome {
+    let parent = model.parent();
+    let mut text = String::new();
+    for spec in model.spec.subsets {
+        text.push_str(&format!("follow {}", headline(spec, parent)));
+    }
     text.push_str(&format!(
         "  follower `{name}`: {} events in {} batches; {} reconciled: {} written, {} already in sync",
         t.events, t.batches, t.resynced, t.written, t.skipped
@@ -282,7 +293,8 @@ fn report(spec: &SubsetSpec, parent: &str, name: &str, t: &FollowStats) -> Outco
         json: json!({
             "event": "summary",
             "command": "follow",
-            "subset": spec_json(spec, parent),
+            "registered": model.registered,
+            "views": model.spec.subsets.iter().map(|s| spec_json(s, parent)).collect::<Vec<_>>(),
             "name": name,
             "totals": totals_json(t),
         }),

@@ -73,9 +73,10 @@ async fn run(command: Command, client: &mut Option<Client>) -> Result<Outcome, C
             inspect::run(&db, &args).await
         }
         Command::Migrate(args) => {
-            let spec = args.subset.spec("migrate")?;
+            args.subset.view()?;
             let db = connect::database(&args.subset.conn, client).await?;
-            migrate::run(&db, spec, &args).await
+            let model = model::of(&db, &args.subset).await?;
+            migrate::run(&db, model, &args).await
         }
         Command::Check(args) => {
             args.view()?;
@@ -95,9 +96,10 @@ async fn run(command: Command, client: &mut Option<Client>) -> Result<Outcome, C
             repair::run(&db, model, &args.subset, mode).await
         }
         Command::Follow(args) => {
-            let spec = args.subset.spec("follow")?;
+            args.subset.view()?;
             let db = connect::database(&args.subset.conn, client).await?;
-            follow::run(&db, spec, &args).await
+            let model = model::of(&db, &args.subset).await?;
+            follow::run(&db, model, &args).await
         }
         Command::Remove(args) => {
             args.subset.view()?;
@@ -110,7 +112,7 @@ async fn run(command: Command, client: &mut Option<Client>) -> Result<Outcome, C
                 &args.subset,
                 &args.job,
                 filter,
-                bulk::Job::Remove,
+                args::Job::Remove,
             )
             .await
         }
@@ -135,7 +137,7 @@ async fn run(command: Command, client: &mut Option<Client>) -> Result<Outcome, C
         }
         Command::Status(args) => {
             let db = connect::database(&args.conn, client).await?;
-            status::run(&db, &args.conn).await
+            status::run(&db, &args).await
         }
     }
 }

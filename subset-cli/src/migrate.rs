@@ -1,31 +1,35 @@
 //! `subset migrate`: from a fully-embedded array to the subset layout, resumably.
 //!
-//! A read-only survey checks every parent's array (`shape.rs`) and sizes the change; a dry run
-//! stops there, and an invalid parent stops the migration before any write unless
-//! `--skip-invalid`. Then, in `_id` order and a few at a time, each parent is checked again as
-//! it is now and handed to the engine's `raw::Children::adopt`, which gives elements without an
-//! `_id` one, copies every element into the child collection (a copy an interrupted run made
-//! is left as is) and only then rewrites the array as the top `keep` of the child collection,
-//! with the count. A run killed at any point leaves each parent untouched, or with the full
-//! array and some children copied, or done, and a rerun finishes it.
+//! A read-only survey checks every parent's array (`shape.rs`) for each view and sizes the
+//! change; a dry run stops there, and an invalid parent stops the migration before any write
+//! unless `--skip-invalid`. Then, view by view, in `_id` order and a few at a time, each parent
+//! is checked again as it is now and handed to the engine's `raw::Children::adopt`, which gives
+//! elements without an `_id` one, copies every element into the child collection (a copy an
+//! interrupted run made is left as is) and only then rewrites the array as the top `keep` of
+//! the child collection, with the count. A run killed at any point leaves each parent
+//! untouched, or with the full array and some children copied, or done, and a rerun finishes
+//! it.
 //!
 //! The engine refuses a parent only where adopting it would lose a child; the check here also
 //! refuses sort values that pages in the subset's order would never reach, naming each.
 //!
 //! A parent without the field has nothing to move: its subset is built from the child
 //! collection. That is how a second view (another order, `keep`, filter or preview) is added to
-//! children migrated before, touching nothing but the new field, its count and its sums.
+//! children migrated before, touching nothing but the new field, its count and its sums; on the
+//! registered model, the views no parent holds are built after the views that fill their child
+//! collection.
 
 use futures::TryStreamExt;
 use mongodb::Database;
-use serde_json::json;
+use serde_json::{json, Value};
 use subset_runtime::bson::{doc, Bson, Document, RawDocumentBuf};
 use subset_runtime::raw::{self, Adopted, Refusal};
 use subset_runtime::repair::{Orphans, SweepOptions};
 use subset_runtime::spec::SubsetSpec;
 
-use crate::args::MigrateArgs;
+use crate::args::{MigrateArgs, SubsetArgs};
 use crate::error::{CliError, Invalid};
+use crate::model::Model;
 use crate::output::{
     bytes, headline, invalid_json, keys_text, orphans_json, orphans_text, push_invalid, spec_json,
     Outcome,
@@ -47,6 +51,26 @@ struct Survey {
     array_bytes: u64,
     kept_bytes: u64,
     invalid: Vec<Invalid>,
+}
+
+/// A view to migrate, what its survey found, and the children of no parent in its child
+/// collection.
+struct View {
+    spec: &'static SubsetSpec,
+    survey: Survey,
+    orphans: Orphans,
+}
+
+impl View {
+    /// Some parent embeds children to copy through this view.
+    fn copies(&self) -> bool {
+        self.survey.elements > 0
+    }
+
+    /// No parent holds the field: the whole view is built from the child collection.
+    fn built(&self) -> bool {
+        self.survey.parents > 0 && self.survey.absent == self.survey.parents
+    }
 }
 
 /// What the migration did.
@@ -75,62 +99,83 @@ enum One {
     Invalid(Invalid),
 }
 
-/// Runs `subset migrate`.
-pub async fn run(
-    db: &Database,
-    spec: &'static SubsetSpec,
-    args: &MigrateArgs,
-) -> Result<Outcome, CliError> {
+/// Runs `subset migrate` on every view of `model`.
+pub async fn run(db: &Database, model: Model, args: &MigrateArgs) -> Result<Outcome, CliError> {
     let a = &args.subset;
     let json = a.conn.json;
-    scan::require_collection(db, &a.parent).await?;
-    let before = scan::sizes(db, &a.parent).await?;
-    let survey = survey(db, spec, a.batch, &a.parent, before.count, json).await?;
-    if survey.parents > 0 && survey.absent == survey.parents {
-        // Every subset is to be built from the child collection: a misspelt `--child` would
-        // give every parent an empty one.
-        scan::require_collection(db, spec.child_collection).await.map_err(|_| {
-            CliError::Usage(format!(
-                "no parent of `{}` has `{}`, so every subset would be built from the child collection, and `{}` does not exist in database `{}`",
-                a.parent,
-                spec.field,
-                spec.child_collection,
-                db.name()
-            ))
-        })?;
-    }
-    let store = crate::connect::store(db, &a.conn, &a.parent, vec![*spec])?;
-    let subset = store.children(spec);
-    let orphans = subset.orphans().await?;
-    if args.dry_run {
-        let built = if survey.absent > 0 {
-            built_bytes(db, spec, &a.parent, survey.absent).await?
-        } else {
-            0
-        };
-        return Ok(dry_run_report(
-            spec, &a.parent, &before, &survey, built, &orphans,
-        ));
-    }
-    if !survey.invalid.is_empty() && !a.skip_invalid {
-        return Err(CliError::Invalid {
-            collection: a.parent.clone(),
-            field: spec.field.to_owned(),
-            action: "migrated",
-            invalid: survey.invalid,
-            hint: "nothing was changed; fix these parents or pass --skip-invalid to migrate the others",
+    let parent = model.parent();
+    scan::require_collection(db, parent).await?;
+    let before = scan::sizes(db, parent).await?;
+    let store = model.store(db, &a.conn)?;
+    let mut views = Vec::new();
+    for spec in model.spec.subsets {
+        views.push(View {
+            spec,
+            survey: survey(db, spec, a.batch, parent, before.count, json).await?,
+            orphans: store.children(spec).orphans().await?,
         });
     }
+    // The views that copy children go first: a view built from its child collection before
+    // they filled it would stay short of their children. A stable sort: otherwise in the
+    // model's order.
+    views.sort_by_key(|v| !v.copies());
+    for (at, view) in views.iter().enumerate() {
+        let filled = views[..at].iter().any(|v| {
+            v.copies()
+                && (v.spec.child_collection, v.spec.key)
+                    == (view.spec.child_collection, view.spec.key)
+        });
+        if view.built() && !filled {
+            // A misspelt `--child` would give every parent an empty subset.
+            scan::require_collection(db, view.spec.child_collection).await.map_err(|_| {
+                CliError::Usage(format!(
+                    "no parent of `{parent}` has `{}`, so every subset would be built from the child collection, and `{}` does not exist in database `{}`",
+                    view.spec.field,
+                    view.spec.child_collection,
+                    db.name()
+                ))
+            })?;
+        }
+    }
+    if args.dry_run {
+        let mut built = 0;
+        for view in &views {
+            if view.survey.absent > 0 {
+                built += built_bytes(db, view.spec, parent, view.survey.absent).await?;
+            }
+        }
+        return Ok(dry_run_report(model, &before, &views, built));
+    }
+    if !a.skip_invalid {
+        if let Some(view) = views.iter_mut().find(|v| !v.survey.invalid.is_empty()) {
+            return Err(CliError::Invalid {
+                collection: parent.to_owned(),
+                field: view.spec.field.to_owned(),
+                action: "migrated",
+                invalid: std::mem::take(&mut view.survey.invalid),
+                hint: "nothing was changed; fix these parents or pass --skip-invalid to migrate the others",
+            });
+        }
+    }
+    let mut moved = Vec::new();
+    for view in &views {
+        moved.push(migrate_view(&store, view, a).await?);
+    }
+    let after = scan::sizes(db, parent).await?;
+    Ok(report(model, &store, (&before, &after), &views, &moved))
+}
 
-    subset.ensure_index().await?;
-    let bar = progress::bar(survey.parents, "migrating", json);
+/// Migrates every parent through one view.
+async fn migrate_view(store: &raw::Store, view: &View, a: &SubsetArgs) -> Result<Moved, CliError> {
+    let spec = view.spec;
+    store.children(spec).ensure_index().await?;
+    let bar = progress::bar(view.survey.parents, "migrating", a.conn.json);
     let mut moved = Moved::default();
     let options = SweepOptions::default()
         .batch_size(a.batch)
         .concurrency(CONCURRENCY);
-    let parents = store.sweep(&options, |id| {
-        let store = &store;
-        async move { Ok(migrate_one(store, spec, &id).await) }
+    let parents = store.sweep(&options, |id| async move {
+        Ok(migrate_one(store, spec, &id).await)
     });
     futures::pin_mut!(parents);
     while let Some((_, result)) = parents.try_next().await? {
@@ -152,7 +197,7 @@ pub async fn run(
             One::Invalid(invalid) => {
                 bar.abandon();
                 return Err(CliError::Invalid {
-                    collection: a.parent.clone(),
+                    collection: store.collection_name().to_owned(),
                     field: spec.field.to_owned(),
                     action: "migrated",
                     invalid: vec![invalid],
@@ -163,15 +208,7 @@ pub async fn run(
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let after = scan::sizes(db, &a.parent).await?;
-    Ok(report(
-        spec,
-        &a.parent,
-        &subset.index_keys(),
-        (&before, &after),
-        &moved,
-        &orphans,
-    ))
+    Ok(moved)
 }
 
 /// About how many bytes building the subset adds to the `absent` parents that lack the field:
@@ -373,34 +410,67 @@ fn refused(spec: &SubsetSpec, refusal: &Refusal) -> String {
     }
 }
 
-fn dry_run_report(
-    spec: &SubsetSpec,
-    parent: &str,
-    before: &Sizes,
-    survey: &Survey,
-    built: u64,
-    orphans: &Orphans,
-) -> Outcome {
-    let after_bytes = before
-        .bytes
-        .saturating_sub(survey.array_bytes)
-        .saturating_add(survey.kept_bytes)
+/// The first line of each view's part of a report: the first names what was done.
+fn view_line(done: &str, at: usize, spec: &SubsetSpec, parent: &str) -> String {
+    match at {
+        0 => format!("{done}{}", headline(spec, parent)),
+        _ => format!("then {}", headline(spec, parent)),
+    }
+}
+
+/// The document sizes before and after, for `--json`: the collection's and each document's.
+fn estimated(before: &Sizes, after_bytes: u64) -> Value {
+    json!({
+        "bytes": after_bytes,
+        "avg_document_bytes": after_bytes.checked_div(before.count).unwrap_or(0),
+    })
+}
+
+fn dry_run_report(model: Model, before: &Sizes, views: &[View], built: u64) -> Outcome {
+    let parent = model.parent();
+    let after_bytes = views
+        .iter()
+        .fold(before.bytes, |bytes, v| {
+            bytes
+                .saturating_sub(v.survey.array_bytes)
+                .saturating_add(v.survey.kept_bytes)
+        })
         .saturating_add(built);
-    let valid = survey.parents - survey.invalid.len() as u64;
     let after_avg = after_bytes.checked_div(before.count).unwrap_or(0);
-    let mut text = format!("dry run, nothing changed: {}", headline(spec, parent));
-    text.push_str(&format!(
-        "  parents:            {} ({} invalid)\n  children to copy:   {}\n  ids to assign:      {}\n",
-        survey.parents,
-        survey.invalid.len(),
-        survey.elements,
-        survey.without_id
-    ));
-    if survey.absent > 0 {
+    let mut text = String::new();
+    let mut json_views = Vec::new();
+    for (at, view) in views.iter().enumerate() {
+        let (spec, survey) = (view.spec, &view.survey);
+        text.push_str(&view_line("dry run, nothing changed: ", at, spec, parent));
         text.push_str(&format!(
-            "  parents without `{}`, to build from `{}`: {}\n",
-            spec.field, spec.child_collection, survey.absent
+            "  parents:            {} ({} invalid)\n  children to copy:   {}\n  ids to assign:      {}\n",
+            survey.parents,
+            survey.invalid.len(),
+            survey.elements,
+            survey.without_id
         ));
+        if survey.absent > 0 {
+            text.push_str(&format!(
+                "  parents without `{}`, to build from `{}`: {}\n",
+                spec.field, spec.child_collection, survey.absent
+            ));
+        }
+        text.push_str(&orphans_text(&view.orphans, spec.child_collection));
+        push_invalid(
+            &mut text,
+            &survey.invalid,
+            "invalid (fix them, or pass --skip-invalid)",
+        );
+        json_views.push(json!({
+            "subset": spec_json(spec, parent),
+            "parents": survey.parents,
+            "valid_parents": survey.parents - survey.invalid.len() as u64,
+            "children_to_copy": survey.elements,
+            "ids_to_assign": survey.without_id,
+            "parents_to_build": survey.absent,
+            "orphans": orphans_json(&view.orphans),
+            "invalid": invalid_json(&survey.invalid),
+        }));
     }
     text.push_str(&format!(
         "  collection bytes:   {} now, about {} after\n  average document:   {} now, about {} after\n",
@@ -409,41 +479,32 @@ fn dry_run_report(
         bytes(before.avg_document_bytes as f64),
         bytes(after_avg as f64)
     ));
-    text.push_str(&orphans_text(orphans, spec.child_collection));
-    push_invalid(
-        &mut text,
-        &survey.invalid,
-        "invalid (fix them, or pass --skip-invalid)",
-    );
     Outcome {
         json: json!({
             "command": "migrate",
             "dry_run": true,
-            "subset": spec_json(spec, parent),
-            "parents": survey.parents,
-            "valid_parents": valid,
-            "children_to_copy": survey.elements,
-            "ids_to_assign": survey.without_id,
-            "parents_to_build": survey.absent,
+            "registered": model.registered,
             "before": before,
-            "estimated_after": { "bytes": after_bytes, "avg_document_bytes": after_avg },
-            "orphans": orphans_json(orphans),
-            "invalid": invalid_json(&survey.invalid),
+            "estimated_after": estimated(before, after_bytes),
+            "views": json_views,
         }),
         text,
-        problems: !survey.invalid.is_empty(),
+        problems: views.iter().any(|v| !v.survey.invalid.is_empty()),
     }
 }
 
 fn report(
-    spec: &SubsetSpec,
-    parent: &str,
-    index_keys: &Document,
+    model: Model,
+    store: &raw::Store,
     (before, after): (&Sizes, &Sizes),
-    moved: &Moved,
-    orphans: &Orphans,
+    views: &[View],
+    moved: &[Moved],
 ) -> Outcome {
-    let mut text = format!("migrated {}", headline(spec, parent));
+    let parent = model.parent();
+    let mut text = String::new();
+    for (at, view) in views.iter().enumerate() {
+        text.push_str(&view_line("migrated ", at, view.spec, parent));
+    }
     text.push_str(&format!(
         "                          before        after\n  documents         {:>12} {:>12}\n  collection bytes  {:>12} {:>12}\n  average document  {:>12} {:>12}\n",
         before.count,
@@ -453,48 +514,59 @@ fn report(
         bytes(before.avg_document_bytes as f64),
         bytes(after.avg_document_bytes as f64),
     ));
-    text.push_str(&format!(
-        "  parents migrated: {}; children copied: {} ({} already there from an earlier run); ids assigned: {}\n",
-        moved.parents, moved.inserted, moved.already, moved.assigned
-    ));
-    if moved.built > 0 {
+    let mut json_views = Vec::new();
+    for (view, moved) in views.iter().zip(moved) {
+        let spec = view.spec;
+        if views.len() > 1 {
+            text.push_str(&format!("  view `{}`:\n", spec.field));
+        }
         text.push_str(&format!(
-            "  parents without `{}`, built from the child collection `{}`: {}\n",
-            spec.field, spec.child_collection, moved.built
+            "  parents migrated: {}; children copied: {} ({} already there from an earlier run); ids assigned: {}\n",
+            moved.parents, moved.inserted, moved.already, moved.assigned
         ));
-    }
-    if moved.gone > 0 {
+        if moved.built > 0 {
+            text.push_str(&format!(
+                "  parents without `{}`, built from the child collection `{}`: {}\n",
+                spec.field, spec.child_collection, moved.built
+            ));
+        }
+        if moved.gone > 0 {
+            text.push_str(&format!(
+                "  parents deleted while migrating: {}\n",
+                moved.gone
+            ));
+        }
         text.push_str(&format!(
-            "  parents deleted while migrating: {}\n",
-            moved.gone
+            "  index on `{}`: {}\n",
+            spec.child_collection,
+            keys_text(&store.children(spec).index_keys())
         ));
-    }
-    text.push_str(&format!(
-        "  index on `{}`: {}\n",
-        spec.child_collection,
-        keys_text(index_keys)
-    ));
-    text.push_str(&orphans_text(orphans, spec.child_collection));
-    push_invalid(
-        &mut text,
-        &moved.skipped,
-        "skipped as invalid (--skip-invalid)",
-    );
-    Outcome {
-        json: json!({
-            "command": "migrate",
-            "dry_run": false,
+        text.push_str(&orphans_text(&view.orphans, spec.child_collection));
+        push_invalid(
+            &mut text,
+            &moved.skipped,
+            "skipped as invalid (--skip-invalid)",
+        );
+        json_views.push(json!({
             "subset": spec_json(spec, parent),
-            "before": before,
-            "after": after,
             "parents_migrated": moved.parents,
             "children_copied": moved.inserted,
             "children_already_copied": moved.already,
             "ids_assigned": moved.assigned,
             "parents_built": moved.built,
             "parents_gone": moved.gone,
-            "orphans": orphans_json(orphans),
+            "orphans": orphans_json(&view.orphans),
             "skipped": invalid_json(&moved.skipped),
+        }));
+    }
+    Outcome {
+        json: json!({
+            "command": "migrate",
+            "dry_run": false,
+            "registered": model.registered,
+            "before": before,
+            "after": after,
+            "views": json_views,
         }),
         text,
         problems: false,

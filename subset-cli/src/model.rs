@@ -7,7 +7,7 @@
 
 use futures::TryStreamExt;
 use mongodb::Database;
-use subset_runtime::bookkeeping::Registered;
+use subset_runtime::bookkeeping::{Names, PrefixError, Registered};
 use subset_runtime::bson::{doc, spec::ElementType, Document, RawDocumentBuf};
 use subset_runtime::raw;
 use subset_runtime::spec::{ParentSpec, SortValues};
@@ -43,7 +43,7 @@ impl Model {
         };
         store
             .with_bookkeeping_prefix(&conn.bookkeeping_prefix)
-            .map_err(crate::connect::bad_prefix)
+            .map_err(bad_prefix)
     }
 
     /// The parent collection.
@@ -76,7 +76,7 @@ pub async fn registered(
     conn: &Conn,
     parent: &str,
 ) -> Result<Option<Registered>, CliError> {
-    let names = crate::connect::names(conn)?;
+    let names = names(conn)?;
     Ok(Registered::read(db, &names, parent).await?)
 }
 
@@ -96,6 +96,20 @@ pub async fn registered_model(db: &Database, conn: &Conn, parent: &str) -> Resul
         spec: registered.current_model()?,
         registered: true,
     })
+}
+
+/// The bookkeeping names of `--bookkeeping-prefix`: the one place the tool reads the flag.
+///
+/// # Errors
+///
+/// [`CliError::Usage`] for a prefix no collection name can start with.
+pub fn names(conn: &Conn) -> Result<Names, CliError> {
+    Names::with_prefix(&conn.bookkeeping_prefix).map_err(bad_prefix)
+}
+
+/// The usage error of a `--bookkeeping-prefix` no collection name can start with.
+fn bad_prefix(e: PrefixError) -> CliError {
+    CliError::Usage(format!("--bookkeeping-prefix: {e}"))
 }
 
 /// The flags' view, each sort key `--sort` gave no type typed by the values most children

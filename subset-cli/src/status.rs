@@ -1,16 +1,36 @@
-//! `subset status`: what the library keeps in the database (`bookkeeping::Status`), as text or
-//! as its JSON form.
+//! `subset status`: what the library keeps in the database (`bookkeeping::Status`), and the
+//! followers saved in the collections given with `--token-collection`, as text or as its JSON
+//! form.
 
 use mongodb::Database;
-use subset_runtime::bookkeeping::Status;
+use subset_runtime::bookkeeping::{FollowerPlace, Status};
 
-use crate::args::Conn;
+use crate::args::StatusArgs;
 use crate::error::CliError;
 use crate::output::Outcome;
+use crate::scan;
 
 /// Runs `subset status`.
-pub async fn run(db: &Database, conn: &Conn) -> Result<Outcome, CliError> {
-    let status = Status::read(db, &crate::connect::names(conn)?).await?;
+pub async fn run(db: &Database, args: &StatusArgs) -> Result<Outcome, CliError> {
+    let names = crate::model::names(&args.conn)?;
+    let mut status = Status::read(db, &names).await?;
+    let mut read = vec![names.followers()];
+    for tokens in &args.token_collection {
+        if read.contains(&tokens.as_str()) {
+            continue;
+        }
+        // A misspelt name would otherwise look like a collection with no follower.
+        scan::require_collection(db, tokens).await.map_err(|_| {
+            CliError::Usage(format!(
+                "--token-collection: collection `{tokens}` does not exist in database `{}`",
+                db.name()
+            ))
+        })?;
+        status
+            .followers
+            .extend(FollowerPlace::read_in(db, tokens).await?);
+        read.push(tokens);
+    }
     let json = serde_json::to_value(&status)
         .map_err(|e| CliError::Usage(format!("the status cannot be written as JSON: {e}")))?;
     Ok(Outcome {
@@ -101,11 +121,12 @@ fn text(status: &Status) -> String {
     }
     for f in &status.followers {
         text.push_str(&format!(
-            "  {} on {} (parents {}): saved at {}\n",
+            "  {} on {} (parents {}): saved at {} in {}\n",
             f.follower,
             f.collection,
             f.parent,
-            f.saved_at.as_deref().unwrap_or("?")
+            f.saved_at.as_deref().unwrap_or("?"),
+            f.saved_in
         ));
     }
     text

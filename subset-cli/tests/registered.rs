@@ -1,11 +1,9 @@
-//! The `subset` binary acting as the application's model: without view flags, `check`,
-//! `reconcile`, `remove`, `rebuild` act on every view of the registered model with its types,
-//! as the application (here a run-time store of the same model, which registers it) would;
-//! `status` shows what is kept. Against the testkit's real mongod.
+//! The `subset` binary acting as the application's model: without view flags, `migrate`,
+//! `check`, `reconcile`, `remove`, `rebuild` act on every view of the registered model with its
+//! types, as the application (here a run-time store of the same model, which registers it)
+//! would; `status` shows what is kept. Against the testkit's real mongod. `follow` without
+//! flags is in `follow.rs`.
 
-use std::process::{Command, Output};
-
-use mongodb::Database;
 use serde_json::Value;
 use subset_runtime::bson::oid::ObjectId;
 use subset_runtime::bson::{doc, Bson, DateTime, Document};
@@ -13,48 +11,10 @@ use subset_runtime::raw;
 use subset_runtime::repair::{SweepOptions, SweepReport};
 use subset_runtime::spec::{NumberType, ParentSpec, SortValues, SpecBuilder, SubsetSpec};
 use subset_runtime::WriteMode;
-use subset_testkit::{MongoServer, Topology};
+use subset_testkit::Topology;
 
-async fn fresh() -> (Database, String) {
-    let server = MongoServer::shared(Topology::ReplicaSet)
-        .await
-        .expect("start the test mongod");
-    let db = server.database().await.expect("connect to the test mongod");
-    (db, server.uri().to_owned())
-}
-
-async fn subset(uri: &str, db: &Database, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_subset"));
-    command
-        .args(args)
-        .args(["--uri", uri, "--db", db.name()])
-        .env_remove("MONGODB_URI");
-    tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().expect("exited, not killed")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+mod support;
+use support::*;
 
 /// A view of the application's movies: comments by date, typed as the application's Rust
 /// field (a date) would type it.
@@ -623,5 +583,146 @@ async fn check_reconcile_and_rebuild_refuse_only_the_renamed_key() {
             message.contains(&renamed.to_string()),
             "{mode:?}: {message}"
         );
+    }
+}
+
+/// The application registered its model before its movies were migrated: `migrate` without
+/// flags copies the comments embedded in `latest` into `comments` and then builds `first`
+/// (declared first, built once `latest` filled the child collection), on a replica set
+/// (transactions) and on a standalone server (ordered writes); a rerun copies nothing. With the
+/// view flags it migrates the flags' one view.
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_without_flags_moves_every_view_of_the_registered_model() {
+    for (topology, mode) in [
+        (Topology::ReplicaSet, WriteMode::Transactional),
+        (Topology::Standalone, WriteMode::Ordered),
+    ] {
+        let (db, uri) = fresh_on(topology).await;
+        let model = ParentSpec::leak(
+            "movies",
+            vec![
+                view("first", "comments", 2, "date asc"),
+                view("latest", "comments", 3, "date desc"),
+            ],
+        );
+        let app = raw::Store::new(&db, model).with_mode(mode);
+        // The application's first write registers its model.
+        app.insert(doc! { "_id": ObjectId::new(), "first": [], "latest": [], "n": 0_i64 })
+            .await
+            .unwrap();
+        // Movies written before, embedding every comment in `latest`, without the parent key.
+        let ids: Vec<Bson> = (0..4).map(|_| Bson::ObjectId(ObjectId::new())).collect();
+        let movies: Vec<Document> = ids
+            .iter()
+            .map(|id| {
+                let comments: Vec<Document> = (0..6)
+                    .map(|at| {
+                        let mut c = comment(id, at, "bob");
+                        c.remove("movie_id");
+                        c
+                    })
+                    .collect();
+                doc! { "_id": id.clone(), "latest": comments }
+            })
+            .collect();
+        db.collection::<Document>("movies")
+            .insert_many(movies)
+            .await
+            .unwrap();
+
+        let out = subset(
+            &uri,
+            &db,
+            &["migrate", "--parent", "movies", "--dry-run", "--json"],
+        )
+        .await;
+        assert_eq!(code(&out), 0, "{topology:?}: {}", stderr(&out));
+        let dry = json(&out);
+        assert_eq!(dry["registered"], true, "{dry}");
+        let fields: Vec<&str> = dry["views"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["subset"]["field"].as_str().unwrap())
+            .collect();
+        assert_eq!(fields, ["latest", "first"], "{topology:?}: copied first");
+        assert_eq!(dry["views"][0]["children_to_copy"], 24, "{dry}");
+        assert_eq!(dry["views"][1]["parents_to_build"], 4, "{dry}");
+        assert_eq!(
+            db.collection::<Document>("comments")
+                .count_documents(doc! {})
+                .await
+                .unwrap(),
+            0,
+            "{topology:?}: a dry run writes nothing"
+        );
+
+        let out = subset(&uri, &db, &["migrate", "--parent", "movies", "--json"]).await;
+        assert_eq!(code(&out), 0, "{topology:?}: {}", stderr(&out));
+        let report = json(&out);
+        assert_eq!(report["registered"], true, "{report}");
+        assert_eq!(report["views"][0]["children_copied"], 24, "{report}");
+        assert_eq!(report["views"][1]["parents_built"], 4, "{report}");
+        for id in &ids {
+            let movie = app.get(id).await.unwrap().unwrap();
+            let dates = |field: &str| -> Vec<i64> {
+                movie
+                    .get_array(field)
+                    .unwrap()
+                    .into_iter()
+                    .map(|c| {
+                        let c = c.unwrap().as_document().unwrap();
+                        c.get_datetime("date").unwrap().timestamp_millis() / 60_000
+                    })
+                    .collect()
+            };
+            assert_eq!(dates("latest"), [5, 4, 3], "{topology:?} {id}");
+            assert_eq!(dates("first"), [0, 1], "{topology:?} {id}");
+            assert_eq!(movie.get_i64("n").unwrap(), 6, "{topology:?} {id}");
+        }
+        let check = app
+            .check_all(&SweepOptions::default(), |_| {})
+            .await
+            .unwrap();
+        assert_eq!(
+            (check.progress.drifted, check.progress.failed),
+            (0, 0),
+            "{topology:?}: {:?}",
+            check.drifts
+        );
+
+        // Idempotent.
+        let out = subset(&uri, &db, &["migrate", "--parent", "movies", "--json"]).await;
+        assert_eq!(code(&out), 0, "{topology:?}: {}", stderr(&out));
+        let again = json(&out);
+        for view in again["views"].as_array().unwrap() {
+            assert_eq!(view["children_copied"], 0, "{again}");
+        }
+
+        // The view flags describe one view, whatever is registered.
+        let flags = [
+            "migrate",
+            "--parent",
+            "movies",
+            "--field",
+            "latest",
+            "--child",
+            "comments",
+            "--key",
+            "movie_id",
+            "--keep",
+            "3",
+            "--count",
+            "n",
+            "--sort",
+            "date desc",
+            "--dry-run",
+            "--json",
+        ];
+        let out = subset(&uri, &db, &flags).await;
+        assert_eq!(code(&out), 0, "{topology:?}: {}", stderr(&out));
+        let dry = json(&out);
+        assert_eq!(dry["registered"], false, "{dry}");
+        assert_eq!(dry["views"].as_array().unwrap().len(), 1, "{dry}");
     }
 }

@@ -22,7 +22,9 @@ pub struct Status {
     pub folds: Vec<FoldQueue>,
     /// The journals of jobs by filter run without transactions (a job under way, or cut off).
     pub jobs: Vec<JobJournal>,
-    /// The followers' saved places (in the collection of the names' [`followers`](Names::followers)).
+    /// The followers' saved places in the collection of the names'
+    /// [`followers`](Names::followers); [`FollowerPlace::read_in`] reads those saved in another
+    /// ([`crate::follow::FollowOptions::token_collection`]).
     pub followers: Vec<FollowerPlace>,
 }
 
@@ -110,6 +112,22 @@ pub struct FollowerPlace {
     pub parent: String,
     /// When it saved its place (RFC 3339).
     pub saved_at: Option<String>,
+    /// The collection its place is saved in.
+    pub saved_in: String,
+}
+
+impl FollowerPlace {
+    /// The places saved in `collection`, a followers' collection of `db` (the one a follower
+    /// is given with [`crate::follow::FollowOptions::token_collection`]), by follower and child
+    /// collection. Writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mongo`] naming `collection` when it cannot be read.
+    #[tracing::instrument(skip_all, fields(db = %db.name(), collection = %collection))]
+    pub async fn read_in(db: &Database, collection: &str) -> Result<Vec<FollowerPlace>> {
+        followers(db, collection).await
+    }
 }
 
 impl Status {
@@ -130,7 +148,7 @@ impl Status {
             models,
             folds: folds(db, names).await?,
             jobs: jobs(db, names).await?,
-            followers: followers(db, names).await?,
+            followers: followers(db, names.followers()).await?,
         })
     }
 }
@@ -276,10 +294,10 @@ async fn jobs(db: &Database, names: &Names) -> Result<Vec<JobJournal>> {
         .collect())
 }
 
-async fn followers(db: &Database, names: &Names) -> Result<Vec<FollowerPlace>> {
+async fn followers(db: &Database, collection: &str) -> Result<Vec<FollowerPlace>> {
     let found = aggregate(
         db,
-        names.followers(),
+        collection,
         vec![doc! { "$sort": { "_id.follower": 1, "_id.collection": 1 } }],
     )
     .await?;
@@ -297,6 +315,7 @@ async fn followers(db: &Database, names: &Names) -> Result<Vec<FollowerPlace>> {
                 collection: part("collection"),
                 parent: f.get_str("parent").unwrap_or_default().to_owned(),
                 saved_at: f.get_datetime("saved_at").ok().copied().and_then(date),
+                saved_in: collection.to_owned(),
             }
         })
         .collect())
