@@ -415,7 +415,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     pub fn patch_where<'r>(
         &'r self,
         filter: crate::bson::Document,
-    ) -> crate::patch::Patch<'r, C, crate::patch::Matching<'r>> {
+    ) -> crate::patch::Patch<'r, C, crate::patch::ByFilter<'r>> {
         crate::patch::Patch::matching(self.raw, filter)
     }
 
@@ -450,7 +450,7 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     /// # Errors
     ///
     /// [`crate::Error::Mongo`], for a filter the server refuses too.
-    pub fn count_where(&self, filter: crate::bson::Document) -> Action<'_, BulkProgress> {
+    pub fn count_where(&self, filter: crate::bson::Document) -> Action<'_, crate::bulk::Matches> {
         self.raw.count_where(&filter)
     }
 

@@ -5,7 +5,6 @@ use std::future::IntoFuture;
 
 use futures::future::BoxFuture;
 
-use crate::engine::SweepOptions;
 use crate::error::Result;
 
 /// The progress callback a job calls after each batch of parents.
@@ -87,5 +86,52 @@ impl<T, P> fmt::Debug for Job<'_, T, P> {
         f.debug_struct("Job")
             .field("options", &self.options)
             .finish_non_exhaustive()
+    }
+}
+
+/// Options of [`crate::raw::Store::sweep`], [`crate::raw::Store::reconcile_all`], [`crate::raw::Store::check_all`] and
+/// [`crate::raw::Store::resync_all`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SweepOptions {
+    /// How many parent `_id`s are read per query; at least 1 (`limit(0)` would mean no limit).
+    pub(crate) batch_size: u32,
+    /// How many parents are visited at once; at least 1.
+    pub(crate) concurrency: usize,
+    /// Whether a rebuild may empty a view that holds children today.
+    pub(crate) allow_emptying: bool,
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        SweepOptions {
+            batch_size: 500,
+            concurrency: 4,
+            allow_emptying: false,
+        }
+    }
+}
+
+impl SweepOptions {
+    /// Reads `size` parent `_id`s per query (default 500).
+    pub fn batch_size(mut self, size: u32) -> Self {
+        self.batch_size = size.max(1);
+        self
+    }
+
+    /// For [`crate::raw::Store::rebuild`], [`crate::raw::Store::reconcile_all`] and [`crate::raw::Store::check_all`]:
+    /// rebuilds (or reports as to be rebuilt) a parent of another definition even when that
+    /// empties a view whose children are still stored under another key (default: refused, see
+    /// [`crate::Error::RebuildWouldEmpty`]). A renamed key usually wants `key = "…"` on the field
+    /// instead. A view whose children are gone is rebuilt empty either way.
+    pub fn allow_emptying(mut self, allow: bool) -> Self {
+        self.allow_emptying = allow;
+        self
+    }
+
+    /// Visits up to `n` parents at once (default 4).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
     }
 }

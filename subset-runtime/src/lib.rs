@@ -65,7 +65,7 @@ pub mod hot {
 /// ([`Children::remove_where`], [`Children::patch_where`]): what such a job reports, and where it
 /// keeps the journal that makes it resumable without transactions.
 pub mod bulk {
-    pub use crate::engine::{BulkProgress, BulkReport};
+    pub use crate::engine::{BulkProgress, BulkReport, Matches};
 }
 
 /// Keeping subsets true when other programs write the child collection: [`Store::follow`]
@@ -83,9 +83,9 @@ pub mod follow {
 /// ([`Store::rebuild`]).
 pub mod repair {
     pub use crate::engine::{
-        Drift, MalformedChild, Orphans, ParentFailure, SumDrift, SweepOptions, SweepProgress,
-        SweepReport,
+        Drift, MalformedChild, Orphans, ParentFailure, SumDrift, SweepProgress, SweepReport,
     };
+    pub use crate::job::SweepOptions;
 }
 
 /// The descriptors the derives emit (and [`SpecBuilder`](spec::SpecBuilder) builds at run time),

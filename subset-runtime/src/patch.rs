@@ -27,9 +27,10 @@ use serde::Serialize;
 
 use crate::action::Action;
 use crate::bson::{Bson, Document};
-use crate::engine::{BulkProgress, BulkReport, ById, ChildPatch, Range, RawChildren, SweepOptions};
+use crate::engine::{BulkProgress, BulkReport, ByChild, ChildPatch, Range, RawChildren};
 use crate::error::{Error, Result};
 use crate::job::Progress;
+use crate::job::SweepOptions;
 use crate::model::Child;
 
 /// One stored field of child type `C`, whose Rust type is `T`: the constants `#[derive(Child)]`
@@ -151,14 +152,14 @@ pub trait Unset {}
 impl<T> Unset for Option<T> {}
 
 /// A change to some fields of one child, or of every child matching a filter, run when
-/// awaited: [`Children::patch`](crate::Children::patch) (target [`One`]) and
-/// [`Children::patch_where`](crate::Children::patch_where) (target [`Matching`]).
+/// awaited: [`Children::patch`](crate::Children::patch) (target [`ById`]) and
+/// [`Children::patch_where`](crate::Children::patch_where) (target [`ByFilter`]).
 ///
 /// Built with [`Patch::set`], [`Patch::unset`], and for one child [`Patch::inc`] and
 /// [`Patch::dec`], each taking a field constant of the child type; [`Patch::session`] runs a
 /// patch of one child in the caller's session, as [`crate::Action::session`] does.
 #[must_use = "a patch does nothing until it is awaited"]
-pub struct Patch<'a, C, T = One<'a>> {
+pub struct Patch<'a, C, T = ById<'a>> {
     raw: RawChildren<'a>,
     patch: ChildPatch,
     /// The first value that did not serialize, reported when awaited.
@@ -170,14 +171,14 @@ pub struct Patch<'a, C, T = One<'a>> {
 /// The target of [`Children::patch`](crate::Children::patch) and
 /// [`Children::patch_by_id`](crate::Children::patch_by_id): one child, under its parent (read
 /// from the child when not given).
-pub struct One<'a> {
+pub struct ById<'a> {
     ids: Result<(Option<Bson>, Bson)>,
     session: Option<&'a mut ClientSession>,
 }
 
 /// The target of [`Children::patch_where`](crate::Children::patch_where): every child that matches
 /// a filter, across parents.
-pub struct Matching<'a> {
+pub struct ByFilter<'a> {
     filter: Document,
     options: SweepOptions,
     progress: Progress<'a, BulkProgress>,
@@ -225,9 +226,9 @@ impl<'a, C: Child, T> Patch<'a, C, T> {
     }
 }
 
-impl<'a, C: Child> Patch<'a, C, One<'a>> {
+impl<'a, C: Child> Patch<'a, C, ById<'a>> {
     pub(crate) fn one(raw: RawChildren<'a>, ids: Result<(Option<Bson>, Bson)>) -> Self {
-        Patch::new(raw, One { ids, session: None })
+        Patch::new(raw, ById { ids, session: None })
     }
 
     /// Adds `by` to `field` on the server, so that concurrent increments all count. The
@@ -295,9 +296,9 @@ impl<'a, C: Child> Patch<'a, C, One<'a>> {
     }
 }
 
-impl<'a, C: Child> Patch<'a, C, Matching<'a>> {
+impl<'a, C: Child> Patch<'a, C, ByFilter<'a>> {
     pub(crate) fn matching(raw: RawChildren<'a>, filter: Document) -> Self {
-        let target = Matching {
+        let target = ByFilter {
             filter,
             options: SweepOptions::default(),
             progress: Box::new(|_| {}),
@@ -318,7 +319,7 @@ impl<'a, C: Child> Patch<'a, C, Matching<'a>> {
     }
 }
 
-impl<'a, C: Child> IntoFuture for Patch<'a, C, One<'a>> {
+impl<'a, C: Child> IntoFuture for Patch<'a, C, ById<'a>> {
     type Output = Result<()>;
     type IntoFuture = BoxFuture<'a, Result<()>>;
 
@@ -330,14 +331,14 @@ impl<'a, C: Child> IntoFuture for Patch<'a, C, One<'a>> {
             let session = self.target.session;
             let action = match self.target.ids? {
                 (Some(parent), child) => Action::of(self.raw.patch_one(parent, child, self.patch)),
-                (None, child) => Action::of(ById::patch(self.raw, child, self.patch)),
+                (None, child) => Action::of(ByChild::patch(self.raw, child, self.patch)),
             };
             action.in_session(session).await
         })
     }
 }
 
-impl<'a, C: Child> IntoFuture for Patch<'a, C, Matching<'a>> {
+impl<'a, C: Child> IntoFuture for Patch<'a, C, ByFilter<'a>> {
     type Output = Result<BulkReport>;
     type IntoFuture = BoxFuture<'a, Result<BulkReport>>;
 
@@ -346,7 +347,7 @@ impl<'a, C: Child> IntoFuture for Patch<'a, C, Matching<'a>> {
             if let Some(error) = self.error {
                 return Err(error);
             }
-            let Matching {
+            let ByFilter {
                 filter,
                 options,
                 progress,
@@ -366,18 +367,18 @@ impl<C, T> fmt::Debug for Patch<'_, C, T> {
     }
 }
 
-impl fmt::Debug for One<'_> {
+impl fmt::Debug for ById<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("One")
+        f.debug_struct("ById")
             .field("ids", &self.ids.as_ref().ok())
             .field("session", &self.session.is_some())
             .finish()
     }
 }
 
-impl fmt::Debug for Matching<'_> {
+impl fmt::Debug for ByFilter<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Matching")
+        f.debug_struct("ByFilter")
             .field("filter", &self.filter)
             .field("options", &self.options)
             .finish_non_exhaustive()

@@ -31,10 +31,11 @@ use mongodb::{ClientSession, Collection};
 use super::exec::{self, Ctx, Steps};
 use super::patch::ChildPatch;
 use super::resync::CountFix;
-use super::sweep::{ParentFailure, SweepOptions};
+use super::sweep::ParentFailure;
 use super::{RawChildren, WriteMode};
 use crate::action::{span, Action, Operation};
 use crate::error::{Error, Result};
+use crate::job::SweepOptions;
 
 /// Where a job by filter is, handed to its progress callback after every batch of parents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,6 +69,16 @@ impl BulkReport {
     pub const SAMPLES: usize = 1_000;
 }
 
+/// What [`RawChildren::count_where`] found: what a job with its filter would change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Matches {
+    /// The children that match.
+    pub children: u64,
+    /// The parents they are under.
+    pub parents: u64,
+}
+
 /// [`RawChildren::count_where`].
 struct CountWhere<'a> {
     subset: RawChildren<'a>,
@@ -75,14 +86,14 @@ struct CountWhere<'a> {
 }
 
 impl<'s, 'a: 's> Operation<'s> for CountWhere<'a> {
-    type Output = BulkProgress;
+    type Output = Matches;
 
     fn span(&self) -> tracing::Span {
         let s = self.subset;
         span!("subset.count_where", s.store(), Some(s.spec().field), None)
     }
 
-    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<BulkProgress> {
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<Matches> {
         let s = self.subset;
         let key = format!("${}", s.spec().key);
         let pipeline = [
@@ -107,10 +118,9 @@ impl<'s, 'a: 's> Operation<'s> for CountWhere<'a> {
                 })
                 .unwrap_or(0)
         };
-        Ok(BulkProgress {
-            parents: number("parents"),
+        Ok(Matches {
             children: number("children"),
-            ..BulkProgress::default()
+            parents: number("parents"),
         })
     }
 }
@@ -130,7 +140,7 @@ impl RawChildren<'_> {
     /// # Errors
     ///
     /// [`Error::Mongo`], for a filter the server refuses too.
-    pub fn count_where<'r>(&'r self, filter: &Document) -> Action<'r, BulkProgress> {
+    pub fn count_where<'r>(&'r self, filter: &Document) -> Action<'r, Matches> {
         Action::of(CountWhere {
             subset: *self,
             filter: filter.clone(),

@@ -92,7 +92,7 @@ impl RawChildren<'_> {
     ///
     /// As [`RawChildren::patch`], and [`Error::UnknownChild`].
     pub fn patch_by_id<'r>(&'r self, child: &Bson, patch: &ChildPatch) -> Action<'r, ()> {
-        Action::of(ById::patch(*self, child.clone(), patch.clone()))
+        Action::of(ByChild::patch(*self, child.clone(), patch.clone()))
     }
 
     /// [`RawChildren::move_child`] of a child named by its `_id` alone; see
@@ -102,7 +102,7 @@ impl RawChildren<'_> {
     ///
     /// As [`RawChildren::move_child`], and [`Error::UnknownChild`].
     pub fn move_by_id<'r>(&'r self, child: &Bson, to: &Bson) -> Action<'r, ()> {
-        Action::of(ById {
+        Action::of(ByChild {
             subset: *self,
             child: child.clone(),
             call: Call::Move(to.clone()),
@@ -111,23 +111,23 @@ impl RawChildren<'_> {
 }
 
 /// A call on a child named by its `_id` alone.
-pub(crate) struct ById<'a> {
+pub(crate) struct ByChild<'a> {
     subset: RawChildren<'a>,
     child: Bson,
     call: Call,
 }
 
-/// What [`ById`] does under the child's parent.
+/// What [`ByChild`] does under the child's parent.
 enum Call {
     Patch(ChildPatch),
     /// A move to this parent.
     Move(Bson),
 }
 
-impl<'a> ById<'a> {
+impl<'a> ByChild<'a> {
     /// [`RawChildren::patch_by_id`].
     pub(crate) fn patch(subset: RawChildren<'a>, child: Bson, patch: ChildPatch) -> Self {
-        ById {
+        ByChild {
             subset,
             child,
             call: Call::Patch(patch),
@@ -135,7 +135,7 @@ impl<'a> ById<'a> {
     }
 }
 
-impl<'s, 'a: 's> Operation<'s> for ById<'a> {
+impl<'s, 'a: 's> Operation<'s> for ByChild<'a> {
     type Output = ();
 
     fn span(&self) -> tracing::Span {

@@ -69,8 +69,8 @@ mod sweep;
 mod views;
 
 pub use adopt::{Adopted, Refusal};
-pub use bulk::{BulkProgress, BulkReport};
-pub(crate) use by_child::ById;
+pub use bulk::{BulkProgress, BulkReport, Matches};
+pub(crate) use by_child::ByChild;
 pub use follow::{
     CatchUp, Follow, FollowBatch, FollowOptions, FollowStats, FollowUpdate, Follower,
 };
@@ -84,7 +84,7 @@ pub use resync::{Drift, MalformedChild, SumDrift};
 pub use status::{
     DefinitionStatus, FoldQueue, FollowerPlace, JobJournal, ModelStatus, Status, ViewName,
 };
-pub use sweep::{ParentFailure, SweepOptions, SweepProgress, SweepReport};
+pub use sweep::{ParentFailure, SweepProgress, SweepReport};
 
 /// How a store makes its double writes (child collection + embedded copy) hang together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -63,7 +63,7 @@ impl<'s, 'a: 's> Operation<'s> for Move<'a> {
 }
 
 impl Move<'_> {
-    /// [`Operation::execute`]; of its own, for [`super::ById`] to call in a future the
+    /// [`Operation::execute`]; of its own, for [`super::ByChild`] to call in a future the
     /// compiler can see is `Send`.
     pub(super) async fn send(self, caller: Option<&mut ClientSession>) -> Result<()> {
         exec::execute(self.subset.store(), caller, &self).await

@@ -11,54 +11,8 @@ use super::resync::{Emptying, Resync};
 use super::{Drift, RawStore};
 use crate::action::Action;
 use crate::error::{Error, Result};
+use crate::job::SweepOptions;
 use crate::model::SubsetSpec;
-
-/// Options of [`RawStore::sweep`], [`RawStore::reconcile_all`], [`RawStore::check_all`] and
-/// [`RawStore::resync_all`].
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct SweepOptions {
-    /// How many parent `_id`s are read per query; at least 1 (`limit(0)` would mean no limit).
-    pub(super) batch_size: u32,
-    /// How many parents are visited at once; at least 1.
-    pub(super) concurrency: usize,
-    /// Whether a rebuild may empty a view that holds children today.
-    pub(super) allow_emptying: bool,
-}
-
-impl Default for SweepOptions {
-    fn default() -> Self {
-        SweepOptions {
-            batch_size: 500,
-            concurrency: 4,
-            allow_emptying: false,
-        }
-    }
-}
-
-impl SweepOptions {
-    /// Reads `size` parent `_id`s per query (default 500).
-    pub fn batch_size(mut self, size: u32) -> Self {
-        self.batch_size = size.max(1);
-        self
-    }
-
-    /// For [`RawStore::rebuild`], [`RawStore::reconcile_all`] and [`RawStore::check_all`]:
-    /// rebuilds (or reports as to be rebuilt) a parent of another definition even when that
-    /// empties a view whose children are still stored under another key (default: refused, see
-    /// [`Error::RebuildWouldEmpty`]). A renamed key usually wants `key = "…"` on the field
-    /// instead. A view whose children are gone is rebuilt empty either way.
-    pub fn allow_emptying(mut self, allow: bool) -> Self {
-        self.allow_emptying = allow;
-        self
-    }
-
-    /// Visits up to `n` parents at once (default 4).
-    pub fn concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n.max(1);
-        self
-    }
-}
 
 /// Where a sweep is, handed to its progress callback after every batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -28,10 +28,11 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::sync::oneshot;
 
-use super::{RawStore, SweepOptions};
+use super::RawStore;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
+use crate::job::SweepOptions;
 
 mod apply;
 mod catch_up;

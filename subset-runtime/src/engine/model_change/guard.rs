@@ -5,8 +5,8 @@ use crate::bson::raw::RawBsonRef;
 use crate::bson::{doc, oid::ObjectId, Bson, Document, RawDocument, RawDocumentBuf};
 
 use super::digest::view_digest;
-use super::registry::Registry;
 use super::marker::MARKER;
+use super::registry::Registry;
 use crate::engine::exec::Ctx;
 use crate::engine::RawStore;
 use crate::error::{Error, Result};
@@ -270,6 +270,7 @@ fn entries_built_here(subsets: &[SubsetSpec], views: &[String], parent: &RawDocu
 
 #[cfg(test)]
 mod tests {
+    use super::super::marker::{malformed_note, noted_malformed, with_note};
     use super::*;
     use crate::model::TEST_SPEC;
 

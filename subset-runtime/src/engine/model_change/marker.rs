@@ -42,4 +42,3 @@ pub(crate) fn noted_malformed(parent: &RawDocument, spec: &SubsetSpec) -> u32 {
     };
     note.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
 }
-

@@ -52,4 +52,3 @@ pub(crate) use guard::{touch, ViewState};
 pub(crate) use marker::{malformed_note, noted_malformed, MARKER};
 pub(crate) use registry::RegistryCache;
 pub use registry::{Registered, RegisteredDefinition};
-

@@ -80,7 +80,7 @@ impl<'s, 'a: 's> Operation<'s> for PatchOne<'a> {
 }
 
 impl PatchOne<'_> {
-    /// [`Operation::execute`]; of its own, for [`super::ById`] to call in a future the
+    /// [`Operation::execute`]; of its own, for [`super::ByChild`] to call in a future the
     /// compiler can see is `Send`.
     pub(crate) async fn send(self, caller: Option<&mut ClientSession>) -> Result<()> {
         if self.patch.is_empty() {

@@ -7,7 +7,7 @@ use mongodb::options::ReturnDocument;
 use super::child_patch::{holds, moves_in, shows_in, ChildPatch, Update};
 use crate::engine::exec::{Ctx, Steps};
 use crate::engine::parent_write::{ParentUpdate, Written};
-use crate::engine::resync::CountFix;
+use crate::engine::resync::{CountFix, Resync};
 use crate::engine::sums::Num;
 use crate::engine::{query, RawChildren};
 use crate::error::{driver, Error, Result};
@@ -300,7 +300,7 @@ impl PatchSteps<'_, '_> {
         for (view, moves) in self.subset.views().zip(write.moved) {
             if let Some(moves) = moves {
                 let drift = view
-                    .resync(ctx, self.parent, &CountFix::Inc(moves), true)
+                    .resync(ctx, self.parent, &CountFix::Inc(moves), Resync::Fix)
                     .await?;
                 // Settled as built under another definition: every view is done.
                 if drift.outdated {

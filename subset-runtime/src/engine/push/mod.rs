@@ -8,7 +8,7 @@ use super::exec::{self, is_transient, Ctx, Retry, Steps};
 use super::parent_write::Written;
 use super::query;
 use super::RawChildren;
-use parent_update::ViewPush;
+use parent_update::{PushAs, ViewPush};
 
 pub(super) mod fold;
 mod ordered;
@@ -178,7 +178,16 @@ impl<'a> RawChildren<'a> {
         // settling it embeds the stored child), or the parent is gone (its children left
         // behind by an interrupted delete), which a push must report.
         match self
-            .capped_push(ctx, parent, true, &push, &Document::new(), false)
+            .capped_push(
+                ctx,
+                parent,
+                &push,
+                &Document::new(),
+                PushAs {
+                    skip_embedded: true,
+                    last: false,
+                },
+            )
             .await?
         {
             Written::Applied | Written::Missed | Written::Outdated => Ok(()),
@@ -317,7 +326,16 @@ impl Steps for PushSteps<'_, '_> {
         let inc = s.added_inc(&fresh);
         let push = ViewPush::new(&fresh);
         let written = s
-            .capped_push(ctx, self.parent, false, &push, &inc, false)
+            .capped_push(
+                ctx,
+                self.parent,
+                &push,
+                &inc,
+                PushAs {
+                    skip_embedded: false,
+                    last: false,
+                },
+            )
             .await?;
         if written == Written::Missing {
             return Err(s.parent_not_found(self.parent));

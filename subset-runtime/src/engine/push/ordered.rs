@@ -4,6 +4,7 @@
 
 use crate::bson::{doc, Bson, Document};
 
+use super::parent_update::PushAs;
 use super::parent_update::ViewPush;
 use super::{Prepared, PushSteps};
 use crate::engine::exec::Ctx;
@@ -112,7 +113,16 @@ impl PushSteps<'_, '_> {
         }
         for _ in 0..ORDERED_PUSH_ATTEMPTS {
             match s
-                .capped_push(ctx, self.parent, true, &pending, &inc, last)
+                .capped_push(
+                    ctx,
+                    self.parent,
+                    &pending,
+                    &inc,
+                    PushAs {
+                        skip_embedded: true,
+                        last,
+                    },
+                )
                 .await?
             {
                 Written::Applied => return Ok(true),

@@ -68,22 +68,33 @@ impl<'p> ViewPush<'p> {
     }
 }
 
+/// How [`RawChildren::capped_push`] writes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PushAs {
+    /// Whether a view whose field already holds one of the children is left alone (see
+    /// [`RawChildren::push_filter`]): a restore, or a push after a write cut off.
+    pub(super) skip_embedded: bool,
+    /// Whether this is the operation's last write of the parent (see [`ParentUpdate::last`]).
+    pub(super) last: bool,
+}
+
 impl RawChildren<'_> {
     /// Pushes each view's children (`push`) into the parent, applying `inc` (to the counts and
-    /// the sums, see [`RawChildren::added_inc`]) in the same update; at the head when there is one
-    /// long view and the children go there. With `exclude`, a view whose field already holds
-    /// one of its children is not updated (see [`RawChildren::push_filter`]). `last`: see
-    /// [`ParentUpdate::last`]. Written through
+    /// the sums, see [`RawChildren::added_inc`]) in the same update, `how` says; at the head
+    /// when there is one long view and the children go there. Written through
     /// [`RawStore::write_parent`](crate::engine::RawStore), which says what happened.
     pub(super) async fn capped_push(
         &self,
         ctx: &mut Ctx<'_>,
         parent: &Bson,
-        exclude: bool,
         push: &ViewPush<'_>,
         inc: &Document,
-        last: bool,
+        how: PushAs,
     ) -> Result<Written> {
+        let PushAs {
+            skip_embedded: exclude,
+            last,
+        } = how;
         let mut filter = Document::new();
         let mut sorted = Document::new();
         for (view, each) in self.views().zip(&push.each) {

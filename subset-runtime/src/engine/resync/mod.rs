@@ -62,6 +62,18 @@ pub(crate) enum Resync {
     Fix,
 }
 
+/// Which definition a parent a resync reads must have been built under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Built {
+    /// This store's (every resync but a rebuild's): a parent built under another is settled.
+    Here,
+    /// As `Here`, but a parent built under another is first put to the rebuild's guard (a
+    /// reconcile's or check's, not a write's).
+    HereGuarded,
+    /// Any (a rebuild's, which marks the parent after every view).
+    Anywhere,
+}
+
 /// Whether a resync may empty a parent built under another definition that a rebuild would
 /// refuse ([`RawStore::would_empty`]): a reconcile or check reaches the verdict a rebuild does,
 /// unless it follows child writes (the follower), which settle such a parent as those writes do.
@@ -114,8 +126,11 @@ impl<'s, 'a: 's> Operation<'s> for ResyncOf<'a> {
         let steps = ResyncSteps {
             subset: &s,
             parent,
-            write,
-            guarded: self.emptying == Emptying::Refused,
+            resync: self.resync,
+            built: match self.emptying {
+                Emptying::Refused => Built::HereGuarded,
+                Emptying::Allowed => Built::Here,
+            },
         };
         match exec::execute(store, caller, &steps).await {
             Ok(mut drift) => {
@@ -198,9 +213,9 @@ impl RawChildren<'_> {
         ctx: &mut Ctx<'_>,
         parent: &Bson,
         count_fix: &CountFix,
-        write: bool,
+        resync: Resync,
     ) -> Result<Drift> {
-        self.resync_as(ctx, parent, count_fix, write, true, false)
+        self.resync_as(ctx, parent, count_fix, resync, Built::Here)
             .await
     }
 
@@ -215,7 +230,7 @@ impl RawChildren<'_> {
     ) -> Result<()> {
         for view in self.views() {
             if view
-                .resync(ctx, parent, &fix(view.spec()), true)
+                .resync(ctx, parent, &fix(view.spec()), Resync::Fix)
                 .await?
                 .outdated
             {
@@ -249,22 +264,27 @@ impl RawChildren<'_> {
     /// built under, counts and sums included: a part of
     /// [`crate::raw::Store::rebuild_parent`], which marks the parent after every view.
     pub(crate) async fn rebuild_view(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Drift> {
-        self.resync_as(ctx, parent, &CountFix::Recount, true, false, false)
-            .await
+        self.resync_as(
+            ctx,
+            parent,
+            &CountFix::Recount,
+            Resync::Fix,
+            Built::Anywhere,
+        )
+        .await
     }
 
-    /// [`RawChildren::resync`]; `marked`: whether the parent must be built under this store's
-    /// definition (every resync but a rebuild's); `guarded`: whether a parent built under
-    /// another is first put to the rebuild's guard (a reconcile's or check's, not a write's).
+    /// [`RawChildren::resync`] of a parent `built` as said.
     async fn resync_as(
         &self,
         ctx: &mut Ctx<'_>,
         parent: &Bson,
         count_fix: &CountFix,
-        write: bool,
-        marked: bool,
-        guarded: bool,
+        resync: Resync,
+        built: Built,
     ) -> Result<Drift> {
+        let write = resync == Resync::Fix;
+        let (marked, guarded) = (built != Built::Anywhere, built == Built::HereGuarded);
         let spec = self.spec();
         let store = self.store();
         let attempts = if ctx.atomic() { 1 } else { ORDERED_ATTEMPTS };
@@ -500,9 +520,8 @@ impl RawChildren<'_> {
 struct ResyncSteps<'s, 'a> {
     subset: &'s RawChildren<'a>,
     parent: &'s Bson,
-    write: bool,
-    /// Whether a parent of another definition is put to the rebuild's guard first.
-    guarded: bool,
+    resync: Resync,
+    built: Built,
 }
 
 impl Steps for ResyncSteps<'_, '_> {
@@ -510,16 +529,16 @@ impl Steps for ResyncSteps<'_, '_> {
 
     fn parents(&self) -> Vec<&Bson> {
         // A check reads only.
-        match self.write {
-            true => vec![self.parent],
-            false => Vec::new(),
+        match self.resync {
+            Resync::Fix => vec![self.parent],
+            Resync::Check => Vec::new(),
         }
     }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<Drift> {
-        let (write, guarded) = (self.write, self.guarded);
+        let (resync, built) = (self.resync, self.built);
         self.subset
-            .resync_as(ctx, self.parent, &CountFix::Recount, write, true, guarded)
+            .resync_as(ctx, self.parent, &CountFix::Recount, resync, built)
             .await
     }
 }
