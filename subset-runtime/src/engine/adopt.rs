@@ -31,8 +31,8 @@ use crate::bson::oid::ObjectId;
 use crate::bson::{doc, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 use futures::TryStreamExt;
 
-use super::driver::InsertFailure;
 use super::RawChildren;
+use crate::error::driver::InsertFailure;
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
 

@@ -29,32 +29,11 @@ impl RawChildren<'_> {
     ///
     /// [`Error::UnknownChild`] when no child has this `_id`, or it carries no parent key;
     /// [`Error::Mongo`].
-    pub async fn parent_of(&self, child: &Bson) -> Result<Bson> {
-        self.parent_of_in(child, None).await
-    }
-
-    async fn parent_of_in(
-        &self,
-        child: &Bson,
-        session: Option<&mut ClientSession>,
-    ) -> Result<Bson> {
-        self.check_child_id(child)?;
-        let key = self.spec().key;
-        let children = self.children::<Document>();
-        let find = children
-            .find_one(doc! { "_id": child.clone() })
-            .projection(doc! { key: 1 });
-        let found = Ctx::read(session)
-            .run(find)
-            .await
-            .map_err(|e| self.mongo_child(e))?;
-        found
-            .and_then(|mut found| found.remove(key))
-            .filter(|parent| !matches!(parent, Bson::Null))
-            .ok_or_else(|| Error::UnknownChild {
-                collection: self.spec().child_collection.to_owned(),
-                id: Box::new(child.clone()),
-            })
+    pub fn parent_of<'r>(&'r self, child: &Bson) -> Action<'r, Bson> {
+        Action::of(ParentOf {
+            subset: *self,
+            child: child.clone(),
+        })
     }
 
     /// Runs `call` under the parent `child` is stored under, following it if it moves.
@@ -67,13 +46,18 @@ impl RawChildren<'_> {
     where
         F: Future<Output = (Result<()>, Option<&'s mut ClientSession>)>,
     {
-        let mut parent = self.parent_of_in(child, caller.as_deref_mut()).await?;
+        let of = ParentOf {
+            subset: *self,
+            child: child.clone(),
+        };
+        of.check()?;
+        let mut parent = of.read(caller.as_deref_mut()).await?;
         for _ in 1..ATTEMPTS {
             let (result, back) = call(parent.clone(), caller).await;
             caller = back;
             match result {
                 Err(Error::ChildNotFound { .. }) => {
-                    let now = self.parent_of_in(child, caller.as_deref_mut()).await?;
+                    let now = of.read(caller.as_deref_mut()).await?;
                     if now == parent {
                         return result;
                     }
@@ -107,6 +91,53 @@ impl RawChildren<'_> {
             child: child.clone(),
             call: Call::Move(to.clone()),
         })
+    }
+}
+
+/// [`RawChildren::parent_of`].
+struct ParentOf<'a> {
+    subset: RawChildren<'a>,
+    child: Bson,
+}
+
+impl<'s, 'a: 's> Operation<'s> for ParentOf<'a> {
+    type Output = Bson;
+
+    fn span(&self) -> tracing::Span {
+        let (store, field) = (self.subset.store(), Some(self.subset.spec().field));
+        span!("subset.parent_of", store, field, None)
+    }
+
+    fn check(&self) -> Result<()> {
+        self.subset.check_child_id(&self.child)
+    }
+
+    async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<Bson> {
+        self.read(caller).await
+    }
+}
+
+impl ParentOf<'_> {
+    /// [`Operation::execute`]; of its own, for [`ByChild`] to call in a future the compiler
+    /// can see is `Send`.
+    async fn read(&self, caller: Option<&mut ClientSession>) -> Result<Bson> {
+        let (s, child) = (self.subset, &self.child);
+        let key = s.spec().key;
+        let children = s.children::<Document>();
+        let find = children
+            .find_one(doc! { "_id": child.clone() })
+            .projection(doc! { key: 1 });
+        let found = Ctx::read(caller)
+            .run(find)
+            .await
+            .map_err(|e| s.mongo_child(e))?;
+        found
+            .and_then(|mut found| found.remove(key))
+            .filter(|parent| !matches!(parent, Bson::Null))
+            .ok_or_else(|| Error::UnknownChild {
+                collection: s.spec().child_collection.to_owned(),
+                id: Box::new(child.clone()),
+            })
     }
 }
 

@@ -1,0 +1,497 @@
+//! The handles: [`RawStore`], a parent collection at the BSON level, and [`RawChildren`], one
+//! of its subset fields. Each operation adds its public methods in its own file.
+
+use std::sync::Arc;
+
+use crate::bson::{doc, Bson, Document, RawDocumentBuf};
+use futures::TryStreamExt;
+use mongodb::options::{Acknowledgment, CollectionOptions, ReadConcern, WriteConcern};
+use mongodb::{Collection, Database};
+use tokio::sync::OnceCell;
+
+use super::Contention;
+use super::{batch, exec, model_change, push, views, WriteMode};
+use crate::bookkeeping::names::{Names, PrefixError};
+use crate::error::{driver, Error, Result};
+use crate::model::{ParentSpec, SubsetSpec};
+
+/// The concerns a store sets itself rather than inheriting them from the client.
+#[derive(Debug, Clone)]
+struct Concerns {
+    /// The write concern of the transactions the store starts.
+    transaction: WriteConcern,
+    /// The read concern of reads outside transactions; `None` inherits the database's.
+    read: Option<ReadConcern>,
+}
+
+impl Default for Concerns {
+    fn default() -> Self {
+        Concerns {
+            transaction: WriteConcern::majority(),
+            read: None,
+        }
+    }
+}
+
+/// Why an acknowledged push may not survive what the deployment is exposed to, given the
+/// concern its writes actually use: in transactions the store's own (`transaction`), whose
+/// `w` other than majority lets a failover roll a push back; in ordered writes the database's,
+/// which without `j: true` on a standalone server may not be journaled before a crash.
+fn durability_warning(
+    mode: WriteMode,
+    transaction: &WriteConcern,
+    db: Option<&WriteConcern>,
+) -> Option<&'static str> {
+    match mode {
+        WriteMode::Transactional => transaction
+            .w
+            .as_ref()
+            .is_some_and(|w| *w != Acknowledgment::Majority)
+            .then_some(
+                "the store's transactions use a write concern other than w: majority: an acknowledged push can be rolled back by a failover",
+            ),
+        WriteMode::Ordered => (db.and_then(|c| c.journal) != Some(true)).then_some(
+            "ordered writes without a j: true write concern on the database: an acknowledged push can be lost in a crash",
+        ),
+    }
+}
+
+/// A parent collection at the BSON level, with its subset fields and its write mode.
+///
+/// Cheap to clone; clones share the detected [`WriteMode`].
+#[derive(Clone)]
+pub struct RawStore {
+    pub(super) db: Database,
+    pub(super) spec: ParentSpec,
+    concerns: Concerns,
+    pub(super) views: Arc<views::ViewTable>,
+    pub(super) definition: Arc<model_change::Definition>,
+    pub(super) registry: Arc<model_change::RegistryCache>,
+    pub(super) traffic: exec::traffic::Traffic<batch::Queued>,
+    pub(super) mode: Arc<OnceCell<WriteMode>>,
+    pub(super) folds: Arc<push::fold::Folds>,
+    pub(super) names: Names,
+}
+
+impl std::fmt::Debug for RawStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawStore")
+            .field("database", &self.db.name())
+            .field("collection", &self.spec.collection)
+            .field("mode", &self.mode.get())
+            .finish()
+    }
+}
+
+impl RawStore {
+    /// The parent collection described by `spec`, in `db`. The write mode is detected on first
+    /// use.
+    pub fn new(db: &Database, spec: ParentSpec) -> Self {
+        RawStore {
+            db: db.clone(),
+            concerns: Concerns::default(),
+            views: Arc::new(views::ViewTable::new(&spec)),
+            definition: Arc::new(model_change::Definition::of(&spec, false)),
+            registry: Arc::default(),
+            traffic: exec::traffic::Traffic::default(),
+            spec,
+            mode: Arc::new(OnceCell::new()),
+            folds: Arc::new(push::fold::Folds::new(false)),
+            names: Names::default(),
+        }
+    }
+
+    /// A store of some subset fields of a model defined elsewhere (a command-line tool given
+    /// one field): it reads and repairs those fields as a store of the whole model does, but
+    /// leaves the definition each parent was built under to the stores of the whole model. It
+    /// registers nothing and writes no marker. It takes a parent as built under its fields when
+    /// the parent has no marker, or one whose entries for these fields are exactly their
+    /// definitions and `keep`s; its writes to any other parent change the child collections
+    /// and mark the parent as built under none, which every reader then computes and the
+    /// whole model's next write or rebuild builds. Its checks report such a parent as
+    /// [`crate::repair::Drift::outdated`]; its [`RawStore::rebuild`] is
+    /// [`Error::PartialModel`].
+    pub fn for_fields(db: &Database, spec: ParentSpec) -> Self {
+        RawStore {
+            definition: Arc::new(model_change::Definition::of(&spec, true)),
+            ..RawStore::new(db, spec)
+        }
+    }
+
+    /// The same store with its write mode forced.
+    pub fn with_mode(self, mode: WriteMode) -> Self {
+        RawStore {
+            mode: Arc::new(OnceCell::new_with(Some(mode))),
+            ..self
+        }
+    }
+
+    /// The same store with `concern` for the transactions it starts (default: `w: majority`,
+    /// whatever the client or database says). A caller's transaction keeps the caller's
+    /// concerns; ordered writes (a standalone server, or [`WriteMode::Ordered`]) use the
+    /// database's, as every other write on it does.
+    pub fn with_write_concern(mut self, concern: WriteConcern) -> Self {
+        self.concerns.transaction = concern;
+        self
+    }
+
+    /// The same store reading parents and children with `concern` outside transactions: `get`,
+    /// pages, `count`, `all`, and the reads of an ordered write. `majority` never shows a child
+    /// that a failover later rolls back; `local` (the server's default, used when none is
+    /// given) is faster. Reads inside a transaction use the transaction's snapshot.
+    pub fn with_read_concern(mut self, concern: ReadConcern) -> Self {
+        self.concerns.read = Some(concern);
+        self
+    }
+
+    /// The same store folding pushes to a parent that several processes push to at once
+    /// (default: off). Pushes to one parent within a process always share a transaction (group
+    /// commit); transactions of different processes on one parent still conflict, and retry.
+    /// Folding queues such pushes in a document per parent in
+    /// [`Names::folds`] (`subset_folds`), where one transaction at a time
+    /// writes them all, and waits for them with a change stream: it creates that collection and
+    /// needs the `changeStream` privilege, which is why it is asked for. Without it, a parent
+    /// contended across processes is reported: a `tracing` warning once per parent, and
+    /// [`RawStore::contention`]. Only on replica sets and sharded clusters (transactions).
+    pub fn with_folding(self, on: bool) -> Self {
+        RawStore {
+            folds: Arc::new(push::fold::Folds::new(on)),
+            ..self
+        }
+    }
+
+    /// The same store keeping its own collections under `prefix` rather than
+    /// [`DEFAULT_PREFIX`](crate::bookkeeping::DEFAULT_PREFIX) (`subset`): `<prefix>_definitions`,
+    /// `<prefix>_folds`, `<prefix>_jobs` and `<prefix>_followers`, as GridFS keeps its buckets
+    /// under one prefix. The marker field of each parent stays `_subset`. Every store and
+    /// program (the command line's `--bookkeeping-prefix`) writing the same parents must use the
+    /// same prefix: a store of another prefix reads another registry, and another queue of
+    /// folded pushes.
+    ///
+    /// # Errors
+    ///
+    /// [`PrefixError`] for a prefix no collection name can start with (empty, longer than
+    /// [`MAX_PREFIX_LEN`](crate::bookkeeping::MAX_PREFIX_LEN) bytes, or with a `$`, a `.` or a
+    /// NUL).
+    pub fn with_bookkeeping_prefix(self, prefix: &str) -> std::result::Result<Self, PrefixError> {
+        Ok(RawStore {
+            names: Names::with_prefix(prefix)?,
+            ..self
+        })
+    }
+
+    /// The names this store writes besides the documents: its marker field and its
+    /// collections.
+    pub fn bookkeeping(&self) -> &Names {
+        &self.names
+    }
+
+    /// How often this store's pushes (and its clones') met other processes' transactions on a
+    /// parent: what [`RawStore::with_folding`] would fold.
+    pub fn contention(&self) -> Contention {
+        self.folds.contention()
+    }
+
+    /// The write concern of the transactions this store starts.
+    pub fn transaction_write_concern(&self) -> &WriteConcern {
+        &self.concerns.transaction
+    }
+
+    /// The database.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// The parent collection and its subset fields.
+    pub fn spec(&self) -> &ParentSpec {
+        &self.spec
+    }
+
+    /// The parent collection's name.
+    pub fn collection_name(&self) -> &'static str {
+        self.spec.collection
+    }
+
+    /// The write mode: forced, or detected once with a `hello` command (a replica set member or
+    /// a `mongos` means [`WriteMode::Transactional`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mongo`] when the server cannot be reached.
+    pub async fn mode(&self) -> Result<WriteMode> {
+        self.mode
+            .get_or_try_init(|| async {
+                let mode = if self.replicated().await? {
+                    WriteMode::Transactional
+                } else {
+                    WriteMode::Ordered
+                };
+                tracing::debug!(?mode, "detected write mode");
+                self.warn_if_not_durable(mode);
+                Ok(mode)
+            })
+            .await
+            .copied()
+    }
+
+    /// Whether the server is a replica set member or a `mongos` (asked with `hello`, whatever
+    /// mode is forced): what transactions and change streams need.
+    pub(crate) async fn replicated(&self) -> Result<bool> {
+        let hello = self
+            .db
+            .run_command(doc! { "hello": 1 })
+            .await
+            .map_err(|e| self.mongo(e))?;
+        Ok(hello.contains_key("setName") || hello.get_str("msg").is_ok_and(|m| m == "isdbgrid"))
+    }
+
+    /// Warns, once per store, when the database's write concern cannot make an acknowledged
+    /// push survive what the deployment is exposed to: a failover (`w` other than majority on
+    /// a replica set, where the write can be rolled back) or a crash (no `j: true` on a
+    /// standalone server, where the write may not be journaled yet).
+    fn warn_if_not_durable(&self, mode: WriteMode) {
+        if let Some(warning) =
+            durability_warning(mode, &self.concerns.transaction, self.db.write_concern())
+        {
+            tracing::warn!(collection = self.spec.collection, "{warning}");
+        }
+    }
+
+    /// The engine of one subset field of this collection.
+    pub fn children<'a>(&'a self, spec: &'a SubsetSpec) -> RawChildren<'a> {
+        let views = self
+            .views
+            .of(spec)
+            .unwrap_or_else(|| std::slice::from_ref(spec));
+        RawChildren {
+            store: self,
+            spec,
+            views,
+        }
+    }
+
+    /// The queues on parents this store's operations enter (see [`exec::traffic`]).
+    pub(super) fn traffic(&self) -> &exec::traffic::Traffic<batch::Queued> {
+        &self.traffic
+    }
+
+    /// The subset fields grouped by the children they show.
+    pub(crate) fn views(&self) -> &views::ViewTable {
+        &self.views
+    }
+
+    pub(crate) fn parents<T: Send + Sync>(&self) -> Collection<T> {
+        self.collection(self.spec.collection)
+    }
+
+    /// A collection of this store's database, read with the store's read concern if it has one.
+    pub(crate) fn collection<T: Send + Sync>(&self, name: &str) -> Collection<T> {
+        match &self.concerns.read {
+            None => self.db.collection(name),
+            Some(read) => self.db.collection_with_options(
+                name,
+                CollectionOptions::builder()
+                    .read_concern(read.clone())
+                    .build(),
+            ),
+        }
+    }
+
+    pub(crate) fn mongo(&self, e: mongodb::error::Error) -> Error {
+        Error::mongo(self.spec.collection, e)
+    }
+
+    /// Refuses a parent `_id` no parent can have (see [`Error::InvalidId`]).
+    pub(crate) fn check_parent_id(&self, id: &Bson) -> Result<()> {
+        crate::encode::check_id(id, "parent", self.spec.collection)
+    }
+}
+
+/// One subset field of a [`RawStore`]: the double write and merged pagination over documents.
+#[derive(Clone, Copy)]
+pub struct RawChildren<'a> {
+    pub(super) store: &'a RawStore,
+    pub(super) spec: &'a SubsetSpec,
+    /// Every view of the field's children, `spec` included (see [`RawChildren::views`]): its
+    /// group in the store's table, or `spec` alone.
+    pub(super) views: &'a [SubsetSpec],
+}
+
+impl std::fmt::Debug for RawChildren<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Left out: the views follow from the store and the spec.
+        f.debug_struct("RawChildren")
+            .field("store", &self.store)
+            .field("spec", &self.spec)
+            .finish()
+    }
+}
+
+impl<'a> RawChildren<'a> {
+    /// The field's descriptor.
+    pub fn spec(&self) -> &'a SubsetSpec {
+        self.spec
+    }
+
+    /// The store.
+    pub fn store(&self) -> &'a RawStore {
+        self.store
+    }
+
+    /// Every view of this field's children: the store's subset fields over the same child
+    /// collection and key, this one included, in declaration order (this one alone when the
+    /// store does not list it). A write of a child updates all of them.
+    ///
+    /// Found once, when the store was built; this walks that table.
+    pub fn views(&self) -> impl ExactSizeIterator<Item = RawChildren<'a>> + Clone + 'a {
+        let (store, views) = (self.store, self.views);
+        views
+            .iter()
+            .map(move |spec| RawChildren { store, spec, views })
+    }
+
+    /// The descriptors of [`RawChildren::views`], in the same order: what every per-view vector
+    /// of a write is indexed by.
+    pub(crate) fn view_specs(&self) -> &'a [SubsetSpec] {
+        self.views
+    }
+
+    pub(crate) fn children<T: Send + Sync>(&self) -> Collection<T> {
+        self.store.collection(self.spec.child_collection)
+    }
+
+    pub(crate) fn mongo_child(&self, e: mongodb::error::Error) -> Error {
+        Error::mongo(self.spec.child_collection, e)
+    }
+
+    /// The `_id` of `child`, which a child must have, checked as [`RawChildren::check_child_id`]
+    /// does.
+    pub(crate) fn child_id(&self, child: &Document) -> Result<Bson> {
+        let id = child
+            .get("_id")
+            .cloned()
+            .ok_or_else(|| Error::ChildWithoutId {
+                collection: self.spec.child_collection.to_owned(),
+            })?;
+        self.check_child_id(&id)?;
+        Ok(id)
+    }
+
+    /// Refuses a child `_id` no child can have (see [`Error::InvalidId`]).
+    pub(crate) fn check_child_id(&self, id: &Bson) -> Result<()> {
+        crate::encode::check_id(id, "child", self.spec.child_collection)
+    }
+
+    pub(crate) fn parent_not_found(&self, parent: &Bson) -> Error {
+        Error::ParentNotFound {
+            collection: self.store.spec.collection.to_owned(),
+            id: Box::new(parent.clone()),
+        }
+    }
+
+    /// Whether `parent` is stored, read in the step's session.
+    pub(crate) async fn has_parent(&self, ctx: &mut exec::Ctx<'_>, parent: &Bson) -> Result<bool> {
+        let parents = self.store.parents::<Document>();
+        let found = parents
+            .find_one(doc! { "_id": parent.clone() })
+            .projection(doc! { "_id": 1 });
+        let found = ctx.run(found).await.map_err(|e| self.store.mongo(e))?;
+        Ok(found.is_some())
+    }
+
+    /// The error for a child not stored under `parent`: [`Error::ParentNotFound`] when there is
+    /// no such parent, else [`Error::ChildNotFound`].
+    pub(crate) async fn child_not_found(
+        &self,
+        ctx: &mut exec::Ctx<'_>,
+        parent: &Bson,
+        child: &Bson,
+    ) -> Error {
+        match self.has_parent(ctx, parent).await {
+            Ok(false) => self.parent_not_found(parent),
+            Ok(true) => Error::ChildNotFound {
+                collection: self.spec.child_collection.to_owned(),
+                parent: Box::new(parent.clone()),
+                id: Box::new(child.clone()),
+            },
+            Err(e) => e,
+        }
+    }
+
+    /// The error of a parent update meant to add about `adding` bytes to the subset:
+    /// [`Error::SubsetTooLarge`] when the server refused it for the document's size, else `e`.
+    pub(crate) async fn parent_write_error(&self, e: Error, parent: &Bson, adding: i64) -> Error {
+        match e {
+            Error::Mongo { source, .. } if driver::is_too_large(&source) => {
+                let stored = self.stored_size(parent).await.unwrap_or(0);
+                self.too_large(*source, parent, stored.saturating_add_signed(adding))
+            }
+            other => other,
+        }
+    }
+
+    /// The error of a parent write that would have made a document of about `bytes`.
+    pub(crate) fn too_large(&self, e: mongodb::error::Error, parent: &Bson, bytes: u64) -> Error {
+        if !driver::is_too_large(&e) {
+            return self.store.mongo(e);
+        }
+        Error::SubsetTooLarge {
+            collection: self.store.spec.collection.to_owned(),
+            id: Box::new(parent.clone()),
+            field: self.spec.field.to_owned(),
+            bytes,
+        }
+    }
+
+    /// The parent's size as stored, read outside any transaction (a refused write has aborted
+    /// ours), for a message only.
+    async fn stored_size(&self, parent: &Bson) -> Option<u64> {
+        let pipeline = [
+            doc! { "$match": { "_id": parent.clone() } },
+            doc! { "$project": { "_id": 0, "size": { "$bsonSize": "$$ROOT" } } },
+        ];
+        let sizes: Vec<Document> = self
+            .store
+            .parents::<Document>()
+            .aggregate(pipeline)
+            .await
+            .ok()?
+            .try_collect()
+            .await
+            .ok()?;
+        let size = sizes.first()?.get("size")?;
+        match size {
+            Bson::Int32(n) => u64::try_from(*n).ok(),
+            Bson::Int64(n) => u64::try_from(*n).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// About how many bytes `docs` take as array elements.
+pub(crate) fn bson_len<'d>(docs: impl IntoIterator<Item = &'d Document>) -> i64 {
+    docs.into_iter()
+        .map(|d| RawDocumentBuf::try_from(d).map_or(0, |r| r.as_bytes().len() as i64 + 8))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn the_warning_looks_at_the_concern_each_mode_uses() {
+        let w1 = WriteConcern::builder().w(Acknowledgment::Nodes(1)).build();
+        let journaled = WriteConcern::builder().journal(true).build();
+        let tx = WriteMode::Transactional;
+        // A database with w: 1 does not weaken the store's own transactions…
+        let majority = WriteConcern::majority();
+        assert_eq!(durability_warning(tx, &majority, Some(&w1)), None);
+        // …and a store given w: 1 is warned about whatever the database says.
+        assert!(durability_warning(tx, &w1, None).is_some());
+        assert!(durability_warning(tx, &w1, Some(&majority)).is_some());
+        // Ordered writes use the database's concern.
+        assert!(durability_warning(WriteMode::Ordered, &majority, None).is_some());
+        let ordered = durability_warning(WriteMode::Ordered, &w1, Some(&journaled));
+        assert_eq!(ordered, None);
+    }
+}
