@@ -28,7 +28,7 @@ pub async fn run(db: &Database, args: &StatusArgs) -> Result<Outcome, CliError> 
         })?;
         status
             .followers
-            .extend(FollowerPlace::read_in(db, tokens).await?);
+            .extend(FollowerPlace::read_from(db, tokens).await?);
         read.push(tokens);
     }
     let json = serde_json::to_value(&status)

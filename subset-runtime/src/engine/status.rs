@@ -23,7 +23,7 @@ pub struct Status {
     /// The journals of jobs by filter run without transactions (a job under way, or cut off).
     pub jobs: Vec<JobJournal>,
     /// The followers' saved places in the collection of the names'
-    /// [`followers`](Names::followers); [`FollowerPlace::read_in`] reads those saved in another
+    /// [`followers`](Names::followers); [`FollowerPlace::read_from`] reads those saved in another
     /// ([`crate::follow::FollowOptions::token_collection`]).
     pub followers: Vec<FollowerPlace>,
 }
@@ -125,7 +125,7 @@ impl FollowerPlace {
     ///
     /// [`Error::Mongo`] naming `collection` when it cannot be read.
     #[tracing::instrument(skip_all, fields(db = %db.name(), collection = %collection))]
-    pub async fn read_in(db: &Database, collection: &str) -> Result<Vec<FollowerPlace>> {
+    pub async fn read_from(db: &Database, collection: &str) -> Result<Vec<FollowerPlace>> {
         followers(db, collection).await
     }
 }
