@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use mongodb::ClientSession;
 use tracing::Instrument;
 
+use crate::bson::Bson;
 use crate::error::{Error, Result};
 
 /// One call of the library as a value: its arguments, what it refuses before sending anything,
@@ -43,8 +44,9 @@ pub(crate) async fn run<'s, O: Operation<'s>>(
 
 /// The span of one call, named and described by OpenTelemetry's database conventions, so that
 /// a call shows as the parent of the driver commands it sends: `span!("subset.push", store,
-/// field, parent)`. The parent `_id` is recorded unless it is a string, which may be personal
-/// data (an e-mail address as `_id`).
+/// field, parent)`. The parent `_id` is recorded when it is an ObjectId or a number (see
+/// [`loggable_id`]). The fields an operation or the executor records later are declared here,
+/// empty: a field a span was not created with is dropped when recorded.
 macro_rules! span {
     ($name:literal, $store:expr, $field:expr, $parent:expr) => {{
         let store: &$crate::engine::RawStore = $store;
@@ -56,15 +58,31 @@ macro_rules! span {
             db.operation.name = $name,
             subset.field = $field,
             subset.parent = ::tracing::field::Empty,
+            subset.children = ::tracing::field::Empty,
+            subset.page_size = ::tracing::field::Empty,
+            subset.attempts = ::tracing::field::Empty,
+            subset.lease_waits = ::tracing::field::Empty,
         );
         let parent: Option<&$crate::bson::Bson> = $parent;
-        if let Some(parent) = parent.filter(|p| !matches!(p, $crate::bson::Bson::String(_))) {
-            span.record("subset.parent", ::tracing::field::display(parent));
+        if let Some(parent) = parent.and_then($crate::action::loggable_id) {
+            span.record("subset.parent", parent.as_str());
         }
         span
     }};
 }
 pub(crate) use span;
+
+/// `id` as a span records it: an ObjectId as its hex, a number as written; `None` for any other
+/// `_id`, since a string, or a document or array holding one, may be personal data (an e-mail
+/// address as `_id`).
+pub(crate) fn loggable_id(id: &Bson) -> Option<String> {
+    match id {
+        Bson::ObjectId(id) => Some(id.to_hex()),
+        Bson::Int32(n) => Some(n.to_string()),
+        Bson::Int64(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
 
 type Run<'a, T> =
     Box<dyn FnOnce(Option<&'a mut ClientSession>) -> BoxFuture<'a, Result<T>> + Send + 'a>;

@@ -29,6 +29,7 @@ mod races;
 mod round_trips;
 mod service;
 mod sessions;
+mod spans;
 mod status;
 mod store;
 mod sums;

@@ -74,6 +74,8 @@ pub(crate) struct Leases {
     /// first must be renewed while the others are awaited), and the task, spawned with the first.
     renewed: Arc<Mutex<Vec<(Bson, ObjectId)>>>,
     renewal: Option<AbortHandle>,
+    /// How many times a lease was found held by another writer and polled again.
+    waits: u32,
 }
 
 impl Leases {
@@ -92,18 +94,25 @@ impl Leases {
             released: false,
             renewed: Arc::default(),
             renewal: None,
+            waits: 0,
         };
         for parent in parents {
             if leases.held.iter().any(|(p, _)| p == *parent) {
                 continue;
             }
-            if let Some(token) = take_one(store, ctx, parent).await? {
+            if let Some(token) = take_one(store, ctx, parent, &mut leases.waits).await? {
                 leases.held.push(((*parent).clone(), token));
                 leases.renew((*parent).clone(), token);
             }
         }
         ctx.leases.clone_from(&leases.held);
         Ok(leases)
+    }
+
+    /// How many times the leases were found held by another writer, each a poll more: the
+    /// contention across processes that the call's span reports (`subset.lease_waits`).
+    pub(crate) fn waits(&self) -> u32 {
+        self.waits
     }
 
     /// Has the renewal task renew `parent`'s lease too, spawning it with the first lease. A
@@ -228,8 +237,14 @@ pub(crate) fn abandoned(parent: &RawDocument) -> bool {
     until.is_some_and(|u| u.timestamp_millis() <= DateTime::now().timestamp_millis())
 }
 
-/// Takes `parent`'s lease; `None` when there is no such parent.
-async fn take_one(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Option<ObjectId>> {
+/// Takes `parent`'s lease; `None` when there is no such parent. Counts in `waits` each time it
+/// finds the lease held by another writer.
+async fn take_one(
+    store: &RawStore,
+    ctx: &mut Ctx<'_>,
+    parent: &Bson,
+    waits: &mut u32,
+) -> Result<Option<ObjectId>> {
     let lease = format!("{MARKER}.l");
     let until = format!("${lease}.u");
     let free = doc! { "_id": parent.clone(), "$expr": { "$not": [{ "$gt": [until, "$$NOW"] }] } };
@@ -274,7 +289,13 @@ async fn take_one(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<
         if ctx.run(exists).await.map_err(|e| store.mongo(e))?.is_none() {
             return Ok(None);
         }
+        if attempt == 0 {
+            // Once per parent: the span (where the parent's `_id` is, when safe to log) counts
+            // the polls that follow.
+            tracing::debug!("a parent's lease is held by another writer; waiting for it");
+        }
         attempt += 1;
+        *waits += 1;
         let ceiling = (1_u64 << attempt.min(5)).min(POLL_CAP.as_millis() as u64);
         tokio::time::sleep(Duration::from_millis(rand::random_range(1..=ceiling))).await;
     }

@@ -404,6 +404,9 @@ async fn ordered<S: Steps>(
     let leases = lease::Leases::take(store, &mut ctx, &ordered_keys(parents))
         .await
         .map_err(Error::into_unknown)?;
+    if !parents.is_empty() {
+        tracing::Span::current().record("subset.lease_waits", leases.waits());
+    }
     let result = run_and_settle(store, &mut ctx, steps).await;
     // Steps cut off between two writes (a lost connection, a server that went away) may have
     // left a parent behind its children; refusals and the errors steps report before writing
@@ -453,17 +456,31 @@ async fn in_transaction(session: &mut ClientSession) -> bool {
     }
 }
 
-/// Runs `steps` in a transaction of ours on `session`, with the retry loop.
+/// Runs `steps` in a transaction of ours on `session`, with the retry loop, and records how
+/// many attempts it took on the call's span (`subset.attempts`), whatever the outcome.
 async fn transaction<S: Steps>(
     store: &RawStore,
     session: &mut ClientSession,
     steps: &S,
 ) -> Result<S::Output> {
+    let mut attempts = 0;
+    let result = attempt_transaction(store, session, steps, &mut attempts).await;
+    tracing::Span::current().record("subset.attempts", attempts);
+    result
+}
+
+/// [`transaction`]'s retry loop; `attempts` counts the transactions started.
+async fn attempt_transaction<S: Steps>(
+    store: &RawStore,
+    session: &mut ClientSession,
+    steps: &S,
+    attempts: &mut u32,
+) -> Result<S::Output> {
     let mongo = |e| store.mongo(e);
     let started = Instant::now();
-    let mut attempt: u32 = 0;
     'transaction: loop {
-        attempt += 1;
+        *attempts += 1;
+        let attempt = *attempts;
         // The transaction's concerns are ours, not the client's: a snapshot, so that every read
         // of the steps sees one state, and the store's write concern (majority by default).
         session
