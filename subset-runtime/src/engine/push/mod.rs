@@ -47,13 +47,14 @@ impl<'a> RawChildren<'a> {
         })
     }
 
-    /// How a push of this field reaches the server when no parent is contended yet: in the
-    /// caller's session, directly; else with group commit, in both write modes (pushes to one
-    /// parent take turns on it, so the ones waiting go together), which in transactions folds
-    /// a parent contended across processes when the store folds.
-    fn strategy(in_session: bool) -> Strategy {
-        match in_session {
-            true => Strategy::Direct,
+    /// How `batch`, pushed to the parent of `key` without a session of the caller's, reaches
+    /// the server: folded when the parent is contended across processes, the store folds and
+    /// the batch is small enough to queue; else with group commit. Asked before a batch is sent
+    /// and again when its transaction conflicts (which may make the parent contended).
+    fn strategy(&self, key: &fold::Key, batch: &[Prepared]) -> Strategy {
+        let small = super::bson_len(batch.iter().map(|p| &p.stored)) <= fold::LARGEST_ENTRY;
+        match self.store().folds.folding(key) && small {
+            true => Strategy::Fold,
             false => Strategy::GroupCommit,
         }
     }
@@ -90,21 +91,19 @@ impl<'a> RawChildren<'a> {
     /// with other processes' when the parent is contended and the store folds (see `fold/`).
     async fn push_combined(&self, parent: &Bson, children: Vec<Prepared>) -> Result<()> {
         let key = self.group_key(parent);
-        let folds = &self.store().folds;
         let run = |work: &Queued| {
             let batch = work.children().to_vec();
             let key = &key;
             async move {
-                let strategy = match folds.folding(key) {
-                    true => Strategy::Fold,
-                    false => Strategy::GroupCommit,
-                };
-                if strategy == Strategy::Fold {
+                if self.strategy(key, &batch) == Strategy::Fold {
                     return self.push_folded(parent, &batch).await;
                 }
-                match self.push_alone(parent, &batch, None, strategy).await {
+                match self
+                    .push_alone(parent, &batch, None, Strategy::GroupCommit)
+                    .await
+                {
                     // Contended meanwhile, and the store folds.
-                    Err(e) if folds.folding(key) && is_transient(&e) => {
+                    Err(e) if is_transient(&e) && self.strategy(key, &batch) == Strategy::Fold => {
                         self.push_folded(parent, &batch).await
                     }
                     other => other,
@@ -232,11 +231,10 @@ impl<'s, 'a: 's> Operation<'s> for Push<'a> {
             .into_iter()
             .map(|c| s.prepare(parent, c))
             .collect::<Result<Vec<_>>>()?;
-        match RawChildren::strategy(caller.is_some()) {
-            Strategy::GroupCommit => s.push_combined(parent, batch).await,
-            Strategy::Direct | Strategy::Fold => {
-                s.push_alone(parent, &batch, caller, Strategy::Direct).await
-            }
+        // In the caller's session its own steps; else with the pushes queued on the parent.
+        match caller {
+            Some(_) => s.push_alone(parent, &batch, caller, Strategy::Direct).await,
+            None => s.push_combined(parent, batch).await,
         }
     }
 }
@@ -298,9 +296,12 @@ impl Steps for PushSteps<'_, '_> {
     async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<()>> {
         if self.strategy == Strategy::GroupCommit {
             let s = self.subset;
-            let folds = &s.store().folds;
-            folds.contend(s.group_key(self.parent), s.store().collection_name());
-            if folds.enabled() {
+            let key = s.group_key(self.parent);
+            s.store()
+                .folds
+                .contend(key.clone(), s.store().collection_name());
+            // Folded instead, now that the parent is contended.
+            if s.strategy(&key, self.batch) == Strategy::Fold {
                 return Err(error);
             }
         }

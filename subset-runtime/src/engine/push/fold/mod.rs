@@ -251,7 +251,7 @@ const HEARD_WITHIN: Duration = Duration::from_millis(50);
 
 /// Pushes whose children take more than this (as BSON) are written alone: the queue of a
 /// parent is one document.
-const LARGEST_ENTRY: i64 = 256 * 1024;
+pub(super) const LARGEST_ENTRY: i64 = 256 * 1024;
 
 /// How many set-aside pushes a parent's document remembers (those whose push went away are
 /// never forgotten otherwise).
@@ -287,11 +287,6 @@ impl Folds {
             enabled,
             ..Folds::default()
         }
-    }
-
-    /// Whether the store folds.
-    pub(crate) fn enabled(&self) -> bool {
-        self.enabled
     }
 
     /// What [`Folds::contend`] has counted.
@@ -374,11 +369,6 @@ impl<'a> RawChildren<'a> {
 
     /// Writes `batch` through the folds of `parent` (see the module docs).
     pub(super) async fn push_folded(&self, parent: &Bson, batch: &[Prepared]) -> Result<()> {
-        if crate::engine::bson_len(batch.iter().map(|p| &p.stored)) > LARGEST_ENTRY {
-            return self
-                .push_alone(parent, batch, None, super::Strategy::Direct)
-                .await;
-        }
         let children: Vec<Bson> = batch
             .iter()
             .map(|p| Bson::Document(p.stored.clone()))
