@@ -62,7 +62,7 @@ impl<'s, 'a: 's> Operation<'s> for Get<'a> {
             .await
             .map_err(|e| store.mongo(e))?;
         match found {
-            Some(found) => store.served(ctx, found).await.map(Some),
+            Some(found) => store.model().served(ctx, found).await.map(Some),
             None => Ok(None),
         }
     }

@@ -57,7 +57,7 @@ impl<'s, 'a: 's> Operation<'s> for Insert<'a> {
         let mut parent = self.parent;
         // Built under this store's definition of the model, whatever the parent carried, and
         // the definition registered before any parent carries it.
-        store.registry().await?;
+        store.model().registry().await?;
         parent.insert(super::MARKER, store.definition.marker().clone());
         // The children of every view of one child collection and key go in once, for their
         // group (the union of what the views hold, by `_id`).

@@ -309,7 +309,7 @@ impl RawChildren<'_> {
             .await
             .map_err(|e| self.store.mongo(e))?
             .ok_or_else(|| self.parent_not_found(parent))?;
-        if self.store.view_state(&raw, spec).await? == ViewState::Stale {
+        if self.store.model().view_state(&raw, spec).await? == ViewState::Stale {
             return Ok(None);
         }
         let mut elements = decode::subset_elements(&raw, self.store.collection_name(), spec)?;

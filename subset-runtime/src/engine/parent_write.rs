@@ -146,8 +146,8 @@ async fn send(
     } = write;
     let mut filter = doc! { "_id": parent.clone() };
     match guard {
-        Guard::InPlace => filter.extend(store.in_place().await?),
-        Guard::Marked => filter.extend(store.marked(&*store.registry().await?)),
+        Guard::InPlace => filter.extend(store.model().in_place().await?),
+        Guard::Marked => filter.extend(store.model().marked(&*store.model().registry().await?)),
         Guard::Rebuild => {}
     }
     filter.extend(own);
@@ -237,14 +237,14 @@ async fn why_missed(
     if guard == Guard::Rebuild {
         return overflow(&found);
     }
-    let registry = store.registry().await?;
+    let registry = store.model().registry().await?;
     let whole = guard == Guard::Marked
         || store
             .spec()
             .subsets
             .iter()
             .all(|spec| matches!(found.get(spec.field), Ok(Some(_))));
-    if whole && store.built_here(&found, &registry) {
+    if whole && store.model().built_here(&found, &registry) {
         return overflow(&found);
     }
     ctx.outdated(parent);

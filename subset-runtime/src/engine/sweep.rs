@@ -251,13 +251,13 @@ impl RawStore {
         if !options.allow_emptying {
             // Before anything is written (the registry first): a model whose key matches no
             // child would empty every parent, and a few of them say so.
-            self.refuse_emptying(&outdated).await?;
+            self.model().refuse_emptying(&outdated).await?;
         }
-        self.make_current().await?;
+        self.model().make_current().await?;
         let ids = self.parent_ids_where(outdated, options.batch_size);
         let allow_emptying = options.allow_emptying;
         let visits = visit_each(ids, options.concurrency, |id: Bson| async move {
-            let steps = self.rebuild_steps(&id, allow_emptying);
+            let steps = self.model().rebuild_steps(&id, allow_emptying);
             let rebuilt = super::exec::execute(self, None, &steps).await;
             (id, rebuilt)
         });
@@ -288,7 +288,7 @@ impl RawStore {
             }
         }
         // Definitions the rebuild moved every parent off are of no more use to anyone.
-        self.drop_unused_definitions().await?;
+        self.model().drop_unused_definitions().await?;
         report.progress.elapsed = started.elapsed();
         progress(&report.progress);
         Ok(report)

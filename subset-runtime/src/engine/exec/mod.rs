@@ -369,7 +369,7 @@ async fn run_and_settle<S: Steps>(
         if ctx.lost.contains(&parent) {
             continue;
         }
-        let settled = store.settle(ctx, &parent).await;
+        let settled = store.model().settle(ctx, &parent).await;
         match (&output, settled) {
             (_, Ok(_)) => {}
             // What the steps wrote is what the parent cannot take: without a transaction it
@@ -377,15 +377,15 @@ async fn run_and_settle<S: Steps>(
             (Ok(_), Err(e)) if !ctx.atomic() && crate::error::driver::was_refused(&e) => {
                 steps.take_back(ctx).await?;
                 ctx.own.clear();
-                if store.settle(ctx, &parent).await.is_err() {
-                    store.mark_unsettled(&parent).await;
+                if store.model().settle(ctx, &parent).await.is_err() {
+                    store.model().mark_unsettled(&parent).await;
                 }
                 return Err(e);
             }
             (Ok(_), Err(e)) => return Err(e),
             // The steps' own error is what the caller needs to see; the parent is left for
             // the next write or reconcile to rebuild.
-            (Err(_), Err(_)) => store.mark_unsettled(&parent).await,
+            (Err(_), Err(_)) => store.model().mark_unsettled(&parent).await,
         }
     }
     output
@@ -418,7 +418,7 @@ async fn ordered<S: Steps>(
     leases.release(&ctx.leases, unfinished).await;
     if let Some(parent) = ctx.lost.first() {
         for lost in &ctx.lost {
-            store.mark_unsettled(lost).await;
+            store.model().mark_unsettled(lost).await;
         }
         result?;
         return Err(Error::Unsettled {

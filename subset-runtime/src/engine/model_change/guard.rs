@@ -1,6 +1,7 @@
 //! The condition a parent update carries (see [`crate::engine::parent_write`]), and how a stored
 //! parent's views may be read under a store's definition.
 
+use super::Model;
 use crate::bson::raw::RawBsonRef;
 use crate::bson::{doc, oid::ObjectId, Bson, Document, RawDocument, RawDocumentBuf};
 
@@ -45,7 +46,7 @@ pub(crate) enum ViewState {
     Stale,
 }
 
-impl RawStore {
+impl Model<'_> {
     /// Whether this store knows only some fields of its model ([`RawStore::for_fields`]).
     pub(crate) fn is_partial(&self) -> bool {
         self.definition.partial

@@ -51,4 +51,29 @@ pub(crate) use digest::Definition;
 pub(crate) use guard::{touch, ViewState};
 pub(crate) use marker::{malformed_note, noted_malformed, MARKER};
 pub(crate) use registry::RegistryCache;
+
+use super::RawStore;
 pub use registry::{Registered, RegisteredDefinition};
+
+/// The model-change subsystem of a store: the registry of definitions, which definition each
+/// parent was built under, and settling a parent of another one (see the module docs). Its
+/// state lives in the store (`definition`, `registry`), which it reads through.
+#[derive(Clone, Copy)]
+pub(crate) struct Model<'a> {
+    pub(super) store: &'a RawStore,
+}
+
+impl std::ops::Deref for Model<'_> {
+    type Target = RawStore;
+
+    fn deref(&self) -> &RawStore {
+        self.store
+    }
+}
+
+impl RawStore {
+    /// The model-change subsystem of this store.
+    pub(crate) fn model(&self) -> Model<'_> {
+        Model { store: self }
+    }
+}

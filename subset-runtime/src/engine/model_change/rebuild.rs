@@ -1,6 +1,7 @@
 //! Settling a parent a write found built under another definition of the model: rebuilt under
 //! this one when it is the current one, else marked as built under none.
 
+use super::Model;
 use crate::bson::{doc, oid::ObjectId, Bson, Document};
 
 use super::MARKER;
@@ -13,7 +14,7 @@ use crate::error::Result;
 /// marked the parent while it read.
 const ORDERED_REBUILDS: usize = 4;
 
-impl RawStore {
+impl Model<'_> {
     /// Settles a parent a write found built under another definition, after the write's own
     /// child-collection change: rebuilt under this definition when it is the current one, else
     /// marked as built under none (see the module documentation). `true` when rebuilt. Run by
@@ -123,14 +124,17 @@ pub(crate) struct RebuildSteps<'a> {
     allow_emptying: bool,
 }
 
-impl RawStore {
+impl<'s> Model<'s> {
     pub(crate) fn rebuild_steps<'a>(
-        &'a self,
+        &self,
         parent: &'a Bson,
         allow_emptying: bool,
-    ) -> RebuildSteps<'a> {
+    ) -> RebuildSteps<'a>
+    where
+        's: 'a,
+    {
         RebuildSteps {
-            store: self,
+            store: self.store,
             parent,
             allow_emptying,
         }
@@ -169,7 +173,7 @@ impl RawStore {
 /// How many parents [`RawStore::refuse_emptying`] looks at.
 const EMPTYING_SAMPLE: i64 = 10;
 
-impl RawStore {
+impl Model<'_> {
     /// The one answer to whether rebuilding `parent` under this definition must be refused
     /// ([`crate::Error::RebuildWouldEmpty`]), which a rebuild, a reconcile and a check all ask
     /// of a parent built under another definition, so that they never disagree on one.
@@ -267,9 +271,9 @@ impl Steps for RebuildSteps<'_> {
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         if !self.allow_emptying {
-            self.store.would_empty(ctx, self.parent).await?;
+            self.store.model().would_empty(ctx, self.parent).await?;
         }
-        self.store.rebuild_parent(ctx, self.parent).await
+        self.store.model().rebuild_parent(ctx, self.parent).await
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::Model;
 use crate::bson::{doc, Document};
 use mongodb::Database;
 
@@ -44,7 +45,7 @@ enum Load {
     Read,
 }
 
-impl RawStore {
+impl Model<'_> {
     /// The registry's word on this collection, registering this store's definition on first
     /// use (every write asks for it first; a read only for a parent without a marker).
     pub(crate) async fn registry(&self) -> Result<Arc<Registry>> {

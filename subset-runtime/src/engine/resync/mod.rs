@@ -300,7 +300,7 @@ impl RawChildren<'_> {
             // The parent's subset and count, as stored.
             let mut projection = query::subset_projection(spec);
             // Only a store that notes what it leaves out needs the parent's size (see below).
-            if !store.is_partial() {
+            if !store.model().is_partial() {
                 size::project(&mut projection);
             }
             let find = raw_parents
@@ -314,18 +314,18 @@ impl RawChildren<'_> {
             if marked {
                 // A check reads only (and registers nothing).
                 let registry = match write {
-                    true => store.registry().await?,
-                    false => store.registry_to_read().await?,
+                    true => store.model().registry().await?,
+                    false => store.model().registry_to_read().await?,
                 };
                 // An unmarked parent without the field was not built under this model (a view
                 // added since): rebuilt whole, like any other.
-                let unbuilt = !store.is_partial()
+                let unbuilt = !store.model().is_partial()
                     && matches!(found.get(MARKER), Ok(None))
                     && matches!(found.get(spec.field), Ok(None));
-                if unbuilt || !store.built_here(&found, &registry) {
+                if unbuilt || !store.model().built_here(&found, &registry) {
                     if guarded {
                         // Before anything is settled: refused here, it is refused everywhere.
-                        store.would_empty(ctx, parent).await?;
+                        store.model().would_empty(ctx, parent).await?;
                     }
                     drift = Drift {
                         parent: parent.clone(),
@@ -336,7 +336,7 @@ impl RawChildren<'_> {
                         // Settled by the executor after the steps: rebuilt when this is the
                         // current definition.
                         ctx.outdated(parent);
-                        drift.fixed = store.rebuilds_outdated().await?;
+                        drift.fixed = store.model().rebuilds_outdated().await?;
                     }
                     return Ok(drift);
                 }
@@ -353,7 +353,7 @@ impl RawChildren<'_> {
             // A child the parent cannot hold is left out, as a malformed one is (see `size.rs`),
             // by a store that notes it for pages; a store of some fields, which writes no note,
             // lets the server refuse the subset instead.
-            let noting = !store.is_partial();
+            let noting = !store.model().is_partial();
             let mut unheld: Vec<MalformedChild> = Vec::new();
             let (top, mut head_malformed) = loop {
                 let left_out: Vec<Bson> = unheld.iter().map(|m| m.child.clone()).collect();
