@@ -450,6 +450,7 @@ impl WhereSteps<'_, '_> {
         }
         let removed: Vec<&Document> = found.iter().collect();
         let resynced = s
+            .recompute()
             .resync_views(ctx, self.parent, |view| {
                 CountFix::Inc(super::sums::inc(view, &[], &removed))
             })
@@ -507,7 +508,9 @@ impl WhereSteps<'_, '_> {
 
 /// Every view of `parent` recomputed from the child collection, counts and sums recounted.
 async fn recount(s: &RawChildren<'_>, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
-    s.resync_views(ctx, parent, |_| CountFix::Recount).await
+    s.recompute()
+        .resync_views(ctx, parent, |_| CountFix::Recount)
+        .await
 }
 
 /// A parent an earlier run left half done, finished.

@@ -104,16 +104,18 @@ impl Steps for Move<'_> {
         // The old parent first: without a transaction, a crash between the two leaves the child
         // counted under both, which a reconcile of either repairs, never under neither.
         let moved = match s
+            .recompute()
             .resync_views(ctx, &self.from, |view| {
                 CountFix::Inc(super::sums::inc(view, &[], &[&before]))
             })
             .await
         {
             Ok(()) => {
-                s.resync_views(ctx, &self.to, |view| {
-                    CountFix::Inc(super::sums::inc(view, &[&before], &[]))
-                })
-                .await
+                s.recompute()
+                    .resync_views(ctx, &self.to, |view| {
+                        CountFix::Inc(super::sums::inc(view, &[&before], &[]))
+                    })
+                    .await
             }
             Err(e) => Err(e),
         };

@@ -138,6 +138,7 @@ impl Steps for ChildWrite<'_> {
         // (a flag that flipped moves the child between them), exactly once.
         let added: Vec<&Document> = self.replacement.iter().collect();
         let resynced = s
+            .recompute()
             .resync_views(ctx, &self.parent, |view| {
                 CountFix::Inc(super::sums::inc(view, &added, &[&before]))
             })

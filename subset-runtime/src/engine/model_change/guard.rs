@@ -200,7 +200,7 @@ impl Model<'_> {
             }
         }
         for spec in stale {
-            let mut fields = self.children(spec).computed(ctx, &id).await?;
+            let mut fields = self.children(spec).recompute().computed(ctx, &id).await?;
             // The sum of no children is an integer 0: in the type the parent stores the sum
             // in, so that a `Decimal128` sum reads as one.
             for sum in spec.sums {

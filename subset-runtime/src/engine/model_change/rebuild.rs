@@ -67,7 +67,11 @@ impl Model<'_> {
         if ctx.atomic() {
             let mut notes = Vec::with_capacity(self.spec().subsets.len());
             for spec in self.spec().subsets {
-                let drift = self.children(spec).rebuild_view(ctx, parent).await?;
+                let drift = self
+                    .children(spec)
+                    .recompute()
+                    .rebuild_view(ctx, parent)
+                    .await?;
                 notes.push(noted(spec, &drift));
             }
             self.write_parent(ctx, parent, mark(&notes)).await?;
@@ -83,7 +87,11 @@ impl Model<'_> {
             let mut rebuilt = true;
             let mut notes = Vec::with_capacity(self.spec().subsets.len());
             for spec in self.spec().subsets {
-                let drift = self.children(spec).rebuild_view(ctx, parent).await?;
+                let drift = self
+                    .children(spec)
+                    .recompute()
+                    .rebuild_view(ctx, parent)
+                    .await?;
                 rebuilt &= drift.fixed || drift.is_in_sync();
                 notes.push(noted(spec, &drift));
             }

@@ -300,6 +300,7 @@ impl PatchSteps<'_, '_> {
         for (view, moves) in self.subset.views().zip(write.moved) {
             if let Some(moves) = moves {
                 let drift = view
+                    .recompute()
                     .resync(ctx, self.parent, &CountFix::Inc(moves), Resync::Fix)
                     .await?;
                 // Settled as built under another definition: every view is done.

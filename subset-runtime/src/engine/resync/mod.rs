@@ -195,7 +195,32 @@ impl RawChildren<'_> {
             emptying,
         }
     }
+}
 
+/// The recomputing subsystem of one subset field: a subset, its count and its sums recomputed
+/// from the child collection (see the module docs), for the reconcile, the writes that re-rank
+/// (remove, update, patch, move) and the rebuild of another definition's parent.
+#[derive(Clone, Copy)]
+pub(crate) struct Recompute<'a> {
+    subset: RawChildren<'a>,
+}
+
+impl<'a> std::ops::Deref for Recompute<'a> {
+    type Target = RawChildren<'a>;
+
+    fn deref(&self) -> &RawChildren<'a> {
+        &self.subset
+    }
+}
+
+impl<'a> RawChildren<'a> {
+    /// The recomputing subsystem of this field.
+    pub(crate) fn recompute(&self) -> Recompute<'a> {
+        Recompute { subset: *self }
+    }
+}
+
+impl Recompute<'_> {
     /// Reads the subset and the count, then the child collection's top `keep` (and count), and,
     /// when `write`, makes the parent agree with them in one conditional update.
     ///
@@ -230,6 +255,7 @@ impl RawChildren<'_> {
     ) -> Result<()> {
         for view in self.views() {
             if view
+                .recompute()
                 .resync(ctx, parent, &fix(view.spec()), Resync::Fix)
                 .await?
                 .outdated
@@ -457,7 +483,7 @@ impl RawChildren<'_> {
     }
 }
 
-impl RawChildren<'_> {
+impl Recompute<'_> {
     /// The children of `parent` that no subset may embed (see [`MalformedChild`]), up to
     /// [`malformed::MALFORMED_LISTED`]: one query over the parent's children.
     async fn malformed(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Vec<MalformedChild>> {
@@ -538,6 +564,7 @@ impl Steps for ResyncSteps<'_, '_> {
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<Drift> {
         let (resync, built) = (self.resync, self.built);
         self.subset
+            .recompute()
             .resync_as(ctx, self.parent, &CountFix::Recount, resync, built)
             .await
     }

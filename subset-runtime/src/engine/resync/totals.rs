@@ -3,11 +3,12 @@
 use crate::bson::{doc, Bson, Document};
 
 use super::state::Totals;
+use super::Recompute;
 use crate::engine::exec::Ctx;
-use crate::engine::{sums, RawChildren};
+use crate::engine::sums;
 use crate::error::Result;
 
-impl RawChildren<'_> {
+impl Recompute<'_> {
     /// The count and every sum of `parent`'s children, in one `$group`. A summed field that is
     /// not a number adds nothing (the resync reports its child as malformed).
     ///
