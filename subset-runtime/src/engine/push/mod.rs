@@ -46,7 +46,32 @@ impl<'a> RawChildren<'a> {
             children,
         })
     }
+}
 
+/// The push subsystem of one subset field: how a batch of children reaches the child collection
+/// and the parent (group commit, folding, the capped `$push`), for pushes and the restores of a
+/// retried one.
+#[derive(Clone, Copy)]
+pub(crate) struct Pushes<'a> {
+    subset: RawChildren<'a>,
+}
+
+impl<'a> std::ops::Deref for Pushes<'a> {
+    type Target = RawChildren<'a>;
+
+    fn deref(&self) -> &RawChildren<'a> {
+        &self.subset
+    }
+}
+
+impl<'a> RawChildren<'a> {
+    /// The push subsystem of this field.
+    pub(crate) fn pushes(&self) -> Pushes<'a> {
+        Pushes { subset: *self }
+    }
+}
+
+impl Pushes<'_> {
     /// How `batch`, pushed to the parent of `key` without a session of the caller's, reaches
     /// the server: folded when the parent is contended across processes, the store folds and
     /// the batch is small enough to queue; else with group commit. Asked before a batch is sent
@@ -99,6 +124,7 @@ impl<'a> RawChildren<'a> {
                     return self.push_folded(parent, &batch).await;
                 }
                 match self
+                    .pushes()
                     .push_alone(parent, &batch, None, Strategy::GroupCommit)
                     .await
                 {
@@ -177,6 +203,7 @@ impl<'a> RawChildren<'a> {
         // settling it embeds the stored child), or the parent is gone (its children left
         // behind by an interrupted delete), which a push must report.
         match self
+            .pushes()
             .capped_push(
                 ctx,
                 parent,
@@ -229,12 +256,16 @@ impl<'s, 'a: 's> Operation<'s> for Push<'a> {
         let batch = self
             .children
             .into_iter()
-            .map(|c| s.prepare(parent, c))
+            .map(|c| s.pushes().prepare(parent, c))
             .collect::<Result<Vec<_>>>()?;
         // In the caller's session its own steps; else with the pushes queued on the parent.
         match caller {
-            Some(_) => s.push_alone(parent, &batch, caller, Strategy::Direct).await,
-            None => s.push_combined(parent, batch).await,
+            Some(_) => {
+                s.pushes()
+                    .push_alone(parent, &batch, caller, Strategy::Direct)
+                    .await
+            }
+            None => s.pushes().push_combined(parent, batch).await,
         }
     }
 }
@@ -296,12 +327,12 @@ impl Steps for PushSteps<'_, '_> {
     async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<()>> {
         if self.strategy == Strategy::GroupCommit {
             let s = self.subset;
-            let key = s.group_key(self.parent);
+            let key = s.pushes().group_key(self.parent);
             s.store()
                 .folds
                 .contend(key.clone(), s.store().collection_name());
             // Folded instead, now that the parent is contended.
-            if s.strategy(&key, self.batch) == Strategy::Fold {
+            if s.pushes().strategy(&key, self.batch) == Strategy::Fold {
                 return Err(error);
             }
         }
@@ -324,9 +355,10 @@ impl Steps for PushSteps<'_, '_> {
         // The parent update first, so that a missing parent or a write conflict on a hot parent
         // is found before the insert does any work.
         let s = self.subset;
-        let inc = s.added_inc(&fresh);
+        let inc = s.pushes().added_inc(&fresh);
         let push = ViewPush::new(&fresh);
         let written = s
+            .pushes()
             .capped_push(
                 ctx,
                 self.parent,
@@ -368,7 +400,7 @@ impl PushSteps<'_, '_> {
         let stored = ctx.collect(find).await.map_err(|e| s.mongo_child(e))?;
         let stored: Vec<&Bson> = stored.iter().filter_map(|d| d.get("_id")).collect();
         for id in &stored {
-            s.restore(ctx, self.parent, id).await?;
+            s.pushes().restore(ctx, self.parent, id).await?;
         }
         Ok(self
             .batch

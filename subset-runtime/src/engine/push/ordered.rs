@@ -81,7 +81,7 @@ impl PushSteps<'_, '_> {
             }
         }
         for p in &duplicates {
-            s.restore(ctx, self.parent, &p.id).await?;
+            s.pushes().restore(ctx, self.parent, &p.id).await?;
         }
         match failure {
             Some(e) => Err(s.mongo_child(e)),
@@ -102,7 +102,7 @@ impl PushSteps<'_, '_> {
     ) -> Result<bool> {
         let s = self.subset;
         let parents = s.store().parents::<Document>();
-        let inc = s.added_inc(fresh);
+        let inc = s.pushes().added_inc(fresh);
         let views = s.view_specs();
         let mut pending = ViewPush::new(fresh);
         if pending.is_empty() && inc.is_empty() {
@@ -113,6 +113,7 @@ impl PushSteps<'_, '_> {
         }
         for _ in 0..ORDERED_PUSH_ATTEMPTS {
             match s
+                .pushes()
                 .capped_push(
                     ctx,
                     self.parent,

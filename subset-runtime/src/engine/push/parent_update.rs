@@ -15,9 +15,9 @@
 use crate::bson::{doc, Bson, Document};
 
 use super::Prepared;
+use super::Pushes;
 use crate::engine::exec::Ctx;
 use crate::engine::parent_write::{ParentUpdate, Written};
-use crate::engine::RawChildren;
 use crate::error::Result;
 use crate::model::SubsetSpec;
 use crate::order;
@@ -78,7 +78,7 @@ pub(super) struct PushAs {
     pub(super) last: bool,
 }
 
-impl RawChildren<'_> {
+impl Pushes<'_> {
     /// Pushes each view's children (`push`) into the parent, applying `inc` (to the counts and
     /// the sums, see [`RawChildren::added_inc`]) in the same update, `how` says; at the head
     /// when there is one long view and the children go there. Written through
@@ -103,7 +103,7 @@ impl RawChildren<'_> {
             }
             if exclude {
                 let ids: Vec<Bson> = each.iter().map(|(id, _)| (*id).clone()).collect();
-                filter.extend(view.push_filter(ids));
+                filter.extend(view.pushes().push_filter(ids));
             }
             let docs = each
                 .iter()

@@ -120,8 +120,8 @@ impl<'s, 'a: 's> Operation<'s> for ResyncOf<'a> {
         let store = s.store();
         let fold = write && caller.is_none() && store.mode().await? == WriteMode::Transactional;
         let queued = match fold {
-            true => s.fold_queued(parent).await?,
-            false => s.queued(parent).await?,
+            true => s.pushes().fold_queued(parent).await?,
+            false => s.pushes().queued(parent).await?,
         };
         let steps = ResyncSteps {
             subset: &s,

@@ -41,7 +41,7 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::options::{CollectionOptions, ReturnDocument, WriteConcern};
 use mongodb::Collection;
 
-use super::{Prepared, PushSteps};
+use super::{Prepared, PushSteps, Pushes};
 use crate::engine::exec::traffic::ParentKey;
 use crate::engine::exec::{self, backoff, is_transient, Ctx, Retry, Steps};
 
@@ -169,7 +169,7 @@ impl RawStore {
     }
 }
 
-impl RawChildren<'_> {
+impl Pushes<'_> {
     /// The `_id`s of the children queued for `parent` in its fold document: pushes whose caller
     /// went away (or that wait for a fold right now). Read only.
     pub(crate) async fn queued(&self, parent: &Bson) -> Result<Vec<Bson>> {
@@ -359,7 +359,7 @@ pub(super) enum Folded {
     Alone,
 }
 
-impl<'a> RawChildren<'a> {
+impl Pushes<'_> {
     /// The key pushes to `parent` through this field are grouped and folded by.
     pub(super) fn group_key(&self, parent: &Bson) -> Key {
         // The first view: pushes through any view of these children go together.
@@ -390,6 +390,7 @@ impl<'a> RawChildren<'a> {
             // The queue is full.
             Err(e) if driver::is_too_large(&e) => {
                 return self
+                    .pushes()
                     .push_alone(parent, batch, None, super::Strategy::Direct)
                     .await
             }
@@ -401,6 +402,7 @@ impl<'a> RawChildren<'a> {
             Folded::Done => Ok(()),
             Folded::Alone => {
                 let result = self
+                    .pushes()
                     .push_alone(parent, batch, None, super::Strategy::Direct)
                     .await;
                 queue.forget().await?;
@@ -682,7 +684,7 @@ impl Steps for FoldSteps<'_, '_, '_> {
                         problem: "is not an array of documents".to_owned(),
                     });
                 };
-                batch.push(s.prepare(q.parent, child.clone())?);
+                batch.push(s.pushes().prepare(q.parent, child.clone())?);
             }
         }
         PushSteps::new(s, q.parent, &batch).run(ctx).await?;
@@ -692,9 +694,10 @@ impl Steps for FoldSteps<'_, '_, '_> {
     async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<Folded>> {
         let q = self.queue;
         let store = q.subset.store();
-        store
-            .folds
-            .contend(q.subset.group_key(q.parent), store.collection_name());
+        store.folds.contend(
+            q.subset.pushes().group_key(q.parent),
+            store.collection_name(),
+        );
         // Waits for the fold in flight, if any; a failover's error leaves the waiting to the
         // backoff below.
         match q.look().await {
