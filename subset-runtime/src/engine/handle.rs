@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
-use futures::TryStreamExt;
 use mongodb::options::{Acknowledgment, CollectionOptions, ReadConcern, WriteConcern};
 use mongodb::{Collection, Database};
 use tokio::sync::OnceCell;
@@ -12,7 +11,7 @@ use tokio::sync::OnceCell;
 use super::Contention;
 use super::{batch, exec, model_change, push, views, WriteMode};
 use crate::bookkeeping::names::{Names, PrefixError};
-use crate::error::{driver, Error, Result};
+use crate::error::{Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
 
 /// The concerns a store sets itself rather than inheriting them from the client.
@@ -386,84 +385,6 @@ impl<'a> RawChildren<'a> {
         Error::ParentNotFound {
             collection: self.store.spec.collection.to_owned(),
             id: Box::new(parent.clone()),
-        }
-    }
-
-    /// Whether `parent` is stored, read in the step's session.
-    pub(crate) async fn has_parent(&self, ctx: &mut exec::Ctx<'_>, parent: &Bson) -> Result<bool> {
-        let parents = self.store.parents::<Document>();
-        let found = parents
-            .find_one(doc! { "_id": parent.clone() })
-            .projection(doc! { "_id": 1 });
-        let found = ctx.run(found).await.map_err(|e| self.store.mongo(e))?;
-        Ok(found.is_some())
-    }
-
-    /// The error for a child not stored under `parent`: [`Error::ParentNotFound`] when there is
-    /// no such parent, else [`Error::ChildNotFound`].
-    pub(crate) async fn child_not_found(
-        &self,
-        ctx: &mut exec::Ctx<'_>,
-        parent: &Bson,
-        child: &Bson,
-    ) -> Error {
-        match self.has_parent(ctx, parent).await {
-            Ok(false) => self.parent_not_found(parent),
-            Ok(true) => Error::ChildNotFound {
-                collection: self.spec.child_collection.to_owned(),
-                parent: Box::new(parent.clone()),
-                id: Box::new(child.clone()),
-            },
-            Err(e) => e,
-        }
-    }
-
-    /// The error of a parent update meant to add about `adding` bytes to the subset:
-    /// [`Error::SubsetTooLarge`] when the server refused it for the document's size, else `e`.
-    pub(crate) async fn parent_write_error(&self, e: Error, parent: &Bson, adding: i64) -> Error {
-        match e {
-            Error::Mongo { source, .. } if driver::is_too_large(&source) => {
-                let stored = self.stored_size(parent).await.unwrap_or(0);
-                self.too_large(*source, parent, stored.saturating_add_signed(adding))
-            }
-            other => other,
-        }
-    }
-
-    /// The error of a parent write that would have made a document of about `bytes`.
-    pub(crate) fn too_large(&self, e: mongodb::error::Error, parent: &Bson, bytes: u64) -> Error {
-        if !driver::is_too_large(&e) {
-            return self.store.mongo(e);
-        }
-        Error::SubsetTooLarge {
-            collection: self.store.spec.collection.to_owned(),
-            id: Box::new(parent.clone()),
-            field: self.spec.field.to_owned(),
-            bytes,
-        }
-    }
-
-    /// The parent's size as stored, read outside any transaction (a refused write has aborted
-    /// ours), for a message only.
-    async fn stored_size(&self, parent: &Bson) -> Option<u64> {
-        let pipeline = [
-            doc! { "$match": { "_id": parent.clone() } },
-            doc! { "$project": { "_id": 0, "size": { "$bsonSize": "$$ROOT" } } },
-        ];
-        let sizes: Vec<Document> = self
-            .store
-            .parents::<Document>()
-            .aggregate(pipeline)
-            .await
-            .ok()?
-            .try_collect()
-            .await
-            .ok()?;
-        let size = sizes.first()?.get("size")?;
-        match size {
-            Bson::Int32(n) => u64::try_from(*n).ok(),
-            Bson::Int64(n) => u64::try_from(*n).ok(),
-            _ => None,
         }
     }
 }

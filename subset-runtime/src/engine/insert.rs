@@ -206,7 +206,7 @@ impl InsertSteps<'_> {
                 return Err(match largest {
                     Some((spec, _)) => {
                         let subset = self.store.children(spec);
-                        subset.too_large(e, self.id, bytes.max(0) as u64)
+                        query::too_large(&subset, e, self.id, bytes.max(0) as u64)
                     }
                     None => self.store.mongo(e),
                 });

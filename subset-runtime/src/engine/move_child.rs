@@ -7,6 +7,7 @@ use mongodb::options::ReturnDocument;
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
+use super::query;
 use super::resync::CountFix;
 use super::RawChildren;
 use crate::action::{span, Action, Operation};
@@ -81,7 +82,7 @@ impl Steps for Move<'_> {
         let s = self.subset;
         let spec = s.spec();
         // The new parent first, so that a move to nowhere changes nothing.
-        if !s.has_parent(ctx, &self.to).await? {
+        if !query::has_parent(&s, ctx, &self.to).await? {
             return Err(s.parent_not_found(&self.to));
         }
         let filter = doc! { "_id": self.child.clone(), spec.key: self.from.clone() };
@@ -95,7 +96,7 @@ impl Steps for Move<'_> {
             ctx.run(change).await
         };
         let Some(before) = before.map_err(|e| s.mongo_child(e))? else {
-            return Err(s.child_not_found(ctx, &self.from, &self.child).await);
+            return Err(query::child_not_found(&s, ctx, &self.from, &self.child).await);
         };
         if self.from == self.to {
             return Ok(());

@@ -143,7 +143,7 @@ where
             )
             .await
             .map_err(|e| s.mongo_child(e))?;
-        if raws.is_empty() && from.is_none() && !s.has_parent(ctx, parent).await? {
+        if raws.is_empty() && from.is_none() && !query::has_parent(&s, ctx, parent).await? {
             return Err(s.parent_not_found(parent));
         }
         let more = raws.len() > size;

@@ -1,9 +1,13 @@
 //! Queries more than one operation sends, built in one place.
 
 use crate::bson::{doc, Bson, Document};
+use futures::TryStreamExt;
 use mongodb::action::Find;
 use mongodb::Collection;
 
+use super::exec::Ctx;
+use super::RawChildren;
+use crate::error::{driver, Error, Result};
 use crate::model::SubsetSpec;
 use crate::order;
 
@@ -84,4 +88,96 @@ pub(crate) fn subset_projection(spec: &SubsetSpec) -> Document {
 /// Children of `parent` whose `_id` is one of `ids`.
 pub(crate) fn owned(spec: &SubsetSpec, parent: &Bson, ids: Vec<Bson>) -> Document {
     doc! { "_id": { "$in": ids }, spec.key: parent.clone() }
+}
+
+/// Whether `parent` is stored, read in the step's session.
+pub(crate) async fn has_parent(
+    s: &RawChildren<'_>,
+    ctx: &mut Ctx<'_>,
+    parent: &Bson,
+) -> Result<bool> {
+    let parents = s.store().parents::<Document>();
+    let found = parents
+        .find_one(doc! { "_id": parent.clone() })
+        .projection(doc! { "_id": 1 });
+    let found = ctx.run(found).await.map_err(|e| s.store().mongo(e))?;
+    Ok(found.is_some())
+}
+
+/// The error for a child not stored under `parent`: [`Error::ParentNotFound`] when there is
+/// no such parent, else [`Error::ChildNotFound`].
+pub(crate) async fn child_not_found(
+    s: &RawChildren<'_>,
+    ctx: &mut Ctx<'_>,
+    parent: &Bson,
+    child: &Bson,
+) -> Error {
+    match has_parent(s, ctx, parent).await {
+        Ok(false) => s.parent_not_found(parent),
+        Ok(true) => Error::ChildNotFound {
+            collection: s.spec().child_collection.to_owned(),
+            parent: Box::new(parent.clone()),
+            id: Box::new(child.clone()),
+        },
+        Err(e) => e,
+    }
+}
+
+/// The error of a parent update meant to add about `adding` bytes to the subset:
+/// [`Error::SubsetTooLarge`] when the server refused it for the document's size, else `e`.
+pub(crate) async fn parent_write_error(
+    s: &RawChildren<'_>,
+    e: Error,
+    parent: &Bson,
+    adding: i64,
+) -> Error {
+    match e {
+        Error::Mongo { source, .. } if driver::is_too_large(&source) => {
+            let stored = stored_size(s, parent).await.unwrap_or(0);
+            too_large(s, *source, parent, stored.saturating_add_signed(adding))
+        }
+        other => other,
+    }
+}
+
+/// The error of a parent write that would have made a document of about `bytes`.
+pub(crate) fn too_large(
+    s: &RawChildren<'_>,
+    e: mongodb::error::Error,
+    parent: &Bson,
+    bytes: u64,
+) -> Error {
+    if !driver::is_too_large(&e) {
+        return s.store().mongo(e);
+    }
+    Error::SubsetTooLarge {
+        collection: s.store().spec.collection.to_owned(),
+        id: Box::new(parent.clone()),
+        field: s.spec().field.to_owned(),
+        bytes,
+    }
+}
+
+/// The parent's size as stored, read outside any transaction (a refused write has aborted
+/// ours), for a message only.
+async fn stored_size(s: &RawChildren<'_>, parent: &Bson) -> Option<u64> {
+    let pipeline = [
+        doc! { "$match": { "_id": parent.clone() } },
+        doc! { "$project": { "_id": 0, "size": { "$bsonSize": "$$ROOT" } } },
+    ];
+    let sizes: Vec<Document> = s
+        .store()
+        .parents::<Document>()
+        .aggregate(pipeline)
+        .await
+        .ok()?
+        .try_collect()
+        .await
+        .ok()?;
+    let size = sizes.first()?.get("size")?;
+    match size {
+        Bson::Int32(n) => u64::try_from(*n).ok(),
+        Bson::Int64(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
 }

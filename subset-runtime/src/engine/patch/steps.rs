@@ -183,7 +183,7 @@ impl PatchSteps<'_, '_> {
                 return Err(out_of_range(s, patch, std::slice::from_ref(&current)));
             }
         }
-        Err(s.child_not_found(ctx, self.parent, child).await)
+        Err(query::child_not_found(s, ctx, self.parent, child).await)
     }
 
     /// Applies `patch` to each of `children` in the child collection, in one write: each must
@@ -219,9 +219,9 @@ impl PatchSteps<'_, '_> {
             // Every child is there: an increment would leave its range in one (those that
             // stay in it were changed, which the aborted transaction undoes).
             None if !found.is_empty() => Err(out_of_range(s, patch, &found)),
-            _ => Err(s
-                .child_not_found(ctx, self.parent, missing.unwrap_or(&children[0]))
-                .await),
+            _ => Err(
+                query::child_not_found(s, ctx, self.parent, missing.unwrap_or(&children[0])).await,
+            ),
         }
     }
 
@@ -271,7 +271,7 @@ impl PatchSteps<'_, '_> {
             Ok(written) => written,
             // The copies grow by what the patches set: unknown here, so the message says the
             // parent's size as stored.
-            Err(e) => return Err(s.parent_write_error(e, self.parent, 0).await),
+            Err(e) => return Err(query::parent_write_error(s, e, self.parent, 0).await),
         };
         match written {
             Written::Missing => Err(s.parent_not_found(self.parent)),

@@ -18,6 +18,7 @@ use super::Prepared;
 use super::Pushes;
 use crate::engine::exec::Ctx;
 use crate::engine::parent_write::{ParentUpdate, Written};
+use crate::engine::query;
 use crate::error::Result;
 use crate::model::SubsetSpec;
 use crate::order;
@@ -141,7 +142,7 @@ impl Pushes<'_> {
         // Nothing for any view (a child no filter admits) sends the touch alone.
         match self.store().write_parent(ctx, parent, write).await {
             Ok(written) => Ok(written),
-            Err(e) => Err(self.parent_write_error(e, parent, push.bytes()).await),
+            Err(e) => Err(query::parent_write_error(self, e, parent, push.bytes()).await),
         }
     }
 

@@ -453,7 +453,7 @@ impl Recompute<'_> {
                 Err(e) => {
                     let adding =
                         super::bson_len(&expected.top) - super::bson_len(stored.embedded());
-                    return Err(self.parent_write_error(e, parent, adding).await);
+                    return Err(query::parent_write_error(self, e, parent, adding).await);
                 }
             };
             match written {
