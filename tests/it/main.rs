@@ -32,5 +32,6 @@ mod sessions;
 mod status;
 mod store;
 mod sums;
+mod targeting;
 mod too_large;
 mod views;
