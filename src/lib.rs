@@ -34,6 +34,8 @@ pub mod guide {
     pub mod repair {}
     #[doc = include_str!("../docs/guide/schema.md")]
     pub mod schema {}
+    #[doc = include_str!("../docs/guide/sharding.md")]
+    pub mod sharding {}
     #[doc = include_str!("../docs/guide/errors.md")]
     pub mod errors {}
     #[doc = include_str!("../docs/guide/checks.md")]

@@ -33,5 +33,6 @@ mod spans;
 mod status;
 mod store;
 mod sums;
+mod targeting;
 mod too_large;
 mod views;

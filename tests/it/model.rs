@@ -152,8 +152,12 @@ trait Board: Subset<Id = i32> {
     /// Page sizes used to read everything back: around `KEEP`, where a page leaves the embedded
     /// subset for the child collection.
     const PAGE_SIZES: &'static [u32];
-    /// Cases per write mode: fewer for the long subset, whose cases read more back.
+    /// Cases per write mode in the long run (`long::`): fewer for the long subset, whose cases
+    /// read more back.
     const CASES: u32;
+    /// Cases per write mode in the everyday run: enough for every operation to meet every
+    /// other, the cap and both push paths; the long run draws four times as many.
+    const EVERYDAY_CASES: u32 = Self::CASES / 4;
     /// The other views of `FIELD`'s children, each embedding previews.
     const VIEWS: &'static [View] = &[];
     fn empty(id: i32) -> Self;
@@ -839,7 +843,7 @@ async fn check_view<B: Board>(
 
 /// Runs the property on a fresh database per case, on one runtime for the whole test (a client
 /// must stay on the runtime that made it).
-fn run<B: Board>(mode: Option<WriteMode>) {
+fn run<B: Board>(mode: Option<WriteMode>, cases: u32) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -854,7 +858,7 @@ fn run<B: Board>(mode: Option<WriteMode>) {
             .expect("connect to the test mongod")
     });
     let config = Config {
-        cases: B::CASES,
+        cases,
         max_shrink_iters: 200,
         failure_persistence: None,
         ..Config::default()
@@ -898,30 +902,72 @@ fn run<B: Board>(mode: Option<WriteMode>) {
 
 #[test]
 fn a_short_subset_follows_the_model_with_transactions() {
-    run::<Short>(None);
+    run::<Short>(None, Short::EVERYDAY_CASES);
 }
 
 #[test]
 fn a_short_subset_follows_the_model_with_ordered_writes() {
-    run::<Short>(Some(WriteMode::Ordered));
+    run::<Short>(Some(WriteMode::Ordered), Short::EVERYDAY_CASES);
 }
 
 #[test]
 fn a_long_subset_follows_the_model_with_transactions() {
-    run::<Long>(None);
+    run::<Long>(None, Long::EVERYDAY_CASES);
 }
 
 #[test]
 fn a_long_subset_follows_the_model_with_ordered_writes() {
-    run::<Long>(Some(WriteMode::Ordered));
+    run::<Long>(Some(WriteMode::Ordered), Long::EVERYDAY_CASES);
 }
 
 #[test]
 fn three_views_of_one_collection_follow_the_model_with_transactions() {
-    run::<Viewed>(None);
+    run::<Viewed>(None, Viewed::EVERYDAY_CASES);
 }
 
 #[test]
 fn three_views_of_one_collection_follow_the_model_with_ordered_writes() {
-    run::<Viewed>(Some(WriteMode::Ordered));
+    run::<Viewed>(Some(WriteMode::Ordered), Viewed::EVERYDAY_CASES);
+}
+
+/// The same properties with every case count whole, which `.ci/run` runs
+/// (`cargo test --test it ::long:: -- --ignored`).
+mod long {
+    use super::*;
+
+    #[test]
+    #[ignore = "long: the full case counts; .ci/run runs it"]
+    fn a_short_subset_follows_the_model_with_transactions() {
+        run::<Short>(None, Short::CASES);
+    }
+
+    #[test]
+    #[ignore = "long: the full case counts; .ci/run runs it"]
+    fn a_short_subset_follows_the_model_with_ordered_writes() {
+        run::<Short>(Some(WriteMode::Ordered), Short::CASES);
+    }
+
+    #[test]
+    #[ignore = "long: the full case counts; .ci/run runs it"]
+    fn a_long_subset_follows_the_model_with_transactions() {
+        run::<Long>(None, Long::CASES);
+    }
+
+    #[test]
+    #[ignore = "long: the full case counts; .ci/run runs it"]
+    fn a_long_subset_follows_the_model_with_ordered_writes() {
+        run::<Long>(Some(WriteMode::Ordered), Long::CASES);
+    }
+
+    #[test]
+    #[ignore = "long: the full case counts; .ci/run runs it"]
+    fn three_views_of_one_collection_follow_the_model_with_transactions() {
+        run::<Viewed>(None, Viewed::CASES);
+    }
+
+    #[test]
+    #[ignore = "long: the full case counts; .ci/run runs it"]
+    fn three_views_of_one_collection_follow_the_model_with_ordered_writes() {
+        run::<Viewed>(Some(WriteMode::Ordered), Viewed::CASES);
+    }
 }

@@ -109,9 +109,30 @@ movie!(Uncounted {
     latest: Vec<Comment>,
 });
 
-const PARENTS: usize = 16;
-const ROUNDS: usize = 3;
-const OPS_PER_ROUND: usize = 40;
+/// How much a scenario writes.
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    parents: usize,
+    /// Rounds of writes; the rebuild is cut off in all but the last.
+    rounds: usize,
+    /// Writes per writer and round.
+    ops: usize,
+}
+
+/// The everyday run: a rebuild cut off once and run to the end once, beside both models'
+/// writers, on enough parents that the batches of 4 leave some for a second batch.
+const EVERYDAY: Size = Size {
+    parents: 8,
+    rounds: 2,
+    ops: 20,
+};
+
+/// The long run (`long::`, which `.ci/run` runs): more parents, writes and cut-offs.
+const LONG: Size = Size {
+    parents: 16,
+    rounds: 3,
+    ops: 40,
+};
 
 fn comment(rng: &mut impl Rng, parent: &Bson) -> Document {
     doc! {
@@ -228,12 +249,12 @@ async fn assert_read_right<P: Subset<Id = ObjectId>>(
 }
 
 /// One writer of one model: pushes, removes and patches on random parents.
-async fn write<P: Subset>(store: &Store<P>, parents: &[Bson], seed: u64) {
+async fn write<P: Subset>(store: &Store<P>, parents: &[Bson], ops: usize, seed: u64) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let spec = &P::SUBSETS[0];
     let subset = store.raw().children(spec);
     let comments = store.database().collection::<Document>("comments");
-    for _ in 0..OPS_PER_ROUND {
+    for _ in 0..ops {
         let parent = &parents[rng.random_range(0..parents.len())];
         let roll = rng.random_range(0..10);
         let existing = if roll >= 7 {
@@ -297,12 +318,15 @@ async fn read_while<A: Subset<Id = ObjectId>, B: Subset<Id = ObjectId>>(
     reads
 }
 
-async fn live_change<Old: Subset<Id = ObjectId>, New: Subset<Id = ObjectId>>(mode: WriteMode) {
+async fn live_change<Old: Subset<Id = ObjectId>, New: Subset<Id = ObjectId>>(
+    mode: WriteMode,
+    size: Size,
+) {
     let db = common::replica_db().await;
     let old = Store::<Old>::new(&db).with_mode(mode);
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let mut parents = Vec::with_capacity(PARENTS);
-    for _ in 0..PARENTS {
+    let mut parents = Vec::with_capacity(size.parents);
+    for _ in 0..size.parents {
         let id = Bson::ObjectId(ObjectId::new());
         let mut parent = doc! { "_id": id.clone() };
         for spec in Old::SUBSETS {
@@ -329,8 +353,8 @@ async fn live_change<Old: Subset<Id = ObjectId>, New: Subset<Id = ObjectId>>(mod
     }
     let options = SweepOptions::default().batch_size(4).concurrency(2);
     let check = new.check_all().options(options.clone()).await.unwrap();
-    assert_eq!(check.progress.outdated, PARENTS as u64);
-    for round in 0..ROUNDS {
+    assert_eq!(check.progress.outdated, size.parents as u64);
+    for round in 0..size.rounds {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let readers = async {
             match mode {
@@ -341,7 +365,7 @@ async fn live_change<Old: Subset<Id = ObjectId>, New: Subset<Id = ObjectId>>(mod
         let rebuild = async {
             // Cut off part way in the first rounds, as a killed process would be.
             let run = new.rebuild().options(options.clone());
-            if round + 1 < ROUNDS {
+            if round + 1 < size.rounds {
                 let cut = Duration::from_millis(20 + 40 * round as u64);
                 let _ = tokio::time::timeout(cut, run).await;
             } else {
@@ -351,8 +375,8 @@ async fn live_change<Old: Subset<Id = ObjectId>, New: Subset<Id = ObjectId>>(mod
         };
         let writers = async {
             tokio::join!(
-                write(&old, &parents, 100 + round as u64),
-                write(&new, &parents, 200 + round as u64),
+                write(&old, &parents, size.ops, 100 + round as u64),
+                write(&new, &parents, size.ops, 200 + round as u64),
                 rebuild,
             );
             // The readers are gone already when there are none.
@@ -396,7 +420,7 @@ async fn live_change<Old: Subset<Id = ObjectId>, New: Subset<Id = ObjectId>>(mod
     let expected = if same_model::<Old, New>() {
         0
     } else {
-        PARENTS as u64
+        size.parents as u64
     };
     assert_eq!(
         check.progress.outdated, expected,
@@ -439,31 +463,48 @@ fn same_model<A: Subset, B: Subset>() -> bool {
 }
 
 macro_rules! change {
-    ($name:ident, $old:ty => $new:ty) => {
+    ($size:expr, $(#[$long:meta])? $name:ident, $old:ty => $new:ty) => {
         mod $name {
             use super::*;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$long])?
             async fn in_transactions() {
-                live_change::<$old, $new>(WriteMode::Transactional).await;
+                live_change::<$old, $new>(WriteMode::Transactional, $size).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$long])?
             async fn ordered() {
-                live_change::<$old, $new>(WriteMode::Ordered).await;
+                live_change::<$old, $new>(WriteMode::Ordered, $size).await;
             }
         }
     };
 }
 
-change!(a_new_view, Latest3 => WithFirst);
-change!(a_larger_keep, Latest3 => Latest6);
-change!(a_smaller_keep, Latest6 => Latest3);
-change!(another_order, Latest3 => ByStars);
-change!(a_filter, Latest3 => Visible);
-change!(previews, Latest3 => Previews);
-change!(a_sum, Latest3 => Summed);
-change!(a_count_removed, Latest3 => Uncounted);
+/// Every usual change, each in both write modes.
+macro_rules! changes {
+    ($size:expr $(, #[$long:meta])?) => {
+        change!($size, $(#[$long])? a_new_view, Latest3 => WithFirst);
+        change!($size, $(#[$long])? a_larger_keep, Latest3 => Latest6);
+        change!($size, $(#[$long])? a_smaller_keep, Latest6 => Latest3);
+        change!($size, $(#[$long])? another_order, Latest3 => ByStars);
+        change!($size, $(#[$long])? a_filter, Latest3 => Visible);
+        change!($size, $(#[$long])? previews, Latest3 => Previews);
+        change!($size, $(#[$long])? a_sum, Latest3 => Summed);
+        change!($size, $(#[$long])? a_count_removed, Latest3 => Uncounted);
+    };
+}
+
+changes!(EVERYDAY);
+
+/// The same scenarios at [`LONG`], which `.ci/run` runs
+/// (`cargo test --test it ::long:: -- --ignored`).
+mod long {
+    use super::*;
+
+    changes!(LONG, #[ignore = "long: more parents, writes and cut-offs; .ci/run runs it"]);
+}
 
 /// The registry a store's first use writes, and the marker a parent carries.
 #[tokio::test]
