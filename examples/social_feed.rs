@@ -229,8 +229,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         writers.push(tokio::spawn(async move {
             // Folding: the 8 processes' pushes to the one thread queue and are written one
             // transaction at a time, instead of conflicting (see the hot-parents guide).
-            let store = Store::<Thread>::new(&client.database("subset_example_social_feed"))
-                .with_folding(true);
+            let store = Store::<Thread>::with_options(
+                &client.database("subset_example_social_feed"),
+                subset::StoreOptions::new().folding(true),
+            );
             let comments = store.children(Thread::LATEST);
             let mut took = Vec::with_capacity(PUSHES);
             let mut acknowledged = Vec::with_capacity(PUSHES);

@@ -7,7 +7,7 @@
 //! others, which retry. Within one process the store queues pushes to a parent that has a
 //! transaction in flight and runs them together in the next one (group commit). Across
 //! processes, when the stores fold (`--hot-folding true`, the default here; the library's
-//! default is off, `Store::with_folding`), a parent whose push transaction conflicted is
+//! default is off, `StoreOptions::folding`), a parent whose push transaction conflicted is
 //! folded: pushes queue in its document
 //! of `subset_folds` and one transaction at a time writes every push queued (see the
 //! consistency guide). For those configurations the benchmark starts copies of itself in a
@@ -553,11 +553,13 @@ pub async fn run(
 ) -> Res<Result> {
     let started = std::time::Instant::now();
     fresh(db).await?;
-    let transactional = Store::<Product>::new(db).with_folding(folding());
+    let transactional =
+        Store::<Product>::with_options(db, subset::StoreOptions::new().folding(folding()));
     if transactional.mode().await? != WriteMode::Transactional {
         return Err("the hot-parent experiment needs a replica set (transactions)".into());
     }
-    let ordered = Store::<Product>::new(db).with_mode(WriteMode::Ordered);
+    let ordered =
+        Store::<Product>::with_options(db, subset::StoreOptions::new().mode(WriteMode::Ordered));
     let exe = std::env::current_exe();
     let mut processes_skipped = exe
         .as_ref()
@@ -856,9 +858,10 @@ pub async fn worker(w: Worker<'_>) -> Res<()> {
     };
     let client = mongodb::Client::with_uri_str(w.uri).await?;
     let db = client.database(w.database);
-    let store = Store::<Product>::new(&db)
-        .with_mode(w.mode)
-        .with_folding(folding());
+    let store = Store::<Product>::with_options(
+        &db,
+        subset::StoreOptions::new().mode(w.mode).folding(folding()),
+    );
     // Connected and the parent there before the clock starts.
     store
         .get(&parent_id(w.first))

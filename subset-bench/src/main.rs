@@ -166,7 +166,7 @@ struct Args {
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/bench"))]
     out: PathBuf,
     /// Whether the hot-parent experiment's stores fold pushes to a parent contended across
-    /// processes (`Store::with_folding`).
+    /// processes (`StoreOptions::folding`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     hot_folding: bool,
     /// Internal: run as one worker process of the hot-parent experiment against this URI.

@@ -14,7 +14,7 @@
 //! rebuilt one.
 //!
 //! **Rebuilds.** `Store::rebuild` of the larger `keep` over every product, in transactions and
-//! in ordered writes (`with_mode(WriteMode::Ordered)`), and in the detected write mode while one
+//! in ordered writes (`StoreOptions::mode(WriteMode::Ordered)`), and in the detected write mode while one
 //! task pushes new reviews through the same model; `Store::rebuild` of the new view. After
 //! each, `Store::check_all` of the model rebuilt must find no product drifted nor outdated, and
 //! the rebuild must have failed none and rebuilt every product (but those a push rebuilt
@@ -386,9 +386,15 @@ impl Bench {
             },
             old: Store::new(db),
             keep: Store::new(db),
-            keep_ordered: Store::new(db).with_mode(WriteMode::Ordered),
+            keep_ordered: Store::with_options(
+                db,
+                subset::StoreOptions::new().mode(WriteMode::Ordered),
+            ),
             view: Store::new(db),
-            view_ordered: Store::new(db).with_mode(WriteMode::Ordered),
+            view_ordered: Store::with_options(
+                db,
+                subset::StoreOptions::new().mode(WriteMode::Ordered),
+            ),
             parents: db.collection(COLLECTION),
             copy: db.collection(COPY),
             reviews: db.collection(Keep5::RECENT.spec().child_collection),

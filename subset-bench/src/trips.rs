@@ -59,7 +59,7 @@ pub async fn count(
     crate::load::load(&db, &data, 1).await?;
     let mut ctx = Ctx::new(&db, data);
     if let Some(mode) = mode {
-        ctx.store = ctx.store.clone().with_mode(mode);
+        ctx.store = subset::Store::with_options(&db, subset::StoreOptions::new().mode(mode));
     }
     let mode = ctx.store.mode().await?;
     let take = || -> Vec<String> {

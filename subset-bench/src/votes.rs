@@ -448,7 +448,10 @@ impl<'f, P: Voted> Bench<'f, P> {
         let store = Store::<P>::new(db);
         store.ensure_indexes().await?;
         Ok(Bench {
-            ordered: Store::<P>::new(db).with_mode(WriteMode::Ordered),
+            ordered: Store::<P>::with_options(
+                db,
+                subset::StoreOptions::new().mode(WriteMode::Ordered),
+            ),
             parents: db.collection(P::COLLECTION),
             children: db.collection(P::FIELD.spec().child_collection),
             store,

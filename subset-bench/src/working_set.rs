@@ -172,7 +172,8 @@ impl Ctx {
             }
             Layout::Subset => {
                 let store = if ordered {
-                    self.store.clone().with_mode(WriteMode::Ordered)
+                    let options = subset::StoreOptions::new().mode(WriteMode::Ordered);
+                    Store::with_options(self.store.database(), options)
                 } else {
                     self.store.clone()
                 };

@@ -36,14 +36,13 @@ impl Model {
     ///
     /// [`CliError::Usage`] for a `--bookkeeping-prefix` no collection name can start with.
     pub fn store(&self, db: &Database, conn: &Conn) -> Result<raw::Store, CliError> {
-        let store = if self.registered {
-            raw::Store::new(db, self.spec)
-        } else {
-            raw::Store::for_fields(db, self.spec)
-        };
-        store
-            .with_bookkeeping_prefix(&conn.bookkeeping_prefix)
-            .map_err(bad_prefix)
+        let options = subset_runtime::StoreOptions::new()
+            .bookkeeping_prefix(&conn.bookkeeping_prefix)
+            .map_err(bad_prefix)?;
+        Ok(match self.registered {
+            true => raw::Store::with_options(db, self.spec, options),
+            false => raw::Store::for_fields(db, self.spec, options),
+        })
     }
 
     /// The parent collection.

@@ -287,7 +287,11 @@ async fn a_standalone_server_is_refused() {
     assert!(stderr.contains("standalone"), "{stderr}");
 
     // Without flags, on the registered model, alike.
-    let app = raw::Store::new(&db, shops_model()).with_mode(WriteMode::Ordered);
+    let app = raw::Store::with_options(
+        &db,
+        shops_model(),
+        subset_runtime::StoreOptions::new().mode(WriteMode::Ordered),
+    );
     app.insert(doc! { "_id": ObjectId::new(), "reviews": [], "best": [], "total_reviews": 0_i64 })
         .await
         .unwrap();

@@ -323,7 +323,8 @@ async fn a_removal_without_flags_leaves_every_view_exact() {
                 view("ratings", "ratings", 3, "date desc"),
             ],
         );
-        let app = raw::Store::new(&db, model).with_mode(mode);
+        let app =
+            raw::Store::with_options(&db, model, subset_runtime::StoreOptions::new().mode(mode));
         let ids = seed(&app, 4, "comments").await;
         let rates = app.children(&model.subsets[2]);
         for id in &ids {
@@ -505,9 +506,17 @@ async fn check_reconcile_and_rebuild_refuse_only_the_renamed_key() {
     for mode in [WriteMode::Transactional, WriteMode::Ordered] {
         let (db, uri) = fresh().await;
         let latest = view("latest", "comments", 3, "date desc");
-        let old = raw::Store::new(&db, ParentSpec::leak("movies", vec![latest])).with_mode(mode);
+        let old = raw::Store::with_options(
+            &db,
+            ParentSpec::leak("movies", vec![latest]),
+            subset_runtime::StoreOptions::new().mode(mode),
+        );
         let ids = seed(&old, 3, "comments").await;
-        let new = raw::Store::new(&db, movies()).with_mode(mode);
+        let new = raw::Store::with_options(
+            &db,
+            movies(),
+            subset_runtime::StoreOptions::new().mode(mode),
+        );
         let rebuilt = new.rebuild(&SweepOptions::default(), |_| {}).await.unwrap();
         assert_eq!(rebuilt.progress.fixed, 3, "{mode:?}");
         let (gone, renamed) = (&ids[0], &ids[1]);
@@ -605,7 +614,8 @@ async fn migrate_without_flags_moves_every_view_of_the_registered_model() {
                 view("latest", "comments", 3, "date desc"),
             ],
         );
-        let app = raw::Store::new(&db, model).with_mode(mode);
+        let app =
+            raw::Store::with_options(&db, model, subset_runtime::StoreOptions::new().mode(mode));
         // The application's first write registers its model.
         app.insert(doc! { "_id": ObjectId::new(), "first": [], "latest": [], "n": 0_i64 })
             .await

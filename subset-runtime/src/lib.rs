@@ -24,6 +24,7 @@ mod error;
 mod graphql;
 mod job;
 mod model;
+mod options;
 mod order;
 pub mod patch;
 mod store;
@@ -40,6 +41,7 @@ pub use model::{Child, Subset, SubsetField};
 /// (which wins when both are on, as in the driver). Name bson through this path (or
 /// `mongodb::bson`) so that your types and this crate's agree.
 pub use mongodb::bson;
+pub use options::StoreOptions;
 pub use store::Store;
 
 /// The BSON-level engine under [`Store`] and [`Children`]: the same operations on documents, for
@@ -55,7 +57,7 @@ pub mod raw {
 
 /// Parents many writers write at once: within a process, pushes (and patches) to one parent
 /// share a transaction (group commit) and its writers take turns; across processes, pushes
-/// can be folded ([`Store::with_folding`]), and what folding would save is counted
+/// can be folded ([`StoreOptions::folding`]), and what folding would save is counted
 /// ([`Store::contention`]).
 pub mod hot {
     pub use crate::engine::Contention;

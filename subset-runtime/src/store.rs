@@ -10,6 +10,7 @@ use crate::engine::{Follow, FollowOptions, RawStore, SweepProgress, SweepReport,
 use crate::error::Result;
 use crate::job::Job;
 use crate::model::{Child, Subset, SubsetField};
+use crate::options::StoreOptions;
 use crate::{decode, encode};
 
 /// The store of parent type `P`: its collection, its child collections, and the write mode.
@@ -54,83 +55,30 @@ impl<P: Subset> Store<P> {
     /// # }
     /// ```
     pub fn new(db: &Database) -> Self {
-        Store {
-            raw: RawStore::new(db, P::SPEC),
-            _parent: PhantomData,
-        }
+        Store::with_options(db, StoreOptions::default())
     }
 
-    /// The same store with its write mode forced, e.g. [`WriteMode::Ordered`] to skip
-    /// transactions on a replica set where the caller accepts the standalone guarantees.
-    pub fn with_mode(self, mode: WriteMode) -> Self {
-        Store {
-            raw: self.raw.with_mode(mode),
-            _parent: PhantomData,
-        }
-    }
-
-    /// The same store with `concern` for the transactions it starts (default `w: majority`,
-    /// whatever the client or database carries); see
-    /// [`raw::Store::with_write_concern`](crate::raw::Store::with_write_concern).
-    pub fn with_write_concern(self, concern: mongodb::options::WriteConcern) -> Self {
-        Store {
-            raw: self.raw.with_write_concern(concern),
-            _parent: PhantomData,
-        }
-    }
-
-    /// The same store reading with `concern` outside transactions (`get`, pages, `count`,
-    /// `all`): `majority` never shows a child a failover later rolls back, `local` (the
-    /// default) is faster; see
-    /// [`raw::Store::with_read_concern`](crate::raw::Store::with_read_concern).
-    pub fn with_read_concern(self, concern: mongodb::options::ReadConcern) -> Self {
-        Store {
-            raw: self.raw.with_read_concern(concern),
-            _parent: PhantomData,
-        }
-    }
-
-    /// The same store folding pushes to a parent that several processes push to at once
-    /// (default: off; it creates a collection and needs the `changeStream` privilege); see
-    /// [`raw::Store::with_folding`](crate::raw::Store::with_folding) and the hot-parents guide.
-    pub fn with_folding(self, on: bool) -> Self {
-        Store {
-            raw: self.raw.with_folding(on),
-            _parent: PhantomData,
-        }
-    }
-
-    /// The same store keeping its own collections under `prefix` (default `subset`:
-    /// `subset_definitions`, `subset_folds`, `subset_jobs`, `subset_followers`), as GridFS keeps
-    /// its buckets under one prefix; see
-    /// [`raw::Store::with_bookkeeping_prefix`](crate::raw::Store::with_bookkeeping_prefix) and the
-    /// bookkeeping guide. Every store and program writing the same parents must use the same
-    /// prefix.
-    ///
-    /// # Errors
-    ///
-    /// [`PrefixError`](crate::bookkeeping::PrefixError) for a prefix no collection name can
-    /// start with: empty, longer than [`MAX_PREFIX_LEN`](crate::bookkeeping::MAX_PREFIX_LEN)
-    /// bytes, or with a `$`, a `.` or a NUL.
+    /// A store on `db` with `options`: a forced write mode, the concerns, folding, the
+    /// bookkeeping prefix (see [`StoreOptions`]).
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # use subset_runtime as subset;
     /// # fn demo<Product: subset::Subset>(db: &mongodb::Database) -> Result<(), subset::bookkeeping::PrefixError> {
-    /// let store = subset::Store::<Product>::new(db).with_bookkeeping_prefix("shop_subset")?;
+    /// use subset::{Store, StoreOptions};
+    ///
+    /// let options = StoreOptions::new().bookkeeping_prefix("shop_subset")?;
+    /// let store = Store::<Product>::with_options(db, options);
     /// assert_eq!(store.bookkeeping().folds(), "shop_subset_folds");
     /// # Ok(())
     /// # }
     /// ```
-    pub fn with_bookkeeping_prefix(
-        self,
-        prefix: &str,
-    ) -> std::result::Result<Self, crate::bookkeeping::PrefixError> {
-        Ok(Store {
-            raw: self.raw.with_bookkeeping_prefix(prefix)?,
+    pub fn with_options(db: &Database, options: StoreOptions) -> Self {
+        Store {
+            raw: RawStore::with_options(db, P::SPEC, options),
             _parent: PhantomData,
-        })
+        }
     }
 
     /// The names this store writes besides your documents: the marker field of each parent and
@@ -140,7 +88,7 @@ impl<P: Subset> Store<P> {
     }
 
     /// How often this store's pushes met other processes' transactions on a parent, which
-    /// [`Store::with_folding`] would fold instead of retrying.
+    /// [`StoreOptions::folding`] would fold instead of retrying.
     pub fn contention(&self) -> crate::hot::Contention {
         self.raw.contention()
     }

@@ -504,7 +504,10 @@ async fn work(job: Job) {
         .unwrap();
     options.app_name = Some(job.app.clone());
     let client = mongodb::Client::with_options(options).unwrap();
-    let store = Store::<Shelf>::new(&client.database(&job.db)).with_mode(job.mode);
+    let store = Store::<Shelf>::with_options(
+        &client.database(&job.db),
+        subset::StoreOptions::new().mode(job.mode),
+    );
     let warm_up = Shelf::named(0);
     store.insert(&warm_up).await.unwrap();
     store.delete(&warm_up.id).await.unwrap();
@@ -722,7 +725,7 @@ async fn leased(
     let admin = db.client().database("admin");
     (
         turn,
-        Store::new(&db).with_mode(mode),
+        Store::with_options(&db, subset::StoreOptions::new().mode(mode)),
         server.uri().to_owned(),
         admin,
     )

@@ -134,9 +134,10 @@ async fn faulty(mode: WriteMode) -> (Store<Product>, FailPoint) {
         _turn: turn,
     };
     // Folding on, for the cases of folded pushes (it changes nothing else).
-    let store = Store::new(&client.database(&name))
-        .with_mode(mode)
-        .with_folding(true);
+    let store = Store::with_options(
+        &client.database(&name),
+        subset::StoreOptions::new().mode(mode).folding(true),
+    );
     // The store registers its model on its first write: done here, before any fault, so that
     // each fault hits the steps of the operation under test.
     let warm_up = Product::named("warm-up");

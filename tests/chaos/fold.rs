@@ -15,7 +15,9 @@ use subset::{Error, Store};
 /// Stores over one database that share nothing, as the stores of separate processes.
 async fn fleet(n: usize) -> Vec<Store<Product>> {
     let db = replica_db().await;
-    (0..n).map(|_| Store::new(&db).with_folding(true)).collect()
+    (0..n)
+        .map(|_| Store::with_options(&db, subset::StoreOptions::new().folding(true)))
+        .collect()
 }
 
 async fn stored_ids(store: &Store<Product>, parent: &ObjectId) -> Vec<Bson> {
@@ -181,7 +183,8 @@ async fn a_push_whose_caller_went_away_is_found_by_check_and_written_by_reconcil
     assert!(stored_ids(store, &product.id).await.is_empty());
 
     // Without a transaction a reconcile reports it and leaves it queued.
-    let ordered = store.clone().with_mode(subset::WriteMode::Ordered);
+    let options = subset::StoreOptions::new().mode(subset::WriteMode::Ordered);
+    let ordered = Store::<Product>::with_options(store.database(), options);
     let drift = ordered
         .children(Product::RECENT_REVIEWS)
         .reconcile(&product.id)

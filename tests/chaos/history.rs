@@ -80,10 +80,16 @@ impl Durability {
 
     fn store(self, db: &mongodb::Database) -> Store<Product> {
         match self {
-            Durability::Majority => Store::new(db).with_read_concern(ReadConcern::majority()),
-            Durability::One => Store::new(db)
-                .with_write_concern(WriteConcern::builder().w(Acknowledgment::Nodes(1)).build())
-                .with_read_concern(ReadConcern::local()),
+            Durability::Majority => Store::with_options(
+                db,
+                subset::StoreOptions::new().read_concern(ReadConcern::majority()),
+            ),
+            Durability::One => Store::with_options(
+                db,
+                subset::StoreOptions::new()
+                    .write_concern(WriteConcern::builder().w(Acknowledgment::Nodes(1)).build())
+                    .read_concern(ReadConcern::local()),
+            ),
         }
     }
 }

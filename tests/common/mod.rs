@@ -120,7 +120,10 @@ pub async fn standalone_db() -> mongodb::Database {
 pub async fn stores<P: Subset>() -> Vec<Store<P>> {
     vec![
         Store::new(&replica_db().await),
-        Store::new(&replica_db().await).with_mode(WriteMode::Ordered),
+        Store::with_options(
+            &replica_db().await,
+            subset::StoreOptions::new().mode(WriteMode::Ordered),
+        ),
     ]
 }
 

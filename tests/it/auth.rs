@@ -397,13 +397,12 @@ async fn a_writer_with_read_write_writes_and_a_reader_s_write_is_unauthorized() 
     for mode in [None, Some(WriteMode::Ordered)] {
         let admin = server.database().await.unwrap();
         let name = admin.name().to_owned();
-        let with_mode = |store: Store<Recipe>| match mode {
-            Some(mode) => store.with_mode(mode),
-            None => store,
+        let options = match mode {
+            Some(mode) => subset::StoreOptions::new().mode(mode),
+            None => subset::StoreOptions::new(),
         };
-        let writer = with_mode(Store::new(
-            &server.database_as(&name, User::ReadWrite).await.unwrap(),
-        ));
+        let with_mode = |db: &mongodb::Database| Store::<Recipe>::with_options(db, options.clone());
+        let writer = with_mode(&server.database_as(&name, User::ReadWrite).await.unwrap());
         let parent = recipe("written");
         writer.insert(&parent).await.unwrap();
         let handle = writer.children(Recipe::LATEST);
@@ -420,7 +419,7 @@ async fn a_writer_with_read_write_writes_and_a_reader_s_write_is_unauthorized() 
         assert_eq!(got.ratings, RATINGS - 1, "{mode:?}");
 
         let (read, _) = reader(server, &name).await;
-        let reader = with_mode(Store::new(&read));
+        let reader = with_mode(&read);
         let late = Rating {
             id: 199,
             date: 99,

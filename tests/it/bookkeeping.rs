@@ -40,10 +40,13 @@ async fn plant_fold(store: &Store<Product>, parent: &ObjectId) {
 async fn a_store_with_a_prefix_writes_only_under_it() {
     for mode in [WriteMode::Transactional, WriteMode::Ordered] {
         let db = replica_db().await;
-        let store = Store::<Product>::new(&db)
-            .with_mode(mode)
-            .with_bookkeeping_prefix("shop_books")
-            .unwrap();
+        let store = Store::<Product>::with_options(
+            &db,
+            subset::StoreOptions::new()
+                .mode(mode)
+                .bookkeeping_prefix("shop_books")
+                .unwrap(),
+        );
         assert_eq!(store.bookkeeping().prefix(), "shop_books");
         assert_eq!(store.bookkeeping().marker(), "_subset");
         assert!(
@@ -114,8 +117,8 @@ async fn a_bad_prefix_is_a_typed_error_naming_it() {
         (long.as_str(), PrefixProblem::TooLong { len: long.len() }),
     ];
     for (prefix, problem) in cases {
-        let err = Store::<Product>::new(&db)
-            .with_bookkeeping_prefix(prefix)
+        let err = subset::StoreOptions::new()
+            .bookkeeping_prefix(prefix)
             .unwrap_err();
         assert_eq!(err.problem, problem, "{prefix:?}");
         assert_eq!(err.prefix, prefix);
@@ -123,9 +126,12 @@ async fn a_bad_prefix_is_a_typed_error_naming_it() {
     }
     // The longest one allowed, and the names it makes.
     let longest = "p".repeat(MAX_PREFIX_LEN);
-    let store = Store::<Product>::new(&db)
-        .with_bookkeeping_prefix(&longest)
-        .unwrap();
+    let store = Store::<Product>::with_options(
+        &db,
+        subset::StoreOptions::new()
+            .bookkeeping_prefix(&longest)
+            .unwrap(),
+    );
     assert_eq!(
         store.bookkeeping().jobs(),
         format!("{longest}_jobs").as_str()
@@ -208,10 +214,13 @@ async fn reconciles_drop_the_fold_documents_of_parents_that_are_gone() {
 async fn a_job_leaves_no_journal_when_it_ends_or_is_refused() {
     // The journal exists only without transactions.
     let db = replica_db().await;
-    let store = Store::<Product>::new(&db)
-        .with_mode(WriteMode::Ordered)
-        .with_bookkeeping_prefix("jobs_here")
-        .unwrap();
+    let store = Store::<Product>::with_options(
+        &db,
+        subset::StoreOptions::new()
+            .mode(WriteMode::Ordered)
+            .bookkeeping_prefix("jobs_here")
+            .unwrap(),
+    );
     let product = Product::named("journaled");
     store.insert(&product).await.unwrap();
     let reviews = store.children(Product::RECENT_REVIEWS);
@@ -243,10 +252,13 @@ async fn a_job_leaves_no_journal_when_it_ends_or_is_refused() {
 #[tokio::test]
 async fn a_job_refused_on_one_parent_leaves_no_journal() {
     let db = replica_db().await;
-    let store = Store::<Product>::new(&db)
-        .with_mode(WriteMode::Ordered)
-        .with_bookkeeping_prefix("jobs_refused")
-        .unwrap();
+    let store = Store::<Product>::with_options(
+        &db,
+        subset::StoreOptions::new()
+            .mode(WriteMode::Ordered)
+            .bookkeeping_prefix("jobs_refused")
+            .unwrap(),
+    );
     let reviews = store.children(Product::RECENT_REVIEWS);
     let (fine, refused) = (Product::named("fine"), Product::named("refused"));
     for product in [&fine, &refused] {
@@ -292,7 +304,7 @@ async fn a_job_refused_on_one_parent_leaves_no_journal() {
 async fn a_queued_push_a_reconcile_cannot_write_stays_queued_and_is_reported() {
     for mode in [WriteMode::Transactional, WriteMode::Ordered] {
         let db = replica_db().await;
-        let store = Store::<Product>::new(&db).with_mode(mode);
+        let store = Store::<Product>::with_options(&db, subset::StoreOptions::new().mode(mode));
         let product = Product::named("queued");
         store.insert(&product).await.unwrap();
         let stray = ObjectId::new();

@@ -101,8 +101,9 @@ async fn the_librarys_transactions_set_their_own_concerns() {
     );
 
     // A store given its own concern commits with it.
-    let store = Store::<Product>::new(&db)
-        .with_write_concern(WriteConcern::builder().w(Acknowledgment::Nodes(1)).build());
+    let options = subset::StoreOptions::new()
+        .write_concern(WriteConcern::builder().w(Acknowledgment::Nodes(1)).build());
+    let store = Store::<Product>::with_options(&db, options);
     store
         .children(Product::RECENT_REVIEWS)
         .push(&product.id, &Review::at(2))
@@ -144,7 +145,10 @@ async fn a_stores_read_concern_goes_on_every_read_outside_a_transaction() {
     for (store, expected) in [
         (Store::<Product>::new(&db), None),
         (
-            Store::<Product>::new(&db).with_read_concern(ReadConcern::majority()),
+            Store::<Product>::with_options(
+                &db,
+                subset::StoreOptions::new().read_concern(ReadConcern::majority()),
+            ),
             Some("majority"),
         ),
     ] {

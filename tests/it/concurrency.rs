@@ -166,7 +166,10 @@ async fn mixed_writers_with_transactions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_writers_with_ordered_writes() {
-    let store = Store::new(&replica_db().await).with_mode(WriteMode::Ordered);
+    let store = Store::with_options(
+        &replica_db().await,
+        subset::StoreOptions::new().mode(WriteMode::Ordered),
+    );
     mixed_writers_leave_every_subset_exact(store).await;
 }
 
@@ -304,6 +307,9 @@ async fn reconcile_racing_pushes_with_transactions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_racing_pushes_with_ordered_writes() {
-    let store = Store::new(&replica_db().await).with_mode(WriteMode::Ordered);
+    let store = Store::with_options(
+        &replica_db().await,
+        subset::StoreOptions::new().mode(WriteMode::Ordered),
+    );
     reconcile_never_overwrites_a_pushed_child(store).await;
 }

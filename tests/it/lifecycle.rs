@@ -136,7 +136,10 @@ async fn reconcile_repairs_every_kind_of_drift_and_reports_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reconcile_all_walks_every_parent_in_batches() {
-    let store = Store::<Product>::new(&replica_db().await).with_mode(WriteMode::Ordered);
+    let store = Store::<Product>::with_options(
+        &replica_db().await,
+        subset::StoreOptions::new().mode(WriteMode::Ordered),
+    );
     let mut ids = Vec::new();
     for n in 0..23 {
         let (p, _) = with_reviews(&store, &[n, n + 1, n + 2, n + 3, n + 4, n + 5]).await;

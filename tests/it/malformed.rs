@@ -391,7 +391,10 @@ async fn a_first_page_is_the_same_on_built_outdated_rebuilt_and_unmarked_parents
         expect("built", pages(&store, &thread.id).await);
 
         // Outdated: rebuilt under another definition of the view.
-        let other = Store::<UncountedThread>::new(store.database()).with_mode(mode);
+        let other = Store::<UncountedThread>::with_options(
+            store.database(),
+            subset::StoreOptions::new().mode(mode),
+        );
         other.rebuild().await.unwrap();
         assert!(comments.check(&thread.id).await.unwrap().outdated);
         expect("outdated", pages(&store, &thread.id).await);

@@ -870,11 +870,11 @@ fn run<B: Board>(mode: Option<WriteMode>, cases: u32) {
         let n = cases.fetch_add(1, Ordering::Relaxed);
         runtime.block_on(async {
             let db = base.client().database(&format!("{}_{n}", base.name()));
-            let store = Store::<B>::new(&db);
-            let store = match mode {
-                Some(mode) => store.with_mode(mode),
-                None => store,
+            let options = match mode {
+                Some(mode) => subset::StoreOptions::new().mode(mode),
+                None => subset::StoreOptions::new(),
             };
+            let store = Store::<B>::with_options(&db, options);
             let expected = mode.unwrap_or(WriteMode::Transactional);
             assert_eq!(store.mode().await.unwrap(), expected);
             let case = run_case(&store, &steps).await;

@@ -323,7 +323,7 @@ async fn live_change<Old: Subset<Id = ObjectId>, New: Subset<Id = ObjectId>>(
     size: Size,
 ) {
     let db = common::replica_db().await;
-    let old = Store::<Old>::new(&db).with_mode(mode);
+    let old = Store::<Old>::with_options(&db, subset::StoreOptions::new().mode(mode));
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut parents = Vec::with_capacity(size.parents);
     for _ in 0..size.parents {
@@ -347,7 +347,7 @@ async fn live_change<Old: Subset<Id = ObjectId>, New: Subset<Id = ObjectId>>(
     }
     // The new code starts: its first write registers its model as the one writes converge
     // to. Until then it reads every parent as built under another model.
-    let new = Store::<New>::new(&db).with_mode(mode);
+    let new = Store::<New>::with_options(&db, subset::StoreOptions::new().mode(mode));
     for parent in &parents {
         assert_read_right(&new, parent, None).await;
     }
@@ -670,7 +670,11 @@ async fn a_store_of_some_fields_leaves_the_definition_alone() {
 
     // Given the application's own definition of the field: nothing outdated, and a reconcile
     // leaves the marker as it is.
-    let same = raw::Store::for_fields(&db, ParentSpec::leak("movies", vec![Latest6::SUBSETS[0]]));
+    let same = raw::Store::for_fields(
+        &db,
+        ParentSpec::leak("movies", vec![Latest6::SUBSETS[0]]),
+        Default::default(),
+    );
     let check = same.check_all(&options, |_| {}).await.unwrap();
     assert_eq!((check.progress.drifted, check.progress.outdated), (0, 0));
     same.reconcile_all(&options, |_| {}).await.unwrap();
@@ -686,7 +690,11 @@ async fn a_store_of_some_fields_leaves_the_definition_alone() {
 
     // Given another `keep`: the parent is outdated for it, and its writes leave the view to the
     // application (marked as built under none), which reads it right meanwhile.
-    let other = raw::Store::for_fields(&db, ParentSpec::leak("movies", vec![Latest3::SUBSETS[0]]));
+    let other = raw::Store::for_fields(
+        &db,
+        ParentSpec::leak("movies", vec![Latest3::SUBSETS[0]]),
+        Default::default(),
+    );
     let check = other.check_all(&options, |_| {}).await.unwrap();
     assert_eq!(check.progress.outdated, 1);
     other
@@ -807,7 +815,7 @@ async fn unmarked_parents_gain_the_view_they_lack() {
                 .unwrap();
             parents.push(id);
         }
-        let store = Store::<WithFirst>::new(&db).with_mode(mode);
+        let store = Store::<WithFirst>::with_options(&db, subset::StoreOptions::new().mode(mode));
         for parent in &parents {
             assert_read_right(&store, parent, None).await;
         }
@@ -872,7 +880,7 @@ struct FilmKeyed {
 async fn a_rebuild_that_would_empty_views_after_a_rename_refuses_and_names_both_keys() {
     for mode in [WriteMode::Transactional, WriteMode::Ordered] {
         let db = common::replica_db().await;
-        let movies = Store::<Movie>::new(&db).with_mode(mode);
+        let movies = Store::<Movie>::with_options(&db, subset::StoreOptions::new().mode(mode));
         let movie = Movie {
             id: ObjectId::new(),
             latest: Vec::new(),
@@ -894,7 +902,7 @@ async fn a_rebuild_that_would_empty_views_after_a_rename_refuses_and_names_both_
             .unwrap();
 
         // Renamed: the rebuild refuses before writing anything, naming both keys.
-        let films = Store::<Film>::new(&db).with_mode(mode);
+        let films = Store::<Film>::with_options(&db, subset::StoreOptions::new().mode(mode));
         let refused = films.rebuild().await;
         match &refused {
             Err(subset::Error::RebuildWouldEmpty {
@@ -926,7 +934,7 @@ async fn a_rebuild_that_would_empty_views_after_a_rename_refuses_and_names_both_
         );
 
         // With the key set to what the children carry, it rebuilds.
-        let keyed = Store::<FilmKeyed>::new(&db).with_mode(mode);
+        let keyed = Store::<FilmKeyed>::with_options(&db, subset::StoreOptions::new().mode(mode));
         let report = keyed.rebuild().await.unwrap();
         assert_eq!(report.progress.fixed, 1, "{mode:?}: {report:?}");
         let film = keyed.get(&movie.id).await.unwrap().unwrap();
@@ -952,7 +960,7 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
     for mode in [WriteMode::Transactional, WriteMode::Ordered] {
         let db = common::replica_db().await;
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-        let old = Store::<Latest3>::new(&db).with_mode(mode);
+        let old = Store::<Latest3>::with_options(&db, subset::StoreOptions::new().mode(mode));
         let mut parents = Vec::new();
         for _ in 0..4 {
             let id = Bson::ObjectId(ObjectId::new());
@@ -988,7 +996,7 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
             )
             .await
             .unwrap();
-        let new = Store::<WithFirst>::new(&db).with_mode(mode);
+        let new = Store::<WithFirst>::with_options(&db, subset::StoreOptions::new().mode(mode));
         new.raw()
             .insert(doc! { "_id": ObjectId::new(), "latest": [], "first": [], "n": 0_i64 })
             .await
@@ -1053,7 +1061,7 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
             .insert(doc! { "_id": ObjectId::new(), "latest": [], "n": 0_i64 })
             .await
             .unwrap();
-        let stale = Store::<Latest3>::new(&db).with_mode(mode);
+        let stale = Store::<Latest3>::with_options(&db, subset::StoreOptions::new().mode(mode));
         stale
             .raw()
             .insert(doc! { "_id": ObjectId::new(), "latest": [], "n": 0_i64 })
@@ -1097,7 +1105,7 @@ async fn built_under_new(
     children: &[usize],
 ) -> (Store<Latest3>, Store<Latest6>, Vec<Bson>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-    let old = Store::<Latest3>::new(db).with_mode(mode);
+    let old = Store::<Latest3>::with_options(db, subset::StoreOptions::new().mode(mode));
     let mut parents = Vec::new();
     for &n in children {
         let id = Bson::ObjectId(ObjectId::new());
@@ -1115,7 +1123,7 @@ async fn built_under_new(
         }
         parents.push(id);
     }
-    let new = Store::<Latest6>::new(db).with_mode(mode);
+    let new = Store::<Latest6>::with_options(db, subset::StoreOptions::new().mode(mode));
     let report = new.rebuild().await.unwrap();
     assert_eq!(report.progress.fixed, children.len() as u64, "{mode:?}");
     (old, new, parents)
@@ -1301,7 +1309,8 @@ async fn a_rebuild_and_a_reconcile_refuse_the_same_parents() {
         let reconciled = new.reconcile_all().options(all.clone()).await.unwrap();
         assert!(reconciled.failures.is_empty(), "{mode:?}");
         assert_eq!(stored_state(&to_reconcile, &renamed).await.1, 0, "{mode:?}");
-        let new = Store::<Latest6>::new(&to_rebuild).with_mode(mode);
+        let new =
+            Store::<Latest6>::with_options(&to_rebuild, subset::StoreOptions::new().mode(mode));
         let rebuilt = new.rebuild().options(all).await.unwrap();
         assert_eq!(rebuilt.progress.fixed, 1, "{mode:?}");
         let check = new.check_all().await.unwrap();
@@ -1345,14 +1354,14 @@ async fn a_decimal_sum_of_no_children_reads_as_a_decimal_under_another_model() {
     for mode in [WriteMode::Transactional, WriteMode::Ordered] {
         let db = common::replica_db().await;
         let zero: bson::Decimal128 = "0".parse().unwrap();
-        let old = Store::<Ledger2>::new(&db).with_mode(mode);
+        let old = Store::<Ledger2>::with_options(&db, subset::StoreOptions::new().mode(mode));
         let empty = Ledger2 {
             id: ObjectId::new(),
             latest: Vec::new(),
             balance: zero,
         };
         old.insert(&empty).await.unwrap();
-        let new = Store::<Ledger4>::new(&db).with_mode(mode);
+        let new = Store::<Ledger4>::with_options(&db, subset::StoreOptions::new().mode(mode));
         let read = new.get(&empty.id).await.unwrap().unwrap();
         assert_eq!(read.balance.to_string(), "0", "{mode:?}");
         assert!(read.latest.is_empty(), "{mode:?}");

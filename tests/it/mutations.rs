@@ -327,7 +327,7 @@ async fn a_patch_no_view_shows_does_not_write_the_parent() {
 
     let (db, log) = common::recorded_replica_db().await;
     for mode in [WriteMode::Transactional, WriteMode::Ordered] {
-        let store = Store::<Shelf>::new(&db).with_mode(mode);
+        let store = Store::<Shelf>::with_options(&db, subset::StoreOptions::new().mode(mode));
         let shelf = Shelf {
             id: 1,
             best: Vec::new(),
@@ -838,7 +838,8 @@ pub(crate) async fn on_own_client<P: subset::Subset>(store: &Store<P>, app: &str
     options.app_name = Some(app.to_owned());
     let client = mongodb::Client::with_options(options).unwrap();
     let mode = store.mode().await.unwrap();
-    Store::new(&client.database(store.database().name())).with_mode(mode)
+    let db = client.database(store.database().name());
+    Store::with_options(&db, subset::StoreOptions::new().mode(mode))
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -324,8 +324,11 @@ async fn an_int32_key_names_the_int64_id_of_the_same_number() {
             .count("num_episodes")
             .build()
             .unwrap();
-        let store =
-            raw::Store::new(&db, ParentSpec::leak("key_shows", vec![*spec])).with_mode(mode);
+        let store = raw::Store::with_options(
+            &db,
+            ParentSpec::leak("key_shows", vec![*spec]),
+            subset::StoreOptions::new().mode(mode),
+        );
         let show = Bson::Int64(7);
         store
             .insert(doc! { "_id": show.clone(), "episodes": [], "num_episodes": 0_i64 })

@@ -379,8 +379,11 @@ async fn a_runtime_descriptor_embeds_the_fields_it_names() {
             .unwrap();
         let names: Vec<&str> = spec.embed.unwrap().iter().map(|f| f.bson).collect();
         assert_eq!(names, ["_id", "postedAt", "author"]);
-        let store =
-            raw::Store::new(&db, ParentSpec::leak("runtime_shops", vec![*spec])).with_mode(mode);
+        let store = raw::Store::with_options(
+            &db,
+            ParentSpec::leak("runtime_shops", vec![*spec]),
+            subset::StoreOptions::new().mode(mode),
+        );
         let id = Bson::ObjectId(ObjectId::new());
         store.insert(doc! { "_id": id.clone() }).await.unwrap();
         let children: Vec<Document> = (1..=3)

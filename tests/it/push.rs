@@ -247,7 +247,10 @@ async fn a_retried_push_is_neither_duplicated_nor_counted_twice() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_after_a_crash_between_the_writes_restores_the_subset() {
     // The crash window of the ordered path: the child is stored, the parent update never ran.
-    let store = Store::<Product>::new(&replica_db().await).with_mode(WriteMode::Ordered);
+    let store = Store::<Product>::with_options(
+        &replica_db().await,
+        subset::StoreOptions::new().mode(WriteMode::Ordered),
+    );
     let product = Product::named("crash");
     store.insert(&product).await.unwrap();
     let review = Review::at(7);

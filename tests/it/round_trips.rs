@@ -133,8 +133,8 @@ async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
 /// A thread with 50 replies in the database of `store`, through the same logging client; the
 /// log is emptied before it is returned.
 async fn long_subset(store: &Store<Product>, log: &Log) -> (Store<Thread>, ObjectId) {
-    let threads = Store::<Thread>::new(store.database());
-    let threads = threads.with_mode(store.mode().await.unwrap());
+    let options = subset::StoreOptions::new().mode(store.mode().await.unwrap());
+    let threads = Store::<Thread>::with_options(store.database(), options);
     threads.ensure_indexes().await.unwrap();
     let thread = Thread {
         id: ObjectId::new(),
@@ -212,7 +212,10 @@ async fn push_on_a_standalone_is_lease_insert_then_update() {
     // ordered writes are forced instead.
     let store = match store.mode().await.unwrap() {
         WriteMode::Ordered => store,
-        WriteMode::Transactional => store.with_mode(WriteMode::Ordered),
+        WriteMode::Transactional => Store::with_options(
+            store.database(),
+            subset::StoreOptions::new().mode(WriteMode::Ordered),
+        ),
     };
     let reviews = store.children(Product::RECENT_REVIEWS);
 

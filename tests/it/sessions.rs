@@ -34,7 +34,10 @@ async fn stored(store: &Store<Product>, id: &bson::oid::ObjectId) -> (u64, Vec<B
 async fn replica_stores() -> Vec<Store<Product>> {
     vec![
         Store::new(&replica_db().await),
-        Store::new(&replica_db().await).with_mode(WriteMode::Ordered),
+        Store::with_options(
+            &replica_db().await,
+            subset::StoreOptions::new().mode(WriteMode::Ordered),
+        ),
     ]
 }
 

@@ -432,7 +432,10 @@ async fn a_transaction_that_conflicts_is_retried_and_its_span_counts_the_attempt
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lease_held_by_another_writer_is_waited_for_and_its_span_counts_the_waits() {
-    let store = Store::<Product>::new(&replica_db().await).with_mode(WriteMode::Ordered);
+    let store = Store::<Product>::with_options(
+        &replica_db().await,
+        subset::StoreOptions::new().mode(WriteMode::Ordered),
+    );
     let (product, review) = reviewed(&store).await;
     // Another process's writer holds the parent's lease (for a minute, unless it gives it back)
     // and gives it back after a while.

@@ -274,7 +274,7 @@ fn assert_targeted_after_registration(log: &CommandLog, parents: &[&ObjectId], c
 
 async fn every_call_on_one_parent_targets_it(mode: WriteMode) {
     let (db, log) = common::recorded_replica_db().await;
-    let store = Store::<Product>::new(&db).with_mode(mode);
+    let store = Store::<Product>::with_options(&db, subset::StoreOptions::new().mode(mode));
     assert_eq!(store.mode().await.unwrap(), mode);
     store.ensure_indexes().await.unwrap();
     let (a, b) = (product(), product());
@@ -285,7 +285,7 @@ async fn every_call_on_one_parent_targets_it(mode: WriteMode) {
     store.insert(&seeded).await.unwrap();
     assert_targeted_after_registration(&log, &[&a.id], "the first insert");
     // Another store, as another process would have, finds the collection registered.
-    let store = Store::<Product>::new(&db).with_mode(mode);
+    let store = Store::<Product>::with_options(&db, subset::StoreOptions::new().mode(mode));
     let reviews = store.children(Product::LATEST);
     store.insert(&b).await.unwrap();
     assert_targeted(&log, &[&b.id], "insert");

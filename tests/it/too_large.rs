@@ -33,7 +33,10 @@ fn big_product() -> Product {
 async fn every_mode() -> Vec<Store<Product>> {
     vec![
         Store::new(&replica_db().await),
-        Store::new(&replica_db().await).with_mode(WriteMode::Ordered),
+        Store::with_options(
+            &replica_db().await,
+            subset::StoreOptions::new().mode(WriteMode::Ordered),
+        ),
         Store::new(&standalone_db().await),
     ]
 }
@@ -143,7 +146,10 @@ async fn a_push_that_outgrows_the_parent_fails_typed_and_leaves_nothing() {
 async fn a_head_push_that_outgrows_a_long_subset_fails_typed_and_leaves_nothing() {
     let stores = vec![
         Store::<LongProduct>::new(&replica_db().await),
-        Store::new(&replica_db().await).with_mode(WriteMode::Ordered),
+        Store::with_options(
+            &replica_db().await,
+            subset::StoreOptions::new().mode(WriteMode::Ordered),
+        ),
         Store::new(&standalone_db().await),
     ];
     for store in stores {

@@ -173,7 +173,7 @@ async fn assert_views_true(store: &raw::Store, board: &Bson, posts: &[Post], whe
 async fn store(mode: WriteMode) -> (raw::Store, CommandLog) {
     let (db, log) = common::recorded_replica_db().await;
     let spec = ParentSpec::leak(PARENTS, views());
-    let store = raw::Store::new(&db, spec).with_mode(mode);
+    let store = raw::Store::with_options(&db, spec, subset::StoreOptions::new().mode(mode));
     store.mode().await.unwrap();
     (store, log)
 }

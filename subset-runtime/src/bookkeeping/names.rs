@@ -7,7 +7,7 @@ use std::sync::Arc;
 pub(crate) const MARKER: &str = "_subset";
 
 /// The prefix of the library's collections unless a store is given another
-/// ([`crate::Store::with_bookkeeping_prefix`]).
+/// ([`crate::StoreOptions::bookkeeping_prefix`]).
 pub const DEFAULT_PREFIX: &str = "subset";
 
 /// The longest prefix, in bytes: the longest collection name built from it stays far below what
@@ -93,7 +93,7 @@ impl Names {
     }
 
     /// The queues of folded pushes: one document per parent and child group whose pushes a
-    /// store folded ([`crate::Store::with_folding`]).
+    /// store folded ([`crate::StoreOptions::folding`]).
     pub fn folds(&self) -> &str {
         &self.folds
     }

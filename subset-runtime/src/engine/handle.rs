@@ -10,9 +10,10 @@ use tokio::sync::OnceCell;
 
 use super::Contention;
 use super::{batch, exec, model_change, push, views, WriteMode};
-use crate::bookkeeping::names::{Names, PrefixError};
+use crate::bookkeeping::names::Names;
 use crate::error::{Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
+use crate::options::StoreOptions;
 
 /// The concerns a store sets itself rather than inheriting them from the client.
 #[derive(Debug, Clone)]
@@ -21,15 +22,6 @@ struct Concerns {
     transaction: WriteConcern,
     /// The read concern of reads outside transactions; `None` inherits the database's.
     read: Option<ReadConcern>,
-}
-
-impl Default for Concerns {
-    fn default() -> Self {
-        Concerns {
-            transaction: WriteConcern::majority(),
-            read: None,
-        }
-    }
 }
 
 /// Why an acknowledged push may not survive what the deployment is exposed to, given the
@@ -83,21 +75,15 @@ impl std::fmt::Debug for RawStore {
 }
 
 impl RawStore {
-    /// The parent collection described by `spec`, in `db`. The write mode is detected on first
-    /// use.
+    /// The parent collection described by `spec`, in `db`, with the default options (the write
+    /// mode is detected on first use).
     pub fn new(db: &Database, spec: ParentSpec) -> Self {
-        RawStore {
-            db: db.clone(),
-            concerns: Concerns::default(),
-            views: Arc::new(views::ViewTable::new(&spec)),
-            definition: Arc::new(model_change::Definition::of(&spec, false)),
-            registry: Arc::default(),
-            traffic: exec::traffic::Traffic::default(),
-            spec,
-            mode: Arc::new(OnceCell::new()),
-            folds: Arc::new(push::fold::Folds::new(false)),
-            names: Names::default(),
-        }
+        RawStore::with_options(db, spec, StoreOptions::default())
+    }
+
+    /// The parent collection described by `spec`, in `db`, with `options`.
+    pub fn with_options(db: &Database, spec: ParentSpec, options: StoreOptions) -> Self {
+        RawStore::made(db, spec, options, false)
     }
 
     /// A store of some subset fields of a model defined elsewhere (a command-line tool given
@@ -110,73 +96,33 @@ impl RawStore {
     /// whole model's next write or rebuild builds. Its checks report such a parent as
     /// [`crate::repair::Drift::outdated`]; its [`RawStore::rebuild`] is
     /// [`Error::PartialModel`].
-    pub fn for_fields(db: &Database, spec: ParentSpec) -> Self {
+    pub fn for_fields(db: &Database, spec: ParentSpec, options: StoreOptions) -> Self {
+        RawStore::made(db, spec, options, true)
+    }
+
+    fn made(db: &Database, spec: ParentSpec, options: StoreOptions, partial: bool) -> Self {
+        let StoreOptions {
+            mode,
+            write_concern,
+            read_concern,
+            folding,
+            bookkeeping,
+        } = options;
         RawStore {
-            definition: Arc::new(model_change::Definition::of(&spec, true)),
-            ..RawStore::new(db, spec)
+            db: db.clone(),
+            concerns: Concerns {
+                transaction: write_concern.unwrap_or_else(WriteConcern::majority),
+                read: read_concern,
+            },
+            views: Arc::new(views::ViewTable::new(&spec)),
+            definition: Arc::new(model_change::Definition::of(&spec, partial)),
+            registry: Arc::default(),
+            traffic: exec::traffic::Traffic::default(),
+            spec,
+            mode: Arc::new(OnceCell::new_with(mode)),
+            folds: Arc::new(push::fold::Folds::new(folding)),
+            names: bookkeeping,
         }
-    }
-
-    /// The same store with its write mode forced.
-    pub fn with_mode(self, mode: WriteMode) -> Self {
-        RawStore {
-            mode: Arc::new(OnceCell::new_with(Some(mode))),
-            ..self
-        }
-    }
-
-    /// The same store with `concern` for the transactions it starts (default: `w: majority`,
-    /// whatever the client or database says). A caller's transaction keeps the caller's
-    /// concerns; ordered writes (a standalone server, or [`WriteMode::Ordered`]) use the
-    /// database's, as every other write on it does.
-    pub fn with_write_concern(mut self, concern: WriteConcern) -> Self {
-        self.concerns.transaction = concern;
-        self
-    }
-
-    /// The same store reading parents and children with `concern` outside transactions: `get`,
-    /// pages, `count`, `all`, and the reads of an ordered write. `majority` never shows a child
-    /// that a failover later rolls back; `local` (the server's default, used when none is
-    /// given) is faster. Reads inside a transaction use the transaction's snapshot.
-    pub fn with_read_concern(mut self, concern: ReadConcern) -> Self {
-        self.concerns.read = Some(concern);
-        self
-    }
-
-    /// The same store folding pushes to a parent that several processes push to at once
-    /// (default: off). Pushes to one parent within a process always share a transaction (group
-    /// commit); transactions of different processes on one parent still conflict, and retry.
-    /// Folding queues such pushes in a document per parent in
-    /// [`Names::folds`] (`subset_folds`), where one transaction at a time
-    /// writes them all, and waits for them with a change stream: it creates that collection and
-    /// needs the `changeStream` privilege, which is why it is asked for. Without it, a parent
-    /// contended across processes is reported: a `tracing` warning once per parent, and
-    /// [`RawStore::contention`]. Only on replica sets and sharded clusters (transactions).
-    pub fn with_folding(self, on: bool) -> Self {
-        RawStore {
-            folds: Arc::new(push::fold::Folds::new(on)),
-            ..self
-        }
-    }
-
-    /// The same store keeping its own collections under `prefix` rather than
-    /// [`DEFAULT_PREFIX`](crate::bookkeeping::DEFAULT_PREFIX) (`subset`): `<prefix>_definitions`,
-    /// `<prefix>_folds`, `<prefix>_jobs` and `<prefix>_followers`, as GridFS keeps its buckets
-    /// under one prefix. The marker field of each parent stays `_subset`. Every store and
-    /// program (the command line's `--bookkeeping-prefix`) writing the same parents must use the
-    /// same prefix: a store of another prefix reads another registry, and another queue of
-    /// folded pushes.
-    ///
-    /// # Errors
-    ///
-    /// [`PrefixError`] for a prefix no collection name can start with (empty, longer than
-    /// [`MAX_PREFIX_LEN`](crate::bookkeeping::MAX_PREFIX_LEN) bytes, or with a `$`, a `.` or a
-    /// NUL).
-    pub fn with_bookkeeping_prefix(self, prefix: &str) -> std::result::Result<Self, PrefixError> {
-        Ok(RawStore {
-            names: Names::with_prefix(prefix)?,
-            ..self
-        })
     }
 
     /// The names this store writes besides the documents: its marker field and its
@@ -186,7 +132,7 @@ impl RawStore {
     }
 
     /// How often this store's pushes (and its clones') met other processes' transactions on a
-    /// parent: what [`RawStore::with_folding`] would fold.
+    /// parent: what [`StoreOptions::folding`] would fold.
     pub fn contention(&self) -> Contention {
         self.folds.contention()
     }

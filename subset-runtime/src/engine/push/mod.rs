@@ -29,7 +29,7 @@ pub(super) enum Strategy {
     /// parent as contended.
     GroupCommit,
     /// Through the parent's queue document, with other processes' pushes (`fold/`): only for a
-    /// contended parent, and only when the store folds ([`crate::raw::Store::with_folding`]).
+    /// contended parent, and only when the store folds ([`crate::StoreOptions::folding`]).
     Fold,
 }
 

@@ -260,7 +260,7 @@ const ALONE_KEPT: i32 = 1_000;
 /// The contended parents of a store, and the folds heard of (shared by the clones of a store).
 #[derive(Default)]
 pub(crate) struct Folds {
-    /// Whether the store folds at all ([`crate::raw::Store::with_folding`]).
+    /// Whether the store folds at all ([`crate::StoreOptions::folding`]).
     enabled: bool,
     contended: Mutex<HashMap<Key, Instant>>,
     /// The parents reported as contended once, and how many conflicts were seen.
@@ -337,7 +337,7 @@ impl Folds {
         if first && !self.enabled {
             tracing::warn!(
                 collection,
-                "pushes to a parent conflicted with another transaction on it (another process's, or another store's over the same collection): they retry; `with_folding(true)` on the store folds such pushes instead (see the hot-parents guide)"
+                "pushes to a parent conflicted with another transaction on it (another process's, or another store's over the same collection): they retry; `StoreOptions::folding(true)` folds such pushes instead (see the hot-parents guide)"
             );
         }
         if !self.enabled {
