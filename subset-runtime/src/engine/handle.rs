@@ -49,27 +49,33 @@ fn durability_warning(
 
 /// A parent collection at the BSON level, with its subset fields and its write mode.
 ///
-/// Cheap to clone; clones share the detected [`WriteMode`].
+/// Cheap to clone (one `Arc`, as the driver's `Client`); clones share the detected
+/// [`WriteMode`], the turns on parents and the registry they read.
 #[derive(Clone)]
 pub struct RawStore {
+    pub(super) shared: Arc<Shared>,
+}
+
+/// What a store and its clones share: the subsystems' state.
+pub(super) struct Shared {
     pub(super) db: Database,
     pub(super) spec: ParentSpec,
     concerns: Concerns,
-    pub(super) views: Arc<views::ViewTable>,
-    pub(super) definition: Arc<model_change::Definition>,
-    pub(super) registry: Arc<model_change::RegistryCache>,
+    pub(super) views: views::ViewTable,
+    pub(super) definition: model_change::Definition,
+    pub(super) registry: model_change::RegistryCache,
     pub(super) traffic: exec::traffic::Traffic<batch::Queued>,
-    pub(super) mode: Arc<OnceCell<WriteMode>>,
-    pub(super) folds: Arc<push::fold::Folds>,
+    pub(super) mode: OnceCell<WriteMode>,
+    pub(super) folds: push::fold::Folds,
     pub(super) names: Names,
 }
 
 impl std::fmt::Debug for RawStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RawStore")
-            .field("database", &self.db.name())
-            .field("collection", &self.spec.collection)
-            .field("mode", &self.mode.get())
+            .field("database", &self.shared.db.name())
+            .field("collection", &self.shared.spec.collection)
+            .field("mode", &self.shared.mode.get())
             .finish()
     }
 }
@@ -108,53 +114,56 @@ impl RawStore {
             folding,
             bookkeeping,
         } = options;
-        RawStore {
+        let shared = Shared {
             db: db.clone(),
             concerns: Concerns {
                 transaction: write_concern.unwrap_or_else(WriteConcern::majority),
                 read: read_concern,
             },
-            views: Arc::new(views::ViewTable::new(&spec)),
-            definition: Arc::new(model_change::Definition::of(&spec, partial)),
-            registry: Arc::default(),
+            views: views::ViewTable::new(&spec),
+            definition: model_change::Definition::of(&spec, partial),
+            registry: model_change::RegistryCache::default(),
             traffic: exec::traffic::Traffic::default(),
             spec,
-            mode: Arc::new(OnceCell::new_with(mode)),
-            folds: Arc::new(push::fold::Folds::new(folding)),
+            mode: OnceCell::new_with(mode),
+            folds: push::fold::Folds::new(folding),
             names: bookkeeping,
+        };
+        RawStore {
+            shared: Arc::new(shared),
         }
     }
 
     /// The names this store writes besides the documents: its marker field and its
     /// collections.
     pub fn bookkeeping(&self) -> &Names {
-        &self.names
+        &self.shared.names
     }
 
     /// How often this store's pushes (and its clones') met other processes' transactions on a
     /// parent: what [`StoreOptions::folding`] would fold.
     pub fn contention(&self) -> Contention {
-        self.folds.contention()
+        self.shared.folds.contention()
     }
 
     /// The write concern of the transactions this store starts.
     pub fn transaction_write_concern(&self) -> &WriteConcern {
-        &self.concerns.transaction
+        &self.shared.concerns.transaction
     }
 
     /// The database.
     pub fn database(&self) -> &Database {
-        &self.db
+        &self.shared.db
     }
 
     /// The parent collection and its subset fields.
     pub fn spec(&self) -> &ParentSpec {
-        &self.spec
+        &self.shared.spec
     }
 
     /// The parent collection's name.
     pub fn collection_name(&self) -> &'static str {
-        self.spec.collection
+        self.shared.spec.collection
     }
 
     /// The write mode: forced, or detected once with a `hello` command (a replica set member or
@@ -164,7 +173,8 @@ impl RawStore {
     ///
     /// [`Error::Mongo`] when the server cannot be reached.
     pub async fn mode(&self) -> Result<WriteMode> {
-        self.mode
+        self.shared
+            .mode
             .get_or_try_init(|| async {
                 let mode = if self.replicated().await? {
                     WriteMode::Transactional
@@ -183,6 +193,7 @@ impl RawStore {
     /// mode is forced): what transactions and change streams need.
     pub(crate) async fn replicated(&self) -> Result<bool> {
         let hello = self
+            .shared
             .db
             .run_command(doc! { "hello": 1 })
             .await
@@ -195,16 +206,19 @@ impl RawStore {
     /// a replica set, where the write can be rolled back) or a crash (no `j: true` on a
     /// standalone server, where the write may not be journaled yet).
     fn warn_if_not_durable(&self, mode: WriteMode) {
-        if let Some(warning) =
-            durability_warning(mode, &self.concerns.transaction, self.db.write_concern())
-        {
-            tracing::warn!(collection = self.spec.collection, "{warning}");
+        if let Some(warning) = durability_warning(
+            mode,
+            &self.shared.concerns.transaction,
+            self.shared.db.write_concern(),
+        ) {
+            tracing::warn!(collection = self.shared.spec.collection, "{warning}");
         }
     }
 
     /// The engine of one subset field of this collection.
     pub fn children<'a>(&'a self, spec: &'a SubsetSpec) -> RawChildren<'a> {
         let views = self
+            .shared
             .views
             .of(spec)
             .unwrap_or_else(|| std::slice::from_ref(spec));
@@ -217,23 +231,23 @@ impl RawStore {
 
     /// The queues on parents this store's operations enter (see [`exec::traffic`]).
     pub(super) fn traffic(&self) -> &exec::traffic::Traffic<batch::Queued> {
-        &self.traffic
+        &self.shared.traffic
     }
 
     /// The subset fields grouped by the children they show.
     pub(crate) fn views(&self) -> &views::ViewTable {
-        &self.views
+        &self.shared.views
     }
 
     pub(crate) fn parents<T: Send + Sync>(&self) -> Collection<T> {
-        self.collection(self.spec.collection)
+        self.collection(self.shared.spec.collection)
     }
 
     /// A collection of this store's database, read with the store's read concern if it has one.
     pub(crate) fn collection<T: Send + Sync>(&self, name: &str) -> Collection<T> {
-        match &self.concerns.read {
-            None => self.db.collection(name),
-            Some(read) => self.db.collection_with_options(
+        match &self.shared.concerns.read {
+            None => self.shared.db.collection(name),
+            Some(read) => self.shared.db.collection_with_options(
                 name,
                 CollectionOptions::builder()
                     .read_concern(read.clone())
@@ -243,12 +257,12 @@ impl RawStore {
     }
 
     pub(crate) fn mongo(&self, e: mongodb::error::Error) -> Error {
-        Error::mongo(self.spec.collection, e)
+        Error::mongo(self.shared.spec.collection, e)
     }
 
     /// Refuses a parent `_id` no parent can have (see [`Error::InvalidId`]).
     pub(crate) fn check_parent_id(&self, id: &Bson) -> Result<()> {
-        crate::encode::check_id(id, "parent", self.spec.collection)
+        crate::encode::check_id(id, "parent", self.shared.spec.collection)
     }
 }
 
@@ -329,7 +343,7 @@ impl<'a> RawChildren<'a> {
 
     pub(crate) fn parent_not_found(&self, parent: &Bson) -> Error {
         Error::ParentNotFound {
-            collection: self.store.spec.collection.to_owned(),
+            collection: self.store.shared.spec.collection.to_owned(),
             id: Box::new(parent.clone()),
         }
     }

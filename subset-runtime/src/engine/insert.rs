@@ -58,7 +58,7 @@ impl<'s, 'a: 's> Operation<'s> for Insert<'a> {
         // Built under this store's definition of the model, whatever the parent carried, and
         // the definition registered before any parent carries it.
         store.model().registry().await?;
-        parent.insert(super::MARKER, store.definition.marker().clone());
+        parent.insert(super::MARKER, store.shared.definition.marker().clone());
         // The children of every view of one child collection and key go in once, for their
         // group (the union of what the views hold, by `_id`).
         let subsets = store.spec().subsets;

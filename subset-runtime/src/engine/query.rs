@@ -151,7 +151,7 @@ pub(crate) fn too_large(
         return s.store().mongo(e);
     }
     Error::SubsetTooLarge {
-        collection: s.store().spec.collection.to_owned(),
+        collection: s.store().shared.spec.collection.to_owned(),
         id: Box::new(parent.clone()),
         field: s.spec().field.to_owned(),
         bytes,

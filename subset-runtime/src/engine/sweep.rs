@@ -241,7 +241,7 @@ impl RawStore {
         let started = Instant::now();
         // Not marked as built under this model (unmarked parents too, which the rebuild marks
         // whatever they were built under), or without one of its fields.
-        let own = self.definition.digest();
+        let own = self.shared.definition.digest();
         let marker = format!("{}.d", super::MARKER);
         let mut outdated = vec![Bson::Document(doc! { marker: { "$ne": own } })];
         for spec in self.spec().subsets {

@@ -49,13 +49,13 @@ pub(crate) enum ViewState {
 impl Model<'_> {
     /// Whether this store knows only some fields of its model ([`RawStore::for_fields`]).
     pub(crate) fn is_partial(&self) -> bool {
-        self.definition.partial
+        self.shared.definition.partial
     }
     /// The condition every in-place parent update adds to its filter: that the parent was
     /// built under this store's definition.
     pub(crate) fn marked(&self, registry: &Registry) -> Document {
-        let own = self.definition.digest();
-        if self.definition.partial {
+        let own = self.shared.definition.digest();
+        if self.shared.definition.partial {
             return fields_marked(self);
         }
         let path = format!("{MARKER}.d");
@@ -80,8 +80,8 @@ impl Model<'_> {
     /// Whether `parent` (a stored parent, or a projection holding its marker) was built under
     /// this store's definition.
     pub(crate) fn built_here(&self, parent: &RawDocument, registry: &Registry) -> bool {
-        let own = self.definition.digest();
-        if self.definition.partial {
+        let own = self.shared.definition.digest();
+        if self.shared.definition.partial {
             return fields_built_here(self, parent);
         }
         match marked_with(parent) {
@@ -106,13 +106,13 @@ impl Model<'_> {
         let marker = match parent.get(MARKER) {
             // Unmarked: written before markers, or around this library. A store of some
             // fields takes such a parent as built under them, as every tool did before.
-            _ if unmarked && self.definition.partial => return Ok(ViewState::Fresh),
+            _ if unmarked && self.shared.definition.partial => return Ok(ViewState::Fresh),
             // Built under the first model, if this is it and the field is there: a field
             // missing from an unmarked parent is a view added since (or never built), which
             // the child collection answers.
             _ if unmarked => {
                 let registry = self.registry_to_read().await?;
-                let legacy = registry.legacy == self.definition.digest();
+                let legacy = registry.legacy == self.shared.definition.digest();
                 let present = matches!(parent.get(spec.field), Ok(Some(_)));
                 return Ok(if legacy && present {
                     ViewState::Fresh
@@ -125,7 +125,7 @@ impl Model<'_> {
         };
         // A descriptor the store does not list (made at run time) has its digest made here.
         let own = match self.spec().subsets.iter().position(|s| s == spec) {
-            Some(i) => self.definition.views.get(i).cloned(),
+            Some(i) => self.shared.definition.views.get(i).cloned(),
             None => None,
         }
         .unwrap_or_else(|| view_digest(spec));
@@ -222,7 +222,12 @@ impl Model<'_> {
 fn fields_marked(store: &RawStore) -> Document {
     // Not a parent marked as built under none (a rebuild under way, or one to come).
     let mut exact = doc! { format!("{MARKER}.d"): { "$ne": "" } };
-    for (spec, b) in store.spec().subsets.iter().zip(&store.definition.views) {
+    for (spec, b) in store
+        .spec()
+        .subsets
+        .iter()
+        .zip(&store.shared.definition.views)
+    {
         let view = format!("{MARKER}.v.{}", spec.field);
         exact.insert(
             format!("{view}.b"),
@@ -236,7 +241,7 @@ fn fields_marked(store: &RawStore) -> Document {
 
 /// [`RawStore::built_here`] of a store of some fields (see [`fields_marked`]).
 fn fields_built_here(store: &RawStore, parent: &RawDocument) -> bool {
-    entries_built_here(store.spec().subsets, &store.definition.views, parent)
+    entries_built_here(store.spec().subsets, &store.shared.definition.views, parent)
 }
 
 /// Whether `parent`'s marker takes the views `subsets` (of digests `views`) as built under

@@ -22,7 +22,7 @@ impl Model<'_> {
     pub(crate) async fn settle(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<bool> {
         let registry = self.refresh_registry().await?;
         // A store of some fields never rebuilds: it cannot build the views it does not know.
-        if registry.current == self.definition.digest() && !self.definition.partial {
+        if registry.current == self.shared.definition.digest() && !self.shared.definition.partial {
             self.rebuild_parent(ctx, parent).await.map(|()| true)
         } else {
             tracing::debug!(parent = %parent, "a parent of another definition: marked for rebuild");
@@ -34,7 +34,7 @@ impl Model<'_> {
     /// whole), as the registry was last read; otherwise settling marks it for a rebuild.
     pub(crate) async fn rebuilds_outdated(&self) -> Result<bool> {
         let registry = self.registry().await?;
-        Ok(registry.current == self.definition.digest() && !self.definition.partial)
+        Ok(registry.current == self.shared.definition.digest() && !self.shared.definition.partial)
     }
 
     /// Marks `parent` as built under no definition, outside any operation: its writer lost its
@@ -59,7 +59,7 @@ impl Model<'_> {
         // that each view's recompute found.
         let mark = |notes: &[(&str, u32)]| ParentUpdate {
             guard: Guard::Rebuild,
-            ..ParentUpdate::of(self.definition.marking(notes))
+            ..ParentUpdate::of(self.shared.definition.marking(notes))
         };
         let noted = |spec: &crate::model::SubsetSpec, drift: &crate::engine::Drift| {
             (spec.field, drift.malformed_in_head.len() as u32)

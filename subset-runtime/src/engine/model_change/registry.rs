@@ -49,7 +49,7 @@ impl Model<'_> {
     /// The registry's word on this collection, registering this store's definition on first
     /// use (every write asks for it first; a read only for a parent without a marker).
     pub(crate) async fn registry(&self) -> Result<Arc<Registry>> {
-        let cached = lock(&self.registry.written).clone();
+        let cached = lock(&self.shared.registry.written).clone();
         match cached {
             Some(known) => Ok(known),
             None => load_registry(self, Load::Register).await,
@@ -59,9 +59,9 @@ impl Model<'_> {
     /// The registry's word for a read, which never writes (see [`Load::Read`]): as a write of
     /// this store last found it, else as a read did.
     pub(crate) async fn registry_to_read(&self) -> Result<Arc<Registry>> {
-        let cached = lock(&self.registry.written)
+        let cached = lock(&self.shared.registry.written)
             .clone()
-            .or_else(|| lock(&self.registry.read).clone());
+            .or_else(|| lock(&self.shared.registry.read).clone());
         match cached {
             Some(known) => Ok(known),
             None => load_registry(self, Load::Read).await,
@@ -75,14 +75,14 @@ impl Model<'_> {
 
     /// Makes this store's definition the one writes converge to (see [`RawStore::rebuild`]).
     pub(crate) async fn make_current(&self) -> Result<()> {
-        if self.definition.partial {
+        if self.shared.definition.partial {
             return Err(Error::PartialModel {
                 collection: self.collection_name().to_owned(),
             });
         }
-        let own = self.definition.digest();
+        let own = self.shared.definition.digest();
         let update = doc! {
-            "$set": { "current": own, format!("definitions.{own}"): stored::document(&self.spec) },
+            "$set": { "current": own, format!("definitions.{own}"): stored::document(&self.shared.spec) },
             "$addToSet": { "seen": own },
             "$setOnInsert": { "legacy": own },
         };
@@ -315,11 +315,11 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 async fn load_registry(store: &RawStore, load: Load) -> Result<Arc<Registry>> {
-    let register = load == Load::Register && !store.definition.partial;
+    let register = load == Load::Register && !store.shared.definition.partial;
     let registry = store.bookkeeping().definitions();
     let coll = store.database().collection::<Document>(registry);
     let error = |e| Error::mongo(registry, e);
-    let own = store.definition.digest().to_owned();
+    let own = store.shared.definition.digest().to_owned();
     let id = store.collection_name();
     let mut registry = None;
     // A first registration that races another store's insert, or that is applied short of
@@ -346,7 +346,7 @@ async fn load_registry(store: &RawStore, load: Load) -> Result<Arc<Registry>> {
             }
             let first = doc! {
                 "_id": id, "current": own.as_str(), "legacy": legacy, "seen": [own.as_str()],
-                "definitions": { own.as_str(): stored::document(&store.spec) },
+                "definitions": { own.as_str(): stored::document(&store.shared.spec) },
             };
             match coll.insert_one(first).await {
                 Ok(_) => {
@@ -379,7 +379,7 @@ async fn load_registry(store: &RawStore, load: Load) -> Result<Arc<Registry>> {
             // Registered by a version that kept digests only: the definition is added whole,
             // and stays where it is in the order of deploys.
             let update = doc! {
-                "$set": { format!("definitions.{own}"): stored::document(&store.spec) },
+                "$set": { format!("definitions.{own}"): stored::document(&store.shared.spec) },
             };
             if let Err(e) = coll.update_one(doc! { "_id": id }, update).await {
                 if !crate::error::driver::is_write_concern(&e) {
@@ -392,7 +392,7 @@ async fn load_registry(store: &RawStore, load: Load) -> Result<Arc<Registry>> {
             let update = doc! {
                 "$set": {
                     "current": own.as_str(),
-                    format!("definitions.{own}"): stored::document(&store.spec),
+                    format!("definitions.{own}"): stored::document(&store.shared.spec),
                 },
                 "$addToSet": { "seen": own.as_str() },
             };
@@ -422,8 +422,8 @@ async fn load_registry(store: &RawStore, load: Load) -> Result<Arc<Registry>> {
     };
     let registry = Arc::new(registry);
     let cache = match load {
-        Load::Read => &store.registry.read,
-        Load::Register | Load::Refresh => &store.registry.written,
+        Load::Read => &store.shared.registry.read,
+        Load::Register | Load::Refresh => &store.shared.registry.written,
     };
     *lock(cache) = Some(registry.clone());
     Ok(registry)

@@ -78,7 +78,7 @@ impl Pushes<'_> {
     /// and again when its transaction conflicts (which may make the parent contended).
     fn strategy(&self, key: &fold::Key, batch: &[Prepared]) -> Strategy {
         let small = super::bson_len(batch.iter().map(|p| &p.stored)) <= fold::LARGEST_ENTRY;
-        match self.store().folds.folding(key) && small {
+        match self.store().shared.folds.folding(key) && small {
             true => Strategy::Fold,
             false => Strategy::GroupCommit,
         }
@@ -329,6 +329,7 @@ impl Steps for PushSteps<'_, '_> {
             let s = self.subset;
             let key = s.pushes().group_key(self.parent);
             s.store()
+                .shared
                 .folds
                 .contend(key.clone(), s.store().collection_name());
             // Folded instead, now that the parent is contended.

@@ -379,7 +379,7 @@ impl Pushes<'_> {
             mine: ObjectId::new(),
         };
         let store = self.store();
-        let heard = store.folds.heard.listen(
+        let heard = store.shared.folds.heard.listen(
             store.database(),
             store.bookkeeping().folds(),
             store.collection_name(),
@@ -694,7 +694,7 @@ impl Steps for FoldSteps<'_, '_, '_> {
     async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<Folded>> {
         let q = self.queue;
         let store = q.subset.store();
-        store.folds.contend(
+        store.shared.folds.contend(
             q.subset.pushes().group_key(q.parent),
             store.collection_name(),
         );
