@@ -2,7 +2,7 @@
 //! except the user's own types and fields: `::subset::…`, `::core::…`, locals `__subset_*`.
 
 use proc_macro2::{Ident, Literal, Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned, ToTokens, TokenStreamExt};
+use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{parse_quote, DeriveInput, Generics, Type};
 
@@ -10,21 +10,8 @@ use crate::ast::{show_type, Container, Derive};
 use crate::attr::Direction;
 use crate::ctxt::Ctxt;
 use crate::fallback;
+use crate::paths::{full_type, Private};
 use crate::valid::{self, Child, Parent, Subset};
-
-/// The name of the runtime's hidden module for generated code: `__private` and the crate's
-/// version without dots, so that a derive never compiles against a runtime of another version
-/// (the two are released together, pinned to one another).
-const PRIVATE_MODULE: &str = "__private010";
-
-/// The hidden module's name as generated code writes it: `::subset::#Private::…`.
-pub(crate) struct Private;
-
-impl ToTokens for Private {
-    fn to_tokens(&self, tokens: &mut TokenStream) {
-        tokens.append(Ident::new(PRIVATE_MODULE, Span::call_site()));
-    }
-}
 
 /// `#[derive(Subset)]`: the expansion, or the errors plus a stub impl.
 pub(crate) fn derive_parent(input: &DeriveInput) -> TokenStream {
@@ -660,13 +647,6 @@ fn subset_const(cont: &Container<'_>, index: usize, subset: &Subset<'_>) -> Toke
     }
 }
 
-/// `<C as Child>::Full`, the type stored in the child collection for the element type `C`
-/// (`C` itself unless `C` is a preview). Spanned at `C`, where a `C` that is not a `Child` is
-/// reported; every use is spelled the same way, so that rustc reports it once.
-pub(crate) fn full_type(child_ty: &Type) -> TokenStream {
-    quote_spanned! {child_ty.span()=> <#child_ty as ::subset::#Private::Child>::Full}
-}
-
 fn const_doc(subset: &Subset<'_>) -> String {
     let child_ty = subset.child_ty;
     let child_ty = quote!(#child_ty).to_string().replace(' ', "");
@@ -1099,13 +1079,4 @@ fn with_bounds<'a>(cont: &Container<'_>, child_types: impl Iterator<Item = &'a T
             .push(parse_quote!(#child_ty: ::subset::#Private::Child));
     }
     generics
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_private_module_is_named_for_the_version() {
-        let version = env!("CARGO_PKG_VERSION").replace('.', "");
-        assert_eq!(super::PRIVATE_MODULE, format!("__private{version}"));
-    }
 }
