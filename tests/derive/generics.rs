@@ -33,6 +33,23 @@ struct Pin<T> {
     extra: T,
 }
 
+mod elsewhere {
+    use serde::{Deserialize, Serialize};
+    use subset::bson::oid::ObjectId;
+    use subset::Child;
+
+    /// Its key field is private here: a generic parent elsewhere cannot see its type, and
+    /// leaves it unchecked rather than failing.
+    #[derive(Serialize, Deserialize, Child)]
+    pub struct Tag<T> {
+        #[serde(rename = "_id")]
+        pub id: ObjectId,
+        board_id: ObjectId,
+        pub name: String,
+        pub extra: T,
+    }
+}
+
 #[derive(Serialize, Deserialize, Subset)]
 #[subset(collection = "boards")]
 struct Board<T> {
@@ -50,6 +67,8 @@ struct Board<T> {
     rank_total: i64,
     #[subset(child = "pins", keep = 2, sort = "at desc")]
     pins: Vec<Pin<T>>,
+    #[subset(child = "tags", keep = 5, sort = "name asc")]
+    tags: Vec<elsewhere::Tag<T>>,
 }
 
 #[test]
@@ -72,4 +91,5 @@ fn generic_parents_with_and_without_parameters_in_their_children() {
     assert!(pins.embed_key);
     let _: SubsetField<Board<String>, Note> = Board::<String>::TITLES;
     let _: SubsetField<Board<u8>, Pin<u8>> = Board::<u8>::PINS;
+    assert!(specs[2].embed_key);
 }
