@@ -271,7 +271,7 @@ fn main() -> Res<()> {
     result
 }
 
-async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
+async fn run(args: Args, confinement: Option<&mut Confinement>) -> Res<()> {
     let topology = match args.topology {
         Topo::ReplicaSet => Topology::ReplicaSet,
         Topo::Standalone => Topology::Standalone,
@@ -390,7 +390,7 @@ async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
 
     if has(Experiment::WorkingSet) {
         drop(client);
-        report.add(working_set(&args, &mut server, confinement.as_deref_mut()).await?);
+        report.add(working_set(&args, &mut server, confinement).await?);
     }
 
     report.write(&args.out)?;
