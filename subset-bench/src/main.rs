@@ -33,7 +33,9 @@ use subset::WriteMode;
 use crate::data::{DataSet, EMBEDDED, REFERENCED, REVIEWS, SUBSET};
 use crate::measure::Rounds;
 use crate::memory::Cgroup;
-use crate::report::{Memory, RatioRow, ReadRow, Report, ShowRow, WriteRow};
+use crate::report::{
+    Memory, Overhead, RatioRow, ReadRow, Report, ShowRow, Trips, WorkingSet, WriteRow,
+};
 use crate::stats::Picker;
 use crate::working_set::{Ctx, Layout};
 
@@ -269,7 +271,7 @@ fn main() -> Res<()> {
     result
 }
 
-async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
+async fn run(args: Args, confinement: Option<&mut Confinement>) -> Res<()> {
     let topology = match args.topology {
         Topo::ReplicaSet => Topology::ReplicaSet,
         Topo::Standalone => Topology::Standalone,
@@ -290,41 +292,39 @@ async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
         eprintln!("round trips…");
         let name = format!("{}_trips", args.database);
         let (mode, counts) = trips::count(server.uri(), &name, None).await?;
-        report
-            .trips
-            .push((mode_name(mode, server.is_external()), counts));
+        let mut trips = vec![(mode_name(mode, server.is_external()), counts)];
         if mode == WriteMode::Transactional {
             // The other write mode: a standalone server of our own, or forced ordered writes.
             if server.is_external() {
                 let (_, counts) =
                     trips::count(server.uri(), &name, Some(WriteMode::Ordered)).await?;
-                report
-                    .trips
-                    .push(("ordered writes (forced)".into(), counts));
+                trips.push(("ordered writes (forced)".into(), counts));
             } else {
                 let standalone = MongoServer::start(Topology::Standalone).await?;
                 let (mode, counts) = trips::count(standalone.uri(), &name, None).await?;
-                report.trips.push((mode_name(mode, false), counts));
+                trips.push((mode_name(mode, false), counts));
             }
         }
+        report.add(Trips(trips));
     }
 
     if has(Experiment::Batching) {
         eprintln!("batching…");
         let db = client.database(&format!("{}_batching", args.database));
-        report.batching = Some(batching::run(&db, args.batch, args.rounds, args.seed).await?);
+        report.add(batching::run(&db, args.batch, args.rounds, args.seed).await?);
     }
 
     if has(Experiment::Overhead) {
         eprintln!("library overhead…");
         let db = client.database(&format!("{}_overhead", args.database));
-        report.overhead = Some(overhead::run(&db, args.iterations, args.seed).await?);
+        let (mode, rows) = overhead::run(&db, args.iterations, args.seed).await?;
+        report.add(Overhead { mode, rows });
     }
 
     if has(Experiment::HotParent) {
         eprintln!("hot parent…");
         let db = client.database(&format!("{}_hot", args.database));
-        report.hot = Some(
+        report.add(
             hot_parent::run(
                 &db,
                 server.uri(),
@@ -340,19 +340,19 @@ async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
     if has(Experiment::PushCost) {
         eprintln!("push cost by keep…");
         let db = client.database(&format!("{}_keep", args.database));
-        report.push_cost = Some(push_cost::run(&db, args.pushes, args.rounds, args.seed).await?);
+        report.add(push_cost::run(&db, args.pushes, args.rounds, args.seed).await?);
     }
 
     if has(Experiment::SumTypes) {
         eprintln!("sum types…");
         let db = client.database(&format!("{}_sums", args.database));
-        report.sum_types = Some(sum_types::run(&db, args.pushes, args.rounds, args.seed).await?);
+        report.add(sum_types::run(&db, args.pushes, args.rounds, args.seed).await?);
     }
 
     if has(Experiment::Previews) {
         eprintln!("preview subsets…");
         let db = client.database(&format!("{}_previews", args.database));
-        report.previews = Some(
+        report.add(
             previews::run(
                 &db,
                 args.pushes,
@@ -368,7 +368,7 @@ async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
     if has(Experiment::Votes) {
         eprintln!("helpful votes…");
         let db = client.database(&format!("{}_votes", args.database));
-        report.votes = Some(
+        report.add(
             votes::run(
                 &db,
                 args.rounds,
@@ -383,19 +383,14 @@ async fn run(args: Args, mut confinement: Option<&mut Confinement>) -> Res<()> {
     if has(Experiment::ModelChange) {
         eprintln!("model change…");
         let db = client.database(&format!("{}_model", args.database));
-        report.model_change = Some(
+        report.add(
             model_change::run(&db, args.parents, args.iterations, args.rounds, args.seed).await?,
         );
     }
 
     if has(Experiment::WorkingSet) {
         drop(client);
-        working_set(&args, &mut server, confinement.as_deref_mut(), &mut report).await?;
-    } else if let Some(c) = &confinement {
-        report.memory = Some(Memory::Cannot {
-            limit: c.limit,
-            reason: "the working-set experiment did not run".into(),
-        });
+        report.add(working_set(&args, &mut server, confinement).await?);
     }
 
     report.write(&args.out)?;
@@ -453,8 +448,7 @@ async fn working_set(
     args: &Args,
     server: &mut MongoServer,
     confinement: Option<&mut Confinement>,
-    report: &mut Report,
-) -> Res<()> {
+) -> Res<WorkingSet> {
     let client = server.client().await?;
     let data = DataSet {
         products: args.products,
@@ -475,13 +469,21 @@ async fn working_set(
         );
         Some(load::load(&db, &data, args.load_tasks).await?)
     };
-    report.data = Some(report::DataRow {
-        products: data.products,
-        reviews: data.total_reviews(),
-        min_reviews: data.min_reviews,
-        max_reviews: data.max_reviews,
-        load_time,
-    });
+    let mut report = WorkingSet {
+        data: report::DataRow {
+            products: data.products,
+            reviews: data.total_reviews(),
+            min_reviews: data.min_reviews,
+            max_reviews: data.max_reviews,
+            load_time,
+        },
+        sizes: Vec::new(),
+        memory: None,
+        reads: Vec::new(),
+        ratios: Vec::new(),
+        writes: Vec::new(),
+        show_all: Vec::new(),
+    };
     for name in [EMBEDDED, SUBSET, REFERENCED, REVIEWS] {
         report.sizes.push(load::coll_size(&db, name).await?);
     }
@@ -496,7 +498,7 @@ async fn working_set(
     // A new client: the server may have restarted.
     let client = server.client().await?;
     let db = client.database(&args.database);
-    let measured = measurements(args, &db, data, server.pid(), report).await;
+    let measured = measurements(args, &db, data, server.pid(), &mut report).await;
     if let (Some(cgroup), Some(Memory::Confined { usage, .. })) = (cgroup, &mut report.memory) {
         *usage = cgroup.usage();
         if let (Err(e), Some(kills @ 1..)) = (&measured, usage.oom_kills) {
@@ -506,7 +508,7 @@ async fn working_set(
             .into());
         }
     }
-    measured
+    measured.map(|()| report)
 }
 
 /// The working-set measurements on a written data set.
@@ -515,7 +517,7 @@ async fn measurements(
     db: &mongodb::Database,
     data: DataSet,
     mongod: Option<u32>,
-    report: &mut Report,
+    report: &mut WorkingSet,
 ) -> Res<()> {
     let mut ctx = Ctx::new(db, data);
     ctx.mongod = mongod;

@@ -1,7 +1,8 @@
 //! Borrowed views of the derive input, with attributes parsed: what the struct is, its fields,
 //! their BSON names and their `#[subset]` settings.
 
-use proc_macro2::Ident;
+use proc_macro2::{Ident, TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::{
     Data, DataStruct, DeriveInput, Fields, GenericArgument, Generics, PathArguments, Type,
     Visibility,
@@ -86,7 +87,28 @@ pub(crate) fn is_option(ty: &Type) -> bool {
     }
 }
 
+/// Whether `tokens` hold one of `idents`, at any depth.
+fn mentions(tokens: TokenStream, idents: &[&Ident]) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(ident) => idents.iter().any(|param| **param == ident),
+        TokenTree::Group(group) => mentions(group.stream(), idents),
+        _ => false,
+    })
+}
+
 impl<'a> Container<'a> {
+    /// Whether `ty` names one of the struct's type or const parameters: then no item outside
+    /// the struct's impls can name it.
+    pub(crate) fn mentions_parameters(&self, ty: &Type) -> bool {
+        let params: Vec<&Ident> = self
+            .generics
+            .type_params()
+            .map(|param| &param.ident)
+            .chain(self.generics.const_params().map(|param| &param.ident))
+            .collect();
+        !params.is_empty() && mentions(ty.to_token_stream(), &params)
+    }
+
     /// Reads the input; reports and returns `None` if it is not a struct with named fields.
     pub(crate) fn from_ast(ctxt: &Ctxt, input: &'a DeriveInput, derive: Derive) -> Option<Self> {
         let fields = named_fields(ctxt, input, derive)?;

@@ -1,8 +1,10 @@
 //! Code generation from the checked model. Generated code names nothing from the user's scope
 //! except the user's own types and fields: `::subset::…`, `::core::…`, locals `__subset_*`.
 
+use std::fmt::Write as _;
+
 use proc_macro2::{Ident, Literal, Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned, ToTokens, TokenStreamExt};
+use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{parse_quote, DeriveInput, Generics, Type};
 
@@ -10,21 +12,8 @@ use crate::ast::{show_type, Container, Derive};
 use crate::attr::Direction;
 use crate::ctxt::Ctxt;
 use crate::fallback;
+use crate::paths::{full_type, Private};
 use crate::valid::{self, Child, Parent, Subset};
-
-/// The name of the runtime's hidden module for generated code: `__private` and the crate's
-/// version without dots, so that a derive never compiles against a runtime of another version
-/// (the two are released together, pinned to one another).
-const PRIVATE_MODULE: &str = "__private010";
-
-/// The hidden module's name as generated code writes it: `::subset::#Private::…`.
-pub(crate) struct Private;
-
-impl ToTokens for Private {
-    fn to_tokens(&self, tokens: &mut TokenStream) {
-        tokens.append(Ident::new(PRIVATE_MODULE, Span::call_site()));
-    }
-}
 
 /// `#[derive(Subset)]`: the expansion, or the errors plus a stub impl.
 pub(crate) fn derive_parent(input: &DeriveInput) -> TokenStream {
@@ -74,8 +63,10 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
     let id_ty = parent.id.ty;
     let id_member = parent.id.ident;
     let collection = parent.collection.value();
-    // A parent with generic parameters cannot name its children's field types in a constant,
-    // nor be named by a constant item (see `ConstChecks`).
+    // A parent with generic parameters cannot be named by a constant item, nor can a constant
+    // item name a child type that mentions them (see `ConstChecks`): the checks of such a child
+    // run where a build uses the parent. A child type that mentions none is checked as in a
+    // parent without parameters.
     let generic = !cont.generics.params.is_empty();
     let mut const_checks = ConstChecks::default();
     let subsets = subsets(parent, generic, &mut const_checks);
@@ -84,18 +75,31 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
         .iter()
         .enumerate()
         .map(|(index, subset)| subset_const(cont, index, subset));
-    let checks = parent.subsets.iter().map(|subset| checks(subset, generic));
+    let checks = parent
+        .subsets
+        .iter()
+        .map(|subset| checks(subset, parent.cont.mentions_parameters(subset.child_ty)));
     // A child may hold the parent key as a field of its own (its embedded copies then keep it
     // too): of the parent's `_id` type, or an `Option` of it. Its type is found through a
-    // constant, which a generic parent's cannot name.
-    let key_checks = parent.subsets.iter().filter(|_| !generic).map(|subset| {
+    // constant, which cannot name a generic parent's parameters: for a child type that mentions
+    // them it is found through the child's inherent constants instead (see `generic_key_type`).
+    let (key_checks, generic_key_checks): (Vec<_>, Vec<_>) =
+        parent.subsets.iter().partition(|subset| {
+            !parent.cont.mentions_parameters(subset.child_ty)
+                && !parent.cont.mentions_parameters(id_ty)
+        });
+    let key_checks = key_checks.into_iter().map(|subset| {
         let (child, full) = (
             parent_key_type(id_ty, subset, false),
             parent_key_type(id_ty, subset, true),
         );
         quote!(#child #full)
     });
-    let (subsets, const_items) = const_checks.place(subsets, generic);
+    let generic_key_checks = generic_key_checks
+        .into_iter()
+        .filter(|_| !parent.cont.mentions_parameters(id_ty))
+        .map(|subset| generic_key_type(id_ty, subset));
+    let (subsets, const_items) = const_checks.place(subsets);
 
     quote! {
         const _: () = {
@@ -121,6 +125,7 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
                 __subset_parent: &#ident #ty_generics,
             ) #where_clause {
                 #(#checks)*
+                #(#generic_key_checks)*
             }
 
             #(#key_checks)*
@@ -137,13 +142,16 @@ fn parent_impl(parent: &Parent<'_>) -> TokenStream {
 /// message in the generated code itself, spanned at the attribute it is about (see [`fail`]), so
 /// that the error points there and shows no frame of the runtime.
 ///
-/// In a type without generic parameters each is a constant item of its own, which rustc
-/// evaluates as it checks the crate. A generic type cannot be named by such an item: there the
-/// statements run in the constant they guard (`SUBSETS`, `EMBED`), evaluated where a build uses
-/// it for concrete types.
+/// Each is a constant item of its own, which rustc evaluates as it checks the crate, unless it
+/// names a generic type's parameters (`defer`), which no such item can: those statements run in
+/// the constant they guard (`SUBSETS`, `EMBED`), evaluated where a build uses it for concrete
+/// types.
 #[derive(Default)]
 struct ConstChecks {
     checks: Vec<TokenStream>,
+    deferred: Vec<TokenStream>,
+    /// Whether the checks added now name a generic type's parameters.
+    defer: bool,
 }
 
 impl ConstChecks {
@@ -151,7 +159,7 @@ impl ConstChecks {
     /// any.
     fn problem(&mut self, problem: TokenStream, span: Span) {
         let fail = fail(quote_spanned!(span=> __subset_problem.text()), span);
-        self.checks.push(quote_spanned! {span=>
+        self.push(quote_spanned! {span=>
             if let ::core::option::Option::Some(__subset_problem) = #problem {
                 #fail
             }
@@ -161,7 +169,7 @@ impl ConstChecks {
     /// A check that fails the build with the `Option<&str>` that `problem` evaluates to, if any.
     fn reason(&mut self, problem: TokenStream, span: Span) {
         let fail = fail(quote_spanned!(span=> __subset_problem), span);
-        self.checks.push(quote_spanned! {span=>
+        self.push(quote_spanned! {span=>
             if let ::core::option::Option::Some(__subset_problem) = #problem {
                 #fail
             }
@@ -171,23 +179,30 @@ impl ConstChecks {
     /// A check that fails the build with `message` where `fails` is true.
     fn message(&mut self, fails: TokenStream, message: &str, span: Span) {
         let fail = fail(quote!(#message), span);
-        self.checks.push(quote_spanned! {span=>
+        self.push(quote_spanned! {span=>
             if #fails {
                 #fail
             }
         });
     }
 
+    fn push(&mut self, check: TokenStream) {
+        if self.defer {
+            self.deferred.push(check);
+        } else {
+            self.checks.push(check);
+        }
+    }
+
     /// `value` (the guarded constant's expression), wrapped with the imports its lookups need,
-    /// and the items to add next to the impls: a constant item per check for a type without
-    /// generic parameters; for a generic one the checks become statements ahead of `value`.
-    fn place(self, value: TokenStream, generic: bool) -> (TokenStream, TokenStream) {
+    /// and the items to add next to the impls: a constant item per check, and the deferred
+    /// checks as statements ahead of `value`.
+    fn place(self, value: TokenStream) -> (TokenStream, TokenStream) {
         let imports = quote! {
             #[allow(unused_imports)]
             use ::subset::#Private::{DescribedFallback as _, SameTypeFallback as _};
         };
-        let checks = self.checks;
-        let items = checks.iter().filter(|_| !generic).map(|check| {
+        let items = self.checks.iter().map(|check| {
             quote! {
                 const _: () = {
                     #imports
@@ -196,7 +211,7 @@ impl ConstChecks {
             }
         });
         let items = quote!(#(#items)*);
-        let checks = checks.iter().filter(|_| generic);
+        let checks = self.deferred;
         let value = quote!({
             #imports
             #(#checks)*
@@ -268,13 +283,15 @@ fn site(child_ty: &Type, name: &str, full: bool, role: TokenStream) -> TokenStre
 
 /// The `SubsetSpec` literal of one subset field of `parent`, at `index`, and its constant checks.
 ///
-/// In a parent that is not generic, a sort key's `SortValues` are read from the child's
-/// `FieldOf` impl for the field's index in `FIELDS`, found in constant evaluation; in a generic
-/// one, where a constant cannot name the parent's type parameters, from the field's type, by an
+/// For a child type that names none of the parent's parameters, a sort key's `SortValues` are
+/// read from the child's `FieldOf` impl for the field's index in `FIELDS`, found in constant
+/// evaluation; for one that does, which a constant cannot name, from the field's type, by an
 /// accessor (`sort_values`). Either way the field is accessed by name, so an unknown name is
 /// rustc's "no field" error, and its type checked, in [`checks`] or in the accessor.
-fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChecks) -> TokenStream {
+fn spec(parent: &Parent<'_>, index: usize, checks: &mut ConstChecks) -> TokenStream {
     let subset = &parent.subsets[index];
+    let generic = parent.cont.mentions_parameters(subset.child_ty);
+    checks.defer = generic;
     let field = &subset.field.bson_name;
     let rust_field = &subset.field.rust_name;
     let child_collection = subset.child.value();
@@ -440,10 +457,12 @@ fn spec(parent: &Parent<'_>, index: usize, generic: bool, checks: &mut ConstChec
             later_ty = show_type(child_ty),
             earlier_ty = show_type(first.child_ty),
         );
-        // In a parent that is not generic, the full types are named through `FullOf`, which
-        // needs no `Child` bound, so that an element type without `#[derive(Child)]` is
-        // reported once, elsewhere (and not compared). In a generic one, the impl's bounds
-        // make each a `Child`.
+        // Where neither type names the parent's parameters, the full types are named through
+        // `FullOf`, which needs no `Child` bound, so that an element type without
+        // `#[derive(Child)]` is reported once, elsewhere (and not compared). Otherwise the
+        // impl's bounds make each a `Child`.
+        let generic = generic || parent.cont.mentions_parameters(first.child_ty);
+        checks.defer = generic;
         let same = if generic {
             let (ours, theirs) = (full_type(child_ty), full_type(first.child_ty));
             quote!(::subset::#Private::SameType::<#ours, #theirs>::SAME)
@@ -540,21 +559,13 @@ fn parent_key_type(id_ty: &Type, subset: &Subset<'_>, full: bool) -> TokenStream
             quote!(::subset::#Private::key_found(#is_child, #fields, #key)),
         )
     };
-    // The user's text, in a format string whose only argument is `{Self}`.
-    let text = |ty: &Type| show_type(ty).replace('{', "{{").replace('}', "}}");
-    let (id, child) = (text(id_ty), text(child_ty));
+    let child = show_type(child_ty);
     let owner = if full {
         format!("the full type of `{child}`")
     } else {
         format!("`{child}`")
     };
-    let message = format!(
-        "the field of {owner} stored as `{key}`, the parent key, must have the parent's `_id` type `{id}`, or `Option<{id}>`, not `{{Self}}`"
-    );
-    let label = format!("{owner} stores the parent key `{key}` as `{{Self}}`");
-    let note = format!(
-        "the parent key holds the `_id` of the child's parent: declare the field stored as `{key}` as `{id}` (or `Option<{id}>`, filled in when the child is written), or name another key with `#[subset(key = \"...\")]`"
-    );
+    let (message, label, note) = key_type_texts(id_ty, &owner, key);
     quote_spanned! {span=>
         const _: () = {
             #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
@@ -581,6 +592,63 @@ fn parent_key_type(id_ty: &Type, subset: &Subset<'_>, full: bool) -> TokenStream
     }
 }
 
+/// [`parent_key_type`] for a child type that names the parent's parameters, which no item can
+/// name: a block of the check function, which can. The field's type is found by the name of
+/// the inherent constant `#[derive(Child)]` gives each stored field (see [`stored_const`]),
+/// or, where the child type has none of that name (no field is stored under the key, or it is
+/// a parameter itself), by a fallback trait's, which names no type to check. Only the element
+/// type is checked: its full type, if it previews one, cannot be named here.
+fn generic_key_type(id_ty: &Type, subset: &Subset<'_>) -> TokenStream {
+    let (child_ty, key) = (subset.child_ty, subset.key.as_str());
+    let span = Span::mixed_site().located_at(child_ty.span());
+    let (message, label, note) = key_type_texts(id_ty, &format!("`{}`", show_type(child_ty)), key);
+    let name = stored_const(key, span);
+    quote_spanned! {span=>
+        {
+            #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
+            trait ParentKeyType {
+                fn __check(_: ::subset::#Private::TypeOf<Self>) {}
+            }
+            impl ParentKeyType for #id_ty {}
+            impl ParentKeyType for ::core::option::Option<#id_ty> {}
+            #[diagnostic::do_not_recommend]
+            impl ParentKeyType for ::subset::#Private::NotAChild {}
+            trait StoredFallback {
+                const #name: ::subset::#Private::TypeOf<::subset::#Private::NotAChild> =
+                    ::subset::#Private::TypeOf::NEW;
+            }
+            impl<C: ?::core::marker::Sized> StoredFallback for C {}
+            <_ as ParentKeyType>::__check(<#child_ty>::#name);
+        }
+    }
+}
+
+/// The name of the inherent constant `#[derive(Child)]` gives the field stored as `bson`, of
+/// type `TypeOf<field type>`: `__SUBSET_STORED_` and the name's UTF-8 bytes in hex, an
+/// identifier for any name.
+fn stored_const(bson: &str, span: Span) -> Ident {
+    let mut name = "__SUBSET_STORED_".to_owned();
+    for byte in bson.bytes() {
+        let _ = write!(name, "{byte:02X}");
+    }
+    Ident::new(&name, span)
+}
+
+/// The message, label and note of a parent key field of the wrong type, in `owner` (the child
+/// type, quoted, or its full type): format strings whose only argument is `{Self}`.
+fn key_type_texts(id_ty: &Type, owner: &str, key: &str) -> (String, String, String) {
+    let escape = |text: &str| text.replace('{', "{{").replace('}', "}}");
+    let (id, owner) = (escape(&show_type(id_ty)), escape(owner));
+    let message = format!(
+        "the field of {owner} stored as `{key}`, the parent key, must have the parent's `_id` type `{id}`, or `Option<{id}>`, not `{{Self}}`"
+    );
+    let label = format!("{owner} stores the parent key `{key}` as `{{Self}}`");
+    let note = format!(
+        "the parent key holds the `_id` of the child's parent: declare the field stored as `{key}` as `{id}` (or `Option<{id}>`, filled in when the child is written), or name another key with `#[subset(key = \"...\")]`"
+    );
+    (message, label, note)
+}
+
 /// The check that a child field a parent names in `sort`, `sum` or `filter` (`what`, found as
 /// `found`) is not the parent key, which holds one value in all the children of a parent.
 fn key_role_check(
@@ -604,7 +672,7 @@ fn key_role_check(
 /// `SUBSETS`: the descriptors, checked in constant evaluation for views of the same children
 /// with the same filter and `keep` whose orders are one once total (see `same_order`).
 fn subsets(parent: &Parent<'_>, generic: bool, checks: &mut ConstChecks) -> TokenStream {
-    let specs = (0..parent.subsets.len()).map(|index| spec(parent, index, generic, checks));
+    let specs = (0..parent.subsets.len()).map(|index| spec(parent, index, checks));
     let mut subsets = quote!(&[#(#specs),*]);
     let ident = parent.cont.ident;
     for &(earlier, later) in &parent.distinct_orders {
@@ -630,6 +698,7 @@ fn subsets(parent: &Parent<'_>, generic: bool, checks: &mut ConstChecks) -> Toke
                 *&::subset::#Private::distinct_orders(#subsets, #earlier, #later, #message)
             };
         } else {
+            checks.defer = false;
             checks.message(
                 quote! {
                     ::subset::#Private::same_order(
@@ -658,13 +727,6 @@ fn subset_const(cont: &Container<'_>, index: usize, subset: &Subset<'_>) -> Toke
         #[doc = #doc]
         #vis const #name: ::subset::#Private::SubsetField<Self, #full> = #new;
     }
-}
-
-/// `<C as Child>::Full`, the type stored in the child collection for the element type `C`
-/// (`C` itself unless `C` is a preview). Spanned at `C`, where a `C` that is not a `Child` is
-/// reported; every use is spelled the same way, so that rustc reports it once.
-pub(crate) fn full_type(child_ty: &Type) -> TokenStream {
-    quote_spanned! {child_ty.span()=> <#child_ty as ::subset::#Private::Child>::Full}
 }
 
 fn const_doc(subset: &Subset<'_>) -> String {
@@ -717,14 +779,15 @@ fn check_parameter(at: Span) -> (TokenStream, Ident) {
 /// The compile-time checks of one subset field that are type checks, each spanned at the string
 /// that names the field: its count is an integer field, its sums add a numeric child field into
 /// a numeric parent field (an integer sum only of integers), its filter is a `bool` child field,
-/// and (in a parent that is not generic; see [`spec`]) its sort keys are scalar child fields.
+/// and (for a child type that names none of the parent's parameters; see [`spec`]) its sort
+/// keys are scalar child fields.
 /// Each names the field, so that an unknown name is rustc's "no field" error, and checks its
 /// type with a method of the trait it must implement, whose message says what to write.
 ///
 /// A sum's and a filter's field is on the full type (`<C as FullOf<_>>::Full`, the type itself
-/// for one that is no `Child`, reported once elsewhere). In a generic parent the check
-/// function's `C: Child` bound keeps `<C as Child>::Full` from resolving to a struct, so there
-/// they are looked up on `C` itself.
+/// for one that is no `Child`, reported once elsewhere). For a child type that names the
+/// parent's parameters (`generic`), the check function's `C: Child` bound keeps
+/// `<C as Child>::Full` from resolving to a struct, so there they are looked up on `C` itself.
 fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
     let count_check = subset.count.map(|(field, lit)| {
         let span = lit.span();
@@ -831,6 +894,7 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
     };
     let name = &child.cont.name;
     let field_consts = field_consts(child);
+    let stored_consts = stored_consts(child);
     let preview = child.full.map(|full| preview(child, full));
     let (full, embed, check) = match &preview {
         Some((full, embed, check)) => (full.clone(), Some(embed), Some(check)),
@@ -887,6 +951,29 @@ fn child_impl(child: &Child<'_>) -> TokenStream {
         };
 
         #field_consts
+        #stored_consts
+    }
+}
+
+/// Each stored field's type under the name of its BSON name ([`stored_const`]), as visible as
+/// the field: what a generic parent finds the type of its key field by.
+fn stored_consts(child: &Child<'_>) -> TokenStream {
+    let ident = child.cont.ident;
+    let (impl_generics, ty_generics, where_clause) = child.cont.generics.split_for_impl();
+    let consts = child.fields.iter().map(|field| {
+        let (vis, ty) = (field.vis, field.ty);
+        let name = stored_const(&field.bson_name, Span::call_site());
+        quote! {
+            #[doc(hidden)]
+            #vis const #name: ::subset::#Private::TypeOf<#ty> = ::subset::#Private::TypeOf::NEW;
+        }
+    });
+    quote! {
+        #[automatically_derived]
+        #[allow(dead_code)]
+        impl #impl_generics #ident #ty_generics #where_clause {
+            #(#consts)*
+        }
     }
 }
 
@@ -952,7 +1039,10 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
     let full_name = show_type(full);
     let full_span = Span::mixed_site().located_at(full.span());
     let full_ty = quote_spanned!(full.span()=> #full);
-    let mut checks = ConstChecks::default();
+    let mut checks = ConstChecks {
+        defer: !cont.generics.params.is_empty(),
+        ..ConstChecks::default()
+    };
     let not_preview = format!(
         "`{full_name}` is itself a preview: `preview_of` names the full child type, the one stored \
          in the child collection, which is the type `{full_name}` names in its own `preview_of`"
@@ -1023,8 +1113,7 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
         .collect::<Vec<_>>();
 
     let embed = quote!(::core::option::Option::Some(&[#(#embed),*]));
-    let generic = !cont.generics.params.is_empty();
-    let (embed, const_items) = checks.place(embed, generic);
+    let (embed, const_items) = checks.place(embed);
     let embed = quote! {
         // The fields an embedded preview keeps: `FIELDS`, each checked against the full type.
         const EMBED: ::core::option::Option<&'static [::subset::#Private::FieldName]> = #embed;
@@ -1099,13 +1188,4 @@ fn with_bounds<'a>(cont: &Container<'_>, child_types: impl Iterator<Item = &'a T
             .push(parse_quote!(#child_ty: ::subset::#Private::Child));
     }
     generics
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_private_module_is_named_for_the_version() {
-        let version = env!("CARGO_PKG_VERSION").replace('.', "");
-        assert_eq!(super::PRIVATE_MODULE, format!("__private{version}"));
-    }
 }

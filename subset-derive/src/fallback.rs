@@ -10,7 +10,7 @@ use syn::{Data, DeriveInput, Fields, Ident, Lit, Token, Type};
 use crate::ast::{is_child_candidate, unraw, vec_element};
 use crate::attr::{ungroup_type, PREVIEW_OF, SUBSET};
 use crate::case::field_to_screaming_snake_case;
-use crate::expand::{full_type, Private};
+use crate::paths::{full_type, Private};
 use crate::serde_attr;
 
 /// The errors, a stub `Subset` impl, and a constant for each field that carries `#[subset]` and

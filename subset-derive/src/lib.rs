@@ -7,7 +7,8 @@
 //! Each derive runs the same pipeline: read the input into borrowed views with attributes parsed
 //! (`ast`, `attr`, `serde_attr`), apply the rules that span several keys or fields (`valid`),
 //! then either expand (`expand`) or, if anything was reported, emit every error plus a stub impl
-//! (`fallback`). Errors are collected in a `Ctxt` so one compile shows all of them.
+//! (`fallback`); both name the runtime through `paths`. Errors are collected in a `Ctxt` so one
+//! compile shows all of them.
 
 mod ast;
 mod attr;
@@ -15,6 +16,7 @@ mod case;
 mod ctxt;
 mod expand;
 mod fallback;
+mod paths;
 mod serde_attr;
 mod valid;
 

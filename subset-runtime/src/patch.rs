@@ -26,7 +26,7 @@ use mongodb::ClientSession;
 use serde::Serialize;
 
 use crate::action::Action;
-use crate::bson::{Bson, Document};
+use crate::bson::{Bson, Decimal128, Document};
 use crate::engine::{BulkProgress, BulkReport, ByChild, ChildPatch, Range, RawChildren};
 use crate::error::{Error, Result};
 use crate::job::Progress;
@@ -102,33 +102,58 @@ pub trait Changeable {}
 
 impl Changeable for Mutable {}
 
-/// The field types `inc` and `dec` take: numbers, stored as int32, int64 or double.
+/// The field types `inc` and `dec` take: numbers, stored as int32, int64, double or decimal128.
+///
+/// Sealed: the library implements it for the types whose stored form the server's `$inc`
+/// adds to and keeps, and a type of another crate would serialize as anything.
 #[diagnostic::on_unimplemented(
     message = "`inc` and `dec` take a numeric field, not `{Self}`",
     label = "not a number the server can increment",
-    note = "increment an integer (up to `i64` or `u32`) or a float field; `set` a field of any other type, an `Option` included"
+    note = "increment an integer (up to `i64` or `u32`), a float or a `Decimal128` field; `set` a field of any other type, an `Option` included"
 )]
-pub trait Increment: Serialize {
-    /// The values an integer type holds, `(MIN, MAX)`; `None` for a float. An `inc` or `dec`
-    /// that would take a field out of them is refused: the server would store a value (an
-    /// int32 widened to an int64, a negative number) the field cannot read back.
+pub trait Increment: Serialize + sealed::Sealed {
+    /// The values an integer type holds, `(MIN, MAX)`; `None` for a float or a decimal. An
+    /// `inc` or `dec` that would take a field out of them is refused: the server would store a
+    /// value (an int32 widened to an int64, a negative number) the field cannot read back.
     const RANGE: Option<(i64, i64)>;
 }
 
+mod sealed {
+    /// What keeps [`Increment`](super::Increment) to the library's own impls.
+    #[diagnostic::on_unimplemented(
+        message = "`Increment` cannot be implemented for `{Self}`: the library implements it for the numbers the server increments",
+        label = "not one of the library's numeric types",
+        note = "`inc` and `dec` take `i8` to `i64`, `u8` to `u32`, `f32`, `f64` and `Decimal128` fields; give the field one of these types, or change it with `set`"
+    )]
+    pub trait Sealed {}
+}
+
 macro_rules! increment {
-    ($($t:ty),*) => { $(impl Increment for $t {
-        // Each converts to `i64` without loss.
-        const RANGE: Option<(i64, i64)> = Some((<$t>::MIN as i64, <$t>::MAX as i64));
-    })* };
+    ($($t:ty),*) => { $(
+        impl sealed::Sealed for $t {}
+        impl Increment for $t {
+            // Each converts to `i64` without loss.
+            const RANGE: Option<(i64, i64)> = Some((<$t>::MIN as i64, <$t>::MAX as i64));
+        }
+    )* };
 }
 
 increment!(i8, i16, i32, i64, u8, u16, u32);
 
+impl sealed::Sealed for f32 {}
 impl Increment for f32 {
     const RANGE: Option<(i64, i64)> = None;
 }
 
+impl sealed::Sealed for f64 {}
 impl Increment for f64 {
+    const RANGE: Option<(i64, i64)> = None;
+}
+
+/// Added as IEEE 754-2008 decimal128 adds, by the server and by the running sums alike: exactly
+/// while the result fits in 34 digits, rounded to nearest, ties to even, past them.
+impl sealed::Sealed for Decimal128 {}
+impl Increment for Decimal128 {
     const RANGE: Option<(i64, i64)> = None;
 }
 
@@ -139,6 +164,14 @@ fn range<V: Increment>() -> Option<Range> {
         max,
         name: std::any::type_name::<V>(),
     })
+}
+
+/// `-d`: its sign bit (bit 127, the high bit of the last of its little-endian bytes) flipped,
+/// which every decimal128, however large, has an opposite for.
+fn negated_decimal(d: Decimal128) -> Decimal128 {
+    let mut bytes = d.bytes();
+    bytes[15] ^= 0x80;
+    Decimal128::from_bytes(bytes)
 }
 
 /// The field types `unset` takes: `Option`s, which read a missing field back as `None`.
@@ -232,15 +265,18 @@ impl<'a, C: Child> Patch<'a, C, ById<'a>> {
     }
 
     /// Adds `by` to `field` on the server, so that concurrent increments all count. The
-    /// increment is sent as the field is stored (an `i32` as an int32), so the server keeps
-    /// its BSON type.
+    /// increment is sent as the field is stored (an `i32` as an int32, a `Decimal128` as a
+    /// decimal128), so the server keeps its BSON type. A decimal adds exactly while the result
+    /// fits in 34 digits and is rounded to them past that (to nearest, ties to even), on the
+    /// child as in any sum of it.
     ///
     /// # Errors
     ///
     /// Awaited, [`Error::InvalidPatch`] naming the field, with nothing written, when the sum
     /// would leave the range of the field's integer type (past `i32::MAX` for an `i32`, below
     /// 0 for a `u8`): the server would store a value the field cannot read back (an int64
-    /// where an int32 was, a negative number).
+    /// where an int32 was, a negative number); and when `by` is a decimal infinity or NaN, which
+    /// no field can be incremented by.
     pub fn inc<V: Increment, A: Changeable>(mut self, field: Field<C, V, A>, by: V) -> Self {
         if let Some(by) = self.value(&by) {
             self.patch = self.patch.inc_within(field.bson, by, range::<V>());
@@ -248,7 +284,8 @@ impl<'a, C: Child> Patch<'a, C, ById<'a>> {
         self
     }
 
-    /// Takes `by` off `field` on the server (an `inc` by `-by`; unsigned fields too).
+    /// Takes `by` off `field` on the server (an `inc` by `-by`; unsigned fields and decimals
+    /// too).
     ///
     /// # Errors
     ///
@@ -262,6 +299,7 @@ impl<'a, C: Child> Patch<'a, C, ById<'a>> {
                 Bson::Int32(n) => n.checked_neg().map(Bson::Int32),
                 Bson::Int64(n) => n.checked_neg().map(Bson::Int64),
                 Bson::Double(f) => Some(Bson::Double(-f)),
+                Bson::Decimal128(d) => Some(Bson::Decimal128(negated_decimal(*d))),
                 // The other kinds are refused by the engine's check, naming the field.
                 other => Some(other.clone()),
             };

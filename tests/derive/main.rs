@@ -2,6 +2,7 @@
 //! descriptors, its serde names). The compile-fail cases are in `tests/ui/`; these are plain tests
 //! rather than trybuild pass cases so that trybuild only has to type-check its project.
 
+mod generics;
 mod multi_key_sort;
 mod other_derives;
 mod parent_key;

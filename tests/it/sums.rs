@@ -581,6 +581,136 @@ async fn a_drifted_decimal_sum_is_reported_and_reconciled_as_a_decimal() {
     }
 }
 
+/// The amount of `entry` as the child collection stores it and as the ledger's `recent` embeds it.
+async fn stored_amounts(
+    store: &Store<Ledger>,
+    ledger: &ObjectId,
+    entry: &ObjectId,
+) -> (Bson, Bson) {
+    let child = store
+        .database()
+        .collection::<Document>("ledger_entries")
+        .find_one(doc! { "_id": entry })
+        .await
+        .unwrap()
+        .expect("the entry is stored");
+    let parent = store
+        .get(ledger)
+        .await
+        .unwrap()
+        .expect("the ledger is stored");
+    let copy = parent
+        .recent
+        .iter()
+        .find(|e| e.id == *entry)
+        .expect("the entry is embedded");
+    (
+        child.get("amount").cloned().unwrap_or(Bson::Null),
+        Bson::Decimal128(copy.amount),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decimal_field_is_incremented_exactly_and_its_sum_follows() {
+    for store in stores::<Ledger>().await {
+        let mode = store.mode().await.unwrap();
+        let ledger = Ledger::new();
+        store.insert(&ledger).await.unwrap();
+        let entries = store.children(Ledger::RECENT);
+        let (dime, fee) = (entry(1, "0.10"), entry(2, "2.50"));
+        entries
+            .push_many(&ledger.id, &[dime.clone(), fee.clone()])
+            .await
+            .unwrap();
+
+        // Ten dimes added to a dime: exactly 1.10, where floats would drift.
+        for _ in 0..10 {
+            entries
+                .patch(&ledger.id, &dime.id)
+                .inc(Entry::AMOUNT, dec("0.10"))
+                .await
+                .unwrap();
+        }
+        let stored = Bson::Decimal128(dec("1.10"));
+        assert_eq!(
+            stored_amounts(&store, &ledger.id, &dime.id).await,
+            (stored.clone(), stored),
+            "{mode:?}"
+        );
+        assert_balance(&store, &ledger.id, "3.60").await;
+        entries
+            .patch(&ledger.id, &fee.id)
+            .dec(Entry::AMOUNT, dec("0.75"))
+            .await
+            .unwrap();
+        assert_balance(&store, &ledger.id, "2.85").await;
+
+        // Past 34 digits a sum is rounded, to nearest and ties to even, by the server on the
+        // child and by the engine on the balance alike. 1.10 + 1E-40 rounds to 1.10 itself,
+        // which the server leaves as it is.
+        let amount = |text: &str| Bson::Decimal128(dec(text));
+        entries
+            .patch(&ledger.id, &dime.id)
+            .inc(Entry::AMOUNT, dec("1E-40"))
+            .await
+            .unwrap();
+        assert_eq!(
+            stored_amounts(&store, &ledger.id, &dime.id).await,
+            (amount("1.10"), amount("1.10")),
+            "{mode:?}"
+        );
+        assert_balance(&store, &ledger.id, "2.85").await;
+        // 1.10 + 1.5E-33 ends in a half past ...001: it rounds to the even ...002.
+        let even = "1.100000000000000000000000000000002";
+        entries
+            .patch(&ledger.id, &dime.id)
+            .inc(Entry::AMOUNT, dec("1.5E-33"))
+            .await
+            .unwrap();
+        assert_eq!(
+            stored_amounts(&store, &ledger.id, &dime.id).await,
+            (amount(even), amount(even)),
+            "{mode:?}"
+        );
+        assert_balance(&store, &ledger.id, "2.850000000000000000000000000000002").await;
+        // And a half past ...002 stays there.
+        entries
+            .patch(&ledger.id, &dime.id)
+            .inc(Entry::AMOUNT, dec("5E-34"))
+            .await
+            .unwrap();
+        assert_eq!(
+            stored_amounts(&store, &ledger.id, &dime.id).await,
+            (amount(even), amount(even)),
+            "{mode:?}"
+        );
+        assert_balance(&store, &ledger.id, "2.850000000000000000000000000000002").await;
+
+        // No increment by a value that is no number: refused, naming the field, nothing
+        // written.
+        for by in ["Infinity", "-Infinity", "NaN"] {
+            let refused = entries
+                .patch(&ledger.id, &fee.id)
+                .inc(Entry::AMOUNT, dec(by))
+                .await;
+            assert!(
+                matches!(&refused, Err(subset::Error::InvalidPatch { field, .. }) if field == "amount"),
+                "{mode:?} {by}: {refused:?}"
+            );
+            let refused = entries
+                .patch(&ledger.id, &fee.id)
+                .dec(Entry::AMOUNT, dec(by))
+                .await;
+            assert!(
+                matches!(&refused, Err(subset::Error::InvalidPatch { field, .. }) if field == "amount"),
+                "{mode:?} {by}: {refused:?}"
+            );
+        }
+        assert_balance(&store, &ledger.id, "2.850000000000000000000000000000002").await;
+        assert!(entries.check(&ledger.id).await.unwrap().is_clean());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_follower_keeps_a_decimal_sum_exact() {
     let db = replica_db().await;

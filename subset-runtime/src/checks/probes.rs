@@ -184,9 +184,16 @@ where
     <C as FieldOf<T, I, CHILD>>::SORT_VALUES
 }
 
-/// A type, as a value: what [`field_type`] returns.
+/// A type, as a value: what [`field_type`] returns, and the type of the constants
+/// `#[derive(Child)]` gives each stored field, by which a generic parent finds the type of the
+/// field under its key.
 #[doc(hidden)]
 pub struct TypeOf<T: ?Sized>(Marker<T>);
+
+impl<T: ?Sized> TypeOf<T> {
+    /// `T`.
+    pub const NEW: Self = TypeOf(PhantomData);
+}
 
 /// The type `T` of the `I`th field of `C` (inferred from its one [`FieldOf`] impl; [`NotAChild`]
 /// where `CHILD` is false): the derive checks that a field stored under the parent key can hold

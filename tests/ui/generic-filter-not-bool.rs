@@ -1,0 +1,23 @@
+use serde::{Deserialize, Serialize};
+use subset::bson::{self, oid::ObjectId};
+use subset::{Child, Subset};
+
+#[derive(Serialize, Deserialize, Child)]
+struct Review<T> {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: bson::DateTime,
+    hidden: i32,
+    extra: T,
+}
+
+#[derive(Serialize, Deserialize, Subset)]
+#[subset(collection = "products")]
+struct Product<T> {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "reviews", keep = 5, sort = "date desc", filter = "hidden")]
+    reviews: Vec<Review<T>>,
+}
+
+fn main() {}
