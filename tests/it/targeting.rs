@@ -196,7 +196,7 @@ fn scatters(commands: &[(String, String, Document)], parents: &[&ObjectId]) -> V
 #[track_caller]
 fn assert_transactions_stay_on(commands: &[(String, String, Document)], also: &[&str], call: &str) {
     for (name, collection, command) in commands {
-        let in_transaction = command.get_bool("autocommit") == Ok(false);
+        let in_transaction = command.get_bool("autocommit").ok() == Some(false);
         let selects = selectors(name, command).is_some();
         let ours = collection == PARENTS || collection == CHILDREN;
         assert!(
@@ -266,7 +266,7 @@ fn assert_targeted_after_registration(log: &CommandLog, parents: &[&ObjectId], c
             [Scatter { name, collection, command }]
                 if name == "find"
                     && collection == PARENTS
-                    && command.get_document("filter") == Ok(&marked)
+                    && command.get_document("filter").ok() == Some(&marked)
         ),
         "{call}: scattered beyond the registration's one question: {scatters:#?}"
     );
