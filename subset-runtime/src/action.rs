@@ -64,8 +64,11 @@ macro_rules! span {
             subset.lease_waits = ::tracing::field::Empty,
         );
         let parent: Option<&$crate::bson::Bson> = $parent;
-        if let Some(parent) = parent.and_then($crate::action::loggable_id) {
-            span.record("subset.parent", parent.as_str());
+        // Nothing to format for a span no subscriber takes.
+        if let Some(parent) = parent.filter(|_| !span.is_disabled()) {
+            if let Some(parent) = $crate::action::loggable_id(parent) {
+                span.record("subset.parent", parent.as_str());
+            }
         }
         span
     }};
