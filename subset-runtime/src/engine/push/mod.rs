@@ -77,8 +77,9 @@ impl Pushes<'_> {
     /// the batch is small enough to queue; else with group commit. Asked before a batch is sent
     /// and again when its transaction conflicts (which may make the parent contended).
     fn strategy(&self, key: &fold::Key, batch: &[Prepared]) -> Strategy {
-        let small = super::bson_len(batch.iter().map(|p| &p.stored)) <= fold::LARGEST_ENTRY;
-        match self.store().shared.folds.folding(key) && small {
+        // The size is measured only for a parent being folded: it serializes every child.
+        let small = || super::bson_len(batch.iter().map(|p| &p.stored)) <= fold::LARGEST_ENTRY;
+        match self.store().shared.folds.folding(key) && small() {
             true => Strategy::Fold,
             false => Strategy::GroupCommit,
         }
