@@ -38,16 +38,36 @@
 //! nothing, and it marks the parent for a rebuild and reports [`crate::Error::Unsettled`]
 //! rather than `Ok`.
 //!
-//! Within one process, the turns ([`super::turns`]) decide who goes next, so the lease is only
+//! Within one process, the turns ([`super::traffic`]) decide who goes next, so the lease is only
 //! contended between processes, where waiting writers poll it with a short jittered backoff.
+//!
+//! **Kept for the next writer of this process.** Taking a lease costs a round trip, the third
+//! of a push. When a writer of this process is waiting for the parent (or was taken along by
+//! the turn's group commit, and so is likely to come back), the lease is kept rather than given
+//! back, and the next turn on the parent claims it ([`Kept`]) without asking the server: two
+//! round trips a push while a parent is hot in one process. A kept lease is renewed as a held
+//! one is; one nobody claims within [`LINGER`] is given back, and none passes to more than
+//! [`KEPT_TURNS`] writers after its first, so that writers in other processes get their turn. A process
+//! that exits while it keeps a lease leaves it to expire, as a crashed one does.
+//!
+//! **Why the third round trip stays for a parent that is not hot.** Two promises need it: a
+//! child embedded in a parent is in the child collection (so the child is written first), and
+//! a writer killed between its two writes leaves a parent every read computes exactly (so the
+//! parent must say "a write is under way" before the child collection changes, since readers
+//! read the parent alone). The first puts the child insert before the parent update that
+//! embeds it; the second puts a parent write before that insert; and the mark must go once the
+//! write is done, which that parent update does. Three writes, two of them to the parent,
+//! unless the mark is there already: a lease kept from the parent's last writer.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::bson::{doc, oid::ObjectId, Bson, DateTime, Document, RawDocument};
-use mongodb::options::ReturnDocument;
+use mongodb::options::{Acknowledgment, ReturnDocument, WriteConcern};
 use tokio::task::AbortHandle;
 
+use super::traffic::ParentKey;
 use super::Ctx;
 use crate::engine::model_change::MARKER;
 use crate::engine::RawStore;
@@ -65,22 +85,65 @@ pub(crate) const RENEW: Duration = Duration::from_millis(500);
 /// The longest pause between two polls of a lease held by another process.
 const POLL_CAP: Duration = Duration::from_millis(20);
 
+/// How often a writer polling a held lease checks that the parent still exists.
+const EXISTS_EVERY: u32 = 8;
+
+/// How many writers of this process may hold a lease after the one it was granted to (see
+/// [`Kept`]): the turns one process's run of writes on a hot parent makes other processes wait,
+/// at most, besides the write under way.
+pub(crate) const KEPT_TURNS: u32 = 8;
+
+/// How long a kept lease waits for the next writer of this process before it is given back:
+/// time enough for the writers a group commit just answered to come back.
+pub(crate) const LINGER: Duration = Duration::from_millis(2);
+
 /// The leases of one operation, on the parents its steps write, renewed while they are held.
 pub(crate) struct Leases {
     store: RawStore,
-    held: Vec<(Bson, ObjectId)>,
+    held: Vec<Held>,
     released: bool,
-    /// What the renewal task renews (shared with it, since leases are taken one by one and the
-    /// first must be renewed while the others are awaited), and the task, spawned with the first.
-    renewed: Arc<Mutex<Vec<(Bson, ObjectId)>>>,
-    renewal: Option<AbortHandle>,
     /// How many times a lease was found held by another writer and polled again.
     waits: u32,
 }
 
+/// One lease held: taken from the server, or claimed from [`Kept`].
+struct Held {
+    parent: Bson,
+    token: ObjectId,
+    /// How many writers held it before this one (see [`KEPT_TURNS`]).
+    turns: u32,
+    /// Dropped with the lease's holder, or before the lease is given back.
+    _renewal: Renewal,
+}
+
+/// The task renewing one lease, stopped when this is dropped (a renewal already sent and
+/// landing after the lease is given back finds its token gone, and changes nothing).
+struct Renewal(Option<AbortHandle>);
+
+impl Renewal {
+    /// Renews `parent`'s lease every [`RENEW`]. A spawn sends nothing: an operation that ends
+    /// within [`RENEW`] costs no round trip.
+    fn start(store: &RawStore, parent: &Bson, token: ObjectId) -> Self {
+        // Without a runtime to spawn on (the driver needs one, so never in practice) the lease
+        // lasts [`LEASE`], and a longer holder finds its fence gone and reports it.
+        let task = tokio::runtime::Handle::try_current()
+            .ok()
+            .map(|runtime| runtime.spawn(renewals(store.clone(), parent.clone(), token)));
+        Renewal(task.map(|t| t.abort_handle()))
+    }
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
+}
+
 impl Leases {
-    /// Takes a lease on each of `parents` (already in one order, see [`super::turns`]), waiting
-    /// while another process holds one. A parent that does not exist gets none (the steps
+    /// Takes a lease on each of `parents` (already in one order, see [`super::traffic`]), waiting
+    /// while another process holds one, or claims the one this process kept ([`Kept`]). A parent that does not exist gets none (the steps
     /// report it). A parent whose lease had expired was left unfinished by its holder: it goes
     /// into `ctx` as outdated, for the executor to settle after the steps.
     pub(crate) async fn take(
@@ -92,20 +155,37 @@ impl Leases {
             store: store.clone(),
             held: Vec::with_capacity(parents.len()),
             released: false,
-            renewed: Arc::default(),
-            renewal: None,
             waits: 0,
         };
         for parent in parents {
-            if leases.held.iter().any(|(p, _)| p == *parent) {
+            if leases.held.iter().any(|h| h.parent == **parent) {
+                continue;
+            }
+            if let Some(mut kept) = store.shared.kept.claim(parent) {
+                kept.turns += 1;
+                leases.held.push(kept);
                 continue;
             }
             if let Some(token) = take_one(store, ctx, parent, &mut leases.waits).await? {
-                leases.held.push(((*parent).clone(), token));
-                leases.renew((*parent).clone(), token);
+                leases.held.push(Held {
+                    parent: (*parent).clone(),
+                    token,
+                    turns: 0,
+                    _renewal: Renewal::start(store, parent, token),
+                });
             }
         }
-        ctx.leases.clone_from(&leases.held);
+        ctx.leases = leases
+            .held
+            .iter()
+            .map(|h| (h.parent.clone(), h.token))
+            .collect();
+        ctx.keepable = leases
+            .held
+            .iter()
+            .filter(|h| h.turns < KEPT_TURNS)
+            .map(|h| h.parent.clone())
+            .collect();
         Ok(leases)
     }
 
@@ -115,57 +195,46 @@ impl Leases {
         self.waits
     }
 
-    /// Has the renewal task renew `parent`'s lease too, spawning it with the first lease. A
-    /// spawn sends nothing: an operation that ends within [`RENEW`] costs no round trip.
-    fn renew(&mut self, parent: Bson, token: ObjectId) {
-        self.renewed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((parent, token));
-        if self.renewal.is_some() {
-            return;
-        }
-        // Without a runtime to spawn on (the driver needs one, so never in practice) the lease
-        // lasts [`LEASE`], and a longer holder finds its fence gone and reports it.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let task = runtime.spawn(renewals(self.store.clone(), self.renewed.clone()));
-            self.renewal = Some(task.abort_handle());
-        }
-    }
-
-    /// Stops renewing, before the leases are given back (a renewal already sent and landing
-    /// after finds its token gone, and changes nothing).
-    fn stop_renewing(&mut self) {
-        if let Some(task) = self.renewal.take() {
-            task.abort();
-        }
-    }
-
     /// Gives the leases back: cleanly after steps that finished, or, after steps that failed
     /// between their writes (`unfinished`), with each parent marked as built under no
-    /// definition, for readers to compute and the next writer to rebuild.
+    /// definition, for readers to compute and the next writer to rebuild. A clean lease on a
+    /// parent `keep` names (another writer of this process wants it next) is kept for that
+    /// writer instead, unless it has passed through [`KEPT_TURNS`] writers (see [`Kept`]).
     /// `held`: the leases the steps still hold (a last write may have given some back).
-    pub(crate) async fn release(mut self, held: &[(Bson, ObjectId)], unfinished: bool) {
+    pub(crate) async fn release(
+        mut self,
+        held: &[(Bson, ObjectId)],
+        unfinished: bool,
+        keep: impl Fn(&Bson) -> bool,
+    ) {
         self.released = true;
-        self.stop_renewing();
-        for (parent, token) in std::mem::take(&mut self.held) {
-            if held.iter().any(|(_, t)| *t == token) {
-                give_back(&self.store, parent, token, unfinished).await;
+        for lease in std::mem::take(&mut self.held) {
+            if !held.iter().any(|(_, t)| *t == lease.token) {
+                continue;
             }
+            if !unfinished && lease.turns < KEPT_TURNS && keep(&lease.parent) {
+                self.store.shared.kept.keep(&self.store, lease);
+                continue;
+            }
+            let Held { parent, token, .. } = lease;
+            give_back(&self.store, parent, token, unfinished).await;
         }
     }
 }
 
 impl Drop for Leases {
     fn drop(&mut self) {
-        self.stop_renewing();
         if self.released || self.held.is_empty() {
             return;
         }
         // Dropped mid-way (the caller's future was cancelled): the steps may have stopped
         // between two writes. Give the leases back as unfinished rather than make the next
         // writer wait for them to expire.
-        let (store, held) = (self.store.clone(), std::mem::take(&mut self.held));
+        let store = self.store.clone();
+        let held: Vec<(Bson, ObjectId)> = std::mem::take(&mut self.held)
+            .into_iter()
+            .map(|h| (h.parent, h.token))
+            .collect();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 for (parent, token) in held {
@@ -176,23 +245,66 @@ impl Drop for Leases {
     }
 }
 
-/// Renews every [`RENEW`] the leases in `held` (which grows as the holder takes more), each by
-/// an update conditional on its token, until aborted. A lease that the update no longer finds
-/// (given back by the holder's last write, or lost) is renewed no more; a renewal that fails is
-/// tried again at the next tick, while the lease still runs.
-async fn renewals(store: RawStore, held: Arc<Mutex<Vec<(Bson, ObjectId)>>>) {
+/// The leases this process keeps between two writers of a parent (see the module docs), each
+/// renewed while kept, and given back when nobody claims it within [`LINGER`].
+#[derive(Default)]
+pub(crate) struct Kept {
+    leases: Mutex<HashMap<ParentKey, Held>>,
+}
+
+impl Kept {
+    /// The lease kept on `parent`, now the caller's to hold and give back.
+    fn claim(&self, parent: &Bson) -> Option<Held> {
+        let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        leases.remove(&ParentKey::of(parent))
+    }
+
+    /// Keeps `lease` for the next writer of its parent, and gives it back after [`LINGER`]
+    /// unless that writer claimed it meanwhile.
+    fn keep(&self, store: &RawStore, lease: Held) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Nothing could give it back later (never in practice, see `Renewal::start`): it
+            // expires.
+            return drop(lease);
+        };
+        let (key, token) = (ParentKey::of(&lease.parent), lease.token);
+        self.leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone(), lease);
+        let store = store.clone();
+        runtime.spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            let unclaimed = {
+                let mut leases = store
+                    .shared
+                    .kept
+                    .leases
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                match leases.get(&key) {
+                    Some(kept) if kept.token == token => leases.remove(&key),
+                    _ => None,
+                }
+            };
+            if let Some(Held { parent, token, .. }) = unclaimed {
+                give_back(&store, parent, token, false).await;
+            }
+        });
+    }
+}
+
+/// Renews `parent`'s lease every [`RENEW`], each time by an update conditional on its token,
+/// until aborted or until the update no longer finds it (given back by the holder's last write,
+/// or lost). A renewal that fails is tried again at the next tick, while the lease still runs.
+async fn renewals(store: RawStore, parent: Bson, token: ObjectId) {
     let start = tokio::time::Instant::now() + RENEW;
     let mut ticks = tokio::time::interval_at(start, RENEW);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let leases = held.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        for (parent, token) in leases {
-            if !renew_one(&store, &parent, token).await {
-                held.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .retain(|(_, t)| *t != token);
-            }
+        if !renew_one(&store, &parent, token).await {
+            return;
         }
     }
 }
@@ -209,6 +321,7 @@ async fn renew_one(store: &RawStore, parent: &Bson, token: ObjectId) -> bool {
     let parents = store.parents::<Document>();
     let renewal = parents
         .find_one_and_update(filter, renew)
+        .write_concern(acknowledged())
         .projection(doc! { "_id": 1 });
     match renewal.await {
         Ok(renewed) => renewed.is_some(),
@@ -258,6 +371,7 @@ async fn take_one(
         } }];
         let taken = parents
             .find_one_and_update(free.clone(), take)
+            .write_concern(acknowledged())
             .projection(doc! { MARKER: 1 })
             .return_document(ReturnDocument::Before);
         let taken = match ctx.run(taken).await {
@@ -283,11 +397,15 @@ async fn take_one(
             }
             return Ok(Some(token));
         }
-        let exists = parents
-            .find_one(doc! { "_id": parent.clone() })
-            .projection(doc! { "_id": 1 });
-        if ctx.run(exists).await.map_err(|e| store.mongo(e))?.is_none() {
-            return Ok(None);
+        // Held, or no such parent: asked the first time, and every few polls after (a parent
+        // deleted meanwhile), so that a poll is one command.
+        if attempt % EXISTS_EVERY == 0 {
+            let exists = parents
+                .find_one(doc! { "_id": parent.clone() })
+                .projection(doc! { "_id": 1 });
+            if ctx.run(exists).await.map_err(|e| store.mongo(e))?.is_none() {
+                return Ok(None);
+            }
         }
         if attempt == 0 {
             // Once per parent: the span (where the parent's `_id` is, when safe to log) counts
@@ -301,6 +419,25 @@ async fn take_one(
     }
 }
 
+/// The write concern of the lease's own writes (take, renewal, giving back): acknowledged by
+/// the primary, neither journaled nor replicated first, which saves a push waiting on the
+/// journal or the secondaries a third time. Nothing is lost by it:
+///
+/// - the step after a take is durable under the store's concern, and the journal and the oplog
+///   are written in order, so that step's durability covers the take before it;
+/// - a take a crash or a rollback loses before any step landed leaves a parent nobody changed;
+/// - one lost after a step landed (a failover between the two) leaves the next step's fence
+///   unmatched: the holder marks the parent for a rebuild and reports [`crate::Error::Unsettled`],
+///   as a holder overtaken does;
+/// - a renewal or a giving back that is lost leaves a lease that expires, which readers and the
+///   next writer take for an unfinished write: they compute, and it rebuilds.
+fn acknowledged() -> WriteConcern {
+    WriteConcern::builder()
+        .w(Acknowledgment::Nodes(1))
+        .journal(false)
+        .build()
+}
+
 /// Removes `parent`'s lease if it is still `token`'s: with the marker's definition when the
 /// holder did not finish.
 async fn give_back(store: &RawStore, parent: Bson, token: ObjectId, unfinished: bool) {
@@ -308,7 +445,9 @@ async fn give_back(store: &RawStore, parent: Bson, token: ObjectId, unfinished: 
     let parents = store.parents::<Document>();
     let given = if unfinished {
         let unmark = doc! { "$set": { MARKER: { "d": "", "n": ObjectId::new() } } };
-        parents.update_one(filter, unmark)
+        parents
+            .update_one(filter, unmark)
+            .write_concern(acknowledged())
     } else {
         // The lease goes, and with it a `_subset` that held nothing else (a parent the lease
         // found without a marker), so that the parent is left as it was found.
@@ -319,7 +458,9 @@ async fn give_back(store: &RawStore, parent: Bson, token: ObjectId, unfinished: 
             doc! { "$unset": lease },
             doc! { "$set": { MARKER: { "$cond": [emptied, "$$REMOVE", marker.as_str()] } } },
         ];
-        parents.update_one(filter, give_back)
+        parents
+            .update_one(filter, give_back)
+            .write_concern(acknowledged())
     };
     if let Err(e) = given.await {
         // The lease expires by itself, and the next writer then settles the parent.
