@@ -22,6 +22,7 @@ pub struct HandPush {
 }
 
 impl HandPush {
+    /// The recipe on `db`'s collections, writing in `mode`.
     pub fn new(db: &Database, mode: WriteMode) -> HandPush {
         HandPush {
             client: db.client().clone(),

@@ -86,8 +86,10 @@ pub enum Writer {
 }
 
 impl Writer {
+    /// Both, in the order a configuration runs them in the first round.
     pub const ALL: [Writer; 2] = [Writer::Library, Writer::Hand];
 
+    /// How the report names it.
     pub fn name(self) -> &'static str {
         match self {
             Writer::Library => "library",
@@ -258,6 +260,7 @@ impl Result {
         self.versus.iter().find(|v| v.shape == shape)
     }
 
+    /// The row of `shape` in `mode` by `writer`, if it ran.
     pub fn row(&self, mode: WriteMode, shape: Shape, writer: Writer) -> Option<&Row> {
         self.rows
             .iter()
