@@ -1,7 +1,10 @@
 //! Experiment 5, hot parents: 16 tasks pushing to one parent against the same 16 tasks spread
 //! over 16 parents, in one process; 4 and 8 processes of 4 tasks each on one parent; and 4
 //! processes of 4 tasks each over 1,000 parents picked by a Zipf distribution (one hot, many
-//! cold). Each for a fixed time, in both write modes.
+//! cold). Each for a fixed time, in both write modes, through the library and, with the very
+//! same load on parents of their own, written by hand with the driver ([`HandPush`]: in
+//! transactions the update and the insert in one, retried on `TransientTransactionError` by the
+//! driver's `and_run`; ordered, the insert then the update; no coordination either way).
 //!
 //! In transactions, pushes to one parent conflict: the server lets one commit and aborts the
 //! others, which retry. Within one process the store queues pushes to a parent that has a
@@ -41,6 +44,7 @@ use subset::bson_compat;
 use subset::{Store, WriteMode};
 
 use crate::data::{DataSet, Product, Review, REVIEWS, SUBSET};
+use crate::hand::HandPush;
 use crate::measure::{closed_loop, Rounds, Run, Task};
 use crate::stats::{Picker, Spread};
 use crate::Res;
@@ -63,11 +67,45 @@ pub const ZIPF_PARENTS: usize = 1_000;
 pub const ZIPF_EXPONENT: f64 = 1.1;
 /// Processes of the Zipf mix.
 pub const ZIPF_PROCESSES: usize = 4;
-/// Parents written: [`TASKS`] for the one-parent and spread configurations (the first is the hot
-/// one), then the Zipf mix's.
+/// Parents of one writer: [`TASKS`] for the one-parent and spread configurations (the first is
+/// the hot one), then the Zipf mix's. The library pushes to parents `0..PARENTS`, the writes by
+/// hand to the same number after them (see [`Writer::first`]).
 const PARENTS: usize = TASKS + ZIPF_PARENTS;
+/// Parents written: both writers'.
+const ALL_PARENTS: usize = 2 * PARENTS;
 /// The parents' `keep`.
 const KEEP: usize = 10;
+
+/// Who writes the pushes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// `Children::push`.
+    Library,
+    /// [`HandPush`], in the same write mode.
+    Hand,
+}
+
+impl Writer {
+    /// Both, in the order a configuration runs them in the first round.
+    pub const ALL: [Writer; 2] = [Writer::Library, Writer::Hand];
+
+    /// How the report names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Writer::Library => "library",
+            Writer::Hand => "by hand",
+        }
+    }
+
+    /// Its first parent: parent `i` of a configuration is parent `first() + i` of the
+    /// experiment, so that the two writers never share a parent.
+    fn first(self) -> usize {
+        match self {
+            Writer::Library => 0,
+            Writer::Hand => PARENTS,
+        }
+    }
+}
 
 /// How the pushes are spread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +180,7 @@ pub fn parent_id(i: usize) -> ObjectId {
 /// The data the parents and the reviews are generated from.
 fn data_set() -> DataSet {
     DataSet {
-        products: PARENTS,
+        products: ALL_PARENTS,
         min_reviews: 1,
         max_reviews: 1,
         seed: 1,
@@ -154,6 +192,7 @@ fn data_set() -> DataSet {
 pub struct Row {
     pub mode: WriteMode,
     pub shape: Shape,
+    pub writer: Writer,
     /// Pushes measured, all rounds.
     pub pushes: usize,
     pub rate: Spread,
@@ -167,7 +206,18 @@ pub struct Row {
     pub aborts: Spread,
 }
 
-/// A configuration's transactions against its ordered writes.
+/// A configuration in one mode: the library against the same pushes by hand.
+#[derive(Debug, Clone)]
+pub struct Against {
+    pub mode: WriteMode,
+    pub shape: Shape,
+    /// Per round, the library's pushes/s over the hand-written ones'.
+    pub rate: Spread,
+    /// The same for p99 latency.
+    pub p99: Spread,
+}
+
+/// A configuration's transactions against its ordered writes, through the library.
 #[derive(Debug, Clone)]
 pub struct Versus {
     pub shape: Shape,
@@ -184,9 +234,13 @@ pub struct Result {
     pub seconds: f64,
     pub warmup: f64,
     pub rounds: usize,
+    /// Whether the library's stores folded (`--hot-folding`).
+    pub folding: bool,
     pub rows: Vec<Row>,
     /// Per configuration that ran in both modes.
     pub versus: Vec<Versus>,
+    /// Per configuration and mode that ran with both writers.
+    pub against: Vec<Against>,
     /// Per round of the Zipf mix (both modes), the hottest parent's share of the pushes.
     pub zipf_hottest: Option<Spread>,
     /// Why the multi-process configurations did not run, if they did not.
@@ -205,6 +259,13 @@ impl Result {
     pub fn versus(&self, shape: Shape) -> Option<&Versus> {
         self.versus.iter().find(|v| v.shape == shape)
     }
+
+    /// The row of `shape` in `mode` by `writer`, if it ran.
+    pub fn row(&self, mode: WriteMode, shape: Shape, writer: Writer) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.mode == mode && r.shape == shape && r.writer == writer)
+    }
 }
 
 /// A new review dated now: pushes arrive newest last, as new reviews do, so most go to the head
@@ -219,9 +280,36 @@ fn fresh_review(data: &DataSet, task: usize, n: u64) -> Review {
 /// Pushes acknowledged: the parent's index and the review's `_id`.
 type Acked = Vec<(usize, ObjectId)>;
 
+/// What writes a run's pushes.
+#[derive(Clone)]
+enum Pushing {
+    Library(Store<Product>),
+    Hand(HandPush),
+}
+
+impl Pushing {
+    fn writer(&self) -> Writer {
+        match self {
+            Pushing::Library(_) => Writer::Library,
+            Pushing::Hand(_) => Writer::Hand,
+        }
+    }
+
+    async fn push(&self, parent: ObjectId, review: &Review) -> Res<()> {
+        match self {
+            Pushing::Library(store) => {
+                let handle = store.children(Product::RECENT_REVIEWS);
+                handle.push(&parent, review).await?;
+            }
+            Pushing::Hand(hand) => hand.push(parent, std::slice::from_ref(review)).await?,
+        }
+        Ok(())
+    }
+}
+
 /// A task pushing new reviews.
 struct Pusher {
-    store: Store<Product>,
+    pushing: Pushing,
     task: usize,
     next: Next,
     data: DataSet,
@@ -238,14 +326,14 @@ enum Next {
 
 impl Task for Pusher {
     async fn op(&mut self) -> Res<()> {
-        let parent = match &mut self.next {
-            Next::Always(i) => *i,
-            Next::Zipf { picker, rng } => TASKS + picker.pick(rng),
-        };
+        let parent = self.pushing.writer().first()
+            + match &mut self.next {
+                Next::Always(i) => *i,
+                Next::Zipf { picker, rng } => TASKS + picker.pick(rng),
+            };
         let review = fresh_review(&self.data, self.task, self.n);
         self.n += 1;
-        let handle = self.store.children(Product::RECENT_REVIEWS);
-        handle.push(&parent_id(parent), &review).await?;
+        self.pushing.push(parent_id(parent), &review).await?;
         self.acked
             .lock()
             .map_err(|_| "a pushing task panicked")?
@@ -254,11 +342,11 @@ impl Task for Pusher {
     }
 }
 
-/// `tasks` tasks push to `parents` for `warmup` (not recorded), then for `duration`. Returns the
-/// run and every push acknowledged, warm-up included. `zipf_seed` orders the Zipf mix's parents
-/// (the same in every process); `seed` the rest.
+/// `tasks` tasks push to `parents` (of `pushing`'s writer) for `warmup` (not recorded), then for
+/// `duration`. Returns the run and every push acknowledged, warm-up included. `zipf_seed` orders
+/// the Zipf mix's parents (the same in every process); `seed` the rest.
 async fn pushes(
-    store: &Store<Product>,
+    pushing: &Pushing,
     parents: Parents,
     tasks: usize,
     warmup: Duration,
@@ -270,7 +358,7 @@ async fn pushes(
     let acked = Arc::new(Mutex::new(Vec::new()));
     let pushers: Vec<Pusher> = (0..tasks)
         .map(|task| Pusher {
-            store: store.clone(),
+            pushing: pushing.clone(),
             task,
             next: match parents {
                 Parents::Each { count } => Next::Always(task % count.max(1)),
@@ -291,13 +379,13 @@ async fn pushes(
     Ok((run, acked))
 }
 
-/// Drops `db`, and writes [`PARENTS`] empty products.
+/// Drops `db`, and writes [`ALL_PARENTS`] empty products.
 async fn fresh(db: &Database) -> Res<()> {
     db.drop().await?;
     let store = Store::<Product>::new(db);
     store.ensure_indexes().await?;
     let data = data_set();
-    let parents = (0..PARENTS)
+    let parents = (0..ALL_PARENTS)
         .map(|i| {
             let info = data.info(i);
             bson_compat::to_document(&Product {
@@ -383,8 +471,8 @@ struct Ledger {
 impl Ledger {
     fn new() -> Ledger {
         Ledger {
-            expected: vec![0; PARENTS],
-            index: (0..PARENTS).map(|i| (parent_id(i), i)).collect(),
+            expected: vec![0; ALL_PARENTS],
+            index: (0..ALL_PARENTS).map(|i| (parent_id(i), i)).collect(),
             pushes: 0,
             runs: 0,
             clean_parents: 0,
@@ -486,8 +574,8 @@ impl Ledger {
                 )));
             }
         }
-        if seen != PARENTS {
-            return Err(what(format!("{seen} parents of {PARENTS}")));
+        if seen != ALL_PARENTS {
+            return Err(what(format!("{seen} parents of {ALL_PARENTS}")));
         }
         // The library's own comparison of each touched subset with the child collection.
         let handle = store.children(Product::RECENT_REVIEWS);
@@ -569,34 +657,45 @@ pub async fn run(
 
     let modes = [WriteMode::Transactional, WriteMode::Ordered];
     let shapes = Shape::ALL;
-    // Side `m × shapes + s` is shape `s` in mode `m`; which mode goes first alternates between
-    // rounds, the shapes keep their order.
-    let side = |m: usize, s: usize| m * shapes.len() + s;
+    let writers = Writer::ALL;
+    // Side `(m × shapes + s) × writers + w` is shape `s` in mode `m` by writer `w`. Which mode
+    // goes first alternates between rounds, the shapes keep their order, and the two writers of
+    // a configuration run back to back, which of them first alternating between rounds too.
+    let side = |m: usize, s: usize, w: usize| (m * shapes.len() + s) * writers.len() + w;
     let schedule = Rounds {
         rounds,
-        sides: modes.len() * shapes.len(),
-        shift: shapes.len(),
+        sides: modes.len() * shapes.len() * writers.len(),
+        shift: shapes.len() * writers.len(),
     };
+    let order = |round: usize, j: usize| schedule.side(round, j) ^ (round % 2);
     let runs = schedule
-        .run(async |turn| {
-            let (m, s) = (turn.side / shapes.len(), turn.side % shapes.len());
-            let (mode, shape) = (modes[m], shapes[s]);
+        .run_in(order, async |turn| {
+            let w = turn.side % writers.len();
+            let config = turn.side / writers.len();
+            let (m, s) = (config / shapes.len(), config % shapes.len());
+            let (mode, shape, writer) = (modes[m], shapes[s], writers[w]);
             let store = match mode {
                 WriteMode::Transactional => &transactional,
                 WriteMode::Ordered => &ordered,
             };
             eprintln!(
-                "  round {}, {}, {}",
+                "  round {}, {}, {}, {}",
                 turn.round + 1,
                 mode_name(mode),
-                shape.name()
+                shape.name(),
+                writer.name()
             );
+            // The same seed for both writers: the same parents in the same order.
             let run_seed = seed ^ ((turn.round * 100 + m * 10 + s) as u64);
             let before = Transactions::read(db).await?;
             let (run, acked) = match shape.processes() {
                 None => {
+                    let pushing = match writer {
+                        Writer::Library => Pushing::Library(store.clone()),
+                        Writer::Hand => Pushing::Hand(HandPush::new(db, mode)),
+                    };
                     let parents = shape.parents();
-                    pushes(store, parents, TASKS, warmup, duration, seed, run_seed).await?
+                    pushes(&pushing, parents, TASKS, warmup, duration, seed, run_seed).await?
                 }
                 Some(processes) => {
                     let Ok(exe) = &exe else { return Ok(None) };
@@ -605,6 +704,7 @@ pub async fn run(
                         uri: uri.to_owned(),
                         database: db.name().to_owned(),
                         mode,
+                        writer,
                         processes,
                         parents: shape.parents(),
                         seed,
@@ -638,34 +738,51 @@ pub async fn run(
         .await?;
     db.drop().await?;
 
+    let max = |r| {
+        runs.of(r)
+            .map(|x: &Measured| x.run.max())
+            .fold(f64::NAN, f64::max)
+    };
     let mut rows = Vec::new();
+    let mut against = Vec::new();
     for (m, mode) in modes.into_iter().enumerate() {
         for (s, shape) in shapes.into_iter().enumerate() {
-            let r = side(m, s);
-            if runs.of(r).next().is_none() {
-                continue;
+            for (w, writer) in writers.into_iter().enumerate() {
+                let r = side(m, s, w);
+                if runs.of(r).next().is_none() {
+                    continue;
+                }
+                rows.push(Row {
+                    mode,
+                    shape,
+                    writer,
+                    pushes: runs.of(r).map(|x| x.run.len()).sum(),
+                    rate: runs.spread(r, |x| x.run.rate()),
+                    p50: runs.spread(r, |x| x.run.p50()),
+                    p99: runs.spread(r, |x| x.run.p99()),
+                    max: max(r),
+                    commits: runs.spread(r, |x| x.per_push(x.transactions.committed)),
+                    aborts: runs.spread(r, |x| x.per_push(x.transactions.aborted)),
+                });
             }
-            rows.push(Row {
-                mode,
-                shape,
-                pushes: runs.of(r).map(|x| x.run.len()).sum(),
-                rate: runs.spread(r, |x| x.run.rate()),
-                p50: runs.spread(r, |x| x.run.p50()),
-                p99: runs.spread(r, |x| x.run.p99()),
-                max: runs.of(r).map(|x| x.run.max()).fold(f64::NAN, f64::max),
-                commits: runs.spread(r, |x| x.per_push(x.transactions.committed)),
-                aborts: runs.spread(r, |x| x.per_push(x.transactions.aborted)),
-            });
+            let (l, h) = (side(m, s, 0), side(m, s, 1));
+            if runs.of(l).next().is_some() && runs.of(h).next().is_some() {
+                against.push(Against {
+                    mode,
+                    shape,
+                    rate: runs.ratio(l, h, |x| x.run.rate()),
+                    p99: runs.ratio(l, h, |x| x.run.p99()),
+                });
+            }
         }
     }
     let versus = shapes
         .into_iter()
         .enumerate()
         .filter_map(|(s, shape)| {
-            let (t, o) = (side(0, s), side(1, s));
+            let (t, o) = (side(0, s, 0), side(1, s, 0));
             runs.of(t).next()?;
             runs.of(o).next()?;
-            let max = |r| runs.of(r).map(|x| x.run.max()).fold(f64::NAN, f64::max);
             Some(Versus {
                 shape,
                 rate: runs.ratio(t, o, |x| x.run.rate()),
@@ -677,7 +794,8 @@ pub async fn run(
     let zipf = shapes.iter().position(|&s| s == Shape::Zipf);
     let zipf_hottest = zipf.and_then(|s| {
         let shares: Vec<f64> = (0..modes.len())
-            .flat_map(|m| runs.of(side(m, s)).map(|x| x.hottest))
+            .flat_map(|m| (0..writers.len()).map(move |w| side(m, s, w)))
+            .flat_map(|r| runs.of(r).map(|x| x.hottest))
             .collect();
         (!shares.is_empty()).then(|| Spread::of(&shares))
     });
@@ -685,8 +803,10 @@ pub async fn run(
         seconds: duration.as_secs_f64(),
         warmup: warmup.as_secs_f64(),
         rounds,
+        folding: folding(),
         rows,
         versus,
+        against,
         zipf_hottest,
         processes_skipped,
         checked_pushes: ledger.pushes,
@@ -722,6 +842,7 @@ struct Workers {
     uri: String,
     database: String,
     mode: WriteMode,
+    writer: Writer,
     processes: usize,
     parents: Parents,
     seed: u64,
@@ -784,6 +905,9 @@ impl Workers {
             if zipf {
                 command.arg("--worker-zipf");
             }
+            if self.writer == Writer::Hand {
+                command.arg("--worker-hand");
+            }
             let mut child = match command.spawn() {
                 Ok(child) => child,
                 Err(e) => return Ok(Gathered::NotStarted(e.to_string())),
@@ -835,8 +959,11 @@ pub struct Worker<'a> {
     pub uri: &'a str,
     pub database: &'a str,
     pub mode: WriteMode,
+    /// Who writes: the library, or [`HandPush`] (on the hand-written parents).
+    pub writer: Writer,
     /// Its tasks push to parent `first` (`count` 1), to `first + t % count` (task `t`), or,
-    /// with `zipf`, each push to one of [`ZIPF_PARENTS`] from `first` on, Zipf-distributed.
+    /// with `zipf`, each push to one of [`ZIPF_PARENTS`] from `first` on, Zipf-distributed; of
+    /// the writer's parents, as in [`Writer::first`].
     pub first: usize,
     pub count: usize,
     pub zipf: bool,
@@ -847,7 +974,7 @@ pub struct Worker<'a> {
     pub duration: Duration,
 }
 
-/// Worker mode: `tasks` tasks push once this process reads `go` on its standard input; writes
+/// Worker mode: `tasks` tasks of `writer` push once this process reads `go` on its standard input; writes
 /// `ready` first, and at the end `L <ms>` per measured latency and `A <parent> <review _id>`
 /// per acknowledged push (warm-up included), one a line, on its standard output.
 pub async fn worker(w: Worker<'_>) -> Res<()> {
@@ -864,9 +991,13 @@ pub async fn worker(w: Worker<'_>) -> Res<()> {
     );
     // Connected and the parent there before the clock starts.
     store
-        .get(&parent_id(w.first))
+        .get(&parent_id(w.writer.first() + w.first))
         .await?
         .ok_or("the hot parent is missing")?;
+    let pushing = match w.writer {
+        Writer::Library => Pushing::Library(store.clone()),
+        Writer::Hand => Pushing::Hand(HandPush::new(&db, w.mode)),
+    };
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "ready")?;
@@ -881,7 +1012,10 @@ pub async fn worker(w: Worker<'_>) -> Res<()> {
         return Err(format!("expected `go`, read {go:?}").into());
     }
     let own = w.seed ^ u64::from(std::process::id()).wrapping_mul(0xC2B2_AE3D);
-    let (run, acked) = pushes(&store, parents, w.tasks, w.warmup, w.duration, w.seed, own).await?;
+    let (run, acked) = pushes(
+        &pushing, parents, w.tasks, w.warmup, w.duration, w.seed, own,
+    )
+    .await?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for l in run.latencies() {
         writeln!(out, "L {l}")?;
@@ -892,7 +1026,7 @@ pub async fn worker(w: Worker<'_>) -> Res<()> {
     out.flush()?;
     // A client dropped as the process exits ends its sessions on a runtime that is shutting
     // down, and the driver panics; shut it down while the runtime runs.
-    drop((store, db));
+    drop((pushing, store, db));
     client.shutdown().await;
     Ok(())
 }

@@ -7,6 +7,7 @@
 
 mod batching;
 mod data;
+mod hand;
 mod hot_parent;
 mod load;
 mod measure;
@@ -34,7 +35,7 @@ use crate::data::{DataSet, EMBEDDED, REFERENCED, REVIEWS, SUBSET};
 use crate::measure::Rounds;
 use crate::memory::Cgroup;
 use crate::report::{
-    Memory, Overhead, RatioRow, ReadRow, Report, ShowRow, Trips, WorkingSet, WriteRow,
+    Memory, Overhead, OverheadRun, RatioRow, ReadRow, Report, ShowRow, Trips, WorkingSet, WriteRow,
 };
 use crate::stats::Picker;
 use crate::working_set::{Ctx, Layout};
@@ -52,7 +53,8 @@ enum Experiment {
     /// `push_many` in batches against one `push` per review.
     Batching,
     /// 16 tasks pushing to one parent against 16 parents, in both write modes; 4 and 8 processes
-    /// of 4 tasks on one parent; 4 processes of 4 tasks over 1,000 parents, Zipf-distributed.
+    /// of 4 tasks on one parent; 4 processes of 4 tasks over 1,000 parents, Zipf-distributed;
+    /// each through the library and written by hand with the driver.
     HotParent,
     /// Push latency into full subsets of keep 5, 100 and 1000, in order and out of order; and at
     /// keep 1000 a hand-written layout that appends with a plain `$push` and trims every 1000.
@@ -184,6 +186,9 @@ struct Args {
     /// Internal: the worker picks each push's parent from a Zipf distribution.
     #[arg(long, hide = true)]
     worker_zipf: bool,
+    /// Internal: the worker pushes by hand with the driver, not through the library.
+    #[arg(long, hide = true)]
+    worker_hand: bool,
     #[arg(long, hide = true, default_value_t = 4)]
     worker_tasks: usize,
 }
@@ -250,6 +255,11 @@ fn main() -> Res<()> {
             uri,
             database: &args.database,
             mode,
+            writer: if args.worker_hand {
+                hot_parent::Writer::Hand
+            } else {
+                hot_parent::Writer::Library
+            },
             first: args.worker_first,
             count: args.worker_count,
             zipf: args.worker_zipf,
@@ -317,8 +327,24 @@ async fn run(args: Args, confinement: Option<&mut Confinement>) -> Res<()> {
     if has(Experiment::Overhead) {
         eprintln!("library overhead…");
         let db = client.database(&format!("{}_overhead", args.database));
-        let (mode, rows) = overhead::run(&db, args.iterations, args.seed).await?;
-        report.add(Overhead { mode, rows });
+        let (mode, rows) = overhead::run(&db, args.iterations, args.seed, None).await?;
+        let mut runs = vec![OverheadRun {
+            mode,
+            forced: false,
+            rows,
+        }];
+        // The other write mode on the same server: ordered writes forced.
+        if mode == WriteMode::Transactional {
+            eprintln!("library overhead, ordered writes…");
+            let forced = Some(WriteMode::Ordered);
+            let (mode, rows) = overhead::run(&db, args.iterations, args.seed, forced).await?;
+            runs.push(OverheadRun {
+                mode,
+                forced: true,
+                rows,
+            });
+        }
+        report.add(Overhead(runs));
     }
 
     if has(Experiment::HotParent) {

@@ -182,19 +182,36 @@ pub struct Rounds {
 }
 
 impl Rounds {
+    /// The side measured `j`-th in `round`.
+    pub fn side(&self, round: usize, j: usize) -> usize {
+        (j + round * self.shift) % self.sides
+    }
+
     /// Calls `measure` for every turn, in order; `None` means the side did not run that round.
     ///
     /// # Errors
     ///
     /// The first error of `measure`.
-    pub async fn run<R>(
+    pub async fn run<R>(self, measure: impl AsyncFnMut(Turn) -> Res<Option<R>>) -> Res<Runs<R>> {
+        self.run_in(|round, j| self.side(round, j), measure).await
+    }
+
+    /// [`Rounds::run`] in another order: `order(round, j)` is the side measured `j`-th in
+    /// `round`, for each round a permutation of the sides (`shift` goes unused unless `order`
+    /// calls [`Rounds::side`]).
+    ///
+    /// # Errors
+    ///
+    /// The first error of `measure`.
+    pub async fn run_in<R>(
         self,
+        order: impl Fn(usize, usize) -> usize,
         mut measure: impl AsyncFnMut(Turn) -> Res<Option<R>>,
     ) -> Res<Runs<R>> {
         let mut runs = Runs::new(self.sides);
         for round in 0..self.rounds {
             for j in 0..self.sides {
-                let side = (j + round * self.shift) % self.sides;
+                let side = order(round, j);
                 if let Some(r) = measure(Turn { round, side }).await? {
                     runs.record(Turn { round, side }, r);
                 }

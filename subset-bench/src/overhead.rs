@@ -1,18 +1,19 @@
 //! Experiment 2, library overhead: each operation through the library and written by hand with
-//! the raw driver, interleaved A/B on the same server and data.
+//! the raw driver, interleaved A/B on the same server and data, in one write mode per run (the
+//! benchmark runs it in each mode the server offers).
 
 use bson::oid::ObjectId;
-use bson::{doc, Bson, DateTime, Document};
+use bson::{doc, DateTime};
 use futures::TryStreamExt;
-use mongodb::{Client, Collection, Database};
+use mongodb::{Collection, Database};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 use subset::bson;
-use subset::bson_compat;
-use subset::{Cursor, PageRequest, Store, WriteMode};
+use subset::{Cursor, PageRequest, Store, StoreOptions, WriteMode};
 
 use crate::data::{DataSet, Product, Review, PAGE_REVIEWS, REVIEWS, SUBSET};
+use crate::hand::HandPush;
 use crate::measure::{side_by_side, Run, Runs, Turn};
 use crate::Res;
 
@@ -61,9 +62,10 @@ struct FirstPage {
 }
 
 struct Bench {
-    client: Client,
     store: Store<Product>,
     mode: WriteMode,
+    /// The writes by hand, in the store's write mode.
+    hand: HandPush,
     products: Collection<Product>,
     reviews: Collection<Review>,
     ids: Vec<ObjectId>,
@@ -157,60 +159,7 @@ impl Bench {
                 page.truncate(LATER_PAGE);
                 assert_len(page.len(), LATER_PAGE)?;
             }
-            Op::Push | Op::PushMany => self.push_by_hand(id, input).await?,
-        }
-        Ok(())
-    }
-
-    /// The double write as one would write it with the driver: serialize each review once, add
-    /// the product key for the review collection, one capped `$push`, and on a replica set both
-    /// writes in one transaction.
-    async fn push_by_hand(&self, id: ObjectId, reviews: &[Review]) -> Res<()> {
-        let embedded = reviews
-            .iter()
-            .map(bson_compat::to_document)
-            .collect::<Result<Vec<Document>, _>>()?;
-        let stored: Vec<Document> = embedded
-            .iter()
-            .map(|d| {
-                let mut d = d.clone();
-                d.insert("product_id", id);
-                d
-            })
-            .collect();
-        let update = doc! {
-            "$push": { "recent_reviews": {
-                "$each": embedded.into_iter().map(Bson::Document).collect::<Vec<_>>(),
-                "$sort": { "date": -1, "_id": -1 },
-                "$slice": PAGE_REVIEWS as i32,
-            } },
-            "$inc": { "total_reviews": reviews.len() as i64 },
-        };
-        let products = self.products.clone_with_type::<Document>();
-        let children = self.reviews.clone_with_type::<Document>();
-        match self.mode {
-            WriteMode::Transactional => {
-                let mut session = self.client.start_session().await?;
-                session.start_transaction().await?;
-                products
-                    .update_one(doc! { "_id": id }, update)
-                    .session(&mut session)
-                    .await?;
-                if let [one] = stored.as_slice() {
-                    children.insert_one(one).session(&mut session).await?;
-                } else {
-                    children.insert_many(&stored).session(&mut session).await?;
-                }
-                session.commit_transaction().await?;
-            }
-            WriteMode::Ordered => {
-                if let [one] = stored.as_slice() {
-                    children.insert_one(one).await?;
-                } else {
-                    children.insert_many(&stored).await?;
-                }
-                products.update_one(doc! { "_id": id }, update).await?;
-            }
+            Op::Push | Op::PushMany => self.hand.push(id, input).await?,
         }
         Ok(())
     }
@@ -237,8 +186,9 @@ pub struct Row {
     pub block_max: f64,
 }
 
-/// Writes the experiment's products (through the library) into a fresh `db`.
-async fn setup(db: &Database, seed: u64) -> Res<Bench> {
+/// Writes the experiment's products (through the library) into a fresh `db`; the store writes
+/// in `mode`, or in the mode it detects.
+async fn setup(db: &Database, seed: u64, mode: Option<WriteMode>) -> Res<Bench> {
     db.drop().await?;
     let data = DataSet {
         products: PRODUCTS,
@@ -246,7 +196,10 @@ async fn setup(db: &Database, seed: u64) -> Res<Bench> {
         max_reviews: REVIEWS_EACH,
         seed,
     };
-    let store = Store::<Product>::new(db);
+    let store = match mode {
+        Some(mode) => Store::<Product>::with_options(db, StoreOptions::new().mode(mode)),
+        None => Store::<Product>::new(db),
+    };
     store.ensure_indexes().await?;
     let mode = store.mode().await?;
     let handle = store.children(Product::RECENT_REVIEWS);
@@ -273,9 +226,9 @@ async fn setup(db: &Database, seed: u64) -> Res<Bench> {
         ids.push(info.id);
     }
     Ok(Bench {
-        client: db.client().clone(),
         store,
         mode,
+        hand: HandPush::new(db, mode),
         products: db.collection(SUBSET),
         reviews: db.collection(REVIEWS),
         ids,
@@ -285,9 +238,16 @@ async fn setup(db: &Database, seed: u64) -> Res<Bench> {
     })
 }
 
-/// Runs every operation `iterations` times each way, alternating which goes first.
-pub async fn run(db: &Database, iterations: usize, seed: u64) -> Res<(WriteMode, Vec<Row>)> {
-    let mut bench = setup(db, seed).await?;
+/// Runs every operation `iterations` times each way, alternating which goes first, with the
+/// library's store in `mode` (or the mode it detects) and the writes by hand in the same mode.
+/// Returns the mode and a row per operation.
+pub async fn run(
+    db: &Database,
+    iterations: usize,
+    seed: u64,
+    mode: Option<WriteMode>,
+) -> Res<(WriteMode, Vec<Row>)> {
+    let mut bench = setup(db, seed, mode).await?;
     let mut rng = StdRng::seed_from_u64(seed);
     let warmup = (iterations / 10).max(20);
     let mut rows = Vec::new();

@@ -1,5 +1,6 @@
 //! Experiment 3, round trips: the commands each operation sends, from the driver's command
-//! monitoring. `tests/it/round_trips.rs` asserts the same counts.
+//! monitoring, on its second call (the steady state, which `tests/it/round_trips.rs` asserts)
+//! and on its first on a fresh store.
 
 use std::sync::{Arc, Mutex};
 
@@ -25,14 +26,24 @@ pub const OPS: [&str; 9] = [
     "review write, referenced",
 ];
 
+/// The commands of one operation's two calls.
+#[derive(Debug, Clone)]
+pub struct Calls {
+    /// The first call on a fresh store: what the store reads once (its registry) included.
+    pub first: Vec<String>,
+    /// The second call, on the same store and parent: what a running service sends each time.
+    pub steady: Vec<String>,
+}
+
 /// Connects to `uri` with a client that logs the name of every command it starts (except the
 /// driver's own `hello`s), writes a small data set into `database`, and returns, per operation
-/// of [`OPS`], the commands it sent. The store's one-time `hello` happens before counting.
+/// of [`OPS`], the commands its first and second calls sent. The store's one-time `hello`
+/// happens before counting.
 pub async fn count(
     uri: &str,
     database: &str,
     mode: Option<WriteMode>,
-) -> Res<(WriteMode, Vec<Vec<String>>)> {
+) -> Res<(WriteMode, Vec<Calls>)> {
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let mut options = ClientOptions::parse(uri).await?;
     let sink = Arc::clone(&log);
@@ -72,26 +83,43 @@ pub async fn count(
     let id = data.product_id(0);
     let handle = ctx.store.children(Product::RECENT_REVIEWS);
     let mut counts = Vec::new();
+    // Each operation twice, the second call on the same store and parent as the first.
+    let mut twice = |first: Vec<String>, steady: Vec<String>| counts.push(Calls { first, steady });
     ctx.store.get(&id).await?;
-    counts.push(take());
-    let first = handle
-        .page(&id, &PageRequest::first(PAGE_REVIEWS as u32))
-        .await?;
-    counts.push(take());
-    let next = first.next.ok_or("no second page")?;
-    handle.page(&id, &PageRequest::after(next, 20)).await?;
-    counts.push(take());
+    let first = take();
+    ctx.store.get(&id).await?;
+    twice(first, take());
+    let request = PageRequest::first(PAGE_REVIEWS as u32);
+    handle.page(&id, &request).await?;
+    let first = take();
+    let page = handle.page(&id, &request).await?;
+    twice(first, take());
+    let request = PageRequest::after(page.next.ok_or("no second page")?, 20);
+    handle.page(&id, &request).await?;
+    let first = take();
+    handle.page(&id, &request).await?;
+    twice(first, take());
+    // Each review newer than the last: every push goes to the head of the subset.
     handle.push(&id, &data.new_review(0, 1)).await?;
-    counts.push(take());
-    let batch: Vec<_> = (2..12).map(|n| data.new_review(0, n)).collect();
+    let first = take();
+    handle.push(&id, &data.new_review(0, 2)).await?;
+    twice(first, take());
+    let batch: Vec<_> = (3..13).map(|n| data.new_review(0, n)).collect();
     handle.push_many(&id, &batch).await?;
-    counts.push(take());
+    let first = take();
+    let batch: Vec<_> = (13..23).map(|n| data.new_review(0, n)).collect();
+    handle.push_many(&id, &batch).await?;
+    twice(first, take());
     for layout in [Layout::Embedded, Layout::TwoQuery, Layout::Lookup] {
         ctx.read(layout, 1).await?;
-        counts.push(take());
+        let first = take();
+        ctx.read(layout, 1).await?;
+        twice(first, take());
     }
     ctx.write(Layout::TwoQuery, 1, 99, false).await?;
-    counts.push(take());
+    let first = take();
+    ctx.write(Layout::TwoQuery, 1, 100, false).await?;
+    twice(first, take());
     db.drop().await?;
     Ok((mode, counts))
 }
