@@ -361,6 +361,79 @@ async fn a_lease_is_kept_for_the_next_writer_of_the_process() {
     assert!(!marker.contains_key("l"), "a lease left behind: {marker}");
 }
 
+/// Pushes to sixteen parents at once, in transactions: the first runs alone, and the fifteen
+/// that come while its transaction is in flight go together in the next one: one commit for
+/// fifteen parents. When a parent of such a group is missing, each push is written alone, and
+/// only the one to the missing parent fails.
+#[tokio::test]
+async fn pushes_to_many_parents_share_a_transaction() {
+    let (store, _, log) = setup(Topology::ReplicaSet).await;
+    assert_eq!(store.mode().await.unwrap(), WriteMode::Transactional);
+    let reviews = store.children(Product::RECENT_REVIEWS);
+    let mut products = Vec::new();
+    for _ in 0..16 {
+        let product = Product {
+            id: ObjectId::new(),
+            recent_reviews: Vec::new(),
+            total_reviews: 0,
+            rating_total: 0,
+        };
+        store.insert(&product).await.unwrap();
+        products.push(product.id);
+    }
+    log.take();
+
+    let pushed: Vec<Review> = (0..16).map(|i| review(1_000 + i)).collect();
+    let pushes = products
+        .iter()
+        .zip(&pushed)
+        .map(|(p, r)| std::future::IntoFuture::into_future(reviews.push(p, r)));
+    for result in futures::future::join_all(pushes).await {
+        result.unwrap();
+    }
+    let commands = log.take();
+    let count = |name: &str| commands.iter().filter(|c| *c == name).count();
+    assert_eq!(count("commitTransaction"), 2, "{commands:?}");
+    assert_eq!((count("update"), count("insert")), (16, 16), "{commands:?}");
+    for (product, review) in products.iter().zip(&pushed) {
+        let stored = store.get(product).await.unwrap().unwrap();
+        assert_eq!(stored.total_reviews, 1);
+        assert_eq!(stored.rating_total, i64::from(review.rating));
+        let embedded: Vec<ObjectId> = stored.recent_reviews.iter().map(|r| r.id).collect();
+        assert_eq!(embedded, [review.id]);
+    }
+
+    // A group with a parent that does not exist: its transaction aborts, and each push goes
+    // alone, with its own result.
+    let missing = ObjectId::new();
+    let targets = [products[0], products[1], missing, products[2], products[3]];
+    let second: Vec<Review> = (0..5).map(|i| review(2_000 + i)).collect();
+    let pushes = targets
+        .iter()
+        .zip(&second)
+        .map(|(p, r)| std::future::IntoFuture::into_future(reviews.push(p, r)));
+    let results = futures::future::join_all(pushes).await;
+    for (target, result) in targets.iter().zip(results) {
+        match result {
+            Err(subset::Error::ParentNotFound { .. }) if *target == missing => {}
+            Ok(()) if *target != missing => {}
+            other => panic!("push to {target}: {other:?}"),
+        }
+    }
+    for product in &products[..4] {
+        let stored = store.get(product).await.unwrap().unwrap();
+        assert_eq!(stored.total_reviews, 2);
+        assert_eq!(stored.recent_reviews.len(), 2);
+    }
+    let left = store
+        .database()
+        .collection::<Document>("reviews")
+        .count_documents(doc! { "product_id": missing })
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "a child of the missing parent was stored");
+}
+
 #[tokio::test]
 async fn push_on_a_replica_set_is_one_transaction_of_three_commands() {
     let (store, product, log) = setup(Topology::ReplicaSet).await;

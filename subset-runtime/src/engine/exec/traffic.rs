@@ -332,6 +332,174 @@ impl<W: Work> Drop for Turn<W> {
     }
 }
 
+/// Group commit across parents: work for different parents (each writer holding its own
+/// parent's turn) written in one run, one transaction for several cold parents. At most
+/// [`ABREAST`] runs go at once per store; work that comes meanwhile waits, and the next run
+/// takes all of it. A writer alone with nothing in flight runs at once, as before: grouping
+/// costs latency only to work that would have waited for the server anyway.
+pub(crate) struct Across<T> {
+    convoy: Arc<Mutex<Convoy<T>>>,
+}
+
+/// How many runs of [`Across`] go at once.
+const ABREAST: usize = 1;
+
+impl<T> Default for Across<T> {
+    fn default() -> Self {
+        Across {
+            convoy: Arc::new(Mutex::new(Convoy {
+                running: 0,
+                waiting: VecDeque::new(),
+            })),
+        }
+    }
+}
+
+/// The runs under way and the work waiting for the next.
+struct Convoy<T> {
+    running: usize,
+    waiting: VecDeque<Rider<T>>,
+}
+
+/// Work waiting for a run, with the way to tell its writer what came of it; dropped unanswered
+/// (its run went away), it goes back to its writer, to be written alone.
+struct Rider<T> {
+    item: Option<T>,
+    told: Option<oneshot::Sender<Told<T>>>,
+}
+
+/// What a waiting writer of [`Across`] is told.
+enum Told<T> {
+    /// Its turn to lead the next run, with its work back.
+    Lead(T),
+    /// Its work was written in a run: the result.
+    Done(Result<()>),
+    /// The run that took its work failed or went away: it writes its work alone.
+    Alone(T),
+}
+
+impl<T> Rider<T> {
+    fn tell(mut self, told: impl FnOnce(T) -> Told<T>) {
+        if let (Some(item), Some(sender)) = (self.item.take(), self.told.take()) {
+            // A writer that went away has nobody to tell.
+            let _ = sender.send(told(item));
+        }
+    }
+
+    fn answer(mut self, result: Result<()>) {
+        self.item = None;
+        if let Some(sender) = self.told.take() {
+            let _ = sender.send(Told::Done(result));
+        }
+    }
+}
+
+impl<T> Drop for Rider<T> {
+    fn drop(&mut self) {
+        if let (Some(item), Some(sender)) = (self.item.take(), self.told.take()) {
+            let _ = sender.send(Told::Alone(item));
+        }
+    }
+}
+
+/// A run's place among the [`ABREAST`]: given up when dropped (the run ended or went away),
+/// to the first writer still waiting, who leads the next run.
+struct Place<T> {
+    convoy: Arc<Mutex<Convoy<T>>>,
+}
+
+impl<T> Drop for Place<T> {
+    fn drop(&mut self) {
+        let mut convoy = self.convoy.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(mut rider) = convoy.waiting.pop_front() {
+            let (Some(item), Some(sender)) = (rider.item.take(), rider.told.take()) else {
+                continue;
+            };
+            // The place passes with the lead; a writer that went away passes it on.
+            if sender.send(Told::Lead(item)).is_ok() {
+                return;
+            }
+        }
+        convoy.running -= 1;
+    }
+}
+
+impl<T: Clone + Send> Across<T> {
+    /// Writes `item` (cheap to clone: shared): in a run of its own at once when fewer than
+    /// [`ABREAST`] are under way, else waiting for the next run, which writes it with all the
+    /// work waiting then (`together`), or, when that fails, has each writer write its own
+    /// (`alone`), so that each gets its own result. A writer writes alone under the turn it
+    /// holds; a run never takes a turn its riders hold.
+    pub(crate) async fn ride<G, GF, A, AF>(&self, item: T, together: G, alone: A) -> Result<()>
+    where
+        G: Fn(Vec<T>) -> GF,
+        GF: Future<Output = Result<()>>,
+        A: Fn(T) -> AF,
+        AF: Future<Output = Result<()>>,
+    {
+        let waiting = {
+            let mut convoy = self.convoy.lock().unwrap_or_else(PoisonError::into_inner);
+            if convoy.running < ABREAST {
+                convoy.running += 1;
+                Ok(item)
+            } else {
+                let (sender, told) = oneshot::channel();
+                convoy.waiting.push_back(Rider {
+                    item: Some(item),
+                    told: Some(sender),
+                });
+                Err(told)
+            }
+        };
+        let mine = match waiting {
+            Ok(item) => item,
+            Err(told) => match told.await {
+                Ok(Told::Lead(item)) => item,
+                Ok(Told::Done(result)) => return result,
+                Ok(Told::Alone(item)) => return alone(item).await,
+                // A sender is dropped unsent only with the runtime.
+                Err(_) => return Ok(()),
+            },
+        };
+        let place = Place {
+            convoy: Arc::clone(&self.convoy),
+        };
+        let riders: Vec<Rider<T>> = {
+            let mut convoy = self.convoy.lock().unwrap_or_else(PoisonError::into_inner);
+            convoy
+                .waiting
+                .drain(..)
+                .filter(|r| r.told.as_ref().is_some_and(|t| !t.is_closed()))
+                .collect()
+        };
+        if riders.is_empty() {
+            let result = alone(mine).await;
+            drop(place);
+            return result;
+        }
+        let all: Vec<T> = std::iter::once(&mine)
+            .chain(riders.iter().filter_map(|r| r.item.as_ref()))
+            .cloned()
+            .collect();
+        let written = together(all).await;
+        drop(place);
+        match written {
+            Ok(()) => {
+                for rider in riders {
+                    rider.answer(Ok(()));
+                }
+                Ok(())
+            }
+            Err(_) => {
+                for rider in riders {
+                    rider.tell(Told::Alone);
+                }
+                alone(mine).await
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,9 @@ mod parent_update;
 use crate::action::{span, Action, Operation};
 use crate::error::{driver, Error, Result};
 
-use super::batch::{Prepared, Queued};
+use super::batch::{Aboard, Prepared, Queued};
+use super::WriteMode;
+use std::sync::Arc;
 
 /// How a push reaches the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +117,8 @@ impl Pushes<'_> {
 
     /// `batch` with the pushes queued on the same parent (see [`exec::traffic`]); folded
     /// with other processes' when the parent is contended and the store folds (see `fold/`).
+    /// In transactions, with the pushes queued for other parents too, while another group is
+    /// in flight ([`exec::traffic::Across`]).
     async fn push_combined(&self, parent: &Bson, children: Vec<Prepared>) -> Result<()> {
         let key = self.group_key(parent);
         let run = |work: &Queued| {
@@ -124,17 +128,24 @@ impl Pushes<'_> {
                 if self.strategy(key, &batch) == Strategy::Fold {
                     return self.push_folded(parent, &batch).await;
                 }
-                match self
-                    .pushes()
-                    .push_alone(parent, &batch, None, Strategy::GroupCommit)
-                    .await
-                {
-                    // Contended meanwhile, and the store folds.
-                    Err(e) if is_transient(&e) && self.strategy(key, &batch) == Strategy::Fold => {
-                        self.push_folded(parent, &batch).await
-                    }
-                    other => other,
+                let alone = |aboard: Arc<Aboard>| async move {
+                    self.push_grouped(key, &aboard.children, parent).await
+                };
+                let aboard = Arc::new(Aboard {
+                    field: self.spec().field,
+                    parent: parent.clone(),
+                    children: batch,
+                });
+                if self.store().mode().await? != WriteMode::Transactional {
+                    return alone(aboard).await;
                 }
+                let together =
+                    |all: Vec<Arc<Aboard>>| async move { self.store().push_abreast(&all).await };
+                self.store()
+                    .shared
+                    .across
+                    .ride(aboard, together, alone)
+                    .await
             }
         };
         let work = Queued::Pushes {
@@ -142,6 +153,22 @@ impl Pushes<'_> {
             children,
         };
         self.store().traffic().together(parent, work, run).await
+    }
+
+    /// `batch`, the pushes queued on `parent` in this process, in a transaction of its own (or
+    /// a turn without transactions); folded when the parent is contended meanwhile and the
+    /// store folds.
+    async fn push_grouped(&self, key: &fold::Key, batch: &[Prepared], parent: &Bson) -> Result<()> {
+        match self
+            .pushes()
+            .push_alone(parent, batch, None, Strategy::GroupCommit)
+            .await
+        {
+            Err(e) if is_transient(&e) && self.strategy(key, batch) == Strategy::Fold => {
+                self.push_folded(parent, batch).await
+            }
+            other => other,
+        }
     }
 
     /// `child` ready to be written into this field's [`RawChildren::views`].
@@ -409,6 +436,53 @@ impl PushSteps<'_, '_> {
             .iter()
             .filter(|p| !stored.contains(&&p.id))
             .collect())
+    }
+}
+
+impl super::RawStore {
+    /// The pushes of `all` (each for another parent, whose turn its writer holds) in one
+    /// transaction of ours: each parent's update and children in turn, one commit. Any error
+    /// ends it, and the caller has each push written alone, for its own result.
+    async fn push_abreast(&self, all: &[Arc<Aboard>]) -> Result<()> {
+        let specs = &self.spec().subsets;
+        let subsets: Vec<(RawChildren<'_>, &Aboard)> = all
+            .iter()
+            .filter_map(|a| {
+                Some((
+                    self.children(specs.iter().find(|s| s.field == a.field)?),
+                    &**a,
+                ))
+            })
+            .collect();
+        exec::execute(self, None, &Abreast { subsets: &subsets }).await
+    }
+}
+
+/// The writes of pushes to several parents in one transaction (see
+/// [`exec::traffic::Across`]).
+struct Abreast<'s, 'a> {
+    subsets: &'s [(RawChildren<'a>, &'s Aboard)],
+}
+
+impl Steps for Abreast<'_, '_> {
+    type Output = ();
+
+    // No parents: each push's writer holds its parent's turn already, and the executor would
+    // wait for those turns.
+
+    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        for (subset, aboard) in self.subsets {
+            PushSteps::new(subset, &aboard.parent, &aboard.children)
+                .run(ctx)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn before_retry(&self, _attempt: u32, error: Error) -> Result<Retry<()>> {
+        // A conflict on one of the parents: each push goes alone, where a contended parent is
+        // noticed (and folded, when the store folds).
+        Err(error)
     }
 }
 
