@@ -634,4 +634,100 @@ mod tests {
         written.expect("not lost").unwrap().unwrap();
         assert_eq!(*runs.lock().unwrap(), vec![2]);
     }
+
+    /// Rides `n` on `across`, recording each run: `together` as the list it wrote (failing
+    /// when it holds 0), `alone` as a list of one.
+    async fn ride(across: &Across<u32>, runs: &Arc<Mutex<Vec<Vec<u32>>>>, n: u32) -> Result<()> {
+        let together = |all: Vec<u32>| async move {
+            if all.contains(&0) {
+                return Err(crate::Error::PartialModel {
+                    collection: "0 fails a run".into(),
+                });
+            }
+            runs.lock().unwrap().push(all);
+            Ok(())
+        };
+        let alone = |n: u32| async move {
+            runs.lock().unwrap().push(vec![n]);
+            Ok(())
+        };
+        across.ride(n, together, alone).await
+    }
+
+    #[tokio::test]
+    async fn work_that_comes_during_a_run_goes_in_the_next_run_together() {
+        let across = Arc::new(Across::<u32>::default());
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        // The first run holds its place until told.
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let first = {
+            let (across, runs, gate) = (across.clone(), runs.clone(), gate.clone());
+            tokio::spawn(async move {
+                let alone = |n: u32| {
+                    let (runs, gate) = (runs.clone(), gate.clone());
+                    async move {
+                        gate.notified().await;
+                        runs.lock().unwrap().push(vec![n]);
+                        Ok(())
+                    }
+                };
+                across.ride(1, |_| async { Ok(()) }, alone).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let riders: Vec<_> = [2, 3, 4]
+            .into_iter()
+            .map(|n| {
+                let (across, runs) = (across.clone(), runs.clone());
+                tokio::spawn(async move { ride(&across, &runs, n).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        gate.notify_one();
+        first.await.unwrap().unwrap();
+        for rider in riders {
+            rider.await.unwrap().unwrap();
+        }
+        let mut runs = runs.lock().unwrap().clone();
+        runs[1].sort_unstable();
+        assert_eq!(runs, vec![vec![1], vec![2, 3, 4]]);
+        assert_eq!(across.convoy.lock().unwrap().running, 0);
+    }
+
+    #[tokio::test]
+    async fn a_run_that_fails_has_each_writer_write_alone() {
+        let across = Arc::new(Across::<u32>::default());
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let first = {
+            let (across, gate) = (across.clone(), gate.clone());
+            tokio::spawn(async move {
+                let alone = |_| {
+                    let gate = gate.clone();
+                    async move {
+                        gate.notified().await;
+                        Ok(())
+                    }
+                };
+                across.ride(1, |_| async { Ok(()) }, alone).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let riders: Vec<_> = [0, 5, 6]
+            .into_iter()
+            .map(|n| {
+                let (across, runs) = (across.clone(), runs.clone());
+                tokio::spawn(async move { ride(&across, &runs, n).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        gate.notify_one();
+        first.await.unwrap().unwrap();
+        for rider in riders {
+            rider.await.unwrap().unwrap();
+        }
+        let mut runs = runs.lock().unwrap().clone();
+        runs.sort_unstable();
+        assert_eq!(runs, vec![vec![0], vec![5], vec![6]]);
+    }
 }
