@@ -17,14 +17,6 @@ pub(super) struct Prepared {
     pub(super) stored: Document,
 }
 
-/// The pushes queued on one parent, through the field `field`, as they wait to be written with
-/// other parents' (see [`super::exec::traffic::Across`]).
-pub(super) struct Aboard {
-    pub(super) field: &'static str,
-    pub(super) parent: Bson,
-    pub(super) children: Vec<Prepared>,
-}
-
 /// One writer's work in a parent's queue.
 pub(super) enum Queued {
     /// Work that goes alone: nothing joins it.

@@ -9,7 +9,7 @@ use mongodb::{Collection, Database};
 use tokio::sync::OnceCell;
 
 use super::Contention;
-use super::{batch, exec, model_change, push, views, WriteMode};
+use super::{abreast, batch, exec, model_change, push, views, WriteMode};
 use crate::bookkeeping::names::Names;
 use crate::error::{Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
@@ -66,7 +66,7 @@ pub(super) struct Shared {
     pub(super) registry: model_change::RegistryCache,
     pub(super) traffic: exec::traffic::Traffic<batch::Queued>,
     pub(super) kept: exec::lease::Kept,
-    pub(super) across: exec::traffic::Across<Arc<batch::Aboard>>,
+    pub(super) across: exec::traffic::Across<Arc<abreast::Aboard>>,
     pub(super) mode: OnceCell<WriteMode>,
     pub(super) folds: push::fold::Folds,
     pub(super) names: Names,

@@ -30,6 +30,7 @@
 //! | `numbers.rs` | counts and sums kept within their Rust types |
 //! | `query.rs` | the queries several operations share |
 
+mod abreast;
 mod adopt;
 mod batch;
 mod bulk;

@@ -16,7 +16,8 @@ mod parent_update;
 use crate::action::{span, Action, Operation};
 use crate::error::{driver, Error, Result};
 
-use super::batch::{Aboard, Prepared, Queued};
+use super::abreast::{Aboard, Riding};
+use super::batch::{Prepared, Queued};
 use super::WriteMode;
 use std::sync::Arc;
 
@@ -129,18 +130,21 @@ impl Pushes<'_> {
                     return self.push_folded(parent, &batch).await;
                 }
                 let alone = |aboard: Arc<Aboard>| async move {
-                    self.push_grouped(key, &aboard.children, parent).await
+                    match &aboard.work {
+                        Riding::Pushes(batch) => self.push_grouped(key, batch, parent).await,
+                        Riding::Patches(_) => Ok(()),
+                    }
                 };
                 let aboard = Arc::new(Aboard {
                     field: self.spec().field,
                     parent: parent.clone(),
-                    children: batch,
+                    work: Riding::Pushes(batch),
                 });
                 if self.store().mode().await? != WriteMode::Transactional {
                     return alone(aboard).await;
                 }
                 let together =
-                    |all: Vec<Arc<Aboard>>| async move { self.store().push_abreast(&all).await };
+                    |all: Vec<Arc<Aboard>>| async move { self.store().write_abreast(&all).await };
                 self.store()
                     .shared
                     .across
@@ -436,53 +440,6 @@ impl PushSteps<'_, '_> {
             .iter()
             .filter(|p| !stored.contains(&&p.id))
             .collect())
-    }
-}
-
-impl super::RawStore {
-    /// The pushes of `all` (each for another parent, whose turn its writer holds) in one
-    /// transaction of ours: each parent's update and children in turn, one commit. Any error
-    /// ends it, and the caller has each push written alone, for its own result.
-    async fn push_abreast(&self, all: &[Arc<Aboard>]) -> Result<()> {
-        let specs = &self.spec().subsets;
-        let subsets: Vec<(RawChildren<'_>, &Aboard)> = all
-            .iter()
-            .filter_map(|a| {
-                Some((
-                    self.children(specs.iter().find(|s| s.field == a.field)?),
-                    &**a,
-                ))
-            })
-            .collect();
-        exec::execute(self, None, &Abreast { subsets: &subsets }).await
-    }
-}
-
-/// The writes of pushes to several parents in one transaction (see
-/// [`exec::traffic::Across`]).
-struct Abreast<'s, 'a> {
-    subsets: &'s [(RawChildren<'a>, &'s Aboard)],
-}
-
-impl Steps for Abreast<'_, '_> {
-    type Output = ();
-
-    // No parents: each push's writer holds its parent's turn already, and the executor would
-    // wait for those turns.
-
-    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
-        for (subset, aboard) in self.subsets {
-            PushSteps::new(subset, &aboard.parent, &aboard.children)
-                .run(ctx)
-                .await?;
-        }
-        Ok(())
-    }
-
-    async fn before_retry(&self, _attempt: u32, error: Error) -> Result<Retry<()>> {
-        // A conflict on one of the parents: each push goes alone, where a contended parent is
-        // noticed (and folded, when the store folds).
-        Err(error)
     }
 }
 

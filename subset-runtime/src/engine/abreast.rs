@@ -1,0 +1,84 @@
+//! Writes for several parents in one transaction (group commit across parents, see
+//! [`super::exec::traffic::Across`]): the pushes or patches queued on each parent in this
+//! process, each parent's in turn, one commit for all.
+
+use std::sync::Arc;
+
+use crate::bson::Bson;
+
+use super::batch::Prepared;
+use super::exec::{self, Ctx, Retry, Steps};
+use super::patch::child_patch::ChildPatch;
+use super::patch::PatchSteps;
+use super::push::PushSteps;
+use super::{RawChildren, RawStore};
+use crate::error::{Error, Result};
+
+/// The work queued on one parent, through the field `field`, as it waits to be written with
+/// other parents'.
+pub(super) struct Aboard {
+    pub(super) field: &'static str,
+    pub(super) parent: Bson,
+    pub(super) work: Riding,
+}
+
+/// What [`Aboard`] writes.
+pub(super) enum Riding {
+    /// Children to push.
+    Pushes(Vec<Prepared>),
+    /// Patches of children (child `_id`, patch).
+    Patches(Vec<(Bson, ChildPatch)>),
+}
+
+impl RawStore {
+    /// The work of `all` (each for another parent, whose turn its writer holds) in one
+    /// transaction of ours. Any error ends it, and the caller has each writer write alone, for
+    /// its own result.
+    pub(super) async fn write_abreast(&self, all: &[Arc<Aboard>]) -> Result<()> {
+        let specs = &self.spec().subsets;
+        let subsets: Vec<(RawChildren<'_>, &Aboard)> = all
+            .iter()
+            .filter_map(|a| {
+                let spec = specs.iter().find(|s| s.field == a.field)?;
+                Some((self.children(spec), &**a))
+            })
+            .collect();
+        exec::execute(self, None, &Abreast { subsets: &subsets }).await
+    }
+}
+
+/// The writes of [`RawStore::write_abreast`].
+struct Abreast<'s, 'a> {
+    subsets: &'s [(RawChildren<'a>, &'s Aboard)],
+}
+
+impl Steps for Abreast<'_, '_> {
+    type Output = ();
+
+    // No parents: each writer holds its parent's turn already, and the executor would wait for
+    // those turns.
+
+    async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        for (subset, aboard) in self.subsets {
+            let parent = &aboard.parent;
+            match &aboard.work {
+                Riding::Pushes(batch) => PushSteps::new(subset, parent, batch).run(ctx).await?,
+                Riding::Patches(patches) => {
+                    let steps = PatchSteps {
+                        subset,
+                        parent,
+                        patches,
+                    };
+                    steps.run(ctx).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn before_retry(&self, _attempt: u32, error: Error) -> Result<Retry<()>> {
+        // A conflict on one of the parents: each writer goes alone, where a contended parent is
+        // noticed (and its pushes folded, when the store folds).
+        Err(error)
+    }
+}
