@@ -399,7 +399,7 @@ async fn take_one(
         }
         // Held, or no such parent: asked the first time, and every few polls after (a parent
         // deleted meanwhile), so that a poll is one command.
-        if attempt % EXISTS_EVERY == 0 {
+        if attempt.is_multiple_of(EXISTS_EVERY) {
             let exists = parents
                 .find_one(doc! { "_id": parent.clone() })
                 .projection(doc! { "_id": 1 });
