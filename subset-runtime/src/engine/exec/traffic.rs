@@ -18,6 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
@@ -344,12 +345,18 @@ pub(crate) struct Across<T> {
 /// How many runs of [`Across`] go at once.
 const ABREAST: usize = 1;
 
+/// How long work waits for a run before its writer takes it back and writes it alone: a run
+/// that takes longer (a parent update the server holds, a push that waits for a fold) would
+/// otherwise hold up every parent's writers behind it.
+const ESCAPE: Duration = Duration::from_millis(50);
+
 impl<T> Default for Across<T> {
     fn default() -> Self {
         Across {
             convoy: Arc::new(Mutex::new(Convoy {
                 running: 0,
                 waiting: VecDeque::new(),
+                next: 0,
             })),
         }
     }
@@ -359,11 +366,14 @@ impl<T> Default for Across<T> {
 struct Convoy<T> {
     running: usize,
     waiting: VecDeque<Rider<T>>,
+    /// The number the next rider gets, to find it again (see [`ESCAPE`]).
+    next: u64,
 }
 
 /// Work waiting for a run, with the way to tell its writer what came of it; dropped unanswered
 /// (its run went away), it goes back to its writer, to be written alone.
 struct Rider<T> {
+    number: u64,
     item: Option<T>,
     told: Option<oneshot::Sender<Told<T>>>,
 }
@@ -425,6 +435,15 @@ impl<T> Drop for Place<T> {
 }
 
 impl<T: Clone + Send> Across<T> {
+    /// The work of rider `number`, taken out of the waiting line, unless a run took it.
+    fn take_back(&self, number: u64) -> Option<T> {
+        let mut convoy = self.convoy.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = convoy.waiting.iter().position(|r| r.number == number)?;
+        let mut rider = convoy.waiting.remove(at)?;
+        rider.told = None;
+        rider.item.take()
+    }
+
     /// Writes `item` (cheap to clone: shared): in a run of its own at once when fewer than
     /// [`ABREAST`] are under way, else waiting for the next run, which writes it with all the
     /// work waiting then (`together`), or, when that fails, has each writer write its own
@@ -444,22 +463,35 @@ impl<T: Clone + Send> Across<T> {
                 Ok(item)
             } else {
                 let (sender, told) = oneshot::channel();
+                let number = convoy.next;
+                convoy.next += 1;
                 convoy.waiting.push_back(Rider {
+                    number,
                     item: Some(item),
                     told: Some(sender),
                 });
-                Err(told)
+                Err((number, told))
             }
         };
         let mine = match waiting {
             Ok(item) => item,
-            Err(told) => match told.await {
-                Ok(Told::Lead(item)) => item,
-                Ok(Told::Done(result)) => return result,
-                Ok(Told::Alone(item)) => return alone(item).await,
-                // A sender is dropped unsent only with the runtime.
-                Err(_) => return Ok(()),
-            },
+            Err((number, mut told)) => {
+                let told = match tokio::time::timeout(ESCAPE, &mut told).await {
+                    Ok(told) => told,
+                    // Waited too long: the work comes back, unless a run took it meanwhile.
+                    Err(_) => match self.take_back(number) {
+                        Some(item) => return alone(item).await,
+                        None => told.await,
+                    },
+                };
+                match told {
+                    Ok(Told::Lead(item)) => item,
+                    Ok(Told::Done(result)) => return result,
+                    Ok(Told::Alone(item)) => return alone(item).await,
+                    // A sender is dropped unsent only with the runtime.
+                    Err(_) => return Ok(()),
+                }
+            }
         };
         let place = Place {
             convoy: Arc::clone(&self.convoy),
@@ -729,5 +761,26 @@ mod tests {
         let mut runs = runs.lock().unwrap().clone();
         runs.sort_unstable();
         assert_eq!(runs, vec![vec![0], vec![5], vec![6]]);
+    }
+
+    #[tokio::test]
+    async fn work_waiting_behind_a_run_that_does_not_end_is_written_alone() {
+        let across = Arc::new(Across::<u32>::default());
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let stuck = {
+            let across = across.clone();
+            tokio::spawn(async move {
+                let alone = |_| std::future::pending::<Result<()>>();
+                across.ride(1, |_| async { Ok(()) }, alone).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let written = tokio::time::timeout(Duration::from_secs(5), ride(&across, &runs, 2)).await;
+        written.expect("not held up").unwrap();
+        assert_eq!(*runs.lock().unwrap(), vec![vec![2]]);
+        assert!(across.convoy.lock().unwrap().waiting.is_empty());
+        stuck.abort();
+        let _ = stuck.await;
+        assert_eq!(across.convoy.lock().unwrap().running, 0);
     }
 }
