@@ -2,6 +2,7 @@
 //! [`super::exec::traffic::Across`]): the pushes or patches queued on each parent in this
 //! process, each parent's in turn, one commit for all.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use crate::bson::Bson;
@@ -11,7 +12,7 @@ use super::exec::{self, Ctx, Retry, Steps};
 use super::patch::child_patch::ChildPatch;
 use super::patch::PatchSteps;
 use super::push::PushSteps;
-use super::{RawChildren, RawStore};
+use super::{RawChildren, RawStore, WriteMode};
 use crate::error::{Error, Result};
 
 /// The work queued on one parent, through the field `field`, as it waits to be written with
@@ -31,10 +32,26 @@ pub(super) enum Riding {
 }
 
 impl RawStore {
+    /// Writes `aboard`: in transactions with the work queued for other parents while another
+    /// group is in flight ([`super::exec::traffic::Across`]), else (and when that group fails)
+    /// with `alone`, under the writer's own turn.
+    pub(super) async fn ride<A, AF>(&self, aboard: Aboard, alone: A) -> Result<()>
+    where
+        A: Fn(Arc<Aboard>) -> AF,
+        AF: Future<Output = Result<()>>,
+    {
+        let aboard = Arc::new(aboard);
+        if self.mode().await? != WriteMode::Transactional {
+            return alone(aboard).await;
+        }
+        let together = |all: Vec<Arc<Aboard>>| async move { self.write_abreast(&all).await };
+        self.shared.across.ride(aboard, together, alone).await
+    }
+
     /// The work of `all` (each for another parent, whose turn its writer holds) in one
     /// transaction of ours. Any error ends it, and the caller has each writer write alone, for
     /// its own result.
-    pub(super) async fn write_abreast(&self, all: &[Arc<Aboard>]) -> Result<()> {
+    async fn write_abreast(&self, all: &[Arc<Aboard>]) -> Result<()> {
         let specs = &self.spec().subsets;
         let subsets: Vec<(RawChildren<'_>, &Aboard)> = all
             .iter()

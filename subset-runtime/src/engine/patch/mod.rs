@@ -35,7 +35,6 @@ use super::abreast::{Aboard, Riding};
 use super::batch::Queued;
 use super::exec;
 use super::RawChildren;
-use super::WriteMode;
 use crate::action::{span, Action, Operation};
 use crate::error::Result;
 use std::sync::Arc;
@@ -157,27 +156,19 @@ impl RawChildren<'_> {
         let run = |work: &Queued| {
             let patches = work.patches().to_vec();
             async move {
+                // A writer is given back only its own work.
                 let alone = |aboard: Arc<Aboard>| async move {
                     match &aboard.work {
                         Riding::Patches(patches) => self.patch_alone(parent, patches, None).await,
                         Riding::Pushes(_) => Ok(()),
                     }
                 };
-                let aboard = Arc::new(Aboard {
+                let aboard = Aboard {
                     field: self.spec().field,
                     parent: parent.clone(),
                     work: Riding::Patches(patches),
-                });
-                if self.store().mode().await? != WriteMode::Transactional {
-                    return alone(aboard).await;
-                }
-                let together =
-                    |all: Vec<Arc<Aboard>>| async move { self.store().write_abreast(&all).await };
-                self.store()
-                    .shared
-                    .across
-                    .ride(aboard, together, alone)
-                    .await
+                };
+                self.store().ride(aboard, alone).await
             }
         };
         let work = Queued::Patches { group, patches };

@@ -18,7 +18,6 @@ use crate::error::{driver, Error, Result};
 
 use super::abreast::{Aboard, Riding};
 use super::batch::{Prepared, Queued};
-use super::WriteMode;
 use std::sync::Arc;
 
 /// How a push reaches the server.
@@ -129,27 +128,19 @@ impl Pushes<'_> {
                 if self.strategy(key, &batch) == Strategy::Fold {
                     return self.push_folded(parent, &batch).await;
                 }
+                // A writer is given back only its own work.
                 let alone = |aboard: Arc<Aboard>| async move {
                     match &aboard.work {
                         Riding::Pushes(batch) => self.push_grouped(key, batch, parent).await,
                         Riding::Patches(_) => Ok(()),
                     }
                 };
-                let aboard = Arc::new(Aboard {
+                let aboard = Aboard {
                     field: self.spec().field,
                     parent: parent.clone(),
                     work: Riding::Pushes(batch),
-                });
-                if self.store().mode().await? != WriteMode::Transactional {
-                    return alone(aboard).await;
-                }
-                let together =
-                    |all: Vec<Arc<Aboard>>| async move { self.store().write_abreast(&all).await };
-                self.store()
-                    .shared
-                    .across
-                    .ride(aboard, together, alone)
-                    .await
+                };
+                self.store().ride(aboard, alone).await
             }
         };
         let work = Queued::Pushes {
