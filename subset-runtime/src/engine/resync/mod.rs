@@ -501,8 +501,8 @@ impl Recompute<'_> {
         self.top_after(ctx, parent, first, known, left_out).await
     }
 
-    /// The malformed children of `first` (the result of [`RawChildren::top`]'s first query,
-    /// sent by it or as part of a read's `aggregate`), as [`RawChildren::top`] finds them.
+    /// The malformed children of `first` (the result of the first query of `top`, sent by it
+    /// or as part of a read's `aggregate`), as `top` finds them.
     fn malformed_in(&self, first: &[Document]) -> Vec<Bson> {
         let rules = Rules::of(self.spec(), self.view_specs());
         first
@@ -512,8 +512,8 @@ impl Recompute<'_> {
             .collect()
     }
 
-    /// [`RawChildren::top`] from the result of its first query, `first`: no more query when it
-    /// holds no malformed child.
+    /// `top` from the result of its first query, `first`: no more query when it holds no
+    /// malformed child.
     async fn top_after(
         &self,
         ctx: &mut Ctx<'_>,
