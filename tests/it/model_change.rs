@@ -721,8 +721,8 @@ async fn a_store_of_some_fields_leaves_the_definition_alone() {
     );
 }
 
-/// What a read of an outdated parent costs, counted in commands: `get` one `aggregate` more
-/// per child collection of its outdated views, a first page the child collection; after the
+/// What a read of an outdated parent costs, counted in commands: `get` one command more per
+/// child collection of its outdated views, a first page the child collection; after the
 /// rebuild, one query each again.
 #[tokio::test]
 async fn reads_of_outdated_parents_cost_a_query_more_until_the_rebuild() {
@@ -752,13 +752,13 @@ async fn reads_of_outdated_parents_cost_a_query_more_until_the_rebuild() {
     commands(&log);
     new.get(&id).await.unwrap().unwrap();
     let get = commands(&log);
-    // The parent, then the new view's children (its top alone, no count); `latest`
-    // (unchanged) is read as stored.
+    // The parent, then the new view's children (its top alone, without a count: a `find`);
+    // `latest` (unchanged) is read as stored.
     assert_eq!(
         get,
         [
             ("find".to_owned(), "movies".to_owned()),
-            ("aggregate".to_owned(), "comments".to_owned())
+            ("find".to_owned(), "comments".to_owned())
         ]
     );
     new.rebuild().await.unwrap();

@@ -16,14 +16,30 @@ use crate::engine::{query, RawStore};
 use crate::error::{driver, Error, Result};
 use crate::model::SubsetSpec;
 
-/// One part of the `aggregate`: a `$facet` branch, or an `aggregate` of its own.
-struct Branch {
-    /// Its name in the `$facet`.
-    name: String,
-    stages: Vec<Document>,
-    /// The most documents it returns, so that an `aggregate` of its own returns them all in
-    /// its first batch (no `getMore`).
-    most: u32,
+/// One part of the `aggregate`: a `$facet` branch, or a command of its own.
+#[derive(Clone, Copy)]
+enum Branch<'s> {
+    /// The view's first `keep` ([`query::top_children`]).
+    Top(&'s SubsetSpec),
+    /// Its count and sums ([`totals::stages`]).
+    Totals(&'s SubsetSpec),
+}
+
+impl Branch<'_> {
+    /// Its name in the `$facet`, for the `i`th branch.
+    fn name(self, i: usize) -> String {
+        match self {
+            Branch::Top(_) => format!("t{i}"),
+            Branch::Totals(_) => format!("c{i}"),
+        }
+    }
+
+    fn stages(self, parent: &Bson) -> Vec<Document> {
+        match self {
+            Branch::Top(spec) => query::top_stages(spec, parent, &[]),
+            Branch::Totals(spec) => totals::stages(spec, parent).to_vec(),
+        }
+    }
 }
 
 impl RawStore {
@@ -31,10 +47,10 @@ impl RawStore {
     /// parent's fields: the array of its first `keep` in embedded form, and its count and sums
     /// when it keeps them (sums as `$sum` makes them; the caller gives them the stored type).
     ///
-    /// One `aggregate` per child collection, whose `$facet` holds every view's top and totals
-    /// (a single top is sent as it is, which the index of its order serves). More only where a
-    /// rebuild would send more: a top holding a malformed child is read again without it, as
-    /// the resync's does.
+    /// One command per child collection: an `aggregate` whose `$facet` holds every view's top
+    /// and totals, or, for a single view without totals, the resync's `find` of its top, which
+    /// the index of its order serves. More only where a rebuild sends more: a top holding a
+    /// malformed child is read again without it, as the resync's is.
     ///
     /// # Errors
     ///
@@ -58,18 +74,9 @@ impl RawStore {
                 .collect();
             let mut branches = Vec::new();
             for &i in &members {
-                let spec = stale[i];
-                branches.push(Branch {
-                    name: format!("t{i}"),
-                    stages: query::top_stages(spec, parent, &[]),
-                    most: spec.keep,
-                });
-                if kept(spec) {
-                    branches.push(Branch {
-                        name: format!("c{i}"),
-                        stages: totals::stages(spec, parent).to_vec(),
-                        most: 1,
-                    });
+                branches.push(Branch::Top(stale[i]));
+                if kept(stale[i]) {
+                    branches.push(Branch::Totals(stale[i]));
                 }
             }
             let keys: Vec<&str> = members.iter().map(|&i| stale[i].key).collect();
@@ -110,22 +117,22 @@ impl RawStore {
 
     /// What each of `branches` returns from `collection`: in one `aggregate` whose `$facet`
     /// holds them all after a `$match` of `parent`'s children (under each of `keys`), or each
-    /// on its own when there is one, or when their answers together are over the 16 MiB of one
-    /// document.
+    /// as the resync sends it when there is one (a top's `find`, which the index of its order
+    /// serves), or when their answers together are over the 16 MiB of one document.
     async fn branches(
         &self,
         ctx: &mut Ctx<'_>,
         collection: &str,
         parent: &Bson,
         keys: &[&str],
-        branches: &[Branch],
+        branches: &[Branch<'_>],
     ) -> Result<Vec<Vec<Document>>> {
         let children = self.collection::<Document>(collection);
         let error = |e| Error::mongo(collection, e);
         if branches.len() > 1 {
             let mut facet = Document::new();
-            for branch in branches {
-                facet.insert(branch.name.as_str(), branch.stages.clone());
+            for (i, branch) in branches.iter().enumerate() {
+                facet.insert(branch.name(i), branch.stages(parent));
             }
             let pipeline = [
                 doc! { "$match": children_of(keys, parent) },
@@ -134,7 +141,11 @@ impl RawStore {
             match ctx.aggregate(children.aggregate(pipeline)).await {
                 Ok(out) => {
                     let out = out.into_iter().next().unwrap_or_default();
-                    return Ok(branches.iter().map(|b| documents(&out, &b.name)).collect());
+                    return Ok(branches
+                        .iter()
+                        .enumerate()
+                        .map(|(i, b)| documents(&out, &b.name(i)))
+                        .collect());
                 }
                 Err(e) if driver::is_too_large(&e) => {}
                 Err(e) => return Err(error(e)),
@@ -142,10 +153,17 @@ impl RawStore {
         }
         let mut results = Vec::with_capacity(branches.len());
         for branch in branches {
-            let aggregate = children
-                .aggregate(branch.stages.clone())
-                .batch_size(branch.most.saturating_add(1));
-            results.push(ctx.aggregate(aggregate).await.map_err(error)?);
+            let found = match *branch {
+                Branch::Top(spec) => {
+                    ctx.collect(query::top_children(&children, spec, parent, &[]))
+                        .await
+                }
+                Branch::Totals(spec) => {
+                    ctx.aggregate(children.aggregate(totals::stages(spec, parent)))
+                        .await
+                }
+            };
+            results.push(found.map_err(error)?);
         }
         Ok(results)
     }
