@@ -295,8 +295,8 @@ impl<P: Subset> Store<P> {
     /// live data*.
     ///
     /// Until a parent is rebuilt (by this, or by a write of this model to it), `get` and first
-    /// pages serve its outdated subsets from the child collection: right, at one more query per
-    /// outdated subset.
+    /// pages serve its outdated subsets from the child collection: right, at one query more
+    /// per child collection of its outdated subsets.
     ///
     /// # Errors
     ///

@@ -721,9 +721,9 @@ async fn a_store_of_some_fields_leaves_the_definition_alone() {
     );
 }
 
-/// What a read of an outdated parent costs, counted in commands: `get` one query more per
-/// outdated subset (and a `$group` for its count), a first page the child collection; after
-/// the rebuild, one query each again.
+/// What a read of an outdated parent costs, counted in commands: `get` one command more per
+/// child collection of its outdated views, a first page the child collection; after the
+/// rebuild, one query each again.
 #[tokio::test]
 async fn reads_of_outdated_parents_cost_a_query_more_until_the_rebuild() {
     let (db, log) = common::recorded_replica_db().await;
@@ -752,7 +752,8 @@ async fn reads_of_outdated_parents_cost_a_query_more_until_the_rebuild() {
     commands(&log);
     new.get(&id).await.unwrap().unwrap();
     let get = commands(&log);
-    // The parent, then the new view's children; `latest` (unchanged) is read as stored.
+    // The parent, then the new view's children (its top alone, without a count: a `find`);
+    // `latest` (unchanged) is read as stored.
     assert_eq!(
         get,
         [

@@ -544,3 +544,249 @@ async fn push_on_a_replica_set_is_one_transaction_of_three_commands() {
     let expected: Vec<i64> = [1_000].into_iter().chain((18..50).rev()).take(32).collect();
     assert_eq!(dates, expected);
 }
+
+/// A note on an item: a rating, a date, and an amount of money summed exactly as a
+/// `Decimal128`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+struct Note {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    rating: i32,
+    date: DateTime,
+    amount: subset::bson::Decimal128,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Child)]
+#[subset(preview_of = Note)]
+struct NotePreview {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    rating: i32,
+    date: DateTime,
+}
+
+/// The first model of items: the 5 latest notes, their count and the sum of their ratings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Subset)]
+#[subset(collection = "items")]
+struct Item5 {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "notes",
+        key = "item_id",
+        keep = 5,
+        sort = "date desc",
+        count = "total",
+        sum = "rating_total = rating"
+    )]
+    latest: Vec<Note>,
+    #[serde(default)]
+    total: i64,
+    #[serde(default)]
+    rating_total: i64,
+}
+
+/// The next model of items: the 10 latest notes, and a view added over the same notes,
+/// previews of the 3 best rated with the sum of every note's amount.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Subset)]
+#[subset(collection = "items")]
+struct Item10 {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "notes",
+        key = "item_id",
+        keep = 10,
+        sort = "date desc",
+        count = "total",
+        sum = "rating_total = rating"
+    )]
+    latest: Vec<Note>,
+    #[serde(default)]
+    total: i64,
+    #[serde(default)]
+    rating_total: i64,
+    #[subset(
+        child = "notes",
+        key = "item_id",
+        keep = 3,
+        sort = "rating desc, date desc",
+        sum = "amount_total = amount"
+    )]
+    best: Vec<NotePreview>,
+    amount_total: subset::bson::Decimal128,
+}
+
+fn note(i: i64) -> Note {
+    Note {
+        id: ObjectId::new(),
+        rating: (i * 7 % 5) as i32 + 1,
+        date: DateTime::from_millis(1_000 * i),
+        amount: format!("{i}.{:02}", i * 13 % 100).parse().unwrap(),
+    }
+}
+
+/// `get` of `id` and its first page of 10 latest notes, each with the commands it sent.
+async fn read_counted(
+    store: &Store<Item10>,
+    id: &ObjectId,
+    log: &Log,
+) -> ((Item10, Vec<String>), (subset::Page<Note>, Vec<String>)) {
+    log.take();
+    let got = store.get(id).await.unwrap().expect("the item");
+    let get = log.take();
+    let page = store
+        .children(Item10::LATEST)
+        .page(id, &PageRequest::first(10))
+        .await
+        .unwrap();
+    ((got, get), (page, log.take()))
+}
+
+/// Asserts that `stale` and `built` (reads of one item) give the same answers.
+fn same_answers(
+    what: &str,
+    stale: &(Item10, subset::Page<Note>),
+    built: &(Item10, subset::Page<Note>),
+) {
+    assert_eq!(stale.0, built.0, "{what}: get");
+    assert_eq!(stale.1.items, built.1.items, "{what}: first page");
+    assert_eq!(stale.1.next, built.1.next, "{what}: the next page's cursor");
+    assert_eq!(stale.1.previous, built.1.previous, "{what}");
+}
+
+/// A parent whose views the reader cannot take as they are stored (built under an older
+/// model, or left by an ordered writer that died between its writes) is read in two commands:
+/// `get` the parent, then one `aggregate` of every such view's top, count and sums; its first
+/// page the parent, then the child collection. The answers are those of the parent once
+/// rebuilt (or reconciled), which reads in one command again.
+async fn reads_of_parents_not_built_here_are_two_commands(topology: Topology) {
+    let (products, _, log) = setup(topology).await;
+    let db = products.database();
+    let old = Store::<Item5>::new(db);
+    old.ensure_indexes().await.unwrap();
+    let item = Item5 {
+        id: ObjectId::new(),
+        latest: Vec::new(),
+        total: 0,
+        rating_total: 0,
+    };
+    old.insert(&item).await.unwrap();
+    let notes: Vec<Note> = (1..=20).map(note).collect();
+    old.children(Item5::LATEST)
+        .push_many(&item.id, &notes)
+        .await
+        .unwrap();
+    // No notes: a count and sums of nothing, an empty page.
+    let empty = Item5 {
+        id: ObjectId::new(),
+        ..item.clone()
+    };
+    old.insert(&empty).await.unwrap();
+
+    // A store of the new model, its registry cache cold: the parents are marked, so it reads
+    // no registry.
+    let new = Store::<Item10>::new(db);
+    new.ensure_indexes().await.unwrap();
+    new.mode().await.unwrap();
+    let mut outdated = Vec::new();
+    // The empty item's first page is its stored one: built with `keep = 5` and holding fewer,
+    // it holds every child there is.
+    for (id, page_commands) in [(item.id, 2), (empty.id, 1)] {
+        let ((got, get), (page, first)) = read_counted(&new, &id, &log).await;
+        assert_eq!(get, ["find", "aggregate"], "get of an outdated parent");
+        assert_eq!(
+            first.len(),
+            page_commands,
+            "first page of an outdated parent"
+        );
+        outdated.push((got, page));
+    }
+    // Not the views as stored: the 10 latest of 20, and the added view.
+    let (got, page) = &outdated[0];
+    assert_eq!(got.latest.len(), 10);
+    assert_eq!(
+        got.latest,
+        notes.iter().rev().take(10).cloned().collect::<Vec<_>>()
+    );
+    assert_eq!(page.items, got.latest);
+    assert_eq!((got.total, got.best.len()), (20, 3));
+    assert_eq!(got.amount_total.to_string(), "219.30");
+    assert_eq!(outdated[1].0.amount_total.to_string(), "0");
+
+    let report = new.rebuild().await.unwrap();
+    assert_eq!(report.progress.fixed, 2);
+    for (id, stale) in [item.id, empty.id].iter().zip(&outdated) {
+        let ((got, get), (page, first)) = read_counted(&new, id, &log).await;
+        assert_eq!(
+            (get, first),
+            (vec!["find".to_owned()], vec!["find".to_owned()])
+        );
+        same_answers("outdated", stale, &(got, page));
+    }
+
+    // An ordered writer that died between its writes: its note is stored, the parent is not
+    // updated, and its lease has expired. The empty item's writer died before its note.
+    let newest = note(40);
+    let mut stored = subset::bson_compat::to_document(&newest).unwrap();
+    stored.insert("item_id", item.id);
+    db.collection::<subset::bson::Document>("notes")
+        .insert_one(stored)
+        .await
+        .unwrap();
+    let expired = DateTime::from_millis(DateTime::now().timestamp_millis() - 60_000);
+    let items = db.collection::<subset::bson::Document>("items");
+    let mut abandoned = Vec::new();
+    for id in [item.id, empty.id] {
+        let lease = subset::bson::doc! { "o": ObjectId::new(), "u": expired };
+        items
+            .update_one(
+                subset::bson::doc! { "_id": id },
+                subset::bson::doc! { "$set": { "_subset.l": lease } },
+            )
+            .await
+            .unwrap();
+        let ((got, get), (page, first)) = read_counted(&new, &id, &log).await;
+        assert_eq!(get, ["find", "aggregate"], "get of an abandoned parent");
+        assert_eq!(first, ["find", "find"], "first page of an abandoned parent");
+        abandoned.push((got, page));
+    }
+    let (got, page) = &abandoned[0];
+    assert_eq!(got.latest.first(), Some(&newest));
+    assert_eq!(page.items.first(), Some(&newest));
+    assert_eq!(got.total, 21);
+    assert!(abandoned[1].1.items.is_empty());
+
+    // The next writer settles them: a reconcile finds what the dead one left (and, without
+    // transactions, settles every view of a parent whose lease expired).
+    for id in [item.id, empty.id] {
+        let drift = new.children(Item10::LATEST).reconcile(&id).await.unwrap();
+        assert_eq!(drift.fixed, id == item.id, "{drift:?}");
+        new.children(Item10::BEST).reconcile(&id).await.unwrap();
+        items
+            .update_one(
+                subset::bson::doc! { "_id": id },
+                subset::bson::doc! { "$unset": { "_subset.l": "" } },
+            )
+            .await
+            .unwrap();
+    }
+    for (id, stale) in [item.id, empty.id].iter().zip(&abandoned) {
+        let ((got, get), (page, first)) = read_counted(&new, id, &log).await;
+        assert_eq!(
+            (get, first),
+            (vec!["find".to_owned()], vec!["find".to_owned()])
+        );
+        same_answers("abandoned", stale, &(got, page));
+    }
+}
+
+#[tokio::test]
+async fn reads_of_parents_not_built_here_are_two_commands_on_a_replica_set() {
+    reads_of_parents_not_built_here_are_two_commands(Topology::ReplicaSet).await;
+}
+
+#[tokio::test]
+async fn reads_of_parents_not_built_here_are_two_commands_on_a_standalone() {
+    reads_of_parents_not_built_here_are_two_commands(Topology::Standalone).await;
+}

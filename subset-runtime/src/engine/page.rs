@@ -95,6 +95,8 @@ where
         let (s, parent, request, decode) = (self.subset, &self.parent, self.request, &self.decode);
         let spec = s.spec;
         let backward = request.is_backward();
+        // Whether the parent was read already, which an empty first page then needs not ask.
+        let mut parent_read = false;
         let from = match &request.anchor {
             // A preview subset embeds parts of children, and a page holds whole ones.
             // From the child collection when the embedded subset was built under another
@@ -103,6 +105,7 @@ where
                 if let Some(page) = s.embedded_page(ctx, parent, request, decode).await? {
                     return Ok(page);
                 }
+                parent_read = true;
                 None
             }
             Anchor::Start | Anchor::End => None,
@@ -143,7 +146,11 @@ where
             )
             .await
             .map_err(|e| s.mongo_child(e))?;
-        if raws.is_empty() && from.is_none() && !query::has_parent(&s, ctx, parent).await? {
+        if raws.is_empty()
+            && from.is_none()
+            && !parent_read
+            && !query::has_parent(&s, ctx, parent).await?
+        {
             return Err(s.parent_not_found(parent));
         }
         let more = raws.len() > size;

@@ -20,15 +20,36 @@ pub(crate) fn top_children<'c>(
     parent: &Bson,
     excluded: &[Bson],
 ) -> Find<'c, Document> {
+    children
+        .find(top_filter(spec, parent, excluded))
+        .sort(order::sort_doc(spec))
+        .limit(i64::from(spec.keep))
+        .projection(embedded_projection(spec))
+}
+
+/// [`top_children`] as aggregation stages, for a read that computes several views in one
+/// `aggregate`: the same filter, order, limit and projection, so that the two never differ.
+pub(crate) fn top_stages(spec: &SubsetSpec, parent: &Bson, excluded: &[Bson]) -> Vec<Document> {
+    let mut stages = vec![
+        doc! { "$match": top_filter(spec, parent, excluded) },
+        doc! { "$sort": order::sort_doc(spec) },
+        doc! { "$limit": i64::from(spec.keep) },
+    ];
+    // An empty projection is the whole child to a `find`, and an error to `$project`.
+    let projection = embedded_projection(spec);
+    if !projection.is_empty() {
+        stages.push(doc! { "$project": projection });
+    }
+    stages
+}
+
+/// The filter of [`top_children`].
+fn top_filter(spec: &SubsetSpec, parent: &Bson, excluded: &[Bson]) -> Document {
     let mut filter = spec.children_of(parent);
     if !excluded.is_empty() {
         filter.insert("_id", doc! { "$nin": excluded });
     }
-    children
-        .find(filter)
-        .sort(order::sort_doc(spec))
-        .limit(i64::from(spec.keep))
-        .projection(embedded_projection(spec))
+    filter
 }
 
 /// The projection that turns a stored child into its embedded form: without the parent key

@@ -158,9 +158,9 @@ impl Model<'_> {
     }
 
     /// The stored `parent` as a reader of this definition sees it: each view built under
-    /// another definition replaced by what the child collection says
-    /// ([`crate::raw::Children`]'s `computed`, a query or two per view), each built with a
-    /// larger `keep` cut to this one. A parent whose views are all this definition's is
+    /// another definition replaced by what the child collection says ([`RawStore::computed`],
+    /// one `aggregate` per child collection for all of them), each built with a larger `keep`
+    /// cut to this one. A parent whose views are all this definition's is
     /// returned as it is, without a copy.
     pub(crate) async fn served(
         &self,
@@ -199,8 +199,8 @@ impl Model<'_> {
                 array.truncate(spec.keep as usize);
             }
         }
-        for spec in stale {
-            let mut fields = self.children(spec).recompute().computed(ctx, &id).await?;
+        let computed = self.computed(ctx, &id, &stale).await?;
+        for (spec, mut fields) in stale.into_iter().zip(computed) {
             // The sum of no children is an integer 0: in the type the parent stores the sum
             // in, so that a `Decimal128` sum reads as one.
             for sum in spec.sums {

@@ -10,6 +10,7 @@
 //! | `drift.rs` | [`Drift`]: how the two differ |
 //! | `fix.rs` | the conditional update that makes the stored field right |
 //! | `totals.rs` | the count and sums of a parent's children, in one `$group` |
+//! | `computed.rs` | the views a read computes for a parent built under another definition |
 //! | `malformed.rs` | the children no subset may embed, and why |
 //! | `size.rs` | the children too large for any subset of their parent |
 
@@ -24,6 +25,7 @@ use crate::action::{span, Action, Operation};
 use crate::engine::WriteMode;
 use crate::error::{Error, Result};
 
+mod computed;
 mod drift;
 mod fix;
 #[cfg(test)]
@@ -266,26 +268,6 @@ impl Recompute<'_> {
         Ok(())
     }
 
-    /// This view of `parent` as the child collection says it is, as the parent's fields: the
-    /// array of the first `keep` in embedded form, and the count and sums when the view keeps
-    /// them. What a read serves for a view built under another definition of the model: one
-    /// query, and one `$group` for a view with a count or sums.
-    pub(crate) async fn computed(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Document> {
-        let spec = self.spec();
-        let (top, _) = self.top(ctx, parent, &[], &[]).await?;
-        let mut fields = doc! { spec.field: top };
-        if spec.count.is_some() || !spec.sums.is_empty() {
-            let totals = self.totals(ctx, parent).await?;
-            if let Some(count) = spec.count {
-                fields.insert(count, totals.count as i64);
-            }
-            for (sum, value) in spec.sums.iter().zip(totals.sums) {
-                fields.insert(sum.parent, value);
-            }
-        }
-        Ok(fields)
-    }
-
     /// Rebuilds this view of `parent` from the child collection whatever definition it was
     /// built under, counts and sums included: a part of
     /// [`crate::raw::Store::rebuild_parent`], which marks the parent after every view.
@@ -513,19 +495,39 @@ impl Recompute<'_> {
         known: &[MalformedChild],
         left_out: &[Bson],
     ) -> Result<(Vec<Document>, Vec<Bson>)> {
-        let spec = self.spec();
-        let rules = Rules::of(spec, self.view_specs());
+        let children = self.children::<Document>();
+        let find = query::top_children(&children, self.spec(), parent, left_out);
+        let first = ctx.collect(find).await.map_err(|e| self.mongo_child(e))?;
+        self.top_after(ctx, parent, first, known, left_out).await
+    }
+
+    /// The malformed children of `first` (the result of the first query of `top`, sent by it
+    /// or as part of a read's `aggregate`), as `top` finds them.
+    fn malformed_in(&self, first: &[Document]) -> Vec<Bson> {
+        let rules = Rules::of(self.spec(), self.view_specs());
+        first
+            .iter()
+            .filter(|child| rules.problem(child, false).is_some())
+            .map(|child| child.get("_id").cloned().unwrap_or(Bson::Null))
+            .collect()
+    }
+
+    /// `top` from the result of its first query, `first`: no more query when it holds no
+    /// malformed child.
+    async fn top_after(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: &Bson,
+        first: Vec<Document>,
+        known: &[MalformedChild],
+        left_out: &[Bson],
+    ) -> Result<(Vec<Document>, Vec<Bson>)> {
         let children = self.children::<Document>();
         let mut excluded: Vec<Bson> = left_out.to_vec();
+        let mut top = first;
         let mut head: Option<Vec<Bson>> = None;
         loop {
-            let find = query::top_children(&children, spec, parent, &excluded);
-            let top = ctx.collect(find).await.map_err(|e| self.mongo_child(e))?;
-            let found: Vec<Bson> = top
-                .iter()
-                .filter(|child| rules.problem(child, false).is_some())
-                .map(|child| child.get("_id").cloned().unwrap_or(Bson::Null))
-                .collect();
+            let found = self.malformed_in(&top);
             let in_head = head.get_or_insert_with(|| found.clone());
             if found.is_empty() {
                 return Ok((top, std::mem::take(in_head)));
@@ -538,6 +540,8 @@ impl Recompute<'_> {
                     excluded.push(id);
                 }
             }
+            let find = query::top_children(&children, self.spec(), parent, &excluded);
+            top = ctx.collect(find).await.map_err(|e| self.mongo_child(e))?;
         }
     }
 }

@@ -1,0 +1,231 @@
+//! The views a read computes for a parent it cannot take as built (built under another
+//! definition, or left by a writer that stopped between its writes): every such view of one
+//! child collection, its top `keep`, count and sums, in one `aggregate`.
+//!
+//! The stages are those the resync sends on their own ([`query::top_stages`] is
+//! [`query::top_children`] as stages, [`totals::stages`] the reconcile's `$group`), and what they
+//! return is read by the resync's own code, malformed children included: a read of such a
+//! parent and its rebuild give the same views.
+
+use crate::bson::{doc, Bson, Document};
+
+use super::state::Totals;
+use super::{totals, MalformedChild};
+use crate::engine::exec::Ctx;
+use crate::engine::{query, RawStore};
+use crate::error::{driver, Error, Result};
+use crate::model::SubsetSpec;
+
+/// One part of the `aggregate`: a `$facet` branch, or a command of its own.
+#[derive(Clone, Copy)]
+enum Branch<'s> {
+    /// The view's first `keep` ([`query::top_children`]).
+    Top(&'s SubsetSpec),
+    /// Its count and sums ([`totals::stages`]).
+    Totals(&'s SubsetSpec),
+}
+
+impl Branch<'_> {
+    /// Its name in the `$facet`, for the `i`th branch.
+    fn name(self, i: usize) -> String {
+        match self {
+            Branch::Top(_) => format!("t{i}"),
+            Branch::Totals(_) => format!("c{i}"),
+        }
+    }
+
+    fn stages(self, parent: &Bson) -> Vec<Document> {
+        match self {
+            Branch::Top(spec) => query::top_stages(spec, parent, &[]),
+            Branch::Totals(spec) => totals::stages(spec, parent).to_vec(),
+        }
+    }
+}
+
+impl RawStore {
+    /// The views `stale` of `parent` as the child collection says they are, each as the
+    /// parent's fields: the array of its first `keep` in embedded form, and its count and sums
+    /// when it keeps them (sums as `$sum` makes them; the caller gives them the stored type).
+    ///
+    /// One command per child collection: an `aggregate` whose `$facet` holds every view's top
+    /// and totals, or, for a single view without totals, the resync's `find` of its top, which
+    /// the index of its order serves. More only where a rebuild sends more: a top holding a
+    /// malformed child is read again without it, as the resync's is.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mongo`].
+    pub(crate) async fn computed(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: &Bson,
+        stale: &[&SubsetSpec],
+    ) -> Result<Vec<Document>> {
+        let mut fields = vec![Document::new(); stale.len()];
+        let mut collections: Vec<&str> = Vec::new();
+        for spec in stale {
+            if !collections.contains(&spec.child_collection) {
+                collections.push(spec.child_collection);
+            }
+        }
+        for collection in collections {
+            let members: Vec<usize> = (0..stale.len())
+                .filter(|&i| stale[i].child_collection == collection)
+                .collect();
+            let mut branches = Vec::new();
+            for &i in &members {
+                branches.push(Branch::Top(stale[i]));
+                if kept(stale[i]) {
+                    branches.push(Branch::Totals(stale[i]));
+                }
+            }
+            let keys: Vec<&str> = members.iter().map(|&i| stale[i].key).collect();
+            let mut results = self
+                .branches(ctx, collection, parent, &keys, &branches)
+                .await?
+                .into_iter();
+            for &i in &members {
+                let spec = stale[i];
+                let first = results.next().unwrap_or_default();
+                let grouped = match kept(spec) {
+                    true => results.next().unwrap_or_default(),
+                    false => Vec::new(),
+                };
+                let subset = self.children(spec).recompute();
+                // The children a rebuild knows as malformed, which it leaves out with those of
+                // the top: asked only when the top holds one.
+                let known: Vec<MalformedChild> = match subset.malformed_in(&first).is_empty() {
+                    true => Vec::new(),
+                    false => subset.malformed(ctx, parent).await?,
+                };
+                let (top, _) = subset.top_after(ctx, parent, first, &known, &[]).await?;
+                let view = &mut fields[i];
+                view.insert(spec.field, top);
+                if kept(spec) {
+                    let totals = Totals::grouped(spec, grouped.first());
+                    if let Some(count) = spec.count {
+                        view.insert(count, totals.count as i64);
+                    }
+                    for (sum, value) in spec.sums.iter().zip(totals.sums) {
+                        view.insert(sum.parent, value);
+                    }
+                }
+            }
+        }
+        Ok(fields)
+    }
+
+    /// What each of `branches` returns from `collection`: in one `aggregate` whose `$facet`
+    /// holds them all after a `$match` of `parent`'s children (under each of `keys`), or each
+    /// as the resync sends it when there is one (a top's `find`, which the index of its order
+    /// serves), or when their answers together are over the 16 MiB of one document.
+    async fn branches(
+        &self,
+        ctx: &mut Ctx<'_>,
+        collection: &str,
+        parent: &Bson,
+        keys: &[&str],
+        branches: &[Branch<'_>],
+    ) -> Result<Vec<Vec<Document>>> {
+        let children = self.collection::<Document>(collection);
+        let error = |e| Error::mongo(collection, e);
+        if branches.len() > 1 {
+            let mut facet = Document::new();
+            for (i, branch) in branches.iter().enumerate() {
+                facet.insert(branch.name(i), branch.stages(parent));
+            }
+            let pipeline = [
+                doc! { "$match": children_of(keys, parent) },
+                doc! { "$facet": facet },
+            ];
+            match ctx.aggregate(children.aggregate(pipeline)).await {
+                Ok(out) => {
+                    let out = out.into_iter().next().unwrap_or_default();
+                    return Ok(branches
+                        .iter()
+                        .enumerate()
+                        .map(|(i, b)| documents(&out, &b.name(i)))
+                        .collect());
+                }
+                Err(e) if driver::is_too_large(&e) => {}
+                Err(e) => return Err(error(e)),
+            }
+        }
+        let mut results = Vec::with_capacity(branches.len());
+        for branch in branches {
+            let found = match *branch {
+                Branch::Top(spec) => {
+                    ctx.collect(query::top_children(&children, spec, parent, &[]))
+                        .await
+                }
+                Branch::Totals(spec) => {
+                    ctx.aggregate(children.aggregate(totals::stages(spec, parent)))
+                        .await
+                }
+            };
+            results.push(found.map_err(error)?);
+        }
+        Ok(results)
+    }
+}
+
+/// Whether the view keeps a count or sums, which a `$group` computes.
+fn kept(spec: &SubsetSpec) -> bool {
+    spec.count.is_some() || !spec.sums.is_empty()
+}
+
+/// The children of `parent` under any of `keys` (the keys of the views of one collection,
+/// most often one), which every branch of the `$facet` selects from.
+fn children_of(keys: &[&str], parent: &Bson) -> Document {
+    let mut distinct: Vec<&str> = Vec::new();
+    for key in keys {
+        if !distinct.contains(key) {
+            distinct.push(key);
+        }
+    }
+    match distinct.as_slice() {
+        [key] => doc! { *key: parent.clone() },
+        keys => {
+            let any: Vec<Document> = keys.iter().map(|k| doc! { *k: parent.clone() }).collect();
+            doc! { "$or": any }
+        }
+    }
+}
+
+/// The documents of the `$facet` branch `name` in its output `out`.
+fn documents(out: &Document, name: &str) -> Vec<Document> {
+    out.get_array(name)
+        .map(|found| {
+            found
+                .iter()
+                .filter_map(|d| d.as_document().cloned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_facet_selects_the_children_under_every_key_once() {
+        let parent = Bson::Int32(7);
+        assert_eq!(
+            children_of(&["movie_id", "movie_id"], &parent),
+            doc! { "movie_id": 7 }
+        );
+        assert_eq!(
+            children_of(&["movie_id", "film_id"], &parent),
+            doc! { "$or": [{ "movie_id": 7 }, { "film_id": 7 }] }
+        );
+    }
+
+    #[test]
+    fn a_missing_branch_reads_as_no_documents() {
+        let out = doc! { "t0": [{ "_id": 1 }], "c0": [] };
+        assert_eq!(documents(&out, "t0"), vec![doc! { "_id": 1 }]);
+        assert!(documents(&out, "c0").is_empty());
+        assert!(documents(&out, "t1").is_empty());
+    }
+}
