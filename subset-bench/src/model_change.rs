@@ -166,8 +166,8 @@ impl Read {
     /// What an outdated read costs more, as the guide puts it.
     pub fn outdated_cost(self) -> &'static str {
         match self {
-            Read::GetKeep => "the view computed: + 1 query, + 1 `$group` (count)",
-            Read::PageKeep => "from the review collection: + 1 query (the marker)",
+            Read::GetKeep => "the view and its count computed: + 1 `aggregate`",
+            Read::PageKeep => "from the review collection: + 1 query",
             Read::GetView => "the new view computed: + 1 query",
         }
     }
