@@ -60,6 +60,13 @@ impl RawStore {
                 Some((self.children(spec), &**a))
             })
             .collect();
+        if subsets.len() < all.len() {
+            // Work through a field this store does not have (never: each writer's field is
+            // one of the store's): each writer writes its own, and gets its own answer.
+            return Err(Error::PartialModel {
+                collection: self.collection_name().to_owned(),
+            });
+        }
         exec::execute(self, None, &Abreast { subsets: &subsets }).await
     }
 }
