@@ -47,7 +47,9 @@
 //! back, and the next turn on the parent claims it ([`Kept`]) without asking the server: two
 //! round trips a push while a parent is hot in one process. A kept lease is renewed as a held
 //! one is; one nobody claims within [`LINGER`] is given back, and none passes to more than
-//! [`KEPT_TURNS`] writers after its first, so that writers in other processes get their turn. A process
+//! [`KEPT_TURNS`] writers after its first; then this process leaves the parent alone for as long
+//! as other processes may sleep between two polls, so that writers in other processes get
+//! their turn. A process
 //! that exits while it keeps a lease leaves it to expire, as a crashed one does.
 //!
 //! **Why the third round trip stays for a parent that is not hot.** Two promises need it: a
@@ -166,6 +168,7 @@ impl Leases {
                 leases.held.push(kept);
                 continue;
             }
+            store.shared.kept.cooled(parent).await;
             if let Some(token) = take_one(store, ctx, parent, &mut leases.waits).await? {
                 leases.held.push(Held {
                     parent: (*parent).clone(),
@@ -209,6 +212,9 @@ impl Leases {
     ) {
         self.released = true;
         for lease in std::mem::take(&mut self.held) {
+            if lease.turns >= KEPT_TURNS {
+                self.store.shared.kept.cool(&lease.parent);
+            }
             if !held.iter().any(|(_, t)| *t == lease.token) {
                 continue;
             }
@@ -250,9 +256,32 @@ impl Drop for Leases {
 #[derive(Default)]
 pub(crate) struct Kept {
     leases: Mutex<HashMap<ParentKey, Held>>,
+    /// The parents whose lease went back after [`KEPT_TURNS`], with when: this process takes
+    /// none again for [`POLL_CAP`], the longest other processes sleep between two polls, so
+    /// that one of them gets it.
+    cooling: Mutex<HashMap<ParentKey, tokio::time::Instant>>,
 }
 
 impl Kept {
+    /// Records that `parent`'s lease went back after [`KEPT_TURNS`] writers.
+    fn cool(&self, parent: &Bson) {
+        let mut cooling = self.cooling.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = tokio::time::Instant::now();
+        cooling.retain(|_, since| now.duration_since(*since) < POLL_CAP);
+        cooling.insert(ParentKey::of(parent), now);
+    }
+
+    /// Waits out what is left of `parent`'s cooling, if it has any.
+    async fn cooled(&self, parent: &Bson) {
+        let since = {
+            let cooling = self.cooling.lock().unwrap_or_else(PoisonError::into_inner);
+            cooling.get(&ParentKey::of(parent)).copied()
+        };
+        if let Some(since) = since {
+            tokio::time::sleep_until(since + POLL_CAP).await;
+        }
+    }
+
     /// The lease kept on `parent`, now the caller's to hold and give back.
     fn claim(&self, parent: &Bson) -> Option<Held> {
         let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
