@@ -93,6 +93,11 @@ async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
     let server = MongoServer::shared(topology)
         .await
         .expect("start the test mongod");
+    setup_on(server).await
+}
+
+/// [`setup`] on `server`.
+async fn setup_on(server: &MongoServer) -> (Store<Product>, Product, Log) {
     let name = server
         .database()
         .await
@@ -272,7 +277,12 @@ async fn push_on_a_standalone_is_lease_insert_then_update() {
 /// nobody of the process wants the parent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_is_kept_for_the_next_writer_of_the_process() {
-    let (store, product, log) = setup(Topology::Standalone).await;
+    // A server of its own: the fail point below is the server's, and would replace another
+    // test's.
+    let server = MongoServer::start(Topology::Standalone)
+        .await
+        .expect("start the test mongod");
+    let (store, product, log) = setup_on(&server).await;
     let store = match store.mode().await.unwrap() {
         WriteMode::Ordered => store,
         WriteMode::Transactional => Store::with_options(
@@ -281,7 +291,6 @@ async fn a_lease_is_kept_for_the_next_writer_of_the_process() {
         ),
     };
     // The fail point and the wait for it go through a client of their own: not logged.
-    let server = MongoServer::shared(Topology::Standalone).await.unwrap();
     let admin = mongodb::Client::with_uri_str(server.uri())
         .await
         .unwrap()
