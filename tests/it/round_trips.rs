@@ -7,7 +7,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use futures::TryStreamExt;
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
@@ -93,11 +92,6 @@ async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
     let server = MongoServer::shared(topology)
         .await
         .expect("start the test mongod");
-    setup_on(server).await
-}
-
-/// [`setup`] on `server`.
-async fn setup_on(server: &MongoServer) -> (Store<Product>, Product, Log) {
     let name = server
         .database()
         .await
@@ -270,104 +264,6 @@ async fn push_on_a_standalone_is_lease_insert_then_update() {
         ["findAndModify", "insert", "update", "update"],
         "long push behind the head"
     );
-}
-
-/// Writers of one parent queued in one process, without transactions: the lease taken for the
-/// first is kept for the next turn, whose pushes are then two round trips, and given back once
-/// nobody of the process wants the parent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_is_kept_for_the_next_writer_of_the_process() {
-    // A server of its own: the fail point below is the server's, and would replace another
-    // test's.
-    let server = MongoServer::start(Topology::Standalone)
-        .await
-        .expect("start the test mongod");
-    let (store, product, log) = setup_on(&server).await;
-    let store = match store.mode().await.unwrap() {
-        WriteMode::Ordered => store,
-        WriteMode::Transactional => Store::with_options(
-            store.database(),
-            subset::StoreOptions::new().mode(WriteMode::Ordered),
-        ),
-    };
-    // The fail point and the wait for it go through a client of their own: not logged.
-    let admin = mongodb::Client::with_uri_str(server.uri())
-        .await
-        .unwrap()
-        .database("admin");
-    // The first push's lease take is held, so that three more pushes queue behind it.
-    admin
-        .run_command(doc! {
-            "configureFailPoint": "failCommand",
-            "mode": { "times": 1 },
-            "data": {
-                "failCommands": ["findAndModify"],
-                "appName": log.app.as_str(),
-                "blockConnection": true,
-                "blockTimeMS": 1_500,
-            },
-        })
-        .await
-        .expect("failCommand (test commands on)");
-    let push = |millis: i64| {
-        let store = store.clone();
-        tokio::spawn(async move {
-            let reviews = store.children(Product::RECENT_REVIEWS);
-            reviews.push(&product.id, &review(millis)).await
-        })
-    };
-    let first = push(1_000);
-    let held = doc! { "$match": { "appName": log.app.as_str(), "command.findAndModify": { "$exists": true } } };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let ops: Vec<Document> = admin
-            .aggregate(vec![doc! { "$currentOp": {} }, held.clone()])
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
-        if !ops.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the lease take was never held"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    let queued: Vec<_> = (2_000..2_003).map(push).collect();
-    for push in std::iter::once(first).chain(queued) {
-        push.await.unwrap().unwrap();
-    }
-    // Past the time a kept lease waits for a claim.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    assert_eq!(
-        log.take(),
-        // The first push: the lease, its child, the parent (keeping the lease: three wait).
-        // The three queued pushes together, under the kept lease: their children, the parent.
-        // Then the lease, unclaimed, goes back.
-        [
-            "findAndModify",
-            "insert",
-            "update",
-            "insert",
-            "update",
-            "update"
-        ],
-        "four pushes, three queued behind the first"
-    );
-    let stored = store.get(&product.id).await.unwrap().unwrap();
-    assert_eq!(stored.total_reviews, 54);
-    let parent = store
-        .database()
-        .collection::<Document>("products")
-        .find_one(doc! { "_id": product.id })
-        .await
-        .unwrap()
-        .unwrap();
-    let marker = parent.get_document("_subset").unwrap();
-    assert!(!marker.contains_key("l"), "a lease left behind: {marker}");
 }
 
 /// Pushes to sixteen parents at once, in transactions: the first runs alone, and the fifteen

@@ -169,10 +169,7 @@ async fn send(
     }
     // A parent the executor will settle keeps its lease until then; so does one the lease
     // found without a marker, whose `_subset` the executor removes with the lease.
-    // Nor does one kept for the next writer of this process, which claims it.
-    let kept = || ctx.may_keep(parent) && store.traffic().busy(parent);
     let release = last && lease.is_some() && !ctx.is_outdated(parent) && !ctx.is_bare(parent);
-    let release = release && !kept();
     if release {
         add(
             &mut update,

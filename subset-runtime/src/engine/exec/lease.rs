@@ -41,35 +41,20 @@
 //! Within one process, the turns ([`super::traffic`]) decide who goes next, so the lease is only
 //! contended between processes, where waiting writers poll it with a short jittered backoff.
 //!
-//! **Kept for the next writer of this process.** Taking a lease costs a round trip, the third
-//! of a push. When a writer of this process is waiting for the parent (or was taken along by
-//! the turn's group commit, and so is likely to come back), the lease is kept rather than given
-//! back, and the next turn on the parent claims it ([`Kept`]) without asking the server: two
-//! round trips a push while a parent is hot in one process. A kept lease is renewed as a held
-//! one is; one nobody claims within [`LINGER`] is given back, and none passes to more than
-//! [`KEPT_TURNS`] writers after its first; then this process leaves the parent alone for as long
-//! as other processes may sleep between two polls, so that writers in other processes get
-//! their turn. A process
-//! that exits while it keeps a lease leaves it to expire, as a crashed one does.
-//!
-//! **Why the third round trip stays for a parent that is not hot.** Two promises need it: a
-//! child embedded in a parent is in the child collection (so the child is written first), and
-//! a writer killed between its two writes leaves a parent every read computes exactly (so the
-//! parent must say "a write is under way" before the child collection changes, since readers
-//! read the parent alone). The first puts the child insert before the parent update that
-//! embeds it; the second puts a parent write before that insert; and the mark must go once the
-//! write is done, which that parent update does. Three writes, two of them to the parent,
-//! unless the mark is there already: a lease kept from the parent's last writer.
+//! **Why a third round trip.** Two promises need it: a child embedded in a parent is in the
+//! child collection (so the child is written first), and a writer killed between its two writes
+//! leaves a parent every read computes exactly (so the parent must say "a write is under way"
+//! before the child collection changes, since readers read the parent alone). The first puts the
+//! child insert before the parent update that embeds it; the second puts a parent write before
+//! that insert; and the mark must go once the write is done, which that parent update does:
+//! three writes, two of them to the parent.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::bson::{doc, oid::ObjectId, Bson, DateTime, Document, RawDocument};
 use mongodb::options::{Acknowledgment, ReturnDocument, WriteConcern};
 use tokio::task::AbortHandle;
 
-use super::traffic::ParentKey;
 use super::Ctx;
 use crate::engine::model_change::MARKER;
 use crate::engine::RawStore;
@@ -90,15 +75,6 @@ const POLL_CAP: Duration = Duration::from_millis(20);
 /// How often a writer polling a held lease checks that the parent still exists.
 const EXISTS_EVERY: u32 = 8;
 
-/// How many writers of this process may hold a lease after the one it was granted to (see
-/// [`Kept`]): the turns one process's run of writes on a hot parent makes other processes wait,
-/// at most, besides the write under way.
-pub(crate) const KEPT_TURNS: u32 = 8;
-
-/// How long a kept lease waits for the next writer of this process before it is given back:
-/// time enough for the writers a group commit just answered to come back.
-pub(crate) const LINGER: Duration = Duration::from_millis(2);
-
 /// The leases of one operation, on the parents its steps write, renewed while they are held.
 pub(crate) struct Leases {
     store: RawStore,
@@ -108,12 +84,10 @@ pub(crate) struct Leases {
     waits: u32,
 }
 
-/// One lease held: taken from the server, or claimed from [`Kept`].
+/// One lease held.
 struct Held {
     parent: Bson,
     token: ObjectId,
-    /// How many writers held it before this one (see [`KEPT_TURNS`]).
-    turns: u32,
     /// Dropped with the lease's holder, or before the lease is given back.
     _renewal: Renewal,
 }
@@ -145,7 +119,7 @@ impl Drop for Renewal {
 
 impl Leases {
     /// Takes a lease on each of `parents` (already in one order, see [`super::traffic`]), waiting
-    /// while another process holds one, or claims the one this process kept ([`Kept`]). A parent that does not exist gets none (the steps
+    /// while another process holds one. A parent that does not exist gets none (the steps
     /// report it). A parent whose lease had expired was left unfinished by its holder: it goes
     /// into `ctx` as outdated, for the executor to settle after the steps.
     pub(crate) async fn take(
@@ -163,17 +137,10 @@ impl Leases {
             if leases.held.iter().any(|h| h.parent == **parent) {
                 continue;
             }
-            if let Some(mut kept) = store.shared.kept.claim(parent) {
-                kept.turns += 1;
-                leases.held.push(kept);
-                continue;
-            }
-            store.shared.kept.cooled(parent).await;
             if let Some(token) = take_one(store, ctx, parent, &mut leases.waits).await? {
                 leases.held.push(Held {
                     parent: (*parent).clone(),
                     token,
-                    turns: 0,
                     _renewal: Renewal::start(store, parent, token),
                 });
             }
@@ -182,12 +149,6 @@ impl Leases {
             .held
             .iter()
             .map(|h| (h.parent.clone(), h.token))
-            .collect();
-        ctx.keepable = leases
-            .held
-            .iter()
-            .filter(|h| h.turns < KEPT_TURNS)
-            .map(|h| h.parent.clone())
             .collect();
         Ok(leases)
     }
@@ -200,30 +161,15 @@ impl Leases {
 
     /// Gives the leases back: cleanly after steps that finished, or, after steps that failed
     /// between their writes (`unfinished`), with each parent marked as built under no
-    /// definition, for readers to compute and the next writer to rebuild. A clean lease on a
-    /// parent `keep` names (another writer of this process wants it next) is kept for that
-    /// writer instead, unless it has passed through [`KEPT_TURNS`] writers (see [`Kept`]).
+    /// definition, for readers to compute and the next writer to rebuild.
     /// `held`: the leases the steps still hold (a last write may have given some back).
-    pub(crate) async fn release(
-        mut self,
-        held: &[(Bson, ObjectId)],
-        unfinished: bool,
-        keep: impl Fn(&Bson) -> bool,
-    ) {
+    pub(crate) async fn release(mut self, held: &[(Bson, ObjectId)], unfinished: bool) {
         self.released = true;
         for lease in std::mem::take(&mut self.held) {
-            if lease.turns >= KEPT_TURNS {
-                self.store.shared.kept.cool(&lease.parent);
+            if held.iter().any(|(_, t)| *t == lease.token) {
+                let Held { parent, token, .. } = lease;
+                give_back(&self.store, parent, token, unfinished).await;
             }
-            if !held.iter().any(|(_, t)| *t == lease.token) {
-                continue;
-            }
-            if !unfinished && lease.turns < KEPT_TURNS && keep(&lease.parent) {
-                self.store.shared.kept.keep(&self.store, lease);
-                continue;
-            }
-            let Held { parent, token, .. } = lease;
-            give_back(&self.store, parent, token, unfinished).await;
         }
     }
 }
@@ -248,78 +194,6 @@ impl Drop for Leases {
                 }
             });
         }
-    }
-}
-
-/// The leases this process keeps between two writers of a parent (see the module docs), each
-/// renewed while kept, and given back when nobody claims it within [`LINGER`].
-#[derive(Default)]
-pub(crate) struct Kept {
-    leases: Mutex<HashMap<ParentKey, Held>>,
-    /// The parents whose lease went back after [`KEPT_TURNS`], with when: this process takes
-    /// none again for [`POLL_CAP`], the longest other processes sleep between two polls, so
-    /// that one of them gets it.
-    cooling: Mutex<HashMap<ParentKey, tokio::time::Instant>>,
-}
-
-impl Kept {
-    /// Records that `parent`'s lease went back after [`KEPT_TURNS`] writers.
-    fn cool(&self, parent: &Bson) {
-        let mut cooling = self.cooling.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = tokio::time::Instant::now();
-        cooling.retain(|_, since| now.duration_since(*since) < POLL_CAP);
-        cooling.insert(ParentKey::of(parent), now);
-    }
-
-    /// Waits out what is left of `parent`'s cooling, if it has any.
-    async fn cooled(&self, parent: &Bson) {
-        let since = {
-            let cooling = self.cooling.lock().unwrap_or_else(PoisonError::into_inner);
-            cooling.get(&ParentKey::of(parent)).copied()
-        };
-        if let Some(since) = since {
-            tokio::time::sleep_until(since + POLL_CAP).await;
-        }
-    }
-
-    /// The lease kept on `parent`, now the caller's to hold and give back.
-    fn claim(&self, parent: &Bson) -> Option<Held> {
-        let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        leases.remove(&ParentKey::of(parent))
-    }
-
-    /// Keeps `lease` for the next writer of its parent, and gives it back after [`LINGER`]
-    /// unless that writer claimed it meanwhile.
-    fn keep(&self, store: &RawStore, lease: Held) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // Nothing could give it back later (never in practice, see `Renewal::start`): it
-            // expires.
-            return drop(lease);
-        };
-        let (key, token) = (ParentKey::of(&lease.parent), lease.token);
-        self.leases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.clone(), lease);
-        let store = store.clone();
-        runtime.spawn(async move {
-            tokio::time::sleep(LINGER).await;
-            let unclaimed = {
-                let mut leases = store
-                    .shared
-                    .kept
-                    .leases
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                match leases.get(&key) {
-                    Some(kept) if kept.token == token => leases.remove(&key),
-                    _ => None,
-                }
-            };
-            if let Some(Held { parent, token, .. }) = unclaimed {
-                give_back(&store, parent, token, false).await;
-            }
-        });
     }
 }
 

@@ -106,9 +106,6 @@ pub(crate) struct Ctx<'s> {
     joined: bool,
     /// Without a transaction, the parents whose lease the steps hold, with its token.
     leases: Vec<(Bson, ObjectId)>,
-    /// The leased parents whose lease may still pass to the next writer of this process (see
-    /// [`lease::Kept`]).
-    keepable: Vec<Bson>,
     /// The parents to settle after the steps (see [`Ctx::outdated`]).
     outdated: Vec<Bson>,
     /// The parents whose lease the steps found taken by another writer.
@@ -126,7 +123,6 @@ impl<'s> Ctx<'s> {
             atomic,
             joined,
             leases: Vec::new(),
-            keepable: Vec::new(),
             outdated: Vec::new(),
             lost: Vec::new(),
             bare: Vec::new(),
@@ -167,13 +163,6 @@ impl<'s> Ctx<'s> {
         self.leases
             .iter()
             .find_map(|(p, token)| (p == parent).then_some(*token))
-    }
-
-    /// Whether `parent`'s lease may be kept for the next writer of this process rather than
-    /// given back by the steps' last write: one that has not passed through too many writers
-    /// yet, on a parent with a marker of its own (see [`Ctx::is_bare`]), not lost. Whether a writer wants it is the traffic's to say.
-    pub(crate) fn may_keep(&self, parent: &Bson) -> bool {
-        self.keepable.contains(parent) && !self.is_bare(parent) && !self.lost.contains(parent)
     }
 
     /// Whether `parent` had no marker of its own when its lease was taken (written by other
@@ -426,8 +415,7 @@ async fn ordered<S: Steps>(
         .as_ref()
         .err()
         .is_some_and(|e| e.mongo_error().is_some() && !crate::error::driver::was_refused(e));
-    let keep = |parent: &Bson| ctx.may_keep(parent) && store.traffic().busy(parent);
-    leases.release(&ctx.leases, unfinished, keep).await;
+    leases.release(&ctx.leases, unfinished).await;
     if let Some(parent) = ctx.lost.first() {
         for lost in &ctx.lost {
             store.model().mark_unsettled(lost).await;

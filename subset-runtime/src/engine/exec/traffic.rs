@@ -63,23 +63,7 @@ tokio::task_local! {
 /// The queues of the parents some operation of the store is writing (shared by its clones): a
 /// parent is in the table while a writer holds its turn, with the writers waiting for it.
 pub(crate) struct Traffic<W> {
-    lanes: Arc<Mutex<HashMap<ParentKey, Lane<W>>>>,
-}
-
-/// A parent's queue: the writers waiting for the turn, and whether its holder took some along.
-struct Lane<W> {
-    waiting: VecDeque<Waiter<W>>,
-    /// Whether the turn holder took work along (see [`Traffic::busy`]).
-    grouped: bool,
-}
-
-impl<W> Lane<W> {
-    fn new() -> Self {
-        Lane {
-            waiting: VecDeque::new(),
-            grouped: false,
-        }
-    }
+    lanes: Arc<Mutex<HashMap<ParentKey, VecDeque<Waiter<W>>>>>,
 }
 
 impl<W> Default for Traffic<W> {
@@ -156,17 +140,6 @@ impl<W: Work> Traffic<W> {
         let id = self.id();
         HELD.try_with(|held| held.iter().any(|(i, k)| *i == id && k == key))
             .unwrap_or(false)
-    }
-
-    /// Whether another writer of this process is likely to want `parent` right after the turn
-    /// being written: one waits for it, or the holder took writers along, who come back with
-    /// their next work as soon as they are answered. What a lease kept for the next writer
-    /// ([`super::lease::Kept`]) is kept for.
-    pub(crate) fn busy(&self, parent: &Bson) -> bool {
-        let lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
-        lanes
-            .get(&ParentKey::of(parent))
-            .is_some_and(|lane| lane.grouped || !lane.waiting.is_empty())
     }
 
     /// Waits for a turn on each of `parents` (but those the running task holds already),
@@ -258,11 +231,11 @@ impl<W: Work> Traffic<W> {
                 // Held: its holder's drop hands the turn on.
                 Some(lane) => {
                     let (grant, granted) = oneshot::channel();
-                    lane.waiting.push_back(Waiter { work, grant });
+                    lane.push_back(Waiter { work, grant });
                     granted
                 }
                 None => {
-                    lanes.insert(key.clone(), Lane::new());
+                    lanes.insert(key.clone(), VecDeque::new());
                     return Grant::Turn(work);
                 }
             }
@@ -286,13 +259,12 @@ impl<W: Work> Turn<W> {
             let Some(lane) = lanes.get_mut(key) else {
                 continue;
             };
-            while lane.waiting.front().is_some_and(|w| mine.joins(&w.work)) {
-                let Some(waiter) = lane.waiting.pop_front() else {
+            while lane.front().is_some_and(|w| mine.joins(&w.work)) {
+                let Some(waiter) = lane.pop_front() else {
                     break;
                 };
                 // Its writer went away: its work goes unwritten, as nobody waits for it.
                 if !waiter.grant.is_closed() {
-                    lane.grouped = true;
                     followers.push(Follower {
                         work: Some(waiter.work),
                         grant: Some(waiter.grant),
@@ -317,9 +289,8 @@ impl<W: Work> Drop for Turn<W> {
             };
             // Hand on to the first writer still waiting; one that went away is skipped, and
             // its work goes unwritten, as nobody waits for it.
-            lane.grouped = false;
             let handed = loop {
-                let Some(waiter) = lane.waiting.pop_front() else {
+                let Some(waiter) = lane.pop_front() else {
                     break false;
                 };
                 if waiter.grant.send(Grant::Turn(waiter.work)).is_ok() {
