@@ -36,3 +36,7 @@ mod sums;
 mod targeting;
 mod too_large;
 mod views;
+
+/// The server's `failCommand` fail point is one per server, and setting it (or turning it off)
+/// replaces another test's: the tests that set it take turns.
+pub static FAIL_POINT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

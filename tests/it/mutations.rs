@@ -844,6 +844,7 @@ pub(crate) async fn on_own_client<P: subset::Subset>(store: &Store<P>, app: &str
 
 #[tokio::test(flavor = "multi_thread")]
 async fn calls_by_child_id_read_the_parent_and_follow_a_move() {
+    let _fail_point = crate::FAIL_POINT.lock().await;
     for store in common::stores::<Product>().await {
         let mode = store.mode().await.unwrap();
         seeded(&store, 11, 4).await;

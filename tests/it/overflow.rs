@@ -251,6 +251,7 @@ async fn a_recount_past_the_type_is_refused_and_the_parent_still_decodes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_pushes_that_fit_alone_but_not_together_end_with_one_refused() {
+    let _fail_point = crate::FAIL_POINT.lock().await;
     for store in stores::<Tally>().await {
         let tally = Tally::new();
         store.insert(&tally).await.unwrap();

@@ -73,6 +73,7 @@ async fn helpful_total(store: &Store<Product>, product: i32) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_vote_held_between_its_writes_while_a_view_is_recomputed_counts_once() {
+    let _fail_point = crate::FAIL_POINT.lock().await;
     for store in common::stores::<Product>().await {
         let mode = store.mode().await.unwrap();
         seeded(&store, 1, 6).await;
@@ -110,6 +111,7 @@ async fn a_vote_held_between_its_writes_while_a_view_is_recomputed_counts_once()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_removal_by_filter_held_before_its_delete_subtracts_what_it_deletes() {
+    let _fail_point = crate::FAIL_POINT.lock().await;
     for store in common::stores::<Product>().await {
         let mode = store.mode().await.unwrap();
         seeded(&store, 1, 6).await;
@@ -331,6 +333,7 @@ async fn mixed_writers_on_a_few_parents_leave_every_view_exact() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_writer_whose_parent_update_is_held_past_its_lease_keeps_its_turn() {
+    let _fail_point = crate::FAIL_POINT.lock().await;
     // Ordered writes: the lease (1.5 s, renewed while its holder lives) must outlast a parent
     // update the server holds for 5 s, and the other process's writer wait for it. With
     // transactions, the second writer conflicts with the first until it commits.
