@@ -31,13 +31,11 @@
 use crate::bson::Bson;
 use mongodb::ClientSession;
 
-use super::abreast::{Aboard, Riding};
 use super::batch::Queued;
 use super::exec;
 use super::RawChildren;
 use crate::action::{span, Action, Operation};
 use crate::error::Result;
-use std::sync::Arc;
 // Only the docs link to it.
 #[cfg(doc)]
 use crate::error::Error;
@@ -46,7 +44,7 @@ pub(super) mod child_patch;
 mod steps;
 
 pub use child_patch::ChildPatch;
-pub(super) use steps::PatchSteps;
+use steps::PatchSteps;
 
 /// [`RawChildren::patch`].
 pub(crate) struct PatchOne<'a> {
@@ -148,28 +146,12 @@ impl RawChildren<'_> {
         exec::execute(self.store(), caller, &steps).await
     }
 
-    /// `patches` with the patches queued on the same parent (see [`exec::traffic`]); in
-    /// transactions, with the work queued for other parents too, while another group is in
-    /// flight ([`exec::traffic::Across`]).
+    /// `patches` with the patches queued on the same parent (see [`exec::traffic`]).
     async fn patch_combined(&self, parent: &Bson, patches: Vec<(Bson, ChildPatch)>) -> Result<()> {
         let group = self.view_specs().first().unwrap_or(self.spec()).field;
         let run = |work: &Queued| {
             let patches = work.patches().to_vec();
-            async move {
-                // A writer is given back only its own work.
-                let alone = |aboard: Arc<Aboard>| async move {
-                    match &aboard.work {
-                        Riding::Patches(patches) => self.patch_alone(parent, patches, None).await,
-                        Riding::Pushes(_) => Ok(()),
-                    }
-                };
-                let aboard = Aboard {
-                    field: self.spec().field,
-                    parent: parent.clone(),
-                    work: Riding::Patches(patches),
-                };
-                self.store().ride(aboard, alone).await
-            }
+            async move { self.patch_alone(parent, &patches, None).await }
         };
         let work = Queued::Patches { group, patches };
         self.store().traffic().together(parent, work, run).await

@@ -20,10 +20,10 @@ use crate::model::SubsetSpec;
 /// per view whose order or filter some patch touched, with the counts and sums those patches
 /// moved. A group commit of eight votes on one hot review is then one `findAndModify` (the
 /// votes composed into one `$inc`), one parent update and one commit.
-pub(in crate::engine) struct PatchSteps<'s, 'a> {
-    pub(in crate::engine) subset: &'s RawChildren<'a>,
-    pub(in crate::engine) parent: &'s Bson,
-    pub(in crate::engine) patches: &'s [(Bson, ChildPatch)],
+pub(super) struct PatchSteps<'s, 'a> {
+    pub(super) subset: &'s RawChildren<'a>,
+    pub(super) parent: &'s Bson,
+    pub(super) patches: &'s [(Bson, ChildPatch)],
 }
 
 /// What the patches of one run do to the parent, gathered before it is written.

@@ -16,7 +16,7 @@ mod parent_update;
 use crate::action::{span, Action, Operation};
 use crate::error::{driver, Error, Result};
 
-use super::abreast::{Aboard, Riding};
+use super::abreast::Aboard;
 use super::batch::{Prepared, Queued};
 use std::sync::Arc;
 
@@ -128,17 +128,13 @@ impl Pushes<'_> {
                 if self.strategy(key, &batch) == Strategy::Fold {
                     return self.push_folded(parent, &batch).await;
                 }
-                // A writer is given back only its own work.
                 let alone = |aboard: Arc<Aboard>| async move {
-                    match &aboard.work {
-                        Riding::Pushes(batch) => self.push_grouped(key, batch, parent).await,
-                        Riding::Patches(_) => Ok(()),
-                    }
+                    self.push_grouped(key, &aboard.children, parent).await
                 };
                 let aboard = Aboard {
                     field: self.spec().field,
                     parent: parent.clone(),
-                    work: Riding::Pushes(batch),
+                    children: batch,
                 };
                 self.store().ride(aboard, alone).await
             }
