@@ -41,13 +41,8 @@
 //! Within one process, the turns ([`super::traffic`]) decide who goes next, so the lease is only
 //! contended between processes, where waiting writers poll it with a short jittered backoff.
 //!
-//! **Why a third round trip.** Two promises need it: a child embedded in a parent is in the
-//! child collection (so the child is written first), and a writer killed between its two writes
-//! leaves a parent every read computes exactly (so the parent must say "a write is under way"
-//! before the child collection changes, since readers read the parent alone). The first puts the
-//! child insert before the parent update that embeds it; the second puts a parent write before
-//! that insert; and the mark must go once the write is done, which that parent update does:
-//! three writes, two of them to the parent.
+//! **Why a third round trip** (the lease's, before the child insert): the consistency guide says
+//! it once ("Why the third round trip").
 
 use std::time::Duration;
 
