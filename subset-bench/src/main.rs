@@ -21,6 +21,7 @@ mod stats;
 mod sum_types;
 mod trips;
 mod votes;
+mod wire;
 mod working_set;
 
 use std::path::PathBuf;
@@ -326,8 +327,9 @@ async fn run(args: Args, confinement: Option<&mut Confinement>) -> Res<()> {
 
     if has(Experiment::Overhead) {
         eprintln!("library overhead…");
-        let db = client.database(&format!("{}_overhead", args.database));
-        let (mode, rows) = overhead::run(&db, args.iterations, args.seed, None).await?;
+        let name = format!("{}_overhead", args.database);
+        let (mode, rows) =
+            overhead::run(server.uri(), &name, args.iterations, args.seed, None).await?;
         let mut runs = vec![OverheadRun {
             mode,
             forced: false,
@@ -337,7 +339,8 @@ async fn run(args: Args, confinement: Option<&mut Confinement>) -> Res<()> {
         if mode == WriteMode::Transactional {
             eprintln!("library overhead, ordered writes…");
             let forced = Some(WriteMode::Ordered);
-            let (mode, rows) = overhead::run(&db, args.iterations, args.seed, forced).await?;
+            let (mode, rows) =
+                overhead::run(server.uri(), &name, args.iterations, args.seed, forced).await?;
             runs.push(OverheadRun {
                 mode,
                 forced: true,

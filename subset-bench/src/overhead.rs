@@ -14,7 +14,9 @@ use subset::{Cursor, PageRequest, Store, StoreOptions, WriteMode};
 
 use crate::data::{DataSet, Product, Review, PAGE_REVIEWS, REVIEWS, SUBSET};
 use crate::hand::HandPush;
-use crate::measure::{side_by_side, Run, Runs, Turn};
+use crate::measure::{side_by_side, time, Run, Runs, Turn};
+use crate::stats::quantile;
+use crate::wire::{Tally, Wire};
 use crate::Res;
 
 /// The operations compared.
@@ -54,6 +56,8 @@ const BATCH: usize = 10;
 const LATER_PAGE: usize = 20;
 /// The parts of a run whose ratios give the range.
 const BLOCKS: usize = 5;
+/// Calls per operation and side tallied on the wire, after the timed ones.
+pub const WIRE_CALLS: usize = 200;
 
 #[derive(Deserialize)]
 struct FirstPage {
@@ -184,6 +188,43 @@ pub struct Row {
     /// Ratio of medians within each of the [`BLOCKS`] parts of the run.
     pub block_min: f64,
     pub block_max: f64,
+    /// Where a call's time went, through the library and by hand.
+    pub library_wire: OnTheWire,
+    pub hand_wire: OnTheWire,
+}
+
+/// The median call of one side in the wire pass: what it sent and received, and how its latency
+/// splits between waiting on replies and the client's own work.
+#[derive(Debug, Clone, Copy)]
+pub struct OnTheWire {
+    pub commands: f64,
+    pub sent: f64,
+    pub received: f64,
+    /// Median latency of the pass's calls, ms.
+    pub p50: f64,
+    /// Median time waiting on the server's replies, ms.
+    pub waited: f64,
+    /// Median of latency minus waiting: serializing, decoding and the library's own work, ms.
+    pub client: f64,
+}
+
+impl OnTheWire {
+    /// The medians of `calls`: each call's tally and latency in ms.
+    fn of(calls: &[(Tally, f64)]) -> OnTheWire {
+        let median = |f: &dyn Fn(&(Tally, f64)) -> f64| {
+            let mut v: Vec<f64> = calls.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            quantile(&v, 0.5)
+        };
+        OnTheWire {
+            commands: median(&|(t, _)| f64::from(t.commands)),
+            sent: median(&|(t, _)| t.sent as f64),
+            received: median(&|(t, _)| t.received as f64),
+            p50: median(&|(_, ms)| *ms),
+            waited: median(&|(t, _)| t.waited),
+            client: median(&|(t, ms)| ms - t.waited),
+        }
+    }
 }
 
 /// Writes the experiment's products (through the library) into a fresh `db`; the store writes
@@ -239,14 +280,19 @@ async fn setup(db: &Database, seed: u64, mode: Option<WriteMode>) -> Res<Bench> 
 }
 
 /// Runs every operation `iterations` times each way, alternating which goes first, with the
-/// library's store in `mode` (or the mode it detects) and the writes by hand in the same mode.
+/// library's store in `mode` (or the mode it detects) and the writes by hand in the same mode,
+/// in database `database` of `uri`; then [`WIRE_CALLS`] more each way with the commands tallied.
 /// Returns the mode and a row per operation.
 pub async fn run(
-    db: &Database,
+    uri: &str,
+    database: &str,
     iterations: usize,
     seed: u64,
     mode: Option<WriteMode>,
 ) -> Res<(WriteMode, Vec<Row>)> {
+    let wire = Wire::connect(uri).await?;
+    let db = wire.client().database(database);
+    let db = &db;
     let mut bench = setup(db, seed, mode).await?;
     let mut rng = StdRng::seed_from_u64(seed);
     let warmup = (iterations / 10).max(20);
@@ -286,6 +332,20 @@ pub async fn run(
         let block = blocks.ratio(0, 1, Run::p50);
         let library_p50 = Run::sequential(lib).p50();
         let hand_p50 = Run::sequential(hand).p50();
+        // The wire pass: each call alone on the tally, so that what it sent is its own.
+        let (mut lib_calls, mut hand_calls) = (Vec::new(), Vec::new());
+        wire.tally(true);
+        for _ in 0..WIRE_CALLS {
+            let i = rng.random_range(0..PRODUCTS);
+            // The library first, the hand with the newer review, as in the timed pairs.
+            let (lib_input, hand_input) = (bench.input(op, i), bench.input(op, i));
+            wire.take();
+            let ((), ms) = time(bench.library(op, i, &lib_input)).await?;
+            lib_calls.push((wire.take(), ms));
+            let ((), ms) = time(bench.by_hand(op, i, &hand_input)).await?;
+            hand_calls.push((wire.take(), ms));
+        }
+        wire.tally(false);
         rows.push(Row {
             op,
             iterations,
@@ -294,6 +354,8 @@ pub async fn run(
             ratio: library_p50 / hand_p50,
             block_min: block.min,
             block_max: block.max,
+            library_wire: OnTheWire::of(&lib_calls),
+            hand_wire: OnTheWire::of(&hand_calls),
         });
     }
     db.drop().await?;

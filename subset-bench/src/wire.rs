@@ -1,0 +1,99 @@
+//! What an operation puts on the wire: the commands it sends, their bytes each way and the time
+//! the driver spent waiting on them, from the driver's command monitoring. The overhead
+//! experiment uses it to split a call's latency between the server (and the network) and the
+//! client.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use mongodb::event::command::CommandEvent;
+use mongodb::event::EventHandler;
+use mongodb::options::ClientOptions;
+use mongodb::Client;
+use subset::bson;
+
+use crate::Res;
+
+/// What the commands of one call (or of several) added up to.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Tally {
+    pub commands: u32,
+    /// Bytes of the command documents sent, as BSON.
+    pub sent: u64,
+    /// Bytes of the replies.
+    pub received: u64,
+    /// Milliseconds from each command's start to its reply, as the driver reports them, summed.
+    pub waited: f64,
+}
+
+/// A client whose commands are tallied while tallying is on. Off (the default), the handler
+/// returns at once, so timed calls on the same client pay one atomic load per command.
+#[derive(Clone)]
+pub struct Wire {
+    client: Client,
+    on: Arc<AtomicBool>,
+    tally: Arc<Mutex<Tally>>,
+}
+
+impl Wire {
+    /// A new client of `uri` with a tallying command monitor. The driver's own `hello`s, sent on
+    /// its monitoring connections, are left out.
+    ///
+    /// # Errors
+    ///
+    /// The driver's, parsing `uri`.
+    pub async fn connect(uri: &str) -> Res<Wire> {
+        let on = Arc::new(AtomicBool::new(false));
+        let tally = Arc::new(Mutex::new(Tally::default()));
+        let mut options = ClientOptions::parse(uri).await?;
+        let (switch, sink) = (Arc::clone(&on), Arc::clone(&tally));
+        options.command_event_handler = Some(EventHandler::callback(move |event| {
+            if !switch.load(Ordering::Relaxed) {
+                return;
+            }
+            let mut t = sink.lock().unwrap_or_else(PoisonError::into_inner);
+            match event {
+                CommandEvent::Started(e) if !is_hello(&e.command_name) => {
+                    t.commands += 1;
+                    t.sent += bytes(&e.command);
+                }
+                CommandEvent::Succeeded(e) if !is_hello(&e.command_name) => {
+                    t.received += bytes(&e.reply);
+                    t.waited += e.duration.as_secs_f64() * 1e3;
+                }
+                CommandEvent::Failed(e) if !is_hello(&e.command_name) => {
+                    t.waited += e.duration.as_secs_f64() * 1e3;
+                }
+                _ => {}
+            }
+        }));
+        Ok(Wire {
+            client: Client::with_options(options)?,
+            on,
+            tally,
+        })
+    }
+
+    /// The monitored client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Starts (or stops) tallying.
+    pub fn tally(&self, on: bool) {
+        self.on.store(on, Ordering::Relaxed);
+    }
+
+    /// What was tallied since the last take.
+    pub fn take(&self) -> Tally {
+        std::mem::take(&mut *self.tally.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+fn is_hello(name: &str) -> bool {
+    matches!(name, "hello" | "isMaster" | "ismaster")
+}
+
+fn bytes(doc: &bson::Document) -> u64 {
+    bson::RawDocumentBuf::try_from(doc).map_or(0, |raw| raw.as_bytes().len() as u64)
+}
