@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::bson::{doc, Bson, Document};
 use futures::{Stream, StreamExt, TryStreamExt};
 
+use super::model_change::Rebuilding;
 use super::resync::{Emptying, Resync};
 use super::{Drift, RawStore};
 use crate::action::Action;
@@ -81,6 +82,9 @@ impl SweepReport {
     /// How many drifted parents, and how many failed ones, a report keeps in detail.
     pub const SAMPLES: usize = 1_000;
 }
+
+/// How many parents a rebuild reads and writes together (see `model_change/rebuild_batch.rs`).
+const REBUILD_BATCH: usize = 32;
 
 /// The refusal of a sweep that refuses no parent.
 fn refuse_none(_: Vec<Bson>) -> futures::future::Ready<Result<Vec<ParentFailure>>> {
@@ -256,33 +260,40 @@ impl RawStore {
         self.model().make_current().await?;
         let ids = self.parent_ids_where(outdated, options.batch_size);
         let allow_emptying = options.allow_emptying;
-        let visits = visit_each(ids, options.concurrency, |id: Bson| async move {
-            let steps = self.model().rebuild_steps(&id, allow_emptying);
-            let rebuilt = super::exec::execute(self, None, &steps).await;
-            (id, rebuilt)
+        let batches = ids.map_ok(|ids| {
+            ids.chunks(REBUILD_BATCH)
+                .map(<[Bson]>::to_vec)
+                .collect::<Vec<_>>()
+        });
+        let visits = visit_each(batches, options.concurrency, |batch: Vec<Bson>| {
+            self.rebuild_batch(batch, allow_emptying)
         });
         futures::pin_mut!(visits);
         let mut report = SweepReport::default();
-        while let Some((id, rebuilt)) = visits.try_next().await? {
+        let every = u64::from(options.batch_size);
+        while let Some(rebuilt) = visits.try_next().await? {
             let p = &mut report.progress;
-            match rebuilt {
-                Ok(()) => {
-                    p.checked += 1;
-                    p.outdated += 1;
-                    p.fixed += 1;
-                }
-                // Deleted since the scan.
-                Err(Error::ParentNotFound { .. }) => {}
-                Err(error) => {
-                    p.checked += 1;
-                    p.failed += 1;
-                    tracing::warn!(parent = %id, %error, "rebuild: parent failed");
-                    if report.failures.len() < SweepReport::SAMPLES {
-                        report.failures.push(ParentFailure::new(id, "", error));
+            let before = p.checked;
+            for (id, rebuilt) in rebuilt {
+                match rebuilt {
+                    Ok(()) => {
+                        p.checked += 1;
+                        p.outdated += 1;
+                        p.fixed += 1;
+                    }
+                    // Deleted since the scan.
+                    Err(Error::ParentNotFound { .. }) => {}
+                    Err(error) => {
+                        p.checked += 1;
+                        p.failed += 1;
+                        tracing::warn!(parent = %id, %error, "rebuild: parent failed");
+                        if report.failures.len() < SweepReport::SAMPLES {
+                            report.failures.push(ParentFailure::new(id, "", error));
+                        }
                     }
                 }
             }
-            if p.checked % u64::from(options.batch_size) == 0 {
+            if p.checked / every > before / every {
                 p.elapsed = started.elapsed();
                 progress(p);
             }
@@ -292,6 +303,36 @@ impl RawStore {
         report.progress.elapsed = started.elapsed();
         progress(&report.progress);
         Ok(report)
+    }
+
+    /// Rebuilds `parents` as one batch (see `model_change/rebuild_batch.rs`), then each parent
+    /// the batch left on its own, as [`RawStore::rebuild`] always has: one result per parent,
+    /// in order.
+    async fn rebuild_batch(
+        &self,
+        parents: Vec<Bson>,
+        allow_emptying: bool,
+    ) -> Vec<(Bson, Result<()>)> {
+        let batch = self.model().rebuild_batch(&parents, allow_emptying);
+        let done = match super::exec::execute(self, None, &batch).await {
+            Ok(done) => done,
+            Err(error) => {
+                tracing::debug!(%error, "a rebuild batch failed; its parents go alone");
+                vec![Rebuilding::Alone; parents.len()]
+            }
+        };
+        let mut results = Vec::with_capacity(parents.len());
+        for (id, done) in parents.iter().zip(done) {
+            let rebuilt = match done {
+                Rebuilding::Rebuilt => Ok(()),
+                Rebuilding::Alone => {
+                    let steps = self.model().rebuild_steps(id, allow_emptying);
+                    super::exec::execute(self, None, &steps).await
+                }
+            };
+            results.push((id.clone(), rebuilt));
+        }
+        results
     }
 
     /// [`RawStore::reconcile_all`] for some of the subset fields only: a follower catching up on

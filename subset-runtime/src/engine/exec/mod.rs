@@ -32,7 +32,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use mongodb::action::{
     Aggregate, CountDocuments, Delete, Find, FindOne, FindOneAndDelete, FindOneAndReplace,
-    FindOneAndUpdate, InsertMany, InsertOne, ReplaceOne, Update,
+    FindOneAndUpdate, InsertMany, InsertOne, ReplaceOne, RunCommand, Update,
 };
 use mongodb::error::{ErrorKind, TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
 use mongodb::options::ReadConcern;
@@ -304,6 +304,7 @@ steps!(
     Delete<'a>,
     ReplaceOne<'a>,
     CountDocuments<'a>,
+    RunCommand<'a>,
 );
 
 macro_rules! typed_steps {

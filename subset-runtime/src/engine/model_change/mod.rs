@@ -39,17 +39,20 @@
 //! | `stored.rs` | a definition as the registry keeps it whole, and read back |
 //! | `guard.rs` | the condition a parent update carries, and how a stored parent's views may be read |
 //! | `rebuild.rs` | settling a parent of another definition: rebuilt under this one, or marked for a rebuild |
+//! | `rebuild_batch.rs` | a rebuild's batch: many parents rebuilt from one read of each collection |
 
 mod digest;
 mod guard;
 mod marker;
 mod rebuild;
+mod rebuild_batch;
 mod registry;
 mod stored;
 
 pub(crate) use digest::Definition;
 pub(crate) use guard::{touch, ViewState};
 pub(crate) use marker::{malformed_note, noted_malformed, MARKER};
+pub(crate) use rebuild_batch::Rebuilding;
 pub(crate) use registry::RegistryCache;
 
 use super::RawStore;

@@ -26,11 +26,13 @@ enum Branch<'s> {
 }
 
 impl Branch<'_> {
-    /// Its name in the `$facet`, for the `i`th branch.
-    fn name(self, i: usize) -> String {
-        match self {
-            Branch::Top(_) => format!("t{i}"),
-            Branch::Totals(_) => format!("c{i}"),
+    /// Its name in the `$facet`, for the `i`th branch of the `p`th parent.
+    fn name(self, p: usize, i: usize) -> String {
+        match (self, p) {
+            (Branch::Top(_), 0) => format!("t{i}"),
+            (Branch::Totals(_), 0) => format!("c{i}"),
+            (Branch::Top(_), p) => format!("t{i}p{p}"),
+            (Branch::Totals(_), p) => format!("c{i}p{p}"),
         }
     }
 
@@ -40,6 +42,20 @@ impl Branch<'_> {
             Branch::Totals(spec) => totals::stages(spec, parent).to_vec(),
         }
     }
+}
+
+/// One view of one parent as the child collection says it is: what a rebuild writes.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ComputedView {
+    /// The first `keep` children in embedded form, none of them malformed.
+    pub(super) top: Vec<Document>,
+    /// The `_id`s of the malformed children among the child collection's own first `keep`.
+    pub(super) head_malformed: Vec<Bson>,
+    /// The count and sums, for a view that keeps them.
+    pub(super) totals: Option<Totals>,
+    /// Whether the first read found any child of the parent under the view's key (malformed
+    /// ones included, the view's filter applied).
+    pub(super) found: bool,
 }
 
 impl RawStore {
@@ -61,7 +77,44 @@ impl RawStore {
         parent: &Bson,
         stale: &[&SubsetSpec],
     ) -> Result<Vec<Document>> {
-        let mut fields = vec![Document::new(); stale.len()];
+        let views = self
+            .computed_views(ctx, std::slice::from_ref(parent), stale)
+            .await?
+            .pop()
+            .unwrap_or_default();
+        Ok(stale
+            .iter()
+            .zip(views)
+            .map(|(spec, view)| {
+                let mut fields = doc! { spec.field: view.top };
+                if let Some(totals) = view.totals {
+                    if let Some(count) = spec.count {
+                        fields.insert(count, totals.count as i64);
+                    }
+                    for (sum, value) in spec.sums.iter().zip(totals.sums) {
+                        fields.insert(sum.parent, value);
+                    }
+                }
+                fields
+            })
+            .collect())
+    }
+
+    /// The views `stale` of each of `parents`, one list per parent in the order of `stale`:
+    /// [`RawStore::computed`] of many parents at once, in the same one command per child
+    /// collection (its `$match` selects the children of every parent, and its `$facet` holds
+    /// every parent's branches).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mongo`].
+    pub(super) async fn computed_views(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parents: &[Bson],
+        stale: &[&SubsetSpec],
+    ) -> Result<Vec<Vec<ComputedView>>> {
+        let mut views = vec![vec![ComputedView::default(); stale.len()]; parents.len()];
         let mut collections: Vec<&str> = Vec::new();
         for spec in stale {
             if !collections.contains(&spec.child_collection) {
@@ -81,89 +134,95 @@ impl RawStore {
             }
             let keys: Vec<&str> = members.iter().map(|&i| stale[i].key).collect();
             let mut results = self
-                .branches(ctx, collection, parent, &keys, &branches)
+                .branches(ctx, collection, parents, &keys, &branches)
                 .await?
                 .into_iter();
-            for &i in &members {
-                let spec = stale[i];
-                let first = results.next().unwrap_or_default();
-                let grouped = match kept(spec) {
-                    true => results.next().unwrap_or_default(),
-                    false => Vec::new(),
-                };
-                let subset = self.children(spec).recompute();
-                // The children a rebuild knows as malformed, which it leaves out with those of
-                // the top: asked only when the top holds one.
-                let known: Vec<MalformedChild> = match subset.malformed_in(&first).is_empty() {
-                    true => Vec::new(),
-                    false => subset.malformed(ctx, parent).await?,
-                };
-                let (top, _) = subset.top_after(ctx, parent, first, &known, &[]).await?;
-                let view = &mut fields[i];
-                view.insert(spec.field, top);
-                if kept(spec) {
-                    let totals = Totals::grouped(spec, grouped.first());
-                    if let Some(count) = spec.count {
-                        view.insert(count, totals.count as i64);
-                    }
-                    for (sum, value) in spec.sums.iter().zip(totals.sums) {
-                        view.insert(sum.parent, value);
-                    }
+            for (parent, views) in parents.iter().zip(&mut views) {
+                for &i in &members {
+                    let spec = stale[i];
+                    let first = results.next().unwrap_or_default();
+                    let grouped = match kept(spec) {
+                        true => results.next().unwrap_or_default(),
+                        false => Vec::new(),
+                    };
+                    let found = !first.is_empty();
+                    let subset = self.children(spec).recompute();
+                    // The children a rebuild knows as malformed, which it leaves out with those
+                    // of the top: asked only when the top holds one.
+                    let known: Vec<MalformedChild> = match subset.malformed_in(&first).is_empty() {
+                        true => Vec::new(),
+                        false => subset.malformed(ctx, parent).await?,
+                    };
+                    let (top, head_malformed) =
+                        subset.top_after(ctx, parent, first, &known, &[]).await?;
+                    views[i] = ComputedView {
+                        top,
+                        head_malformed,
+                        totals: kept(spec).then(|| Totals::grouped(spec, grouped.first())),
+                        found,
+                    };
                 }
             }
         }
-        Ok(fields)
+        Ok(views)
     }
 
-    /// What each of `branches` returns from `collection`: in one `aggregate` whose `$facet`
-    /// holds them all after a `$match` of `parent`'s children (under each of `keys`), or each
-    /// as the resync sends it when there is one (a top's `find`, which the index of its order
-    /// serves), or when their answers together are over the 16 MiB of one document.
+    /// What each of `branches` returns from `collection` for each of `parents`, parent by
+    /// parent: in one `aggregate` whose `$facet` holds them all after a `$match` of the
+    /// parents' children (under each of `keys`), or each as the resync sends it when there is
+    /// one (a top's `find`, which the index of its order serves), or when their answers
+    /// together are over the 16 MiB of one document.
     async fn branches(
         &self,
         ctx: &mut Ctx<'_>,
         collection: &str,
-        parent: &Bson,
+        parents: &[Bson],
         keys: &[&str],
         branches: &[Branch<'_>],
     ) -> Result<Vec<Vec<Document>>> {
         let children = self.collection::<Document>(collection);
         let error = |e| Error::mongo(collection, e);
-        if branches.len() > 1 {
+        if branches.len() * parents.len() > 1 {
             let mut facet = Document::new();
-            for (i, branch) in branches.iter().enumerate() {
-                facet.insert(branch.name(i), branch.stages(parent));
+            for (p, parent) in parents.iter().enumerate() {
+                for (i, branch) in branches.iter().enumerate() {
+                    facet.insert(branch.name(p, i), branch.stages(parent));
+                }
             }
             let pipeline = [
-                doc! { "$match": children_of(keys, parent) },
+                doc! { "$match": children_of(keys, parents) },
                 doc! { "$facet": facet },
             ];
             match ctx.aggregate(children.aggregate(pipeline)).await {
                 Ok(out) => {
                     let out = out.into_iter().next().unwrap_or_default();
-                    return Ok(branches
-                        .iter()
-                        .enumerate()
-                        .map(|(i, b)| documents(&out, &b.name(i)))
-                        .collect());
+                    let mut found = Vec::with_capacity(parents.len() * branches.len());
+                    for p in 0..parents.len() {
+                        for (i, b) in branches.iter().enumerate() {
+                            found.push(documents(&out, &b.name(p, i)));
+                        }
+                    }
+                    return Ok(found);
                 }
                 Err(e) if driver::is_too_large(&e) => {}
                 Err(e) => return Err(error(e)),
             }
         }
-        let mut results = Vec::with_capacity(branches.len());
-        for branch in branches {
-            let found = match *branch {
-                Branch::Top(spec) => {
-                    ctx.collect(query::top_children(&children, spec, parent, &[]))
-                        .await
-                }
-                Branch::Totals(spec) => {
-                    ctx.aggregate(children.aggregate(totals::stages(spec, parent)))
-                        .await
-                }
-            };
-            results.push(found.map_err(error)?);
+        let mut results = Vec::with_capacity(parents.len() * branches.len());
+        for parent in parents {
+            for branch in branches {
+                let found = match *branch {
+                    Branch::Top(spec) => {
+                        ctx.collect(query::top_children(&children, spec, parent, &[]))
+                            .await
+                    }
+                    Branch::Totals(spec) => {
+                        ctx.aggregate(children.aggregate(totals::stages(spec, parent)))
+                            .await
+                    }
+                };
+                results.push(found.map_err(error)?);
+            }
         }
         Ok(results)
     }
@@ -174,19 +233,23 @@ fn kept(spec: &SubsetSpec) -> bool {
     spec.count.is_some() || !spec.sums.is_empty()
 }
 
-/// The children of `parent` under any of `keys` (the keys of the views of one collection,
+/// The children of `parents` under any of `keys` (the keys of the views of one collection,
 /// most often one), which every branch of the `$facet` selects from.
-fn children_of(keys: &[&str], parent: &Bson) -> Document {
+fn children_of(keys: &[&str], parents: &[Bson]) -> Document {
     let mut distinct: Vec<&str> = Vec::new();
     for key in keys {
         if !distinct.contains(key) {
             distinct.push(key);
         }
     }
+    let any_of = |key: &str| match parents {
+        [parent] => doc! { key: parent.clone() },
+        parents => doc! { key: { "$in": parents.to_vec() } },
+    };
     match distinct.as_slice() {
-        [key] => doc! { *key: parent.clone() },
+        [key] => any_of(key),
         keys => {
-            let any: Vec<Document> = keys.iter().map(|k| doc! { *k: parent.clone() }).collect();
+            let any: Vec<Document> = keys.iter().map(|k| any_of(k)).collect();
             doc! { "$or": any }
         }
     }
@@ -210,7 +273,7 @@ mod tests {
 
     #[test]
     fn the_facet_selects_the_children_under_every_key_once() {
-        let parent = Bson::Int32(7);
+        let parent = [Bson::Int32(7)];
         assert_eq!(
             children_of(&["movie_id", "movie_id"], &parent),
             doc! { "movie_id": 7 }
@@ -218,6 +281,11 @@ mod tests {
         assert_eq!(
             children_of(&["movie_id", "film_id"], &parent),
             doc! { "$or": [{ "movie_id": 7 }, { "film_id": 7 }] }
+        );
+        let parents = [Bson::Int32(7), Bson::Int32(8)];
+        assert_eq!(
+            children_of(&["movie_id"], &parents),
+            doc! { "movie_id": { "$in": [7, 8] } }
         );
     }
 

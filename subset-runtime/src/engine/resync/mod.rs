@@ -11,6 +11,7 @@
 //! | `fix.rs` | the conditional update that makes the stored field right |
 //! | `totals.rs` | the count and sums of a parent's children, in one `$group` |
 //! | `computed.rs` | the views a read computes for a parent built under another definition |
+//! | `rebuilt.rs` | every view of many parents recomputed from one read, for a rebuild's batch |
 //! | `malformed.rs` | the children no subset may embed, and why |
 //! | `size.rs` | the children too large for any subset of their parent |
 
@@ -31,6 +32,7 @@ mod fix;
 #[cfg(test)]
 mod fixtures;
 mod malformed;
+mod rebuilt;
 mod size;
 mod state;
 mod totals;
@@ -39,6 +41,7 @@ pub use drift::{Drift, SumDrift};
 use fix::Fix;
 pub use malformed::MalformedChild;
 use malformed::Rules;
+pub(crate) use rebuilt::Rebuilt;
 use state::{Expected, Stored};
 
 /// How many times an ordered (non-transactional) resync re-reads and retries when a concurrent
