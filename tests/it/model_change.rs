@@ -1151,6 +1151,68 @@ async fn old_code_removes_all(old: &Store<Latest3>, parent: &Bson) {
     }
 }
 
+/// A rebuild's batch that holds a malformed parent (its view is not an array) rebuilds every
+/// other parent of the batch, and names the malformed one among its failures.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_parent_fails_alone_in_its_batch() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let db = common::replica_db().await;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let old = Store::<Latest3>::with_options(&db, subset::StoreOptions::new().mode(mode));
+        let mut parents = Vec::new();
+        for _ in 0..6 {
+            let id = Bson::ObjectId(ObjectId::new());
+            old.raw()
+                .insert(doc! { "_id": id.clone(), "latest": [], "n": 0_i64 })
+                .await
+                .unwrap();
+            let comments: Vec<Document> = (0..4).map(|_| comment(&mut rng, &id)).collect();
+            old.raw()
+                .children(&Latest3::SUBSETS[0])
+                .push(&id, comments)
+                .await
+                .unwrap();
+            parents.push(id);
+        }
+        let malformed = parents.remove(2);
+        db.collection::<Document>("movies")
+            .update_one(
+                doc! { "_id": malformed.clone() },
+                doc! { "$set": { "latest": "not a view" } },
+            )
+            .await
+            .unwrap();
+        let new = Store::<Latest6>::with_options(&db, subset::StoreOptions::new().mode(mode));
+        let report = new.rebuild().await.unwrap();
+        let p = &report.progress;
+        assert_eq!((p.checked, p.fixed, p.failed), (6, 5, 1), "{mode:?}");
+        let failures: Vec<&Bson> = report.failures.iter().map(|f| &f.parent).collect();
+        assert_eq!(failures, [&malformed], "{mode:?}");
+        let error = &report.failures[0].error;
+        assert!(
+            matches!(error, subset::Error::MalformedParent { field, .. } if field == "latest"),
+            "{mode:?}: {error:?}"
+        );
+        // Every other parent holds its 4 comments, where the old model kept 3, under one
+        // definition that is not the malformed parent's.
+        let (built, _) = stored_state(&db, &parents[0]).await;
+        for parent in &parents {
+            assert_eq!(
+                stored_state(&db, parent).await,
+                (built.clone(), 4),
+                "{mode:?}"
+            );
+        }
+        assert_ne!(stored_state(&db, &malformed).await.0, built, "{mode:?}");
+        let again = new.rebuild().await.unwrap();
+        assert_eq!(
+            (again.progress.checked, again.progress.failed),
+            (1, 1),
+            "{mode:?}: only the malformed parent is left"
+        );
+    }
+}
+
 /// A rolling deploy where the old code removed the last child of parents of the new model:
 /// their views still hold that child, and no child is stored under any key. One rebuild
 /// rebuilds them empty (none is refused, the first rebuild included, where every outdated

@@ -667,6 +667,93 @@ async fn reads_of_parents_not_built_here_are_two_commands(topology: Topology) {
     }
 }
 
+/// A rebuild of 40 parents goes in two batches (of 32 and 8), each one read of the parents and
+/// one `aggregate` of their children; in transactions, one update per parent and one commit
+/// per batch; without, one lease per parent and one `update` command each to mark the batch
+/// as built under none and to write it, whatever the number of parents.
+async fn a_rebuild_reads_and_writes_parents_in_batches(topology: Topology) {
+    let (products, _, log) = setup(topology).await;
+    let db = products.database();
+    let mode = products.mode().await.unwrap();
+    let old = Store::<Item5>::new(db);
+    old.ensure_indexes().await.unwrap();
+    let mut items = Vec::new();
+    for i in 0..40 {
+        let item = Item5 {
+            id: ObjectId::new(),
+            latest: Vec::new(),
+            total: 0,
+            rating_total: 0,
+        };
+        old.insert(&item).await.unwrap();
+        let notes: Vec<Note> = (1..=i % 7 + 1).map(note).collect();
+        old.children(Item5::LATEST)
+            .push_many(&item.id, &notes)
+            .await
+            .unwrap();
+        items.push((item.id, notes.len()));
+    }
+    let new = Store::<Item10>::new(db);
+    new.mode().await.unwrap();
+    log.take();
+    let options = subset::repair::SweepOptions::default().concurrency(1);
+    let report = new.rebuild().options(options).await.unwrap();
+    assert_eq!((report.progress.fixed, report.progress.failed), (40, 0));
+    let sent = log.take();
+    let mut counts = std::collections::BTreeMap::new();
+    for name in &sent {
+        *counts.entry(name.as_str()).or_insert(0) += 1;
+    }
+    // Around the batches, the same in both modes: the refusal's sample (`find`, the parent's
+    // `find` and its children's count, an `aggregate`), the registry made current (`find`,
+    // `update`), the two pages of the scan, and the unused definitions dropped (two `find`s
+    // and an `update`).
+    let (finds, updates, aggregates) = (7, 2, 1);
+    let expected: std::collections::BTreeMap<&str, usize> = match mode {
+        // Per batch: a `find` of its parents, an `aggregate` of their children, an `update`
+        // per parent and a commit.
+        WriteMode::Transactional => [
+            ("find", finds + 2),
+            ("aggregate", aggregates + 2),
+            ("update", updates + 40),
+            ("commitTransaction", 2),
+        ]
+        .into(),
+        // Per batch: a lease per parent (a `findAndModify`), a `find` of the parents and an
+        // `aggregate` of their keys before anything is written, one `update` marking them
+        // as built under none, a `find` and an `aggregate` to rebuild them, one `update`
+        // marking them as built here.
+        _ => {
+            // A lease held past its renewal period (a slow run) is renewed with a
+            // `findAndModify` of its own: those come on top of the 40 leases.
+            let leases = counts.get("findAndModify").copied().unwrap_or(0);
+            assert!((40..60).contains(&leases), "{sent:?}");
+            [
+                ("find", finds + 2 * 2),
+                ("aggregate", aggregates + 2 * 2),
+                ("update", updates + 2 * 2),
+                ("findAndModify", leases),
+            ]
+            .into()
+        }
+    };
+    assert_eq!(counts, expected, "{mode:?}: {sent:?}");
+    for (id, held) in items {
+        let got = new.get(&id).await.unwrap().unwrap();
+        assert_eq!((got.latest.len(), got.total), (held, held as i64));
+    }
+}
+
+#[tokio::test]
+async fn a_rebuild_reads_and_writes_parents_in_batches_on_a_replica_set() {
+    a_rebuild_reads_and_writes_parents_in_batches(Topology::ReplicaSet).await;
+}
+
+#[tokio::test]
+async fn a_rebuild_reads_and_writes_parents_in_batches_on_a_standalone() {
+    a_rebuild_reads_and_writes_parents_in_batches(Topology::Standalone).await;
+}
+
 #[tokio::test]
 async fn reads_of_parents_not_built_here_are_two_commands_on_a_replica_set() {
     reads_of_parents_not_built_here_are_two_commands(Topology::ReplicaSet).await;
