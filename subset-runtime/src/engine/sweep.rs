@@ -210,7 +210,9 @@ impl RawStore {
     /// First makes this definition the one every writer converges to, whatever code version
     /// it runs, then visits the parents not marked as built under it (parents written without
     /// a marker too, which it marks), in `_id` order and batches,
-    /// rebuilding each from the child collections (in a transaction where there is one).
+    /// rebuilding them from the child collections 32 at a time (one transaction for the 32 where
+    /// there are transactions; a parent its batch cannot finish is rebuilt on its own, and
+    /// fails alone).
     /// Resumable: a rerun visits only what is left. Safe beside writers of this and of other
     /// definitions: a parent a writer of an older definition changes meanwhile is marked again
     /// and read from the child collection until a writer of this one, or the next rebuild,
