@@ -6,7 +6,12 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 
 /// An `_id` (of a parent or a child, `what` says which) as BSON.
-pub(crate) fn id(value: &impl Serialize, what: &'static str) -> Result<Bson> {
+pub(crate) fn id<T: Serialize + 'static>(value: &T, what: &'static str) -> Result<Bson> {
+    // The usual `_id` directly: bson 2's serializer writes an `ObjectId` out as `{"$oid": hex}`
+    // and parses that back, a few microseconds of every operation that names a parent.
+    if let Some(id) = (value as &dyn std::any::Any).downcast_ref::<crate::bson::oid::ObjectId>() {
+        return Ok(Bson::ObjectId(*id));
+    }
     crate::bson_compat::to_bson(value).map_err(|source| Error::Serialize {
         what,
         source: Box::new(source),

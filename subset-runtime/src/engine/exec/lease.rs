@@ -230,8 +230,7 @@ async fn renew_one(store: &RawStore, parent: &Bson, token: ObjectId) -> bool {
     }
 }
 
-/// Whether `parent` (a stored parent, or a projection holding its marker) holds a lease past
-/// its expiry: one whose holder stopped between its writes (crashed, or cut off for longer than
+/// Whether `marker` (a stored parent's `_subset`) holds a lease past its expiry: one whose holder stopped between its writes (crashed, or cut off for longer than
 /// [`LEASE`]), so that its views may lag the child collection and readers compute them from
 /// it. A lease still running is a write under way, whose holder renews it: its views are the
 /// parent before that write, as a read that came first would see it.
@@ -239,11 +238,10 @@ async fn renew_one(store: &RawStore, parent: &Bson, token: ObjectId) -> bool {
 /// The expiry was set on the server's clock and is compared with this process's: a clock
 /// ahead of the server's computes a parent whose holder is alive (a query more, the same
 /// answer); one behind trusts the views of a crashed holder's parent for that much longer.
-pub(crate) fn abandoned(parent: &RawDocument) -> bool {
-    let until = parent
-        .get_document(MARKER)
+pub(crate) fn abandoned(marker: &RawDocument) -> bool {
+    let until = marker
+        .get_document("l")
         .ok()
-        .and_then(|marker| marker.get_document("l").ok())
         .and_then(|lease| lease.get_datetime("u").ok());
     until.is_some_and(|u| u.timestamp_millis() <= DateTime::now().timestamp_millis())
 }

@@ -13,17 +13,22 @@ use crate::engine::RawStore;
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
 
-/// The definition `parent` is marked with: `Ok(None)` for none (no marker, or one holding
-/// only a write's touch, see [`touch`]), `Err` for a marker that is not a document.
-fn marked_with(parent: &RawDocument) -> std::result::Result<Option<&str>, ()> {
+/// `parent`'s marker: `Ok(None)` for none, `Err` for one that is not a document.
+fn marker_of(parent: &RawDocument) -> std::result::Result<Option<&RawDocument>, ()> {
     match parent.get(MARKER) {
         Ok(None) => Ok(None),
-        Ok(Some(marker)) => match marker.as_document() {
-            Some(m) => Ok(m.get_str("d").ok()),
-            None => Err(()),
-        },
+        Ok(Some(marker)) => marker.as_document().map(Some).ok_or(()),
         Err(_) => Err(()),
     }
+}
+
+/// The definition a parent whose marker is `marker` ([`marker_of`]) is marked with: `Ok(None)`
+/// for none (no marker, or one holding only a write's touch, see [`touch`]), `Err` for a
+/// marker that is not a document.
+fn marked_with<'a>(
+    marker: std::result::Result<Option<&'a RawDocument>, ()>,
+) -> std::result::Result<Option<&'a str>, ()> {
+    marker.map(|m| m.and_then(|m| m.get_str("d").ok()))
 }
 
 /// The `$set` a parent update in a transaction adds, `_subset.w` to a new value, so that it
@@ -84,7 +89,7 @@ impl Model<'_> {
         if self.shared.definition.partial {
             return fields_built_here(self, parent);
         }
-        match marked_with(parent) {
+        match marked_with(marker_of(parent)) {
             Ok(None) => registry.legacy == own,
             Ok(Some(d)) => d == own,
             Err(()) => false,
@@ -98,44 +103,54 @@ impl Model<'_> {
         parent: &RawDocument,
         spec: &SubsetSpec,
     ) -> Result<ViewState> {
+        // One lookup of the marker, which every answer below reads: a read pays it each time.
+        let found = marker_of(parent);
+        let marker = found.ok().flatten();
         // A writer stopped between its writes: whatever the marker says, the views may lag.
-        if crate::engine::exec::lease::abandoned(parent) {
+        if marker.is_some_and(crate::engine::exec::lease::abandoned) {
             return Ok(ViewState::Stale);
         }
-        let unmarked = matches!(marked_with(parent), Ok(None));
-        let marker = match parent.get(MARKER) {
-            // Unmarked: written before markers, or around this library. A store of some
-            // fields takes such a parent as built under them, as every tool did before.
-            _ if unmarked && self.shared.definition.partial => return Ok(ViewState::Fresh),
-            // Built under the first model, if this is it and the field is there: a field
-            // missing from an unmarked parent is a view added since (or never built), which
-            // the child collection answers.
-            _ if unmarked => {
-                let registry = self.registry_to_read().await?;
-                let legacy = registry.legacy == self.shared.definition.digest();
-                let present = matches!(parent.get(spec.field), Ok(Some(_)));
-                return Ok(if legacy && present {
-                    ViewState::Fresh
-                } else {
-                    ViewState::Stale
-                });
-            }
-            Ok(Some(m)) => m.as_document(),
-            Ok(None) | Err(_) => None,
-        };
-        // A descriptor the store does not list (made at run time) has its digest made here.
-        let own = match self.spec().subsets.iter().position(|s| s == spec) {
-            Some(i) => self.shared.definition.views.get(i).cloned(),
-            None => None,
+        let unmarked = matches!(marked_with(found), Ok(None));
+        // Unmarked: written before markers, or around this library. A store of some fields
+        // takes such a parent as built under them, as every tool did before.
+        if unmarked && self.shared.definition.partial {
+            return Ok(ViewState::Fresh);
         }
-        .unwrap_or_else(|| view_digest(spec));
+        // Built under the first model, if this is it and the field is there: a field missing
+        // from an unmarked parent is a view added since (or never built), which the child
+        // collection answers.
+        if unmarked {
+            let registry = self.registry_to_read().await?;
+            let legacy = registry.legacy == self.shared.definition.digest();
+            let present = matches!(parent.get(spec.field), Ok(Some(_)));
+            return Ok(if legacy && present {
+                ViewState::Fresh
+            } else {
+                ViewState::Stale
+            });
+        }
+        // A descriptor the store does not list (made at run time) has its digest made here.
+        let listed = self
+            .spec()
+            .subsets
+            .iter()
+            .position(|s| s == spec)
+            .and_then(|i| self.shared.definition.views.get(i));
+        let made;
+        let own = match listed {
+            Some(own) => own.as_str(),
+            None => {
+                made = view_digest(spec);
+                made.as_str()
+            }
+        };
         let view = marker
             .and_then(|m| m.get_document("v").ok())
             .and_then(|v| v.get_document(spec.field).ok());
         let Some(view) = view else {
             return Ok(ViewState::Stale);
         };
-        if view.get_str("b").ok() != Some(own.as_str()) {
+        if view.get_str("b").ok() != Some(own) {
             return Ok(ViewState::Stale);
         }
         let stored_keep = match view.get("k") {
