@@ -25,9 +25,9 @@ fn marker_of(parent: &RawDocument) -> std::result::Result<Option<&RawDocument>, 
 /// The definition a parent whose marker is `marker` ([`marker_of`]) is marked with: `Ok(None)`
 /// for none (no marker, or one holding only a write's touch, see [`touch`]), `Err` for a
 /// marker that is not a document.
-fn marked_with<'a>(
-    marker: std::result::Result<Option<&'a RawDocument>, ()>,
-) -> std::result::Result<Option<&'a str>, ()> {
+fn marked_with(
+    marker: std::result::Result<Option<&RawDocument>, ()>,
+) -> std::result::Result<Option<&str>, ()> {
     marker.map(|m| m.and_then(|m| m.get_str("d").ok()))
 }
 

@@ -232,7 +232,9 @@ impl RebuildBatch<'_> {
                 found.iter().any(|parent| {
                     let marker = parent.get_document(MARKER).ok();
                     parent.get("_id") == Some(&self.parents[i])
-                        && marker.is_some_and(|m| m.get_str("d") == Ok(own) && !m.contains_key("n"))
+                        && marker.is_some_and(|m| {
+                            m.get_str("d").ok() == Some(own) && !m.contains_key("n")
+                        })
                 })
             })
             .collect())
