@@ -1430,11 +1430,11 @@ impl Section for model_change::Result {
         let _ = writeln!(
             w,
             "\n**Rebuilds.** `Store::rebuild` over all {} products with the default options \
-             (batches of 500 `_id`s, 4 products at once), each once per round; parents/s is the \
-             products it rebuilt over its duration, median (min–max) of the rounds. In \
-             transactions 32 products are rebuilt in one transaction; in ordered writes 32 \
-             products are marked as built under none, rebuilt, and marked as built, one \
-             command a step. Which write mode goes \
+             (pages of 500 `_id`s, 4 batches of 32 products at once), each once per round; \
+             parents/s is the products it rebuilt over its duration, median (min–max) of the \
+             rounds. In transactions 32 products are rebuilt in one transaction; in ordered \
+             writes 32 products are marked as built under none, rebuilt, and marked as built, \
+             one command a step. Which write mode goes \
              first alternates between rounds. Before each rebuild the products are put back as \
              the old model wrote them, from a copy made after the load (`$out`, {:.1} s), and \
              reviews pushed by an earlier step deleted. After every rebuild, `check_all` of the \
