@@ -951,6 +951,26 @@ async fn a_rebuild_that_would_empty_views_after_a_rename_refuses_and_names_both_
     }
 }
 
+/// `n` parents written by `old`, each with 4 comments.
+async fn old_parents(old: &Store<Latest3>, rng: &mut impl Rng, n: usize) -> Vec<Bson> {
+    let mut parents = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = Bson::ObjectId(ObjectId::new());
+        old.raw()
+            .insert(doc! { "_id": id.clone(), "latest": [], "n": 0_i64 })
+            .await
+            .unwrap();
+        let comments: Vec<Document> = (0..4).map(|_| comment(rng, &id)).collect();
+        old.raw()
+            .children(&Latest3::SUBSETS[0])
+            .push(&id, comments)
+            .await
+            .unwrap();
+        parents.push(id);
+    }
+    parents
+}
+
 /// The registry after a rebuild: the definitions no parent is built under any more lose their
 /// stored body (their digests stay listed), the current one and one a parent still holds stay
 /// whole.
@@ -962,21 +982,7 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
         let db = common::replica_db().await;
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
         let old = Store::<Latest3>::with_options(&db, subset::StoreOptions::new().mode(mode));
-        let mut parents = Vec::new();
-        for _ in 0..4 {
-            let id = Bson::ObjectId(ObjectId::new());
-            old.raw()
-                .insert(doc! { "_id": id.clone(), "latest": [], "n": 0_i64 })
-                .await
-                .unwrap();
-            let children: Vec<Document> = (0..4).map(|_| comment(&mut rng, &id)).collect();
-            old.raw()
-                .children(&Latest3::SUBSETS[0])
-                .push(&id, children)
-                .await
-                .unwrap();
-            parents.push(id);
-        }
+        let parents = old_parents(&old, &mut rng, 4).await;
         // A parent of the old model whose children now carry another key (renamed outside
         // the library): the rebuild refuses to empty its view, so it stays built under the old
         // definition.
@@ -1159,21 +1165,7 @@ async fn a_malformed_parent_fails_alone_in_its_batch() {
         let db = common::replica_db().await;
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
         let old = Store::<Latest3>::with_options(&db, subset::StoreOptions::new().mode(mode));
-        let mut parents = Vec::new();
-        for _ in 0..6 {
-            let id = Bson::ObjectId(ObjectId::new());
-            old.raw()
-                .insert(doc! { "_id": id.clone(), "latest": [], "n": 0_i64 })
-                .await
-                .unwrap();
-            let comments: Vec<Document> = (0..4).map(|_| comment(&mut rng, &id)).collect();
-            old.raw()
-                .children(&Latest3::SUBSETS[0])
-                .push(&id, comments)
-                .await
-                .unwrap();
-            parents.push(id);
-        }
+        let mut parents = old_parents(&old, &mut rng, 6).await;
         let malformed = parents.remove(2);
         db.collection::<Document>("movies")
             .update_one(
