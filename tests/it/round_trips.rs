@@ -275,38 +275,49 @@ async fn pushes_to_many_parents_share_a_transaction() {
     let (store, _, log) = setup(Topology::ReplicaSet).await;
     assert_eq!(store.mode().await.unwrap(), WriteMode::Transactional);
     let reviews = store.children(Product::RECENT_REVIEWS);
+    // Pushes wait for the run in flight for 50 ms at most, then go alone: on a machine loaded
+    // enough to hold the first transaction longer, they would. The grouping is asked of one
+    // of three tries; every try must write each push exactly.
+    let mut commits = Vec::new();
     let mut products = Vec::new();
-    for _ in 0..16 {
-        let product = Product {
-            id: ObjectId::new(),
-            recent_reviews: Vec::new(),
-            total_reviews: 0,
-            rating_total: 0,
-        };
-        store.insert(&product).await.unwrap();
-        products.push(product.id);
-    }
-    log.take();
+    for attempt in 0..3 {
+        products.clear();
+        for _ in 0..16 {
+            let product = Product {
+                id: ObjectId::new(),
+                recent_reviews: Vec::new(),
+                total_reviews: 0,
+                rating_total: 0,
+            };
+            store.insert(&product).await.unwrap();
+            products.push(product.id);
+        }
+        log.take();
 
-    let pushed: Vec<Review> = (0..16).map(|i| review(1_000 + i)).collect();
-    let pushes = products
-        .iter()
-        .zip(&pushed)
-        .map(|(p, r)| std::future::IntoFuture::into_future(reviews.push(p, r)));
-    for result in futures::future::join_all(pushes).await {
-        result.unwrap();
+        let pushed: Vec<Review> = (0..16).map(|i| review(1_000 + 100 * attempt + i)).collect();
+        let pushes = products
+            .iter()
+            .zip(&pushed)
+            .map(|(p, r)| std::future::IntoFuture::into_future(reviews.push(p, r)));
+        for result in futures::future::join_all(pushes).await {
+            result.unwrap();
+        }
+        let commands = log.take();
+        let count = |name: &str| commands.iter().filter(|c| *c == name).count();
+        assert_eq!((count("update"), count("insert")), (16, 16), "{commands:?}");
+        for (product, review) in products.iter().zip(&pushed) {
+            let stored = store.get(product).await.unwrap().unwrap();
+            assert_eq!(stored.total_reviews, 1);
+            assert_eq!(stored.rating_total, i64::from(review.rating));
+            let embedded: Vec<ObjectId> = stored.recent_reviews.iter().map(|r| r.id).collect();
+            assert_eq!(embedded, [review.id]);
+        }
+        commits.push(count("commitTransaction"));
+        if count("commitTransaction") == 2 {
+            break;
+        }
     }
-    let commands = log.take();
-    let count = |name: &str| commands.iter().filter(|c| *c == name).count();
-    assert_eq!(count("commitTransaction"), 2, "{commands:?}");
-    assert_eq!((count("update"), count("insert")), (16, 16), "{commands:?}");
-    for (product, review) in products.iter().zip(&pushed) {
-        let stored = store.get(product).await.unwrap().unwrap();
-        assert_eq!(stored.total_reviews, 1);
-        assert_eq!(stored.rating_total, i64::from(review.rating));
-        let embedded: Vec<ObjectId> = stored.recent_reviews.iter().map(|r| r.id).collect();
-        assert_eq!(embedded, [review.id]);
-    }
+    assert_eq!(commits.last(), Some(&2), "commits of each try: {commits:?}");
 
     // A group with a parent that does not exist: its transaction aborts, and each push goes
     // alone, with its own result.
