@@ -424,16 +424,18 @@ pub async fn folded(
     push.await.unwrap()
 }
 
+/// Polls `done` every 10 ms until it holds; panics after 15 s (a loaded machine has taken over
+/// 5 s for a push to fold).
 pub async fn wait_for<F, Fut>(mut done: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    for _ in 0..500 {
+    for _ in 0..1_500 {
         if done().await {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    panic!("waited 5 s");
+    panic!("waited 15 s");
 }
