@@ -230,10 +230,11 @@ async fn renew_one(store: &RawStore, parent: &Bson, token: ObjectId) -> bool {
     }
 }
 
-/// Whether `marker` (a stored parent's `_subset`) holds a lease past its expiry: one whose holder stopped between its writes (crashed, or cut off for longer than
-/// [`LEASE`]), so that its views may lag the child collection and readers compute them from
-/// it. A lease still running is a write under way, whose holder renews it: its views are the
-/// parent before that write, as a read that came first would see it.
+/// Whether `marker` (a stored parent's `_subset`) holds a lease past its expiry: one whose
+/// holder stopped between its writes (crashed, or cut off for longer than [`LEASE`]), so that
+/// its views may lag the child collection and readers compute them from it. A lease still
+/// running is a write under way, whose holder renews it: its views are the parent before that
+/// write, as a read that came first would see it.
 ///
 /// The expiry was set on the server's clock and is compared with this process's: a clock
 /// ahead of the server's computes a parent whose holder is alive (a query more, the same
