@@ -955,20 +955,25 @@ async fn a_rebuild_that_would_empty_views_after_a_rename_refuses_and_names_both_
 async fn old_parents(old: &Store<Latest3>, rng: &mut impl Rng, n: usize) -> Vec<Bson> {
     let mut parents = Vec::with_capacity(n);
     for _ in 0..n {
-        let id = Bson::ObjectId(ObjectId::new());
-        old.raw()
-            .insert(doc! { "_id": id.clone(), "latest": [], "n": 0_i64 })
-            .await
-            .unwrap();
-        let comments: Vec<Document> = (0..4).map(|_| comment(rng, &id)).collect();
-        old.raw()
-            .children(&Latest3::SUBSETS[0])
-            .push(&id, comments)
-            .await
-            .unwrap();
-        parents.push(id);
+        parents.push(old_parent(old, rng, 4).await);
     }
     parents
+}
+
+/// A parent written by `old` with `comments` comments.
+async fn old_parent(old: &Store<Latest3>, rng: &mut impl Rng, comments: usize) -> Bson {
+    let id = Bson::ObjectId(ObjectId::new());
+    old.raw()
+        .insert(doc! { "_id": id.clone(), "latest": [], "n": 0_i64 })
+        .await
+        .unwrap();
+    let children: Vec<Document> = (0..comments).map(|_| comment(rng, &id)).collect();
+    old.raw()
+        .children(&Latest3::SUBSETS[0])
+        .push(&id, children)
+        .await
+        .unwrap();
+    id
 }
 
 /// The registry after a rebuild: the definitions no parent is built under any more lose their
@@ -986,16 +991,7 @@ async fn a_rebuild_drops_the_definitions_no_parent_is_built_under() {
         // A parent of the old model whose children now carry another key (renamed outside
         // the library): the rebuild refuses to empty its view, so it stays built under the old
         // definition.
-        let stranded = Bson::ObjectId(ObjectId::new());
-        old.raw()
-            .insert(doc! { "_id": stranded.clone(), "latest": [], "n": 0_i64 })
-            .await
-            .unwrap();
-        old.raw()
-            .children(&Latest3::SUBSETS[0])
-            .push(&stranded, vec![comment(&mut rng, &stranded)])
-            .await
-            .unwrap();
+        let stranded = old_parent(&old, &mut rng, 1).await;
         db.collection::<Document>("comments")
             .update_many(
                 doc! { "movie_id": stranded.clone() },
