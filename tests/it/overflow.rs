@@ -143,7 +143,8 @@ async fn a_batch_whose_values_add_up_past_i64_is_refused_before_anything_is_writ
         assert_overflow(&err, &tally.id, "big_total", "i64");
         assert_unchanged(&store, &tally.id, &before).await;
 
-        // One at a time: the second is refused by the parent update's condition.
+        // One at a time: the server refuses the second's `$inc` past `i64` (the update carries
+        // no condition of its own for it), and the refusal is named as the condition's was.
         votes.push(&tally.id, &batch[0]).await.unwrap();
         let before = state(&store, &tally.id).await;
         let err = votes.push(&tally.id, &batch[1]).await.unwrap_err();
@@ -249,60 +250,134 @@ async fn a_recount_past_the_type_is_refused_and_the_parent_still_decodes() {
     }
 }
 
+/// Which sum a race test carries past its type: the `i32` one, kept in range by a condition of
+/// the parent update, or the `i64` one, whose `$inc` past `i64` the server refuses itself.
+#[derive(Clone, Copy)]
+enum Sum {
+    Small,
+    Big,
+}
+
+impl Sum {
+    /// A vote adding `by` to this sum only.
+    fn vote(self, millis: i64, by: i64) -> Vote {
+        match self {
+            Sum::Small => vote(millis, by as i32, 0),
+            Sum::Big => vote(millis, 0, by),
+        }
+    }
+
+    /// The sum's maximum, its field and its type.
+    fn of(self) -> (i64, &'static str, &'static str) {
+        match self {
+            Sum::Small => (i32::MAX.into(), "small_total", "i32"),
+            Sum::Big => (i64::MAX, "big_total", "i64"),
+        }
+    }
+
+    fn stored(self, tally: &Tally) -> i64 {
+        match self {
+            Sum::Small => tally.small_total.into(),
+            Sum::Big => tally.big_total,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn two_pushes_that_fit_alone_but_not_together_end_with_one_refused() {
     let _fail_point = crate::FAIL_POINT.lock().await;
+    for sum in [Sum::Small, Sum::Big] {
+        let (max, field, ty) = sum.of();
+        for store in stores::<Tally>().await {
+            let tally = Tally::new();
+            store.insert(&tally).await.unwrap();
+            let votes = store.children(Tally::RECENT);
+            votes
+                .push(&tally.id, &sum.vote(1, max - 150))
+                .await
+                .unwrap();
+
+            // The first push's parent update is held by the server while the second one runs.
+            let app = format!("overflow-{}", ObjectId::new().to_hex());
+            let held = crate::mutations::on_own_client(&store, &app).await;
+            let admin = store.database().client().database("admin");
+            admin
+                .run_command(doc! {
+                    "configureFailPoint": "failCommand",
+                    "mode": { "times": 1 },
+                    "data": {
+                        "failCommands": ["update"],
+                        "appName": app.as_str(),
+                        "blockConnection": true,
+                        "blockTimeMS": 600,
+                    },
+                })
+                .await
+                .expect("failCommand (test commands on)");
+            let first = sum.vote(2, 100);
+            let id = tally.id;
+            let slow =
+                tokio::spawn(async move { held.children(Tally::RECENT).push(&id, &first).await });
+            tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+            let fast = votes.push(&tally.id, &sum.vote(3, 100)).await;
+            let slow = slow.await.unwrap();
+            admin
+                .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
+                .await
+                .unwrap();
+
+            let refused: Vec<&Error> = [&slow, &fast]
+                .into_iter()
+                .filter_map(|r| r.as_ref().err())
+                .collect();
+            assert_eq!(refused.len(), 1, "slow {slow:?}, fast {fast:?}");
+            assert_overflow(refused[0], &tally.id, field, ty);
+            let (parent, children) = state(&store, &tally.id).await;
+            assert_eq!(
+                (sum.stored(&parent), parent.n, children.len()),
+                (max - 50, 2, 2)
+            );
+            let drift = votes.check(&tally.id).await.unwrap();
+            assert!(drift.is_clean(), "{drift:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_past_an_i64_sum_fails_alone_among_pushes_to_other_parents() {
     for store in stores::<Tally>().await {
-        let tally = Tally::new();
-        store.insert(&tally).await.unwrap();
+        let tallies: Vec<Tally> = (0..8).map(|_| Tally::new()).collect();
+        for tally in &tallies {
+            store.insert(tally).await.unwrap();
+        }
         let votes = store.children(Tally::RECENT);
-        votes
-            .push(&tally.id, &vote(1, i32::MAX - 150, 0))
-            .await
-            .unwrap();
+        let full = tallies[0].id;
+        votes.push(&full, &vote(1, 0, i64::MAX - 10)).await.unwrap();
+        let before = state(&store, &full).await;
 
-        // The first push's parent update is held by the server while the second one runs.
-        let app = format!("overflow-{}", ObjectId::new().to_hex());
-        let held = crate::mutations::on_own_client(&store, &app).await;
-        let admin = store.database().client().database("admin");
-        admin
-            .run_command(doc! {
-                "configureFailPoint": "failCommand",
-                "mode": { "times": 1 },
-                "data": {
-                    "failCommands": ["update"],
-                    "appName": app.as_str(),
-                    "blockConnection": true,
-                    "blockTimeMS": 600,
-                },
-            })
-            .await
-            .expect("failCommand (test commands on)");
-        let first = vote(2, 100, 0);
-        let id = tally.id;
-        let slow =
-            tokio::spawn(async move { held.children(Tally::RECENT).push(&id, &first).await });
-        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-        let fast = votes.push(&tally.id, &vote(3, 100, 0)).await;
-        let slow = slow.await.unwrap();
-        admin
-            .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
-            .await
-            .unwrap();
-
-        let refused: Vec<&Error> = [&slow, &fast]
-            .into_iter()
-            .filter_map(|r| r.as_ref().err())
-            .collect();
-        assert_eq!(refused.len(), 1, "slow {slow:?}, fast {fast:?}");
-        assert_overflow(refused[0], &tally.id, "small_total", "i32");
-        let (parent, children) = state(&store, &tally.id).await;
-        assert_eq!(
-            (parent.small_total, parent.n, children.len()),
-            (i32::MAX - 50, 2, 2)
-        );
-        let drift = votes.check(&tally.id).await.unwrap();
-        assert!(drift.is_clean(), "{drift:?}");
+        // Concurrent pushes to eight parents, which transactions carry together where they can:
+        // the refused one must not take the others with it.
+        let pushes = tallies.iter().enumerate().map(|(i, tally)| {
+            let votes = store.children(Tally::RECENT);
+            let child = vote(2 + i as i64, 1, 100);
+            async move { votes.push(&tally.id, &child).await }
+        });
+        let results = futures::future::join_all(pushes).await;
+        assert_overflow(results[0].as_ref().unwrap_err(), &full, "big_total", "i64");
+        assert_unchanged(&store, &full, &before).await;
+        for (tally, result) in tallies.iter().zip(&results).skip(1) {
+            result.as_ref().expect("a push within range");
+            let (parent, children) = state(&store, &tally.id).await;
+            assert_eq!(
+                (
+                    parent.n,
+                    parent.small_total,
+                    parent.big_total,
+                    children.len()
+                ),
+                (1, 1, 100, 1)
+            );
+        }
     }
 }
 

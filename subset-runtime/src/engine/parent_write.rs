@@ -24,7 +24,7 @@ use super::exec::Ctx;
 use super::model_change::{touch, MARKER};
 use super::numbers::Bounds;
 use super::RawStore;
-use crate::error::Result;
+use crate::error::{driver, Error, Result};
 
 /// What an operation asks of a parent.
 #[derive(Debug, Default)]
@@ -183,7 +183,10 @@ async fn send(
     if !array_filters.is_empty() {
         send = send.array_filters(array_filters);
     }
-    let sent = ctx.run(send).await.map_err(|e| store.mongo(e))?;
+    let sent = match ctx.run(send).await {
+        Ok(sent) => sent,
+        Err(e) => return Err(refused(store, parent, bounds, e).await),
+    };
     if sent.matched_count == 0 {
         return Ok(None);
     }
@@ -191,6 +194,35 @@ async fn send(
         ctx.released(parent);
     }
     Ok(Some(Written::Applied))
+}
+
+/// The error of an update of `parent` that the server refused: [`Error::NumberOverflow`] for an
+/// increment it would not carry past `i64` (which `bounds` left to it), read outside any
+/// transaction (the refusal has aborted ours); else the server's own error.
+async fn refused(
+    store: &RawStore,
+    parent: &Bson,
+    bounds: &Bounds,
+    e: mongodb::error::Error,
+) -> Error {
+    if bounds.is_empty() || !driver::is_bad_value(&e) {
+        return store.mongo(e);
+    }
+    let projection: Document = bounds
+        .fields()
+        .map(|f| (f.to_owned(), Bson::Int32(1)))
+        .collect();
+    let parents = store.parents::<RawDocumentBuf>();
+    let find = parents
+        .find_one(doc! { "_id": parent.clone() })
+        .projection(projection);
+    match find.await {
+        Ok(Some(found)) => match bounds.broken(&found) {
+            Some(o) => o.at(store.collection_name(), parent),
+            None => store.mongo(e),
+        },
+        _ => store.mongo(e),
+    }
 }
 
 /// Why an update of `parent` matched nothing (or, for one that sent nothing, whether it would

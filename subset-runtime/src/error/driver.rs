@@ -79,6 +79,12 @@ pub(crate) fn is_too_large(error: &mongodb::error::Error) -> bool {
     code(error).is_some_and(|c| TOO_LARGE.contains(&c))
 }
 
+/// Whether the server refused a write as a bad value (code 2): among others, an `$inc` that
+/// would carry an int64 past its range.
+pub(crate) fn is_bad_value(error: &mongodb::error::Error) -> bool {
+    code(error) == Some(2)
+}
+
 /// Whether the server answered that it did not apply a write (a write or command error), as
 /// opposed to a failure after which nobody knows (a lost connection).
 pub(crate) fn is_refused(error: &mongodb::error::Error) -> bool {
