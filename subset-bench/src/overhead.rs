@@ -5,7 +5,7 @@
 use bson::oid::ObjectId;
 use bson::{doc, DateTime};
 use futures::TryStreamExt;
-use mongodb::{Collection, Database};
+use mongodb::{Client, Collection, Database};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
@@ -58,6 +58,8 @@ const LATER_PAGE: usize = 20;
 const BLOCKS: usize = 5;
 /// Calls per operation and side tallied on the wire, after the timed ones.
 pub const WIRE_CALLS: usize = 200;
+/// Calls of each side on the monitored client before its tally starts.
+const WIRE_WARMUP: usize = 20;
 
 #[derive(Deserialize)]
 struct FirstPage {
@@ -66,12 +68,15 @@ struct FirstPage {
 }
 
 struct Bench {
-    store: Store<Product>,
+    /// Both sides on a client without command monitoring, for the timed pairs: the driver
+    /// builds each command's event before any handler can decline it, a cost of the monitor's
+    /// that grows with the command and would be timed with the library and the hand alike.
+    timed: Sides,
+    /// The same data through the monitored client, for the wire pass.
+    wire: Sides,
+    /// Whether the wire pass is running.
+    tallying: bool,
     mode: WriteMode,
-    /// The writes by hand, in the store's write mode.
-    hand: HandPush,
-    products: Collection<Product>,
-    reviews: Collection<Review>,
     ids: Vec<ObjectId>,
     /// Per product: the library's cursor after the first page, and the same position by hand.
     after: Vec<(Cursor, DateTime, ObjectId)>,
@@ -79,7 +84,44 @@ struct Bench {
     next: u64,
 }
 
+/// The library and the hand on one client.
+struct Sides {
+    store: Store<Product>,
+    /// The writes by hand, in the store's write mode.
+    hand: HandPush,
+    products: Collection<Product>,
+    reviews: Collection<Review>,
+}
+
+impl Sides {
+    /// The sides on `db`: `store`, and the hand in `mode`.
+    fn on(db: &Database, store: Store<Product>, mode: WriteMode) -> Sides {
+        Sides {
+            store,
+            hand: HandPush::new(db, mode),
+            products: db.collection(SUBSET),
+            reviews: db.collection(REVIEWS),
+        }
+    }
+}
+
+/// The experiment's store on `db`, in `mode` or in the mode it detects.
+fn store_on(db: &Database, mode: Option<WriteMode>) -> Store<Product> {
+    match mode {
+        Some(mode) => Store::<Product>::with_options(db, StoreOptions::new().mode(mode)),
+        None => Store::<Product>::new(db),
+    }
+}
+
 impl Bench {
+    /// The sides of the pass that is running.
+    fn sides(&self) -> &Sides {
+        match self.tallying {
+            true => &self.wire,
+            false => &self.timed,
+        }
+    }
+
     /// The new reviews `op` writes (none for reads), made before the clock starts.
     fn input(&mut self, op: Op, i: usize) -> Vec<Review> {
         let n = match op {
@@ -97,10 +139,11 @@ impl Bench {
 
     async fn library(&self, op: Op, i: usize, input: &[Review]) -> Res<()> {
         let id = self.ids[i];
-        let handle = self.store.children(Product::RECENT_REVIEWS);
+        let store = &self.sides().store;
+        let handle = store.children(Product::RECENT_REVIEWS);
         match op {
             Op::Get => {
-                self.store.get(&id).await?.ok_or("missing product")?;
+                store.get(&id).await?.ok_or("missing product")?;
             }
             Op::FirstPage => {
                 let page = handle
@@ -121,15 +164,17 @@ impl Bench {
 
     async fn by_hand(&self, op: Op, i: usize, input: &[Review]) -> Res<()> {
         let id = self.ids[i];
+        let sides = self.sides();
         match op {
             Op::Get => {
-                self.products
+                sides
+                    .products
                     .find_one(doc! { "_id": id })
                     .await?
                     .ok_or("missing product")?;
             }
             Op::FirstPage => {
-                let page = self
+                let page = sides
                     .products
                     .clone_with_type::<FirstPage>()
                     .find_one(doc! { "_id": id })
@@ -151,7 +196,7 @@ impl Bench {
                         { "date": *date, "_id": { "$lt": *rid } },
                     ],
                 };
-                let mut page: Vec<Review> = self
+                let mut page: Vec<Review> = sides
                     .reviews
                     .find(filter)
                     .sort(doc! { "date": -1, "_id": -1 })
@@ -163,7 +208,7 @@ impl Bench {
                 page.truncate(LATER_PAGE);
                 assert_len(page.len(), LATER_PAGE)?;
             }
-            Op::Push | Op::PushMany => self.hand.push(id, input).await?,
+            Op::Push | Op::PushMany => sides.hand.push(id, input).await?,
         }
         Ok(())
     }
@@ -229,7 +274,7 @@ impl OnTheWire {
 
 /// Writes the experiment's products (through the library) into a fresh `db`; the store writes
 /// in `mode`, or in the mode it detects.
-async fn setup(db: &Database, seed: u64, mode: Option<WriteMode>) -> Res<Bench> {
+async fn setup(db: &Database, wire: &Database, seed: u64, mode: Option<WriteMode>) -> Res<Bench> {
     db.drop().await?;
     let data = DataSet {
         products: PRODUCTS,
@@ -237,12 +282,9 @@ async fn setup(db: &Database, seed: u64, mode: Option<WriteMode>) -> Res<Bench> 
         max_reviews: REVIEWS_EACH,
         seed,
     };
-    let store = match mode {
-        Some(mode) => Store::<Product>::with_options(db, StoreOptions::new().mode(mode)),
-        None => Store::<Product>::new(db),
-    };
+    let store = store_on(db, mode);
     store.ensure_indexes().await?;
-    let mode = store.mode().await?;
+    let detected = store.mode().await?;
     let handle = store.children(Product::RECENT_REVIEWS);
     let mut ids = Vec::with_capacity(PRODUCTS);
     let mut after = Vec::with_capacity(PRODUCTS);
@@ -266,12 +308,15 @@ async fn setup(db: &Database, seed: u64, mode: Option<WriteMode>) -> Res<Bench> 
         after.push((cursor, last.date, last.id));
         ids.push(info.id);
     }
+    let wire = Sides::on(wire, store_on(wire, mode), detected);
+    if wire.store.mode().await? != detected {
+        return Err("the monitored client's store writes in another mode".into());
+    }
     Ok(Bench {
-        store,
-        mode,
-        hand: HandPush::new(db, mode),
-        products: db.collection(SUBSET),
-        reviews: db.collection(REVIEWS),
+        timed: Sides::on(db, store, detected),
+        wire,
+        tallying: false,
+        mode: detected,
         ids,
         after,
         data,
@@ -291,9 +336,9 @@ pub async fn run(
     mode: Option<WriteMode>,
 ) -> Res<(WriteMode, Vec<Row>)> {
     let wire = Wire::connect(uri).await?;
-    let db = wire.client().database(database);
-    let db = &db;
-    let mut bench = setup(db, seed, mode).await?;
+    let db = Client::with_uri_str(uri).await?.database(database);
+    let monitored = wire.client().database(database);
+    let mut bench = setup(&db, &monitored, seed, mode).await?;
     let mut rng = StdRng::seed_from_u64(seed);
     let warmup = (iterations / 10).max(20);
     let mut rows = Vec::new();
@@ -334,6 +379,15 @@ pub async fn run(
         let hand_p50 = Run::sequential(hand).p50();
         // The wire pass: each call alone on the tally, so that what it sent is its own.
         let (mut lib_calls, mut hand_calls) = (Vec::new(), Vec::new());
+        bench.tallying = true;
+        // Untallied first calls, so that the monitored store's first reads (its registry) are
+        // no call's, as they are no timed call's.
+        for _ in 0..WIRE_WARMUP {
+            let i = rng.random_range(0..PRODUCTS);
+            let (lib_input, hand_input) = (bench.input(op, i), bench.input(op, i));
+            bench.library(op, i, &lib_input).await?;
+            bench.by_hand(op, i, &hand_input).await?;
+        }
         wire.tally(true);
         for _ in 0..WIRE_CALLS {
             let i = rng.random_range(0..PRODUCTS);
@@ -346,6 +400,7 @@ pub async fn run(
             hand_calls.push((wire.take(), ms));
         }
         wire.tally(false);
+        bench.tallying = false;
         rows.push(Row {
             op,
             iterations,
