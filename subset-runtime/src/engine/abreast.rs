@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 pub(super) struct Aboard {
     pub(super) field: &'static str,
     pub(super) parent: Bson,
-    pub(super) children: Vec<Prepared>,
+    pub(super) children: Arc<[Prepared]>,
 }
 
 impl RawStore {

@@ -1,6 +1,8 @@
 //! What writers of a parent queue for its turn holder to take along (see [`super::exec::traffic`]):
 //! data only, so that the executor below the operations can carry it.
 
+use std::sync::Arc;
+
 use crate::bson::{Bson, Document};
 
 use super::exec::traffic::Work;
@@ -21,10 +23,11 @@ pub(super) struct Prepared {
 pub(super) enum Queued {
     /// Work that goes alone: nothing joins it.
     Alone,
-    /// The children of one push, through the field `group` (the first view of the children).
+    /// The children of one push, through the field `group` (the first view of the children):
+    /// shared, so that the turn's holder takes them along without copying each child.
     Pushes {
         group: &'static str,
-        children: Vec<Prepared>,
+        children: Arc<[Prepared]>,
     },
     /// Patches of children (child `_id`, patch), through the view group `group`.
     Patches {
@@ -80,7 +83,7 @@ impl Work for Queued {
                 ids.dedup();
                 (ids.len() == all.len()).then_some(Queued::Pushes {
                     group,
-                    children: all,
+                    children: all.into(),
                 })
             }
             // Patches of one child compose; see `patch/`.

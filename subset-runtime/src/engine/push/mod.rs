@@ -122,7 +122,10 @@ impl Pushes<'_> {
     async fn push_combined(&self, parent: &Bson, children: Vec<Prepared>) -> Result<()> {
         let key = self.group_key(parent);
         let run = |work: &Queued| {
-            let batch = work.children().to_vec();
+            let batch = match work {
+                Queued::Pushes { children, .. } => Arc::clone(children),
+                _ => Arc::from([]),
+            };
             let key = &key;
             async move {
                 if self.strategy(key, &batch) == Strategy::Fold {
@@ -141,7 +144,7 @@ impl Pushes<'_> {
         };
         let work = Queued::Pushes {
             group: key.0,
-            children,
+            children: children.into(),
         };
         self.store().traffic().together(parent, work, run).await
     }
