@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::{try_join_all, BoxFuture};
 use futures::{FutureExt, StreamExt, TryStreamExt};
@@ -828,6 +828,43 @@ async fn concurrent_votes_no_view_ranks_by_are_exact_in_every_copy() {
 
 /// `store` on a client of its own named `app`, so that a fail point can hold its commands
 /// alone.
+/// Has the server hold the next `command` of the client named `app` (see [`on_own_client`])
+/// for `held` before running it: the step between two writes held open.
+pub(crate) async fn hold_next_for<P: subset::Subset>(
+    store: &Store<P>,
+    app: &str,
+    command: &str,
+    held: Duration,
+) {
+    store
+        .database()
+        .client()
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 1 },
+            "data": {
+                "failCommands": [command],
+                "appName": app,
+                "blockConnection": true,
+                "blockTimeMS": held.as_millis() as i64,
+            },
+        })
+        .await
+        .expect("failCommand (test commands on)");
+}
+
+/// Turns the fail point of [`hold_next_for`] off.
+pub(crate) async fn release<P: subset::Subset>(store: &Store<P>) {
+    store
+        .database()
+        .client()
+        .database("admin")
+        .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
+        .await
+        .unwrap();
+}
+
 pub(crate) async fn on_own_client<P: subset::Subset>(store: &Store<P>, app: &str) -> Store<P> {
     let server = subset_testkit::MongoServer::shared(subset_testkit::Topology::ReplicaSet)
         .await
@@ -911,20 +948,7 @@ async fn calls_by_child_id_read_the_parent_and_follow_a_move() {
         // child write blocked by the server) while the child moves back: the vote follows it.
         let app = format!("by-id-{}", subset::bson::oid::ObjectId::new().to_hex());
         let voter = on_own_client(&store, &app).await;
-        let admin = store.database().client().database("admin");
-        admin
-            .run_command(doc! {
-                "configureFailPoint": "failCommand",
-                "mode": { "times": 1 },
-                "data": {
-                    "failCommands": ["findAndModify"],
-                    "appName": app.as_str(),
-                    "blockConnection": true,
-                    "blockTimeMS": 2000,
-                },
-            })
-            .await
-            .expect("failCommand (test commands on)");
+        hold_next_for(&store, &app, "findAndModify", Duration::from_millis(2000)).await;
         let vote = tokio::spawn(async move {
             voter
                 .children(Product::LATEST)
@@ -939,10 +963,7 @@ async fn calls_by_child_id_read_the_parent_and_follow_a_move() {
             "{mode:?}: the vote was not held across the move (the fail point did not fire)"
         );
         let voted = vote.await.unwrap();
-        admin
-            .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
-            .await
-            .unwrap();
+        release(&store).await;
         voted.unwrap_or_else(|e| panic!("{mode:?}: the vote did not follow the move: {e}"));
         let review = stored(&store, 3).await;
         assert_eq!(review.get_i32("product_id").unwrap(), 11);

@@ -5,6 +5,8 @@
 
 use crate::common;
 
+use std::time::Duration;
+
 use bson::oid::ObjectId;
 use bson::{doc, DateTime, Document};
 use common::stores;
@@ -300,20 +302,8 @@ async fn two_pushes_that_fit_alone_but_not_together_end_with_one_refused() {
             // The first push's parent update is held by the server while the second one runs.
             let app = format!("overflow-{}", ObjectId::new().to_hex());
             let held = crate::mutations::on_own_client(&store, &app).await;
-            let admin = store.database().client().database("admin");
-            admin
-                .run_command(doc! {
-                    "configureFailPoint": "failCommand",
-                    "mode": { "times": 1 },
-                    "data": {
-                        "failCommands": ["update"],
-                        "appName": app.as_str(),
-                        "blockConnection": true,
-                        "blockTimeMS": 600,
-                    },
-                })
-                .await
-                .expect("failCommand (test commands on)");
+            crate::mutations::hold_next_for(&store, &app, "update", Duration::from_millis(600))
+                .await;
             let first = sum.vote(2, 100);
             let id = tally.id;
             let slow =
@@ -321,10 +311,7 @@ async fn two_pushes_that_fit_alone_but_not_together_end_with_one_refused() {
             tokio::time::sleep(std::time::Duration::from_millis(150)).await;
             let fast = votes.push(&tally.id, &sum.vote(3, 100)).await;
             let slow = slow.await.unwrap();
-            admin
-                .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
-                .await
-                .unwrap();
+            crate::mutations::release(&store).await;
 
             let refused: Vec<&Error> = [&slow, &fast]
                 .into_iter()

@@ -4,7 +4,9 @@
 //! sum must agree with the child collection afterwards, without a reconcile.
 
 use crate::common;
-use crate::mutations::{assert_true, on_own_client, parent, seeded, stored, Product, Review};
+use crate::mutations::{
+    assert_true, hold_next_for, on_own_client, parent, release, seeded, stored, Product, Review,
+};
 
 use std::time::{Duration, Instant};
 
@@ -18,36 +20,6 @@ const HELD: Duration = Duration::from_millis(600);
 /// Holds the next `command` of the client named `app` for [`HELD`].
 async fn hold_next(store: &Store<Product>, app: &str, command: &str) {
     hold_next_for(store, app, command, HELD).await;
-}
-
-/// Holds the next `command` of the client named `app` for `held`.
-async fn hold_next_for(store: &Store<Product>, app: &str, command: &str, held: Duration) {
-    store
-        .database()
-        .client()
-        .database("admin")
-        .run_command(doc! {
-            "configureFailPoint": "failCommand",
-            "mode": { "times": 1 },
-            "data": {
-                "failCommands": [command],
-                "appName": app,
-                "blockConnection": true,
-                "blockTimeMS": held.as_millis() as i64,
-            },
-        })
-        .await
-        .expect("failCommand (test commands on)");
-}
-
-async fn release(store: &Store<Product>) {
-    store
-        .database()
-        .client()
-        .database("admin")
-        .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
-        .await
-        .unwrap();
 }
 
 /// A client of its own, named for the test, so that a fail point holds its commands alone.
