@@ -4,9 +4,9 @@
 //! applies it only to a value that stays in range: the server itself would widen an int32
 //! past `i32::MAX` into an int64, and the parent would no longer decode. An increment toward a
 //! bound that is `i64`'s own (any `i64` count or sum, a `u64` going up) carries no condition:
-//! the server refuses an `$inc` past `i64` itself (code 2) and writes nothing, and each
-//! condition keeps the update off the server's fast path for a lookup by `_id` (8–11 % of a
-//! push in transactions, `subset-bench --experiments overhead`).
+//! the server refuses an `$inc` past `i64` itself (code 2) and writes nothing, and the
+//! condition would cost the server about 20 µs an update (mongod 6.0.5; `docs/bench/results.md`,
+//! section 2's notes).
 //!
 //! When an update with such conditions matches nothing, or the server refuses it,
 //! [`Bounds::broken`] reads the stored values and says which increment would have gone past
