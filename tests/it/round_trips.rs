@@ -44,6 +44,18 @@ struct Product {
     rating_total: i64,
 }
 
+impl Product {
+    /// A product without reviews.
+    fn empty() -> Product {
+        Product {
+            id: ObjectId::new(),
+            recent_reviews: Vec::new(),
+            total_reviews: 0,
+            rating_total: 0,
+        }
+    }
+}
+
 /// A long subset: at `keep = 32` and above a push tries the head first (`$position: 0`, no
 /// `$sort`, guarded by a filter on the stored head); below, as for `Product`, it sends the
 /// `$sort` update alone.
@@ -121,12 +133,7 @@ async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
     let store = Store::<Product>::new(&db);
     store.mode().await.unwrap();
     store.ensure_indexes().await.unwrap();
-    let product = Product {
-        id: ObjectId::new(),
-        recent_reviews: Vec::new(),
-        total_reviews: 0,
-        rating_total: 0,
-    };
+    let product = Product::empty();
     store.insert(&product).await.unwrap();
     let reviews: Vec<Review> = (0..50).map(review).collect();
     store
@@ -283,12 +290,7 @@ async fn pushes_to_many_parents_share_a_transaction() {
     for attempt in 0..3 {
         products.clear();
         for _ in 0..16 {
-            let product = Product {
-                id: ObjectId::new(),
-                recent_reviews: Vec::new(),
-                total_reviews: 0,
-                rating_total: 0,
-            };
+            let product = Product::empty();
             store.insert(&product).await.unwrap();
             products.push(product.id);
         }
@@ -483,6 +485,18 @@ struct Item5 {
     rating_total: i64,
 }
 
+impl Item5 {
+    /// An item without notes.
+    fn empty() -> Item5 {
+        Item5 {
+            id: ObjectId::new(),
+            latest: Vec::new(),
+            total: 0,
+            rating_total: 0,
+        }
+    }
+}
+
 /// The next model of items: the 10 latest notes, and a view added over the same notes,
 /// previews of the 3 best rated with the sum of every note's amount.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Subset)]
@@ -562,12 +576,7 @@ async fn reads_of_parents_not_built_here_are_two_commands(topology: Topology) {
     let db = products.database();
     let old = Store::<Item5>::new(db);
     old.ensure_indexes().await.unwrap();
-    let item = Item5 {
-        id: ObjectId::new(),
-        latest: Vec::new(),
-        total: 0,
-        rating_total: 0,
-    };
+    let item = Item5::empty();
     old.insert(&item).await.unwrap();
     let notes: Vec<Note> = (1..=20).map(note).collect();
     old.children(Item5::LATEST)
@@ -690,12 +699,7 @@ async fn a_rebuild_reads_and_writes_parents_in_batches(topology: Topology) {
     old.ensure_indexes().await.unwrap();
     let mut items = Vec::new();
     for i in 0..40 {
-        let item = Item5 {
-            id: ObjectId::new(),
-            latest: Vec::new(),
-            total: 0,
-            rating_total: 0,
-        };
+        let item = Item5::empty();
         old.insert(&item).await.unwrap();
         let notes: Vec<Note> = (1..=i % 7 + 1).map(note).collect();
         old.children(Item5::LATEST)
