@@ -5,7 +5,8 @@
 
 use crate::common;
 use crate::mutations::{
-    assert_true, hold_next_for, on_own_client, parent, release, seeded, stored, Product, Review,
+    assert_true, hold_next_for, on_own_client, parent, release, review, seeded, stored, Product,
+    Review,
 };
 
 use std::time::{Duration, Instant};
@@ -363,4 +364,164 @@ async fn a_writer_whose_parent_update_is_held_past_its_lease_keeps_its_turn() {
         assert_true(&store, 1, "a slow holder and a writer behind it").await;
         store.delete(&1).await.unwrap();
     }
+}
+
+/// The keys of `product`'s marker that hold a lease (exclusive `l`, or shared `l_…`).
+async fn leases_left(store: &Store<Product>, product: i32) -> Vec<String> {
+    let products = store.database().collection::<Document>("patch_products");
+    let found = products
+        .find_one(doc! { "_id": product })
+        .await
+        .unwrap()
+        .expect("the product is stored");
+    let marker = found.get_document("_subset").cloned().unwrap_or_default();
+    marker
+        .keys()
+        .filter(|k| k.starts_with('l'))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pushes_from_two_processes_write_one_parent_at_once() {
+    let _fail_point = crate::FAIL_POINT.lock().await;
+    // Without transactions pushes share the parent's lease: a second process's push does not
+    // wait for a first one whose parent update the server holds. With transactions the two
+    // may conflict, and one starts over once the other commits. Both end in the parent, once.
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 40, 3).await;
+        let (first, app) = own(&store, "held-push").await;
+        let (second, _) = own(&store, "next-push").await;
+        hold_next(&store, &app, "update").await;
+        let started = Instant::now();
+        let held = tokio::spawn(async move {
+            let done = first.children(Product::LATEST).push(&40, &review(4)).await;
+            (done, started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        second
+            .children(Product::LATEST)
+            .push(&40, &review(5))
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: the second push: {e}"));
+        let second_took = started.elapsed();
+        let (done, held_took) = held.await.unwrap();
+        release(&store).await;
+        done.unwrap_or_else(|e| panic!("{mode:?}: the held push: {e}"));
+        assert!(held_took >= HELD, "{mode:?}: not held ({held_took:.2?})");
+        if mode == subset::WriteMode::Ordered {
+            assert!(
+                second_took < HELD,
+                "{mode:?}: the second push waited for the held one ({second_took:.2?})"
+            );
+        }
+        let p = parent(&store, 40).await;
+        assert_eq!(p.total, 5, "{mode:?}: the count");
+        let latest: Vec<i32> = p.latest.iter().map(|r| r.id).collect();
+        assert_eq!(latest, [5, 4, 3], "{mode:?}");
+        assert_true(&store, 40, "two pushes from two processes at once").await;
+        assert!(
+            leases_left(&store, 40).await.is_empty(),
+            "{mode:?}: {:?}",
+            leases_left(&store, 40).await
+        );
+        store.delete(&40).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removal_from_another_process_waits_for_the_pushes_under_way() {
+    let _fail_point = crate::FAIL_POINT.lock().await;
+    // A removal refills the views from the child collection: without transactions it takes
+    // the lease alone, after the pushes that share it are done, so that it neither misses
+    // their children nor counts them twice.
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 41, 6).await;
+        let (first, app) = own(&store, "held-push").await;
+        let (second, _) = own(&store, "removal").await;
+        hold_next(&store, &app, "update").await;
+        let started = Instant::now();
+        let held = tokio::spawn(async move {
+            let done = first.children(Product::LATEST).push(&41, &review(7)).await;
+            (done, started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        second
+            .children(Product::LATEST)
+            .remove(&41, &6)
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: the removal: {e}"));
+        let removal_took = started.elapsed();
+        let (done, held_took) = held.await.unwrap();
+        release(&store).await;
+        done.unwrap_or_else(|e| panic!("{mode:?}: the held push: {e}"));
+        if mode == subset::WriteMode::Ordered {
+            assert!(
+                removal_took >= held_took,
+                "{mode:?}: the removal ended after {removal_took:.2?}, before the held push \
+                 ({held_took:.2?})"
+            );
+        }
+        let p = parent(&store, 41).await;
+        assert_eq!(p.total, 6, "{mode:?}: six, one pushed, one removed");
+        let latest: Vec<i32> = p.latest.iter().map(|r| r.id).collect();
+        assert_eq!(latest, [7, 5, 4], "{mode:?}");
+        assert_true(&store, 41, "a removal behind a push from another process").await;
+        assert!(leases_left(&store, 41).await.is_empty(), "{mode:?}");
+        store.delete(&41).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_stopped_between_its_writes_is_computed_by_reads_and_settled_by_the_next_push() {
+    // Only writes without a transaction take leases: a transaction leaves nothing half done.
+    let store = Store::<Product>::with_options(
+        &common::replica_db().await,
+        subset::StoreOptions::new().mode(subset::WriteMode::Ordered),
+    );
+    seeded(&store, 42, 3).await;
+    // What a push killed between its insert and its parent update leaves: its child stored,
+    // not embedded nor counted, and its shared lease lapsed.
+    let mut child = subset::bson_compat::to_document(&review(4)).unwrap();
+    child.insert("product_id", 42);
+    let db = store.database();
+    db.collection::<Document>("patch_reviews")
+        .insert_one(child)
+        .await
+        .unwrap();
+    let lapsed = subset::bson::DateTime::from_millis(
+        subset::bson::DateTime::now().timestamp_millis() - 1_000,
+    );
+    let key = format!("_subset.l_{}", subset::bson::oid::ObjectId::new().to_hex());
+    db.collection::<Document>("patch_products")
+        .update_one(doc! { "_id": 42 }, doc! { "$set": { key: lapsed } })
+        .await
+        .unwrap();
+
+    // Reads compute the parent from the child collection.
+    let p = parent(&store, 42).await;
+    let latest: Vec<i32> = p.latest.iter().map(|r| r.id).collect();
+    assert_eq!(latest, [4, 3, 2], "a read of the stopped push's parent");
+    assert_eq!(p.total, 4, "its count");
+
+    // The next push cannot share a lapsed lease: it takes it alone, clears the lapsed one and
+    // settles the parent after its own write.
+    store
+        .children(Product::LATEST)
+        .push(&42, &review(5))
+        .await
+        .unwrap();
+    assert!(
+        leases_left(&store, 42).await.is_empty(),
+        "{:?}",
+        leases_left(&store, 42).await
+    );
+    let p = parent(&store, 42).await;
+    assert_eq!(p.total, 5);
+    let latest: Vec<i32> = p.latest.iter().map(|r| r.id).collect();
+    assert_eq!(latest, [5, 4, 3]);
+    assert_true(&store, 42, "after the next push settled a stopped one").await;
+    store.delete(&42).await.unwrap();
 }

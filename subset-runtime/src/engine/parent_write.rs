@@ -155,8 +155,8 @@ async fn send(
         Bounds::of(store.spec(), &mut update).map_err(|o| o.at(store.collection_name(), parent))?;
     bounds.filter(&mut filter);
     let lease = ctx.lease(parent);
-    if let Some(token) = lease {
-        filter.insert(format!("{MARKER}.l.o"), token);
+    if let Some(lease) = lease {
+        lease.fence(&mut filter);
     }
     if ctx.atomic() {
         // A parent without a marker gets one holding only the touch, which still counts
@@ -169,14 +169,9 @@ async fn send(
     }
     // A parent the executor will settle keeps its lease until then; so does one the lease
     // found without a marker, whose `_subset` the executor removes with the lease.
-    let release = last && lease.is_some() && !ctx.is_outdated(parent) && !ctx.is_bare(parent);
-    if release {
-        add(
-            &mut update,
-            "$unset",
-            format!("{MARKER}.l"),
-            Bson::String(String::new()),
-        );
+    let release = lease.filter(|_| last && !ctx.is_outdated(parent) && !ctx.is_bare(parent));
+    if let Some(lease) = release {
+        lease.give_back_in(&mut update);
     }
     let parents = store.parents::<Document>();
     let mut send = parents.update_one(filter, update);
@@ -190,7 +185,7 @@ async fn send(
     if sent.matched_count == 0 {
         return Ok(None);
     }
-    if release {
+    if release.is_some() {
         ctx.released(parent);
     }
     Ok(Some(Written::Applied))
@@ -255,13 +250,8 @@ async fn why_missed(
     let Some(found) = ctx.run(find).await.map_err(|e| store.mongo(e))? else {
         return Ok(Written::Missing);
     };
-    if let Some(token) = ctx.lease(parent) {
-        let holder = found
-            .get_document(MARKER)
-            .ok()
-            .and_then(|m| m.get_document("l").ok())
-            .and_then(|l| l.get_object_id("o").ok());
-        if holder != Some(token) {
+    if let Some(lease) = ctx.lease(parent) {
+        if !lease.held_in(found.get_document(MARKER).ok()) {
             ctx.lost(parent);
             return Ok(Written::Outdated);
         }
@@ -284,7 +274,7 @@ async fn why_missed(
 }
 
 /// Adds `field: value` to the operator `op` of `update`.
-fn add(update: &mut Document, op: &str, field: String, value: Bson) {
+pub(crate) fn add(update: &mut Document, op: &str, field: String, value: Bson) {
     match update.get_document_mut(op) {
         Ok(fields) => {
             fields.insert(field, value);

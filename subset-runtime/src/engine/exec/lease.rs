@@ -41,17 +41,35 @@
 //! Within one process, the turns ([`super::traffic`]) decide who goes next, so the lease is only
 //! contended between processes, where waiting writers poll it with a short jittered backoff.
 //!
+//! **Shared by pushes.** Pushes commute: each inserts its own children and sends one `$push`
+//! (`$each`/`$sort`/`$slice`) and `$inc`, which the server applies atomically, and the top
+//! `keep` of a set does not depend on the order its members arrived in. What they must not
+//! meet is a recompute (a removal's refill, a rebuild), which reads the child collection and
+//! writes views whole. So steps that say they commute ([`super::Steps::shares`]) take a
+//! *shared* lease: a field of their own in the marker, `_subset.l_<token>: <expiry>`, set by
+//! one conditional update that matches only while no exclusive lease is there, no shared one
+//! has lapsed and the parent is not marked for a rebuild, fenced and renewed like the
+//! exclusive one, and unset by the holder's last parent update (so that a parent's marker is
+//! as it was once its pushes are done).
+//! Pushes from several processes then write one parent at once, each still marking the
+//! parent before its insert. An exclusive taker sets `_subset.l.o` whatever shared entries
+//! there are (which stops new ones), then waits for those to be pulled ([`drain`]); a lapsed
+//! entry is a push that stopped between its writes, removed by the drain and settled like an
+//! expired exclusive lease. A push that cannot share (an exclusive lease there, held or
+//! lapsed, or a parent marked for a rebuild) takes the exclusive lease instead.
+//!
 //! **Why a third round trip** (the lease's, before the child insert): the consistency guide says
 //! it once ("Why the third round trip").
 
 use std::time::Duration;
 
-use crate::bson::{doc, oid::ObjectId, Bson, DateTime, Document, RawDocument};
+use crate::bson::{doc, oid::ObjectId, Bson, DateTime, Document, RawDocument, RawDocumentBuf};
 use mongodb::options::{Acknowledgment, ReturnDocument, WriteConcern};
 use tokio::task::AbortHandle;
 
 use super::Ctx;
-use crate::engine::model_change::MARKER;
+use crate::engine::model_change::{unmarked, MARKER};
+use crate::engine::parent_write::add;
 use crate::engine::RawStore;
 use crate::error::Result;
 
@@ -70,6 +88,66 @@ const POLL_CAP: Duration = Duration::from_millis(20);
 /// How often a writer polling a held lease checks that the parent still exists.
 const EXISTS_EVERY: u32 = 8;
 
+/// A lease held on one parent: the token naming its holder, and whether it is shared with
+/// other holders of steps that commute (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lease {
+    token: ObjectId,
+    shared: bool,
+}
+
+impl Lease {
+    /// The key of a shared lease in the marker (see [`SHARED`]).
+    fn key(self) -> String {
+        format!("{SHARED}{}", self.token.to_hex())
+    }
+
+    /// Adds the fence to a parent update's `filter`: the update applies only while this lease
+    /// is held.
+    pub(crate) fn fence(self, filter: &mut Document) {
+        match self.shared {
+            true => filter.insert(format!("{MARKER}.{}", self.key()), doc! { "$exists": true }),
+            false => filter.insert(format!("{MARKER}.l.o"), self.token),
+        };
+    }
+
+    /// Adds to a holder's last parent update what gives this lease back.
+    pub(crate) fn give_back_in(self, update: &mut Document) {
+        let field = match self.shared {
+            true => format!("{MARKER}.{}", self.key()),
+            false => format!("{MARKER}.l"),
+        };
+        add(update, "$unset", field, Bson::String(String::new()));
+    }
+
+    /// Whether `marker` (a stored parent's `_subset`) still holds this lease.
+    pub(crate) fn held_in(self, marker: Option<&RawDocument>) -> bool {
+        let Some(marker) = marker else {
+            return false;
+        };
+        match self.shared {
+            true => matches!(marker.get(self.key()), Ok(Some(_))),
+            false => {
+                let lease = marker.get_document("l").ok();
+                lease.and_then(|l| l.get_object_id("o").ok()) == Some(self.token)
+            }
+        }
+    }
+}
+
+/// How the keys of shared leases in a marker begin: `l_` and the holder's token in hex, each
+/// holding its expiry.
+const SHARED: &str = "l_";
+
+/// The expiries of the shared leases in `marker` (a stored parent's `_subset`).
+fn shares(marker: &RawDocument) -> impl Iterator<Item = Option<DateTime>> + '_ {
+    marker
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| crate::bson_compat::raw_key(key).starts_with(SHARED))
+        .map(|(_, until)| until.as_datetime())
+}
+
 /// The leases of one operation, on the parents its steps write, renewed while they are held.
 pub(crate) struct Leases {
     store: RawStore,
@@ -82,7 +160,7 @@ pub(crate) struct Leases {
 /// One lease held.
 struct Held {
     parent: Bson,
-    token: ObjectId,
+    lease: Lease,
     /// Dropped with the lease's holder, or before the lease is given back.
     _renewal: Renewal,
 }
@@ -94,12 +172,12 @@ struct Renewal(Option<AbortHandle>);
 impl Renewal {
     /// Renews `parent`'s lease every [`RENEW`]. A spawn sends nothing: an operation that ends
     /// within [`RENEW`] costs no round trip.
-    fn start(store: &RawStore, parent: &Bson, token: ObjectId) -> Self {
+    fn start(store: &RawStore, parent: &Bson, lease: Lease) -> Self {
         // Without a runtime to spawn on (the driver needs one, so never in practice) the lease
         // lasts [`LEASE`], and a longer holder finds its fence gone and reports it.
         let task = tokio::runtime::Handle::try_current()
             .ok()
-            .map(|runtime| runtime.spawn(renewals(store.clone(), parent.clone(), token)));
+            .map(|runtime| runtime.spawn(renewals(store.clone(), parent.clone(), lease)));
         Renewal(task.map(|t| t.abort_handle()))
     }
 }
@@ -114,13 +192,15 @@ impl Drop for Renewal {
 
 impl Leases {
     /// Takes a lease on each of `parents` (already in one order, see [`super::traffic`]), waiting
-    /// while another process holds one. A parent that does not exist gets none (the steps
-    /// report it). A parent whose lease had expired was left unfinished by its holder: it goes
-    /// into `ctx` as outdated, for the executor to settle after the steps.
+    /// while another process holds one: shared where `shared` and the parent allows it (see the
+    /// module docs), else exclusive. A parent that does not exist gets none (the steps report
+    /// it). A parent whose lease had lapsed was left unfinished by its holder: it goes into
+    /// `ctx` as outdated, for the executor to settle after the steps.
     pub(crate) async fn take(
         store: &RawStore,
         ctx: &mut Ctx<'_>,
         parents: &[&Bson],
+        shared: bool,
     ) -> Result<Leases> {
         let mut leases = Leases {
             store: store.clone(),
@@ -132,20 +212,91 @@ impl Leases {
             if leases.held.iter().any(|h| h.parent == **parent) {
                 continue;
             }
-            if let Some(token) = take_one(store, ctx, parent, &mut leases.waits).await? {
-                leases.held.push(Held {
-                    parent: (*parent).clone(),
-                    token,
-                    _renewal: Renewal::start(store, parent, token),
-                });
-            }
+            leases.hold(ctx, parent, shared).await?;
         }
         ctx.leases = leases
             .held
             .iter()
-            .map(|h| (h.parent.clone(), h.token))
+            .map(|h| (h.parent.clone(), h.lease))
             .collect();
         Ok(leases)
+    }
+
+    /// Takes `parent`'s lease into `self.held` (see [`Leases::take`]).
+    async fn hold(&mut self, ctx: &mut Ctx<'_>, parent: &Bson, shared: bool) -> Result<()> {
+        let store = self.store.clone();
+        if shared {
+            if let Some(token) = take_shared(&store, ctx, parent).await? {
+                self.keep(parent, Lease { token, shared });
+                return Ok(());
+            }
+        }
+        loop {
+            let Some((token, sharers)) = take_one(&store, ctx, parent, &mut self.waits).await?
+            else {
+                return Ok(());
+            };
+            let lease = Lease {
+                token,
+                shared: false,
+            };
+            // Renewed from here on: the shared holders may take a while to finish.
+            self.keep(parent, lease);
+            if !sharers {
+                return Ok(());
+            }
+            match drain(&store, ctx, parent, token, &mut self.waits).await {
+                Ok(Drained::Done) => return Ok(()),
+                Ok(Drained::Gone) => {
+                    self.held.pop();
+                    return Ok(());
+                }
+                // Overtaken while waiting (its renewals could not land): nothing was written,
+                // so it takes the lease again.
+                Ok(Drained::Lost) => {
+                    self.held.pop();
+                }
+                Err(e) => {
+                    self.held.pop();
+                    give_back(&store, parent.clone(), lease, false).await;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Records `lease` on `parent` as held, and starts renewing it.
+    fn keep(&mut self, parent: &Bson, lease: Lease) {
+        self.held.push(Held {
+            parent: parent.clone(),
+            lease,
+            _renewal: Renewal::start(&self.store, parent, lease),
+        });
+    }
+
+    /// Turns the shared leases on `parents` exclusive: steps that found a parent outdated under
+    /// a shared lease settle it (a recompute from the child collection), which must wait for
+    /// the other holders and run alone. The shared lease is given back first (the steps wrote
+    /// nothing more to the parent), then the exclusive one is taken as any writer takes it.
+    pub(crate) async fn exclusive(&mut self, ctx: &mut Ctx<'_>, parents: &[Bson]) -> Result<()> {
+        for parent in parents {
+            let Some(i) = self
+                .held
+                .iter()
+                .position(|h| h.parent == *parent && h.lease.shared)
+            else {
+                continue;
+            };
+            let held = self.held.remove(i);
+            ctx.leases.retain(|(p, _)| p != parent);
+            give_back(&self.store, parent.clone(), held.lease, false).await;
+            drop(held);
+            self.hold(ctx, parent, false).await?;
+            if let Some(h) = self.held.iter().find(|h| h.parent == *parent) {
+                ctx.leases.push((parent.clone(), h.lease));
+            }
+        }
+        Ok(())
     }
 
     /// How many times the leases were found held by another writer, each a poll more: the
@@ -158,12 +309,11 @@ impl Leases {
     /// between their writes (`unfinished`), with each parent marked as built under no
     /// definition, for readers to compute and the next writer to rebuild.
     /// `held`: the leases the steps still hold (a last write may have given some back).
-    pub(crate) async fn release(mut self, held: &[(Bson, ObjectId)], unfinished: bool) {
+    pub(crate) async fn release(mut self, held: &[(Bson, Lease)], unfinished: bool) {
         self.released = true;
-        for lease in std::mem::take(&mut self.held) {
-            if held.iter().any(|(_, t)| *t == lease.token) {
-                let Held { parent, token, .. } = lease;
-                give_back(&self.store, parent, token, unfinished).await;
+        for h in std::mem::take(&mut self.held) {
+            if held.iter().any(|(_, l)| *l == h.lease) {
+                give_back(&self.store, h.parent, h.lease, unfinished).await;
             }
         }
     }
@@ -178,14 +328,14 @@ impl Drop for Leases {
         // between two writes. Give the leases back as unfinished rather than make the next
         // writer wait for them to expire.
         let store = self.store.clone();
-        let held: Vec<(Bson, ObjectId)> = std::mem::take(&mut self.held)
+        let held: Vec<(Bson, Lease)> = std::mem::take(&mut self.held)
             .into_iter()
-            .map(|h| (h.parent, h.token))
+            .map(|h| (h.parent, h.lease))
             .collect();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                for (parent, token) in held {
-                    give_back(&store, parent, token, true).await;
+                for (parent, lease) in held {
+                    give_back(&store, parent, lease, true).await;
                 }
             });
         }
@@ -195,13 +345,13 @@ impl Drop for Leases {
 /// Renews `parent`'s lease every [`RENEW`], each time by an update conditional on its token,
 /// until aborted or until the update no longer finds it (given back by the holder's last write,
 /// or lost). A renewal that fails is tried again at the next tick, while the lease still runs.
-async fn renewals(store: RawStore, parent: Bson, token: ObjectId) {
+async fn renewals(store: RawStore, parent: Bson, lease: Lease) {
     let start = tokio::time::Instant::now() + RENEW;
     let mut ticks = tokio::time::interval_at(start, RENEW);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        if !renew_one(&store, &parent, token).await {
+        if !renew_one(&store, &parent, lease).await {
             return;
         }
     }
@@ -210,10 +360,14 @@ async fn renewals(store: RawStore, parent: Bson, token: ObjectId) {
 /// Moves the expiry of `parent`'s lease [`LEASE`] past the server's clock, if the lease is
 /// still `token`'s. Whether to renew it again: not once the update finds it gone.
 #[tracing::instrument(skip_all, fields(collection = store.collection_name(), parent = %parent))]
-async fn renew_one(store: &RawStore, parent: &Bson, token: ObjectId) -> bool {
-    let filter = doc! { "_id": parent.clone(), format!("{MARKER}.l.o"): token };
-    let millis = i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX);
-    let renew = vec![doc! { "$set": { format!("{MARKER}.l.u"): { "$add": ["$$NOW", millis] } } }];
+async fn renew_one(store: &RawStore, parent: &Bson, lease: Lease) -> bool {
+    let mut filter = doc! { "_id": parent.clone() };
+    lease.fence(&mut filter);
+    let until = doc! { "$add": ["$$NOW", lease_millis()] };
+    let renew = match lease.shared {
+        false => vec![doc! { "$set": { format!("{MARKER}.l.u"): until } }],
+        true => vec![doc! { "$set": { format!("{MARKER}.{}", lease.key()): until } }],
+    };
     // A `findAndModify`, as the take is: a fail point or a profile that singles out a parent's
     // `update`s (the steps' own) leaves the lease's commands alone.
     let parents = store.parents::<Document>();
@@ -240,31 +394,186 @@ async fn renew_one(store: &RawStore, parent: &Bson, token: ObjectId) -> bool {
 /// ahead of the server's computes a parent whose holder is alive (a query more, the same
 /// answer); one behind trusts the views of a crashed holder's parent for that much longer.
 pub(crate) fn abandoned(marker: &RawDocument) -> bool {
-    let until = marker
+    let now = DateTime::now().timestamp_millis();
+    let lapsed = |u: Option<DateTime>| u.is_some_and(|u| u.timestamp_millis() <= now);
+    let exclusive = marker
         .get_document("l")
         .ok()
         .and_then(|lease| lease.get_datetime("u").ok());
-    until.is_some_and(|u| u.timestamp_millis() <= DateTime::now().timestamp_millis())
+    lapsed(exclusive) || shares(marker).any(lapsed)
 }
 
-/// Takes `parent`'s lease; `None` when there is no such parent. Counts in `waits` each time it
-/// finds the lease held by another writer.
+/// [`LEASE`] in milliseconds, as the server's date arithmetic takes it.
+fn lease_millis() -> i64 {
+    i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The aggregation expression of the marker's fields, as `{ k, v }` pairs, that `keep` (an
+/// expression of `$$this.k`, the key) holds for: none where the marker is no document.
+fn marker_fields(keep: Document) -> Document {
+    let marker = format!("${MARKER}");
+    let object = doc! { "$eq": [{ "$type": marker.as_str() }, "object"] };
+    doc! { "$filter": {
+        "input": { "$objectToArray": { "$cond": [object, marker.as_str(), {}] } },
+        "cond": keep,
+    } }
+}
+
+/// The condition on a marker key (`$$this.k`) of being a shared lease's, or (`shared` false)
+/// of not being one.
+fn shared_key(shared: bool) -> Document {
+    let prefix = doc! { "$substrBytes": ["$$this.k", 0, SHARED.len() as i32] };
+    match shared {
+        true => doc! { "$eq": [prefix, SHARED] },
+        false => doc! { "$ne": [prefix, SHARED] },
+    }
+}
+
+/// The `$expr` that holds when the expiry of every shared lease in a parent's marker passes
+/// `test` (an aggregation operator comparing it with the server's clock): true with none.
+fn every_share(test: &str) -> Document {
+    doc! { "$allElementsTrue": [{ "$map": {
+        "input": marker_fields(shared_key(true)),
+        "in": { test: ["$$this.v", "$$NOW"] },
+    } }] }
+}
+
+/// Takes a shared lease on `parent`: only where it is not marked for a rebuild, no exclusive
+/// lease is there (held or lapsed) and no shared one has lapsed; `None` otherwise, for the
+/// exclusive lease to be taken instead. On a parent without a marker the key creates one, left
+/// empty once the holders are gone: a marker without a definition, which counts as none (as the
+/// touch of a transaction does). A `findAndModify`, as every lease command is (see
+/// [`renew_one`]).
+async fn take_shared(
+    store: &RawStore,
+    ctx: &mut Ctx<'_>,
+    parent: &Bson,
+) -> Result<Option<ObjectId>> {
+    let lease = Lease {
+        token: ObjectId::new(),
+        shared: true,
+    };
+    let marker = format!("${MARKER}");
+    let filter = doc! {
+        "_id": parent.clone(),
+        format!("{MARKER}.d"): { "$ne": "" },
+        format!("{MARKER}.l.o"): { "$exists": false },
+        "$expr": { "$and": [
+            { "$in": [{ "$type": marker }, ["object", "missing"]] },
+            every_share("$gt"),
+        ] },
+    };
+    let until = doc! { "$add": ["$$NOW", lease_millis()] };
+    let take = vec![doc! { "$set": { format!("{MARKER}.{}", lease.key()): until } }];
+    let parents = store.parents::<Document>();
+    let taken = parents
+        .find_one_and_update(filter, take)
+        .write_concern(acknowledged())
+        .projection(doc! { "_id": 1 });
+    match ctx.run(taken).await {
+        Ok(taken) => Ok(taken.map(|_| lease.token)),
+        Err(e) => {
+            // Perhaps applied: given back, so that nobody waits for it to lapse.
+            give_back(store, parent.clone(), lease, false).await;
+            Err(store.mongo(e))
+        }
+    }
+}
+
+/// What waiting for a parent's shared holders came to.
+enum Drained {
+    /// None is left: the exclusive holder's steps may run.
+    Done,
+    /// The parent is gone.
+    Gone,
+    /// The exclusive lease was lost meanwhile.
+    Lost,
+}
+
+/// Waits, holding `parent`'s exclusive lease (`token`), until no shared holder is left but
+/// lapsed ones, which only a push that stopped between its writes leaves: those are removed in
+/// the same update (a slow holder's fence then fails, and it reports it), and the parent goes
+/// into `ctx` as outdated, to be settled after the steps.
+async fn drain(
+    store: &RawStore,
+    ctx: &mut Ctx<'_>,
+    parent: &Bson,
+    token: ObjectId,
+    waits: &mut u32,
+) -> Result<Drained> {
+    let filter = doc! {
+        "_id": parent.clone(),
+        format!("{MARKER}.l.o"): token,
+        "$expr": every_share("$lte"),
+    };
+    // The marker without the lapsed shared leases.
+    let rest = doc! { "$arrayToObject": marker_fields(shared_key(false)) };
+    let strip = vec![doc! { "$set": { MARKER: rest } }];
+    let parents = store.parents::<RawDocumentBuf>();
+    let mut attempt = 0_u32;
+    loop {
+        let drained = parents
+            .find_one_and_update(filter.clone(), strip.clone())
+            .write_concern(acknowledged())
+            .projection(doc! { MARKER: 1 })
+            .return_document(ReturnDocument::Before);
+        if let Some(before) = ctx.run(drained).await.map_err(|e| store.mongo(e))? {
+            let lapsed = before
+                .get_document(MARKER)
+                .is_ok_and(|m| shares(m).next().is_some());
+            if lapsed {
+                tracing::debug!(parent = %parent, "a lapsed shared lease: a push did not finish");
+                ctx.outdated(parent);
+            }
+            return Ok(Drained::Done);
+        }
+        attempt += 1;
+        *waits += 1;
+        if attempt.is_multiple_of(EXISTS_EVERY) {
+            let holder = parents
+                .find_one(doc! { "_id": parent.clone() })
+                .projection(doc! { format!("{MARKER}.l.o"): 1 });
+            let Some(found) = ctx.run(holder).await.map_err(|e| store.mongo(e))? else {
+                return Ok(Drained::Gone);
+            };
+            let mine = Lease {
+                token,
+                shared: false,
+            };
+            if !mine.held_in(found.get_document(MARKER).ok()) {
+                return Ok(Drained::Lost);
+            }
+        }
+        poll(attempt).await;
+    }
+}
+
+/// The pause before poll number `attempt` of a lease: full jitter under a ceiling that doubles
+/// up to [`POLL_CAP`].
+async fn poll(attempt: u32) {
+    let ceiling = (1_u64 << attempt.min(5)).min(POLL_CAP.as_millis() as u64);
+    tokio::time::sleep(Duration::from_millis(rand::random_range(1..=ceiling))).await;
+}
+
+/// Takes `parent`'s exclusive lease; `None` when there is no such parent. Counts in `waits`
+/// each time it finds the lease held by another writer. With the token, whether shared holders
+/// were there, for [`drain`] to wait for.
 async fn take_one(
     store: &RawStore,
     ctx: &mut Ctx<'_>,
     parent: &Bson,
     waits: &mut u32,
-) -> Result<Option<ObjectId>> {
+) -> Result<Option<(ObjectId, bool)>> {
     let lease = format!("{MARKER}.l");
     let until = format!("${lease}.u");
     let free = doc! { "_id": parent.clone(), "$expr": { "$not": [{ "$gt": [until, "$$NOW"] }] } };
-    let millis = i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX);
     let parents = store.parents::<Document>();
     let mut attempt = 0_u32;
     loop {
         let token = ObjectId::new();
         let take = vec![doc! { "$set": {
-            lease.as_str(): { "o": token, "u": { "$add": ["$$NOW", millis] } },
+            format!("{lease}.o"): token,
+            format!("{lease}.u"): { "$add": ["$$NOW", lease_millis()] },
         } }];
         let taken = parents
             .find_one_and_update(free.clone(), take)
@@ -276,23 +585,31 @@ async fn take_one(
             Err(e) => {
                 // Perhaps applied (short of its write concern, or its reply lost): given back,
                 // so that nobody waits for it to expire.
-                give_back(store, (*parent).clone(), token, false).await;
+                let lease = Lease {
+                    token,
+                    shared: false,
+                };
+                give_back(store, (*parent).clone(), lease, false).await;
                 return Err(store.mongo(e));
             }
         };
         if let Some(before) = taken {
             let marker = before.get_document(MARKER).ok();
-            if marker.is_some_and(|m| m.contains_key("l")) {
+            let expired = marker
+                .and_then(|m| m.get_document("l").ok())
+                .is_some_and(|l| l.contains_key("o"));
+            if expired {
                 tracing::debug!(parent = %parent, "an expired lease: the last writer did not finish");
                 ctx.outdated(parent);
             }
-            // No marker but the lease: the `_subset` the lease creates goes with it.
-            let bare =
-                before.get(MARKER).is_none() || marker.is_some_and(|m| m.keys().all(|k| k == "l"));
+            let sharers = marker.is_some_and(|m| m.keys().any(|k| k.starts_with(SHARED)));
+            // No marker but leases: the `_subset` they create goes with the last.
+            let bare = before.get(MARKER).is_none()
+                || marker.is_some_and(|m| m.keys().all(|k| k == "l" || k.starts_with(SHARED)));
             if bare {
                 ctx.bare.push((*parent).clone());
             }
-            return Ok(Some(token));
+            return Ok(Some((token, sharers)));
         }
         // Held, or no such parent: asked the first time, and every few polls after (a parent
         // deleted meanwhile), so that a poll is one command.
@@ -311,8 +628,7 @@ async fn take_one(
         }
         attempt += 1;
         *waits += 1;
-        let ceiling = (1_u64 << attempt.min(5)).min(POLL_CAP.as_millis() as u64);
-        tokio::time::sleep(Duration::from_millis(rand::random_range(1..=ceiling))).await;
+        poll(attempt).await;
     }
 }
 
@@ -335,12 +651,22 @@ fn acknowledged() -> WriteConcern {
         .build()
 }
 
-/// Removes `parent`'s lease if it is still `token`'s: with the marker's definition when the
-/// holder did not finish.
-async fn give_back(store: &RawStore, parent: Bson, token: ObjectId, unfinished: bool) {
-    let filter = doc! { "_id": parent.clone(), format!("{MARKER}.l.o"): token };
+/// Removes `parent`'s lease if it is still held: with the marker's definition when the holder
+/// did not finish. A shared one takes only its own entry (the other holders keep theirs).
+async fn give_back(store: &RawStore, parent: Bson, lease: Lease, unfinished: bool) {
+    let mut filter = doc! { "_id": parent.clone() };
+    lease.fence(&mut filter);
     let parents = store.parents::<Document>();
-    let given = if unfinished {
+    let given = if lease.shared {
+        let mut update = match unfinished {
+            true => unmarked(ObjectId::new()),
+            false => Document::new(),
+        };
+        lease.give_back_in(&mut update);
+        parents
+            .update_one(filter, update)
+            .write_concern(acknowledged())
+    } else if unfinished {
         let unmark = doc! { "$set": { MARKER: { "d": "", "n": ObjectId::new() } } };
         parents
             .update_one(filter, unmark)

@@ -40,8 +40,9 @@ use mongodb::ClientSession;
 use serde::de::DeserializeOwned;
 
 use super::{RawStore, WriteMode};
-use crate::bson::{oid::ObjectId, Bson};
+use crate::bson::Bson;
 use crate::error::{Error, Result};
+use lease::Lease;
 
 /// How long a transaction keeps retrying; the same 120 s the drivers' callback API uses.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -59,6 +60,14 @@ pub(crate) trait Steps: Sync {
     /// parent.
     fn parents(&self) -> Vec<&Bson> {
         Vec::new()
+    }
+
+    /// Whether, without a transaction, these steps may write a parent while other steps that
+    /// say so write it from other processes ([`lease`]'s shared lease): only steps whose
+    /// writes commute with each other's, and that recompute nothing from the child collection
+    /// (a push). No by default.
+    fn shares(&self) -> bool {
+        false
     }
 
     /// Without a transaction, after settling their parent was refused (a child of theirs too
@@ -104,8 +113,8 @@ pub(crate) struct Ctx<'s> {
     session: Option<&'s mut ClientSession>,
     atomic: bool,
     joined: bool,
-    /// Without a transaction, the parents whose lease the steps hold, with its token.
-    leases: Vec<(Bson, ObjectId)>,
+    /// Without a transaction, the parents whose lease the steps hold, with the lease.
+    leases: Vec<(Bson, Lease)>,
     /// The parents to settle after the steps (see [`Ctx::outdated`]).
     outdated: Vec<Bson>,
     /// The parents whose lease the steps found taken by another writer.
@@ -158,11 +167,11 @@ impl<'s> Ctx<'s> {
         self.outdated.contains(parent)
     }
 
-    /// The token of the lease the steps hold on `parent`, without a transaction.
-    pub(crate) fn lease(&self, parent: &Bson) -> Option<ObjectId> {
+    /// The lease the steps hold on `parent`, without a transaction.
+    pub(crate) fn lease(&self, parent: &Bson) -> Option<Lease> {
         self.leases
             .iter()
-            .find_map(|(p, token)| (p == parent).then_some(*token))
+            .find_map(|(p, lease)| (p == parent).then_some(*lease))
     }
 
     /// Whether `parent` had no marker of its own when its lease was taken (written by other
@@ -334,7 +343,7 @@ pub(crate) async fn execute<S: Steps>(
         if in_transaction(session).await {
             // The caller's transaction: its snapshot and its conflicts keep the steps apart
             // from other writers, and it commits or aborts them all.
-            return run_and_settle(store, &mut Ctx::new(caller, true, true), steps).await;
+            return run_and_settle(store, &mut Ctx::new(caller, true, true), steps, None).await;
         }
     }
     let parents = steps.parents();
@@ -360,11 +369,27 @@ async fn run_and_settle<S: Steps>(
     store: &RawStore,
     ctx: &mut Ctx<'_>,
     steps: &S,
+    leases: Option<&mut lease::Leases>,
 ) -> Result<S::Output> {
     let output = steps.run(ctx).await;
     if output.is_err() && ctx.atomic() {
         // The transaction is aborted: nothing of it stays to settle.
         return output;
+    }
+    if let Some(leases) = leases {
+        // Settling recomputes from the child collection: alone, under an exclusive lease.
+        let outdated: Vec<Bson> = ctx
+            .outdated
+            .iter()
+            .filter(|p| !ctx.lost.contains(p))
+            .cloned()
+            .collect();
+        if let Err(e) = leases.exclusive(ctx, &outdated).await {
+            for parent in &outdated {
+                store.model().mark_unsettled(parent).await;
+            }
+            return output.and(Err(e));
+        }
     }
     for parent in std::mem::take(&mut ctx.outdated) {
         if ctx.lost.contains(&parent) {
@@ -402,13 +427,13 @@ async fn ordered<S: Steps>(
     let mut ctx = Ctx::new(caller, false, false);
     // A lease taken short of its write concern may be held or not: an unknown outcome, as a
     // step's write would be (a retry is safe, and finds the lease given back).
-    let leases = lease::Leases::take(store, &mut ctx, &ordered_keys(parents))
+    let mut leases = lease::Leases::take(store, &mut ctx, &ordered_keys(parents), steps.shares())
         .await
         .map_err(Error::into_unknown)?;
+    let result = run_and_settle(store, &mut ctx, steps, Some(&mut leases)).await;
     if !parents.is_empty() {
         tracing::Span::current().record("subset.lease_waits", leases.waits());
     }
-    let result = run_and_settle(store, &mut ctx, steps).await;
     // Steps cut off between two writes (a lost connection, a server that went away) may have
     // left a parent behind its children; refusals and the errors steps report before writing
     // leave it as it was.
@@ -494,6 +519,7 @@ async fn attempt_transaction<S: Steps>(
             store,
             &mut Ctx::new(Some(&mut *session), true, false),
             steps,
+            None,
         )
         .await
         {

@@ -117,7 +117,7 @@ impl Model<'_> {
 
 /// The update that marks a parent as built under no definition, with `nonce`, keeping its
 /// lease.
-pub(super) fn unmarked(nonce: ObjectId) -> Document {
+pub(crate) fn unmarked(nonce: ObjectId) -> Document {
     doc! {
         "$set": { format!("{MARKER}.d"): "", format!("{MARKER}.n"): nonce },
         "$unset": { format!("{MARKER}.v"): "" },

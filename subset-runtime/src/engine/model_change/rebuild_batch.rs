@@ -109,11 +109,10 @@ impl RebuildBatch<'_> {
             true => vec![false; self.parents.len()],
             false => self.store.holding_unkeyed(ctx, self.parents).await?,
         };
-        let lease = format!("{MARKER}.l.o");
-        let mut leased: Vec<(usize, ObjectId, ObjectId)> = Vec::new();
+        let mut leased = Vec::new();
         for (i, parent) in self.parents.iter().enumerate() {
-            if let (Some(token), false) = (ctx.lease(parent), unkeyed[i]) {
-                leased.push((i, token, ObjectId::new()));
+            if let (Some(lease), false) = (ctx.lease(parent), unkeyed[i]) {
+                leased.push((i, lease, ObjectId::new()));
             }
         }
         if leased.is_empty() {
@@ -121,12 +120,10 @@ impl RebuildBatch<'_> {
         }
         let unmarks = leased
             .iter()
-            .map(|&(i, token, nonce)| {
-                let parent = &self.parents[i];
-                doc! {
-                    "q": { "_id": parent.clone(), lease.as_str(): token },
-                    "u": unmarked(nonce),
-                }
+            .map(|&(i, lease, nonce)| {
+                let mut q = doc! { "_id": self.parents[i].clone() };
+                lease.fence(&mut q);
+                doc! { "q": q, "u": unmarked(nonce) }
             })
             .collect();
         self.update(ctx, unmarks).await?;
@@ -137,18 +134,15 @@ impl RebuildBatch<'_> {
         let rebuilt = self.store.rebuilt(ctx, &ids, !self.allow_emptying).await?;
         let mut marks = Vec::new();
         let mut marking: Vec<(usize, bool)> = Vec::new();
-        for (&(i, token, nonce), rebuilt) in leased.iter().zip(rebuilt) {
+        for (&(i, lease, nonce), rebuilt) in leased.iter().zip(rebuilt) {
             // A parent a writer of another definition marked again since its unmark (a new
             // nonce) is left to a rebuild of its own, which reads it again.
             let Some(rebuilt) = rebuilt.filter(|r| r.nonce == Some(nonce)) else {
                 continue;
             };
             let parent = &self.parents[i];
-            let mut filter = doc! {
-                "_id": parent.clone(),
-                format!("{MARKER}.n"): nonce,
-                lease.as_str(): token,
-            };
+            let mut filter = doc! { "_id": parent.clone(), format!("{MARKER}.n"): nonce };
+            lease.fence(&mut filter);
             filter.extend(rebuilt.filter.clone());
             let mut update = model.rebuilt_marking(&rebuilt);
             // The lease goes with the marking, as a last parent update gives it back, unless
@@ -156,9 +150,7 @@ impl RebuildBatch<'_> {
             // lease created.
             let release = !ctx.is_outdated(parent) && !ctx.is_bare(parent);
             if release {
-                if let Ok(unset) = update.get_document_mut("$unset") {
-                    unset.insert(format!("{MARKER}.l"), "");
-                }
+                lease.give_back_in(&mut update);
             }
             marks.push(doc! { "q": filter, "u": update });
             marking.push((i, release));

@@ -333,6 +333,10 @@ impl Steps for PushSteps<'_, '_> {
         vec![self.parent]
     }
 
+    fn shares(&self) -> bool {
+        true
+    }
+
     async fn take_back(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         let ids = std::mem::take(&mut *self.inserted.lock().unwrap_or_else(|e| e.into_inner()));
         if ids.is_empty() {
