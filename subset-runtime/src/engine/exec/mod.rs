@@ -17,7 +17,7 @@
 //! - a turn on each parent within this process ([`traffic`]), so that writers of one parent go
 //!   first come, first served and a long one is not starved by a stream of short ones;
 //! - without a transaction, a lease on each parent across processes ([`lease`]), so that no
-//!   other writer's steps land between two of these steps;
+//!   other writer's steps land between two of these steps (pushes share it: theirs commute);
 //! - after the steps, the parents they found built under another definition of the model (or
 //!   left unfinished by a writer before them) are settled ([`crate::engine::model_change`]),
 //!   in the same transaction when there is one. Steps only record them ([`Ctx::outdated`]).
