@@ -848,20 +848,31 @@ async fn a_dead_holders_parent_is_written_again_within_two_seconds() {
         tokio::time::sleep(Duration::from_millis(1_200)).await;
         kill(worker);
         let killed = Instant::now();
+        // A push shares the dead push's lease while it still runs (ordered), and waits for
+        // nothing.
+        let child = Shelf::child(20_000);
         store
             .children(Shelf::LATEST)
-            .push(&shelf, &Shelf::child(20_000))
+            .push(&shelf, &child)
+            .await
+            .unwrap();
+        let pushed = killed.elapsed();
+        // A removal takes the lease alone: it waits for the dead push's to lapse.
+        store
+            .children(Shelf::LATEST)
+            .remove(&shelf, &child.id)
             .await
             .unwrap();
         let stalled = killed.elapsed();
         eprintln!(
-            "{mode:?}: the next write to a dead holder's parent ended {stalled:.2?} after the kill"
+            "{mode:?}: after the kill, the next push to a dead holder's parent ended {pushed:.2?} \
+             later, and a removal {stalled:.2?} later"
         );
         assert!(
             stalled < Duration::from_secs(2),
-            "{mode:?}: a dead holder stalled its parent's next writer for {stalled:.2?}"
+            "{mode:?}: a dead holder stalled its parent's next writers for {stalled:.2?}"
         );
-        // That write settled what the dead one left: every view, count and sum exact.
+        // The removal settled what the dead push left: every view, count and sum exact.
         assert_eq!(drifted_parents(&store).await, 0, "{mode:?}");
         assert_reads_exact(&store, &shelf, &format!("{mode:?}: after the next write")).await;
     }
