@@ -273,19 +273,24 @@ async fn push_on_a_standalone_is_lease_insert_then_update() {
     );
 }
 
-/// Pushes to sixteen parents at once, in transactions: the first runs alone, and the fifteen
-/// that come while its transaction is in flight go together in the next one: one commit for
-/// fifteen parents. When a parent of such a group is missing, each push is written alone, and
-/// only the one to the missing parent fails.
-#[tokio::test]
-async fn pushes_to_many_parents_share_a_transaction() {
-    let (store, _, log) = setup(Topology::ReplicaSet).await;
-    assert_eq!(store.mode().await.unwrap(), WriteMode::Transactional);
+/// Pushes to sixteen parents at once: the first runs alone, and the fifteen that come while it
+/// is in flight go together: in transactions one commit for fifteen parents; without, one insert
+/// of their fifteen children (each parent's lease and update still its own, sent at once). When
+/// a parent of such a group is missing, each push is written alone, and only the one to the
+/// missing parent fails.
+async fn pushes_to_many_parents_share_their_writes(topology: Topology) {
+    let (store, _, log) = setup(topology).await;
+    let mode = store.mode().await.unwrap();
+    // What a group of fifteen shares: the commit, or the insert.
+    let shared = match mode {
+        WriteMode::Transactional => "commitTransaction",
+        WriteMode::Ordered => "insert",
+    };
     let reviews = store.children(Product::RECENT_REVIEWS);
     // Pushes wait for the run in flight for 50 ms at most, then go alone: on a machine loaded
-    // enough to hold the first transaction longer, they would. The grouping is asked of one
-    // of three tries; every try must write each push exactly.
-    let mut commits = Vec::new();
+    // enough to hold the first run longer, they would. The grouping is asked of one of three
+    // tries; every try must write each push exactly.
+    let mut counts = Vec::new();
     let mut products = Vec::new();
     for attempt in 0..3 {
         products.clear();
@@ -306,23 +311,30 @@ async fn pushes_to_many_parents_share_a_transaction() {
         }
         let commands = log.take();
         let count = |name: &str| commands.iter().filter(|c| *c == name).count();
-        assert_eq!((count("update"), count("insert")), (16, 16), "{commands:?}");
+        assert_eq!(count("update"), 16, "{mode:?}: {commands:?}");
+        match mode {
+            WriteMode::Transactional => assert_eq!(count("insert"), 16, "{commands:?}"),
+            WriteMode::Ordered => assert_eq!(count("findAndModify"), 16, "{commands:?}"),
+        }
         for (product, review) in products.iter().zip(&pushed) {
             let stored = store.get(product).await.unwrap().unwrap();
-            assert_eq!(stored.total_reviews, 1);
-            assert_eq!(stored.rating_total, i64::from(review.rating));
+            assert_eq!(stored.total_reviews, 1, "{mode:?}");
+            assert_eq!(stored.rating_total, i64::from(review.rating), "{mode:?}");
             let embedded: Vec<ObjectId> = stored.recent_reviews.iter().map(|r| r.id).collect();
-            assert_eq!(embedded, [review.id]);
+            assert_eq!(embedded, [review.id], "{mode:?}");
         }
-        commits.push(count("commitTransaction"));
-        if count("commitTransaction") == 2 {
+        counts.push(count(shared));
+        if count(shared) == 2 {
             break;
         }
     }
-    assert_eq!(commits.last(), Some(&2), "commits of each try: {commits:?}");
+    assert_eq!(
+        counts.last(),
+        Some(&2),
+        "{mode:?}: {shared} of each try: {counts:?}"
+    );
 
-    // A group with a parent that does not exist: its transaction aborts, and each push goes
-    // alone, with its own result.
+    // A group with a parent that does not exist: each push goes alone, with its own result.
     let missing = ObjectId::new();
     let targets = [products[0], products[1], missing, products[2], products[3]];
     let second: Vec<Review> = (0..5).map(|i| review(2_000 + i)).collect();
@@ -335,13 +347,13 @@ async fn pushes_to_many_parents_share_a_transaction() {
         match result {
             Err(subset::Error::ParentNotFound { .. }) if *target == missing => {}
             Ok(()) if *target != missing => {}
-            other => panic!("push to {target}: {other:?}"),
+            other => panic!("{mode:?}: push to {target}: {other:?}"),
         }
     }
     for product in &products[..4] {
         let stored = store.get(product).await.unwrap().unwrap();
-        assert_eq!(stored.total_reviews, 2);
-        assert_eq!(stored.recent_reviews.len(), 2);
+        assert_eq!(stored.total_reviews, 2, "{mode:?}");
+        assert_eq!(stored.recent_reviews.len(), 2, "{mode:?}");
     }
     let left = store
         .database()
@@ -349,7 +361,40 @@ async fn pushes_to_many_parents_share_a_transaction() {
         .count_documents(doc! { "product_id": missing })
         .await
         .unwrap();
-    assert_eq!(left, 0, "a child of the missing parent was stored");
+    assert_eq!(
+        left, 0,
+        "{mode:?}: a child of the missing parent was stored"
+    );
+
+    // A group in which one push repeats a child already stored (a retry of an acknowledged
+    // push): its insert fails for that child alone; each push then goes alone, and the
+    // repeated child is counted once.
+    let third: Vec<Review> = (0..4).map(|i| review(3_000 + i)).collect();
+    let mut again = third.clone();
+    again[2] = second[3].clone();
+    let pushes = products[..4]
+        .iter()
+        .zip(&again)
+        .map(|(p, r)| std::future::IntoFuture::into_future(reviews.push(p, r)));
+    for result in futures::future::join_all(pushes).await {
+        result.unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+    }
+    for (i, product) in products[..4].iter().enumerate() {
+        let stored = store.get(product).await.unwrap().unwrap();
+        let expected = if i == 2 { 2 } else { 3 };
+        assert_eq!(stored.total_reviews, expected, "{mode:?}: product {i}");
+        assert_eq!(stored.recent_reviews.len(), expected as usize, "{mode:?}");
+    }
+}
+
+#[tokio::test]
+async fn pushes_to_many_parents_share_a_transaction_on_a_replica_set() {
+    pushes_to_many_parents_share_their_writes(Topology::ReplicaSet).await;
+}
+
+#[tokio::test]
+async fn pushes_to_many_parents_share_an_insert_on_a_standalone() {
+    pushes_to_many_parents_share_their_writes(Topology::Standalone).await;
 }
 
 #[tokio::test]

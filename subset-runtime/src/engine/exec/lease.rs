@@ -222,6 +222,31 @@ impl Leases {
         Ok(leases)
     }
 
+    /// A shared lease on `parent` alone, without waiting: `None` where it cannot be shared now
+    /// (its writer then goes its own way, which takes the lease alone or waits for it).
+    pub(crate) async fn share(
+        store: &RawStore,
+        ctx: &mut Ctx<'_>,
+        parent: &Bson,
+    ) -> Result<Option<Leases>> {
+        let Some(token) = take_shared(store, ctx, parent).await? else {
+            return Ok(None);
+        };
+        let mut leases = Leases {
+            store: store.clone(),
+            held: Vec::with_capacity(1),
+            released: false,
+            waits: 0,
+        };
+        let lease = Lease {
+            token,
+            shared: true,
+        };
+        leases.keep(parent, lease);
+        ctx.leases = vec![(parent.clone(), lease)];
+        Ok(Some(leases))
+    }
+
     /// Takes `parent`'s lease into `self.held` (see [`Leases::take`]).
     async fn hold(&mut self, ctx: &mut Ctx<'_>, parent: &Bson, shared: bool) -> Result<()> {
         let store = self.store.clone();

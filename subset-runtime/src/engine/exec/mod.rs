@@ -188,6 +188,17 @@ impl<'s> Ctx<'s> {
         self.leases.retain(|(p, _)| p != parent);
     }
 
+    /// The leases the steps still hold (a last write gives its own back), for
+    /// [`lease::Leases::release`].
+    pub(crate) fn held(&self) -> &[(Bson, Lease)] {
+        &self.leases
+    }
+
+    /// Whether the steps found `parent`'s lease taken by another writer (see [`Ctx::lost`]).
+    pub(crate) fn is_lost(&self, parent: &Bson) -> bool {
+        self.lost.contains(parent)
+    }
+
     /// Records that `parent`'s lease was taken by another writer before the steps wrote it
     /// (they were slower than the lease): the executor marks it for a rebuild and reports
     /// [`Error::Unsettled`].

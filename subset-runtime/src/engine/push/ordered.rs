@@ -94,7 +94,7 @@ impl PushSteps<'_, '_> {
     /// of this push, cut off after its parent update). Then each view gets only the children it
     /// does not hold yet, and all of them are counted. Returns `false` when the parent does not
     /// exist.
-    async fn push_to_parent(
+    pub(in crate::engine) async fn push_to_parent(
         &self,
         ctx: &mut Ctx<'_>,
         fresh: &[&Prepared],
