@@ -47,10 +47,10 @@
 //! meet is a recompute (a removal's refill, a rebuild), which reads the child collection and
 //! writes views whole. So steps that say they commute ([`super::Steps::shares`]) take a
 //! *shared* lease: a field of their own in the marker, `_subset.l_<token>: <expiry>`, set by
-//! one conditional update that matches only while no exclusive lease is there, no shared one
-//! has lapsed and the parent is not marked for a rebuild, fenced and renewed like the
-//! exclusive one, and unset by the holder's last parent update (so that a parent's marker is
-//! as it was once its pushes are done).
+//! one conditional update that matches only while no exclusive lease is there and the parent
+//! is not marked for a rebuild (and given back at once if a shared one there has lapsed),
+//! fenced and renewed like the exclusive one, and unset by the holder's last parent update (so
+//! that a parent's marker is as it was once its pushes are done).
 //! Pushes from several processes then write one parent at once, each still marking the
 //! parent before its insert. An exclusive taker sets `_subset.l.o` whatever shared entries
 //! there are (which stops new ones), then waits for those to be pulled ([`drain`]); a lapsed
@@ -463,12 +463,15 @@ fn every_share(test: &str) -> Document {
     } }] }
 }
 
-/// Takes a shared lease on `parent`: only where it is not marked for a rebuild, no exclusive
-/// lease is there (held or lapsed) and no shared one has lapsed; `None` otherwise, for the
-/// exclusive lease to be taken instead. On a parent without a marker the key creates one, left
-/// empty once the holders are gone: a marker without a definition, which counts as none (as the
-/// touch of a transaction does). A `findAndModify`, as every lease command is (see
-/// [`renew_one`]).
+/// Takes a shared lease on `parent`: only where it is not marked for a rebuild and no exclusive
+/// lease is there (held or lapsed); `None` otherwise, for the exclusive lease to be taken
+/// instead. A shared lease found lapsed (on this process's clock, as readers tell, see
+/// [`abandoned`]) is a push that did not finish: the lease just taken goes back, and the
+/// exclusive one, which settles the parent, is taken instead. The lapse is told here rather
+/// than in the update's filter, where the expression over the marker's keys cost the server
+/// about a sixth of the take. On a parent without a marker the key creates one, left empty once
+/// the holders are gone: a marker without a definition, which counts as none (as the touch of
+/// a transaction does). A `findAndModify`, as every lease command is (see [`renew_one`]).
 async fn take_shared(
     store: &RawStore,
     ctx: &mut Ctx<'_>,
@@ -478,25 +481,30 @@ async fn take_shared(
         token: ObjectId::new(),
         shared: true,
     };
-    let marker = format!("${MARKER}");
     let filter = doc! {
         "_id": parent.clone(),
         format!("{MARKER}.d"): { "$ne": "" },
         format!("{MARKER}.l.o"): { "$exists": false },
-        "$expr": { "$and": [
-            { "$in": [{ "$type": marker }, ["object", "missing"]] },
-            every_share("$gt"),
-        ] },
+        // Never onto a marker that is no document (malformed: reported, not overwritten).
+        "$or": [{ MARKER: { "$exists": false } }, { MARKER: { "$type": "object" } }],
     };
     let until = doc! { "$add": ["$$NOW", lease_millis()] };
     let take = vec![doc! { "$set": { format!("{MARKER}.{}", lease.key()): until } }];
-    let parents = store.parents::<Document>();
+    let parents = store.parents::<RawDocumentBuf>();
     let taken = parents
         .find_one_and_update(filter, take)
         .write_concern(acknowledged())
-        .projection(doc! { "_id": 1 });
+        .projection(doc! { MARKER: 1 })
+        .return_document(ReturnDocument::Before);
     match ctx.run(taken).await {
-        Ok(taken) => Ok(taken.map(|_| lease.token)),
+        Ok(None) => Ok(None),
+        Ok(Some(before)) => match before.get_document(MARKER) {
+            Ok(marker) if abandoned(marker) => {
+                give_back(store, parent.clone(), lease, false).await;
+                Ok(None)
+            }
+            _ => Ok(Some(lease.token)),
+        },
         Err(e) => {
             // Perhaps applied: given back, so that nobody waits for it to lapse.
             give_back(store, parent.clone(), lease, false).await;
