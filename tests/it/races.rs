@@ -382,6 +382,43 @@ async fn leases_left(store: &Store<Product>, product: i32) -> Vec<String> {
         .collect()
 }
 
+/// Pushes review `held` to `product` from a process of its own whose parent update the server
+/// holds for [`HELD`], and meanwhile runs `then` from another process on its own store: when
+/// `then` ended and when the held push did, counted from the push's start.
+async fn beside_a_held_push<F, Fut>(
+    store: &Store<Product>,
+    product: i32,
+    held: i32,
+    then: F,
+) -> (Duration, Duration)
+where
+    F: FnOnce(Store<Product>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), Error>>,
+{
+    let mode = store.mode().await.unwrap();
+    let (first, app) = own(store, "held-push").await;
+    let (second, _) = own(store, "beside").await;
+    hold_next(store, &app, "update").await;
+    let started = Instant::now();
+    let pushing = tokio::spawn(async move {
+        let done = first
+            .children(Product::LATEST)
+            .push(&product, &review(held))
+            .await;
+        (done, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    then(second)
+        .await
+        .unwrap_or_else(|e| panic!("{mode:?}: beside the held push: {e}"));
+    let then_took = started.elapsed();
+    let (done, held_took) = pushing.await.unwrap();
+    release(store).await;
+    done.unwrap_or_else(|e| panic!("{mode:?}: the held push: {e}"));
+    assert!(held_took >= HELD, "{mode:?}: not held ({held_took:.2?})");
+    (then_took, held_took)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn pushes_from_two_processes_write_one_parent_at_once() {
     let _fail_point = crate::FAIL_POINT.lock().await;
@@ -391,25 +428,10 @@ async fn pushes_from_two_processes_write_one_parent_at_once() {
     for store in common::stores::<Product>().await {
         let mode = store.mode().await.unwrap();
         seeded(&store, 40, 3).await;
-        let (first, app) = own(&store, "held-push").await;
-        let (second, _) = own(&store, "next-push").await;
-        hold_next(&store, &app, "update").await;
-        let started = Instant::now();
-        let held = tokio::spawn(async move {
-            let done = first.children(Product::LATEST).push(&40, &review(4)).await;
-            (done, started.elapsed())
-        });
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        second
-            .children(Product::LATEST)
-            .push(&40, &review(5))
-            .await
-            .unwrap_or_else(|e| panic!("{mode:?}: the second push: {e}"));
-        let second_took = started.elapsed();
-        let (done, held_took) = held.await.unwrap();
-        release(&store).await;
-        done.unwrap_or_else(|e| panic!("{mode:?}: the held push: {e}"));
-        assert!(held_took >= HELD, "{mode:?}: not held ({held_took:.2?})");
+        let (second_took, _) = beside_a_held_push(&store, 40, 4, |second| async move {
+            second.children(Product::LATEST).push(&40, &review(5)).await
+        })
+        .await;
         if mode == subset::WriteMode::Ordered {
             assert!(
                 second_took < HELD,
@@ -439,24 +461,10 @@ async fn a_removal_from_another_process_waits_for_the_pushes_under_way() {
     for store in common::stores::<Product>().await {
         let mode = store.mode().await.unwrap();
         seeded(&store, 41, 6).await;
-        let (first, app) = own(&store, "held-push").await;
-        let (second, _) = own(&store, "removal").await;
-        hold_next(&store, &app, "update").await;
-        let started = Instant::now();
-        let held = tokio::spawn(async move {
-            let done = first.children(Product::LATEST).push(&41, &review(7)).await;
-            (done, started.elapsed())
-        });
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        second
-            .children(Product::LATEST)
-            .remove(&41, &6)
-            .await
-            .unwrap_or_else(|e| panic!("{mode:?}: the removal: {e}"));
-        let removal_took = started.elapsed();
-        let (done, held_took) = held.await.unwrap();
-        release(&store).await;
-        done.unwrap_or_else(|e| panic!("{mode:?}: the held push: {e}"));
+        let (removal_took, held_took) = beside_a_held_push(&store, 41, 7, |second| async move {
+            second.children(Product::LATEST).remove(&41, &6).await
+        })
+        .await;
         if mode == subset::WriteMode::Ordered {
             assert!(
                 removal_took >= held_took,
