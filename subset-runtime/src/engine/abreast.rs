@@ -151,7 +151,17 @@ impl RawStore {
             }
             r.unfinished |= *fate == Fate::Unfinished;
         }
+        // A parent whose lease another writer took (its update wrote nothing, its children are
+        // stored) is marked whatever holds its lease now, as a lone push marks it.
+        let lost: Vec<Bson> = riders
+            .iter()
+            .filter(|r| r.ctx.is_lost(&r.aboard.parent))
+            .map(|r| r.aboard.parent.clone())
+            .collect();
         release_all(riders, |r| r.unfinished).await;
+        for parent in &lost {
+            self.model().mark_unsettled(parent).await;
+        }
         Err(together())
     }
 
