@@ -171,7 +171,7 @@ async fn send(
     // found without a marker, whose `_subset` the executor removes with the lease.
     let release = lease.filter(|_| last && !ctx.is_outdated(parent) && !ctx.is_bare(parent));
     if let Some(lease) = release {
-        lease.give_back_in(&mut update);
+        lease.give_back_with(&mut update);
     }
     let parents = store.parents::<Document>();
     let mut send = parents.update_one(filter, update);
@@ -251,7 +251,7 @@ async fn why_missed(
         return Ok(Written::Missing);
     };
     if let Some(lease) = ctx.lease(parent) {
-        if !lease.held_in(found.get_document(MARKER).ok()) {
+        if !lease.is_held_by(found.get_document(MARKER).ok()) {
             ctx.lost(parent);
             return Ok(Written::Outdated);
         }

@@ -112,7 +112,7 @@ impl Lease {
     }
 
     /// Adds to a holder's last parent update what gives this lease back.
-    pub(crate) fn give_back_in(self, update: &mut Document) {
+    pub(crate) fn give_back_with(self, update: &mut Document) {
         let field = match self.shared {
             true => format!("{MARKER}.{}", self.key()),
             false => format!("{MARKER}.l"),
@@ -121,7 +121,7 @@ impl Lease {
     }
 
     /// Whether `marker` (a stored parent's `_subset`) still holds this lease.
-    pub(crate) fn held_in(self, marker: Option<&RawDocument>) -> bool {
+    pub(crate) fn is_held_by(self, marker: Option<&RawDocument>) -> bool {
         let Some(marker) = marker else {
             return false;
         };
@@ -573,7 +573,7 @@ async fn drain(
                 token,
                 shared: false,
             };
-            if !mine.held_in(found.get_document(MARKER).ok()) {
+            if !mine.is_held_by(found.get_document(MARKER).ok()) {
                 return Ok(Drained::Lost);
             }
         }
@@ -695,7 +695,7 @@ async fn give_back(store: &RawStore, parent: Bson, lease: Lease, unfinished: boo
             true => unmarked(ObjectId::new()),
             false => Document::new(),
         };
-        lease.give_back_in(&mut update);
+        lease.give_back_with(&mut update);
         parents
             .update_one(filter, update)
             .write_concern(acknowledged())

@@ -150,7 +150,7 @@ impl RebuildBatch<'_> {
             // lease created.
             let release = !ctx.is_outdated(parent) && !ctx.is_bare(parent);
             if release {
-                lease.give_back_in(&mut update);
+                lease.give_back_with(&mut update);
             }
             marks.push(doc! { "q": filter, "u": update });
             marking.push((i, release));
