@@ -229,7 +229,7 @@ impl Leases {
         ctx: &mut Ctx<'_>,
         parent: &Bson,
     ) -> Result<Option<Leases>> {
-        let Some(token) = take_shared(store, ctx, parent).await? else {
+        let Some(lease) = take_shared(store, ctx, parent).await? else {
             return Ok(None);
         };
         let mut leases = Leases {
@@ -237,10 +237,6 @@ impl Leases {
             held: Vec::with_capacity(1),
             released: false,
             waits: 0,
-        };
-        let lease = Lease {
-            token,
-            shared: true,
         };
         leases.keep(parent, lease);
         ctx.leases = vec![(parent.clone(), lease)];
@@ -251,8 +247,8 @@ impl Leases {
     async fn hold(&mut self, ctx: &mut Ctx<'_>, parent: &Bson, shared: bool) -> Result<()> {
         let store = self.store.clone();
         if shared {
-            if let Some(token) = take_shared(&store, ctx, parent).await? {
-                self.keep(parent, Lease { token, shared });
+            if let Some(lease) = take_shared(&store, ctx, parent).await? {
+                self.keep(parent, lease);
                 return Ok(());
             }
         }
@@ -270,7 +266,7 @@ impl Leases {
             if !sharers {
                 return Ok(());
             }
-            match drain(&store, ctx, parent, token, &mut self.waits).await {
+            match drain(&store, ctx, parent, lease, &mut self.waits).await {
                 Ok(Drained::Done) => return Ok(()),
                 Ok(Drained::Gone) => {
                     self.held.pop();
@@ -454,12 +450,12 @@ fn shared_key(shared: bool) -> Document {
     }
 }
 
-/// The `$expr` that holds when the expiry of every shared lease in a parent's marker passes
-/// `test` (an aggregation operator comparing it with the server's clock): true with none.
-fn every_share(test: &str) -> Document {
+/// The `$expr` that holds when every shared lease in a parent's marker has lapsed on the
+/// server's clock: true with none.
+fn every_share_lapsed() -> Document {
     doc! { "$allElementsTrue": [{ "$map": {
         "input": marker_fields(shared_key(true)),
-        "in": { test: ["$$this.v", "$$NOW"] },
+        "in": { "$lte": ["$$this.v", "$$NOW"] },
     } }] }
 }
 
@@ -472,11 +468,7 @@ fn every_share(test: &str) -> Document {
 /// about a sixth of the take. On a parent without a marker the key creates one, left empty once
 /// the holders are gone: a marker without a definition, which counts as none (as the touch of
 /// a transaction does). A `findAndModify`, as every lease command is (see [`renew_one`]).
-async fn take_shared(
-    store: &RawStore,
-    ctx: &mut Ctx<'_>,
-    parent: &Bson,
-) -> Result<Option<ObjectId>> {
+async fn take_shared(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<Option<Lease>> {
     let lease = Lease {
         token: ObjectId::new(),
         shared: true,
@@ -503,7 +495,7 @@ async fn take_shared(
                 give_back(store, parent.clone(), lease, false).await;
                 Ok(None)
             }
-            _ => Ok(Some(lease.token)),
+            _ => Ok(Some(lease)),
         },
         Err(e) => {
             // Perhaps applied: given back, so that nobody waits for it to lapse.
@@ -523,7 +515,7 @@ enum Drained {
     Lost,
 }
 
-/// Waits, holding `parent`'s exclusive lease (`token`), until no shared holder is left but
+/// Waits, holding `parent`'s exclusive `lease`, until no shared holder is left but
 /// lapsed ones, which only a push that stopped between its writes leaves: those are removed in
 /// the same update (a slow holder's fence then fails, and it reports it), and the parent goes
 /// into `ctx` as outdated, to be settled after the steps.
@@ -531,14 +523,11 @@ async fn drain(
     store: &RawStore,
     ctx: &mut Ctx<'_>,
     parent: &Bson,
-    token: ObjectId,
+    lease: Lease,
     waits: &mut u32,
 ) -> Result<Drained> {
-    let filter = doc! {
-        "_id": parent.clone(),
-        format!("{MARKER}.l.o"): token,
-        "$expr": every_share("$lte"),
-    };
+    let mut filter = doc! { "_id": parent.clone(), "$expr": every_share_lapsed() };
+    lease.fence(&mut filter);
     // The marker without the lapsed shared leases.
     let rest = doc! { "$arrayToObject": marker_fields(shared_key(false)) };
     let strip = vec![doc! { "$set": { MARKER: rest } }];
@@ -569,11 +558,7 @@ async fn drain(
             let Some(found) = ctx.run(holder).await.map_err(|e| store.mongo(e))? else {
                 return Ok(Drained::Gone);
             };
-            let mine = Lease {
-                token,
-                shared: false,
-            };
-            if !mine.is_held_by(found.get_document(MARKER).ok()) {
+            if !lease.is_held_by(found.get_document(MARKER).ok()) {
                 return Ok(Drained::Lost);
             }
         }
