@@ -1,7 +1,8 @@
 //! Pushes to several parents written together (group commit across parents, see
 //! [`super::exec::traffic::Across`]): the pushes queued on each parent in this process, in one
-//! transaction (each parent's in turn, one commit for all), or without transactions in three
-//! round trips for all (every lease at once, one insert, every parent update at once). Patches
+//! transaction of one update for every parent, one insert per child collection and the
+//! commit, or without transactions in three round trips for all (every lease at once, one
+//! insert, one update). Patches
 //! do not ride: a vote is two commands and a
 //! commit, and sixteen voters over a hundred parents wrote 27 % fewer votes a second one
 //! transaction at a time (`subset-bench --experiments votes`, 2026-12-06) than each in its own.
@@ -9,11 +10,12 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::bson::Bson;
+use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 
 use super::batch::Prepared;
 use super::exec::lease::Leases;
 use super::exec::{self, Ctx, Retry, Steps};
+use super::model_change::MARKER;
 use super::push::PushSteps;
 use super::query;
 use super::{RawChildren, RawStore, WriteMode};
@@ -55,7 +57,11 @@ impl RawStore {
     /// its own result.
     async fn write_abreast(&self, all: &[Arc<Aboard>]) -> Result<()> {
         let subsets = aboard(self, all)?;
-        exec::execute(self, None, &Abreast { subsets: &subsets }).await
+        let abreast = Abreast {
+            store: self,
+            subsets: &subsets,
+        };
+        exec::execute(self, None, &abreast).await
     }
 }
 
@@ -84,7 +90,7 @@ fn aboard<'s>(
 
 /// The work of `all` without a transaction, in three round trips whatever their number:
 /// every parent's shared lease at once (each on a connection of its own), one insert of
-/// every child per child collection, then every parent's update at once. The pushes commute
+/// every child per child collection, then one update of every parent. The pushes commute
 /// (see [`exec::lease`]), so the group is as exact as each push alone. Where anything does
 /// not go as a lone push's first try would (a lease that cannot be shared now, an insert or
 /// an update refused, missing or cut off), it leaves each parent as a lone push would
@@ -113,34 +119,17 @@ async fn write_ordered(store: &RawStore, all: &[Arc<Aboard>]) -> Result<()> {
             _ => shared = false,
         }
     }
-    let together = || Error::PartialModel {
-        collection: store.collection_name().to_owned(),
-    };
     if !shared {
         release_all(riders, |_| false).await;
-        return Err(together());
+        return Err(together(store));
     }
     if let Err(unknown) = insert_all(&riders).await {
         // What the insert wrote is unknown: the parents are marked for a rebuild, which
         // each writer's own push then settles.
         release_all(riders, |_| unknown).await;
-        return Err(together());
+        return Err(together(store));
     }
-    let written = join_all(riders.iter_mut().map(|r| async move {
-        let fresh: Vec<&Prepared> = r.aboard.children.iter().collect();
-        let steps = PushSteps::new(r.subset, &r.aboard.parent, &r.aboard.children);
-        let pushed = steps.push_to_parent(&mut r.ctx, &fresh, true).await;
-        let parent = &r.aboard.parent;
-        match pushed {
-            Ok(true) if !r.ctx.is_outdated(parent) && !r.ctx.is_lost(parent) => Fate::Written,
-            // Missing, or refused: its children come out again, as a lone push's would.
-            Ok(false) => Fate::TakenBack,
-            Err(e) if crate::error::driver::was_refused(&e) => Fate::TakenBack,
-            // Outdated, overtaken or cut off: marked for a rebuild.
-            _ => Fate::Unfinished,
-        }
-    }))
-    .await;
+    let written = update_all(store, &mut riders).await;
     if written.iter().all(|w| *w == Fate::Written) {
         release_all(riders, |_| false).await;
         return Ok(());
@@ -167,30 +156,132 @@ async fn write_ordered(store: &RawStore, all: &[Arc<Aboard>]) -> Result<()> {
     for parent in &lost {
         store.model().mark_unsettled(parent).await;
     }
-    Err(together())
+    Err(together(store))
+}
+
+/// The error that ends a group: each of its writers then writes alone, for its own answer.
+fn together(store: &RawStore) -> Error {
+    Error::PartialModel {
+        collection: store.collection_name().to_owned(),
+    }
+}
+
+/// [`write_ordered`]'s parent updates: every parent in one `update` command. A parent it may
+/// have missed (it still holds its lease, which its update gives back), or whose update would
+/// not give the lease back, has its update sent alone, as a lone push's, for its fate.
+async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate> {
+    let mut fates: Vec<Option<Fate>> = vec![None; riders.len()];
+    let mut sent = Vec::new();
+    let mut statements = Vec::new();
+    for (i, r) in riders.iter().enumerate() {
+        let steps = PushSteps::new(r.subset, &r.aboard.parent, &r.aboard.children);
+        let Some(write) = steps.parent_write(true) else {
+            continue;
+        };
+        if let Ok(Some(statement)) = store
+            .parent_statement(&r.ctx, &r.aboard.parent, write)
+            .await
+        {
+            // One that keeps its lease could not be told apart from one that missed.
+            if statement.release {
+                sent.push(i);
+                statements.push(statement.command());
+            }
+        }
+    }
+    if !statements.is_empty() {
+        match store.update_parents(&mut Ctx::apart(), statements).await {
+            Ok(u) if !u.refused && u.matched == sent.len() as i64 => {
+                for &i in &sent {
+                    let r = &mut riders[i];
+                    r.ctx.released(&r.aboard.parent);
+                    fates[i] = Some(Fate::Written);
+                }
+            }
+            Ok(_) => {
+                let held = still_held(store, riders, &sent).await;
+                for (&i, held) in sent.iter().zip(held) {
+                    // Not held: written, or its lease lapsed and was taken, and the taker
+                    // settles the parent; either way its writer's own push finds out.
+                    fates[i] = (!held).then_some(Fate::Unfinished);
+                }
+            }
+            // Nobody knows what it wrote: the parents are marked for a rebuild.
+            Err(_) => {
+                for &i in &sent {
+                    fates[i] = Some(Fate::Unfinished);
+                }
+            }
+        }
+    }
+    let alone = riders
+        .iter_mut()
+        .zip(&fates)
+        .filter(|(_, fate)| fate.is_none())
+        .map(|(r, _)| async move {
+            let fresh: Vec<&Prepared> = r.aboard.children.iter().collect();
+            let steps = PushSteps::new(r.subset, &r.aboard.parent, &r.aboard.children);
+            let pushed = steps.push_to_parent(&mut r.ctx, &fresh, true).await;
+            let parent = &r.aboard.parent;
+            match pushed {
+                Ok(true) if !r.ctx.is_outdated(parent) && !r.ctx.is_lost(parent) => Fate::Written,
+                // Missing, or refused: its children come out again, as a lone push's would.
+                Ok(false) => Fate::TakenBack,
+                Err(e) if crate::error::driver::was_refused(&e) => Fate::TakenBack,
+                // Outdated, overtaken or cut off: marked for a rebuild.
+                _ => Fate::Unfinished,
+            }
+        });
+    let mut alone = join_all(alone).await.into_iter();
+    fates
+        .into_iter()
+        .map(|fate| fate.or_else(|| alone.next()).unwrap_or(Fate::Unfinished))
+        .collect()
+}
+
+/// Whether each parent of `riders` at `indices` still holds its rider's lease: one read. Not
+/// held when the read fails.
+async fn still_held(store: &RawStore, riders: &[Rider<'_, '_>], indices: &[usize]) -> Vec<bool> {
+    let ids: Vec<Bson> = indices
+        .iter()
+        .map(|&i| riders[i].aboard.parent.clone())
+        .collect();
+    let parents = store.parents::<Document>();
+    let find = parents
+        .find(doc! { "_id": { "$in": ids } })
+        .projection(doc! { MARKER: 1 });
+    let found = match Ctx::apart().collect(find).await {
+        Ok(found) => found,
+        Err(_) => return vec![false; indices.len()],
+    };
+    indices
+        .iter()
+        .map(|&i| {
+            let r = &riders[i];
+            let Some(lease) = r.ctx.lease(&r.aboard.parent) else {
+                return false;
+            };
+            let marker = found
+                .iter()
+                .find(|p| p.get("_id") == Some(&r.aboard.parent))
+                .and_then(|p| p.get_document(MARKER).ok())
+                .and_then(|m| RawDocumentBuf::try_from(m).ok());
+            lease.is_held_by(marker.as_deref())
+        })
+        .collect()
 }
 
 /// [`write_ordered`]'s insert: every child of `riders`, one `insertMany`
 /// per child collection. `Err(unknown)` when it failed, having taken out again what it
 /// wrote (`false`), or not knowing what it wrote (`true`).
 async fn insert_all(riders: &[Rider<'_, '_>]) -> std::result::Result<(), bool> {
-    let mut collections: Vec<&str> = Vec::new();
-    for r in riders {
-        let collection = r.subset.spec().child_collection;
-        if !collections.contains(&collection) {
-            collections.push(collection);
-        }
-    }
-    for (i, collection) in collections.iter().enumerate() {
-        let of: Vec<&Rider<'_, '_>> = riders
-            .iter()
-            .filter(|r| r.subset.spec().child_collection == *collection)
-            .collect();
-        let children = of[0].subset.children::<crate::bson::Document>();
-        let stored = of
-            .iter()
-            .flat_map(|r| r.aboard.children.iter().map(|p| &p.stored));
-        let inserted = children.insert_many(stored).ordered(false).await;
+    let collections = by_collection(riders.iter().map(|r| (r.subset, r.aboard)));
+    for (i, (subset, children)) in collections.iter().enumerate() {
+        let stored = subset.children::<Document>();
+        let inserted = stored
+            .insert_many(children.iter().map(|p| &p.stored))
+            .ordered(false)
+            .await;
         let Err(e) = inserted else {
             continue;
         };
@@ -198,10 +289,14 @@ async fn insert_all(riders: &[Rider<'_, '_>]) -> std::result::Result<(), bool> {
             return Err(true);
         };
         // Out again: what this insert wrote (all but the refused), and every earlier one.
+        let collection = subset.spec().child_collection;
         let mut position = 0;
         for r in riders {
-            let earlier = collections[..i].contains(&r.subset.spec().child_collection);
-            let this = r.subset.spec().child_collection == *collection;
+            let own = r.subset.spec().child_collection;
+            let earlier = collections[..i]
+                .iter()
+                .any(|(s, _)| s.spec().child_collection == own);
+            let this = own == collection;
             let mut ids = Vec::new();
             for p in r.aboard.children.iter() {
                 if this {
@@ -219,7 +314,7 @@ async fn insert_all(riders: &[Rider<'_, '_>]) -> std::result::Result<(), bool> {
                 continue;
             }
             let owned = query::owned(r.subset.spec(), &r.aboard.parent, ids);
-            let stored = r.subset.children::<crate::bson::Document>();
+            let stored = r.subset.children::<Document>();
             if stored.delete_many(owned).await.is_err() {
                 return Err(true);
             }
@@ -227,6 +322,25 @@ async fn insert_all(riders: &[Rider<'_, '_>]) -> std::result::Result<(), bool> {
         return Err(false);
     }
     Ok(())
+}
+
+/// The children of `pushes` by child collection, each in the order of `pushes`: one insert
+/// each.
+fn by_collection<'s, 'a>(
+    pushes: impl Iterator<Item = (&'s RawChildren<'a>, &'s Aboard)>,
+) -> Vec<(&'s RawChildren<'a>, Vec<&'s Prepared>)> {
+    let mut all: Vec<(&RawChildren<'a>, Vec<&Prepared>)> = Vec::new();
+    for (subset, aboard) in pushes {
+        let collection = subset.spec().child_collection;
+        match all
+            .iter_mut()
+            .find(|(s, _)| s.spec().child_collection == collection)
+        {
+            Some((_, children)) => children.extend(aboard.children.iter()),
+            None => all.push((subset, aboard.children.iter().collect())),
+        }
+    }
+    all
 }
 
 /// One writer of a group written without a transaction, with its parent's shared lease.
@@ -261,6 +375,7 @@ async fn release_all(riders: Vec<Rider<'_, '_>>, unfinished: impl Fn(&Rider<'_, 
 
 /// The writes of [`RawStore::write_abreast`].
 struct Abreast<'s, 'a> {
+    store: &'s RawStore,
     subsets: &'s [(RawChildren<'a>, &'s Aboard)],
 }
 
@@ -271,10 +386,37 @@ impl Steps for Abreast<'_, '_> {
     // those turns.
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
+        // Every parent in one update, then every child in one insert per child collection: two
+        // round trips and the commit, whatever the group's size. A parent that the update
+        // misses (missing, outdated, or a head push behind the head) or that the server
+        // refuses, and a push with nothing for its parent, end the group: each push then
+        // goes alone, for its own answer.
+        let mut statements = Vec::with_capacity(self.subsets.len());
         for (subset, aboard) in self.subsets {
-            PushSteps::new(subset, &aboard.parent, &aboard.children)
-                .run(ctx)
-                .await?;
+            let steps = PushSteps::new(subset, &aboard.parent, &aboard.children);
+            let write = steps.parent_write(false);
+            let statement = match write {
+                Some(write) => {
+                    self.store
+                        .parent_statement(ctx, &aboard.parent, write)
+                        .await?
+                }
+                None => None,
+            };
+            let Some(statement) = statement else {
+                return Err(together(self.store));
+            };
+            statements.push(statement.command());
+        }
+        let updated = self.store.update_parents(ctx, statements).await?;
+        if updated.refused || updated.matched < self.subsets.len() as i64 {
+            return Err(together(self.store));
+        }
+        let pushes = self.subsets.iter().map(|(s, a)| (s, *a));
+        for (subset, children) in by_collection(pushes) {
+            let stored = subset.children::<Document>();
+            let insert = stored.insert_many(children.iter().map(|p| &p.stored));
+            ctx.run(insert).await.map_err(|e| subset.mongo_child(e))?;
         }
         Ok(())
     }

@@ -136,6 +136,56 @@ async fn send(
     write: ParentUpdate,
     bounds: &mut Bounds,
 ) -> Result<Option<Written>> {
+    let Some(statement) = statement(store, ctx, parent, write, bounds).await? else {
+        return Ok(None);
+    };
+    let parents = store.parents::<Document>();
+    let mut send = parents.update_one(statement.filter, statement.update);
+    if !statement.array_filters.is_empty() {
+        send = send.array_filters(statement.array_filters);
+    }
+    let sent = match ctx.run(send).await {
+        Ok(sent) => sent,
+        Err(e) => return Err(refused(store, parent, bounds, e).await),
+    };
+    if sent.matched_count == 0 {
+        return Ok(None);
+    }
+    if statement.release {
+        ctx.released(parent);
+    }
+    Ok(Some(Written::Applied))
+}
+
+/// One parent update as it goes to the server: with the guard, the touch or the fence.
+pub(crate) struct Statement {
+    filter: Document,
+    update: Document,
+    array_filters: Vec<Document>,
+    /// Whether it gives the lease back when it applies (see [`Ctx::released`]).
+    pub(crate) release: bool,
+}
+
+impl Statement {
+    /// The statement as an `update` command carries it.
+    pub(crate) fn command(self) -> Document {
+        let mut statement = doc! { "q": self.filter, "u": self.update };
+        if !self.array_filters.is_empty() {
+            statement.insert("arrayFilters", self.array_filters);
+        }
+        statement
+    }
+}
+
+/// `write` to `parent` with what every parent update carries; `None` when there is nothing to
+/// send.
+async fn statement(
+    store: &RawStore,
+    ctx: &Ctx<'_>,
+    parent: &Bson,
+    write: ParentUpdate,
+    bounds: &mut Bounds,
+) -> Result<Option<Statement>> {
     let ParentUpdate {
         filter: own,
         mut update,
@@ -173,22 +223,69 @@ async fn send(
     if let Some(lease) = release {
         lease.give_back_with(&mut update);
     }
-    let parents = store.parents::<Document>();
-    let mut send = parents.update_one(filter, update);
-    if !array_filters.is_empty() {
-        send = send.array_filters(array_filters);
+    Ok(Some(Statement {
+        filter,
+        update,
+        array_filters,
+        release: release.is_some(),
+    }))
+}
+
+impl RawStore {
+    /// `write` to `parent` as one statement of an `update` command of several parents (see
+    /// [`Self::update_parents`]), with what [`Self::write_parent`] adds; only its first form,
+    /// never its [`ParentUpdate::otherwise`]. `None` when there is nothing to send.
+    pub(crate) async fn parent_statement(
+        &self,
+        ctx: &Ctx<'_>,
+        parent: &Bson,
+        write: ParentUpdate,
+    ) -> Result<Option<Statement>> {
+        statement(self, ctx, parent, write, &mut Bounds::default()).await
     }
-    let sent = match ctx.run(send).await {
-        Ok(sent) => sent,
-        Err(e) => return Err(refused(store, parent, bounds, e).await),
-    };
-    if sent.matched_count == 0 {
-        return Ok(None);
+
+    /// Sends `statements` (`{q, u}` documents) as one unordered `update` command of the parent
+    /// collection, in `ctx`'s session and transaction, if any, and otherwise with the
+    /// database's write concern (which the parents' other updates carry).
+    pub(crate) async fn update_parents(
+        &self,
+        ctx: &mut Ctx<'_>,
+        statements: Vec<Document>,
+    ) -> Result<Updated> {
+        let mut command = doc! {
+            "update": self.collection_name(),
+            "updates": statements,
+            "ordered": false,
+        };
+        // A write in a transaction carries none of its own.
+        if let (Some(concern), false) = (self.database().write_concern(), ctx.atomic()) {
+            command.insert(
+                "writeConcern",
+                crate::encode::document(concern, "a write concern")?,
+            );
+        }
+        let reply = ctx
+            .run(self.database().run_command(command))
+            .await
+            .map_err(|e| self.mongo(e))?;
+        let matched = match reply.get("n") {
+            Some(Bson::Int32(n)) => i64::from(*n),
+            Some(Bson::Int64(n)) => *n,
+            _ => 0,
+        };
+        let refused = reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty())
+            || reply.contains_key("writeConcernError");
+        Ok(Updated { matched, refused })
     }
-    if release.is_some() {
-        ctx.released(parent);
-    }
-    Ok(Some(Written::Applied))
+}
+
+/// What [`RawStore::update_parents`] did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Updated {
+    /// How many statements matched a parent.
+    pub(crate) matched: i64,
+    /// Whether the server refused some statements, or did not write as durably as asked.
+    pub(crate) refused: bool,
 }
 
 /// The error of an update of `parent` that the server refused: [`Error::NumberOverflow`] for an

@@ -174,35 +174,15 @@ impl RebuildBatch<'_> {
         Ok(done)
     }
 
-    /// Sends `statements` as one `update` command of the parent collection, with the
-    /// database's write concern (which the parents' other updates carry); how many matched.
+    /// Sends `statements` as one `update` command of the parent collection; how many matched.
     async fn update(&self, ctx: &mut Ctx<'_>, statements: Vec<Document>) -> Result<i64> {
-        let store = self.store;
-        let mut command = doc! {
-            "update": store.collection_name(),
-            "updates": statements,
-            "ordered": false,
-        };
-        if let Some(concern) = store.database().write_concern() {
-            command.insert(
-                "writeConcern",
-                crate::encode::document(concern, "a write concern")?,
-            );
-        }
-        let reply = ctx
-            .run(store.database().run_command(command))
-            .await
-            .map_err(|e| store.mongo(e))?;
+        let updated = self.store.update_parents(ctx, statements).await?;
         // A statement the server refused (a parent grown past the document limit, say) is
         // left to a rebuild of its own, which reports it; the others applied.
-        if reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty()) {
+        if updated.refused {
             tracing::debug!("a rebuild batch's update had write errors");
         }
-        Ok(match reply.get("n") {
-            Some(Bson::Int32(n)) => i64::from(*n),
-            Some(Bson::Int64(n)) => *n,
-            _ => 0,
-        })
+        Ok(updated.matched)
     }
 
     /// Which of the parents of `marking` (indices into the batch) are marked as built under

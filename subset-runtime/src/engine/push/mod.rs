@@ -5,7 +5,7 @@ use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
 use super::exec::{self, is_transient, Ctx, Retry, Steps};
-use super::parent_write::Written;
+use super::parent_write::{ParentUpdate, Written};
 use super::query;
 use super::RawChildren;
 use parent_update::{PushAs, ViewPush};
@@ -415,6 +415,24 @@ impl Steps for PushSteps<'_, '_> {
 }
 
 impl PushSteps<'_, '_> {
+    /// This push's parent update as one of a group's ([`crate::engine::abreast`]): every child
+    /// of the batch into every view, counted; in a transaction as [`Steps::run`] sends it,
+    /// without one as [`Self::push_to_parent`] first sends it, as the last write. `None` when
+    /// nothing goes into the parent (no view admits a child and nothing is counted).
+    pub(in crate::engine) fn parent_write(&self, ordered: bool) -> Option<ParentUpdate> {
+        let fresh: Vec<&Prepared> = self.batch.iter().collect();
+        let inc = self.subset.pushes().added_inc(&fresh);
+        let push = ViewPush::new(&fresh);
+        if push.is_empty() && inc.is_empty() {
+            return None;
+        }
+        let how = PushAs {
+            skip_embedded: ordered,
+            last: ordered,
+        };
+        Some(self.subset.pushes().capped_write(&push, &inc, how))
+    }
+
     /// Finds which children of the batch are already stored, checks they are this parent's,
     /// restores them into the subset if missing, and returns the others.
     async fn set_aside_stored(&self, ctx: &mut Ctx<'_>) -> Result<Vec<&Prepared>> {

@@ -92,6 +92,20 @@ impl Pushes<'_> {
         inc: &Document,
         how: PushAs,
     ) -> Result<Written> {
+        let write = self.capped_write(push, inc, how);
+        match self.store().write_parent(ctx, parent, write).await {
+            Ok(written) => Ok(written),
+            Err(e) => Err(query::parent_write_error(self, e, parent, push.bytes()).await),
+        }
+    }
+
+    /// The parent update of [`Self::capped_push`], sent by the caller.
+    pub(super) fn capped_write(
+        &self,
+        push: &ViewPush<'_>,
+        inc: &Document,
+        how: PushAs,
+    ) -> ParentUpdate {
         let PushAs {
             skip_embedded: exclude,
             last,
@@ -124,7 +138,8 @@ impl Pushes<'_> {
             last,
             ..ParentUpdate::of(update(sorted, inc))
         };
-        let write = match head {
+        // Nothing for any view (a child no filter admits) sends the touch alone.
+        match head {
             Some((each, guard)) => {
                 let mut guarded = filter;
                 guarded.insert("$or", guard);
@@ -138,11 +153,6 @@ impl Pushes<'_> {
                 }
             }
             None => sorted,
-        };
-        // Nothing for any view (a child no filter admits) sends the touch alone.
-        match self.store().write_parent(ctx, parent, write).await {
-            Ok(written) => Ok(written),
-            Err(e) => Err(query::parent_write_error(self, e, parent, push.bytes()).await),
         }
     }
 
