@@ -56,6 +56,31 @@ impl Product {
     }
 }
 
+/// An answer whose votes no view ranks, filters or sums by: a vote changes each copy in place.
+#[derive(Debug, Clone, Serialize, Deserialize, Child)]
+struct Answer {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: DateTime,
+    helpful: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "questions")]
+struct Question {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "answers",
+        keep = 5,
+        sort = "date desc",
+        count = "total_answers"
+    )]
+    latest: Vec<Answer>,
+    #[serde(default)]
+    total_answers: i64,
+}
+
 /// A long subset: at `keep = 32` and above a push tries the head first (`$position: 0`, no
 /// `$sort`, guarded by a filter on the stored head); below, as for `Product`, it sends the
 /// `$sort` update alone.
@@ -871,4 +896,88 @@ async fn reads_of_parents_not_built_here_are_two_commands_on_a_replica_set() {
 #[tokio::test]
 async fn reads_of_parents_not_built_here_are_two_commands_on_a_standalone() {
     reads_of_parents_not_built_here_are_two_commands(Topology::Standalone).await;
+}
+
+/// Votes on the answers of sixteen questions at once, in transactions: the first runs alone, and
+/// the fifteen that come while it is in flight go together, in one update of their answers, one
+/// of their questions and one commit. A vote on an answer that does not exist fails alone.
+#[tokio::test]
+async fn votes_on_many_parents_share_a_transaction_on_a_replica_set() {
+    let (store, _, log) = setup(Topology::ReplicaSet).await;
+    let options = subset::StoreOptions::new().mode(store.mode().await.unwrap());
+    let questions = Store::<Question>::with_options(store.database(), options);
+    questions.ensure_indexes().await.unwrap();
+    let answers = questions.children(Question::LATEST);
+    let mut asked = Vec::new();
+    for i in 0..16 {
+        let question = Question {
+            id: ObjectId::new(),
+            latest: Vec::new(),
+            total_answers: 0,
+        };
+        questions.insert(&question).await.unwrap();
+        let answer = Answer {
+            id: ObjectId::new(),
+            date: DateTime::from_millis(1_000 + i),
+            helpful: 0,
+        };
+        answers.push(&question.id, &answer).await.unwrap();
+        asked.push((question.id, answer.id));
+    }
+    let stored = store.database().collection::<Document>("answers");
+    // Each answer's votes, stored and embedded.
+    let votes = |question: ObjectId, answer: ObjectId| {
+        let (questions, stored) = (questions.clone(), stored.clone());
+        async move {
+            let copy = questions.get(&question).await.unwrap().unwrap().latest[0].clone();
+            assert_eq!(copy.id, answer);
+            let found = stored.find_one(doc! { "_id": answer }).await.unwrap();
+            (found.unwrap().get_i64("helpful").unwrap(), copy.helpful)
+        }
+    };
+    // As for pushes, the grouping is asked of one of three tries; each must count every vote.
+    let mut commits = Vec::new();
+    for attempt in 1..=3 {
+        log.take();
+        let voted = asked.iter().map(|(question, answer)| {
+            let vote = answers.patch(question, answer).inc(Answer::HELPFUL, 1);
+            std::future::IntoFuture::into_future(vote)
+        });
+        for result in futures::future::join_all(voted).await {
+            result.unwrap();
+        }
+        let commands = log.take();
+        let count = |name: &str| commands.iter().filter(|c| *c == name).count();
+        for &(question, answer) in &asked {
+            assert_eq!(votes(question, answer).await, (attempt, attempt));
+        }
+        commits.push(count("commitTransaction"));
+        if count("commitTransaction") == 2 {
+            // The first vote's answer and question, then the group's.
+            assert_eq!(count("update"), 4, "{commands:?}");
+            break;
+        }
+    }
+    assert_eq!(commits.last(), Some(&2), "commits of each try: {commits:?}");
+    let tries = commits.len() as i64;
+
+    let missing = ObjectId::new();
+    let mut targets = asked[..5].to_vec();
+    targets[2].1 = missing;
+    let voted = targets.iter().map(|(question, answer)| {
+        let vote = answers.patch(question, answer).inc(Answer::HELPFUL, 1);
+        std::future::IntoFuture::into_future(vote)
+    });
+    let results = futures::future::join_all(voted).await;
+    for (i, result) in results.iter().enumerate() {
+        match result {
+            Err(subset::Error::ChildNotFound { .. }) if i == 2 => {}
+            Ok(()) if i != 2 => {}
+            other => panic!("vote {i}: {other:?}"),
+        }
+    }
+    for (i, &(question, answer)) in asked[..5].iter().enumerate() {
+        let expected = if i == 2 { tries } else { tries + 1 };
+        assert_eq!(votes(question, answer).await, (expected, expected), "{i}");
+    }
 }

@@ -1,11 +1,10 @@
-//! Pushes to several parents written together (group commit across parents, see
-//! [`super::exec::traffic::Across`]): the pushes queued on each parent in this process, in one
-//! transaction of one update for every parent, one insert per child collection and the
-//! commit, or without transactions in three round trips for all (every lease at once, one
-//! insert, one update). Patches
-//! do not ride: a vote is two commands and a
-//! commit, and sixteen voters over a hundred parents wrote 27 % fewer votes a second one
-//! transaction at a time (`subset-bench --experiments votes`, 2026-12-06) than each in its own.
+//! Writes to several parents together (group commit across parents, see
+//! [`super::exec::traffic::Across`]): the pushes, and in transactions the patches, queued on
+//! each parent in this process. In a transaction: one update for every parent, one update per
+//! child collection for the patches' children, one insert per child collection for the
+//! pushes' and the commit, whatever the number of parents. Without transactions, pushes only,
+//! in three round trips for all (every lease at once, one insert, one update); a patch there
+//! takes its parent's lease alone (see [`exec::lease`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,6 +15,7 @@ use super::batch::Prepared;
 use super::exec::lease::Leases;
 use super::exec::{self, Ctx, Retry, Steps};
 use super::model_change::MARKER;
+use super::patch::{BlindWrites, ChildPatch};
 use super::push::PushSteps;
 use super::query;
 use super::{RawChildren, RawStore, WriteMode};
@@ -23,12 +23,31 @@ use crate::error::driver::InsertFailure;
 use crate::error::{Error, Result};
 use futures::future::join_all;
 
-/// The pushes queued on one parent, through the field `field`, as they wait to be written
-/// with other parents'.
+/// The work queued on one parent, through the field `field`, as it waits to be written with
+/// other parents'.
 pub(super) struct Aboard {
     pub(super) field: &'static str,
     pub(super) parent: Bson,
-    pub(super) children: Arc<[Prepared]>,
+    pub(super) cargo: Cargo,
+}
+
+/// What one writer of a group brings.
+pub(super) enum Cargo {
+    /// Pushes: their children.
+    Pushes(Arc<[Prepared]>),
+    /// Patches of children that no view needs as they were ([`BlindWrites`]): only in
+    /// transactions.
+    Patches(Vec<(Bson, ChildPatch)>),
+}
+
+impl Aboard {
+    /// The children it pushes: none for patches.
+    fn pushes(&self) -> &[Prepared] {
+        match &self.cargo {
+            Cargo::Pushes(children) => children,
+            Cargo::Patches(_) => &[],
+        }
+    }
 }
 
 impl RawStore {
@@ -99,6 +118,10 @@ fn aboard<'s>(
 /// changes nothing).
 async fn write_ordered(store: &RawStore, all: &[Arc<Aboard>]) -> Result<()> {
     let subsets = aboard(store, all)?;
+    if all.iter().any(|a| matches!(a.cargo, Cargo::Patches(_))) {
+        // Never: patches ride only in transactions.
+        return Err(together(store));
+    }
     let taken = join_all(subsets.iter().map(|(_, a)| async move {
         let mut ctx = Ctx::apart();
         let leases = Leases::share(store, &mut ctx, &a.parent).await;
@@ -136,7 +159,7 @@ async fn write_ordered(store: &RawStore, all: &[Arc<Aboard>]) -> Result<()> {
     }
     for (r, fate) in riders.iter_mut().zip(&written) {
         if *fate == Fate::TakenBack {
-            let ids = r.aboard.children.iter().map(|p| p.id.clone()).collect();
+            let ids = r.aboard.pushes().iter().map(|p| p.id.clone()).collect();
             let owned = query::owned(r.subset.spec(), &r.aboard.parent, ids);
             let children = r.subset.children::<crate::bson::Document>();
             if r.ctx.run(children.delete_many(owned)).await.is_err() {
@@ -174,7 +197,7 @@ async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate>
     let mut sent = Vec::new();
     let mut statements = Vec::new();
     for (i, r) in riders.iter().enumerate() {
-        let steps = PushSteps::new(r.subset, &r.aboard.parent, &r.aboard.children);
+        let steps = PushSteps::new(r.subset, &r.aboard.parent, r.aboard.pushes());
         let Some(write) = steps.parent_write(true) else {
             continue;
         };
@@ -190,7 +213,10 @@ async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate>
         }
     }
     if !statements.is_empty() {
-        match store.update_parents(&mut Ctx::apart(), statements).await {
+        match store
+            .send_updates(&mut Ctx::apart(), store.collection_name(), statements)
+            .await
+        {
             Ok(u) if !u.refused && u.matched == sent.len() as i64 => {
                 for &i in &sent {
                     let r = &mut riders[i];
@@ -219,8 +245,8 @@ async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate>
         .zip(&fates)
         .filter(|(_, fate)| fate.is_none())
         .map(|(r, _)| async move {
-            let fresh: Vec<&Prepared> = r.aboard.children.iter().collect();
-            let steps = PushSteps::new(r.subset, &r.aboard.parent, &r.aboard.children);
+            let fresh: Vec<&Prepared> = r.aboard.pushes().iter().collect();
+            let steps = PushSteps::new(r.subset, &r.aboard.parent, r.aboard.pushes());
             let pushed = steps.push_to_parent(&mut r.ctx, &fresh, true).await;
             let parent = &r.aboard.parent;
             match pushed {
@@ -275,7 +301,7 @@ async fn still_held(store: &RawStore, riders: &[Rider<'_, '_>], indices: &[usize
 /// per child collection. `Err(unknown)` when it failed, having taken out again what it
 /// wrote (`false`), or not knowing what it wrote (`true`).
 async fn insert_all(riders: &[Rider<'_, '_>]) -> std::result::Result<(), bool> {
-    let collections = by_collection(riders.iter().map(|r| (r.subset, r.aboard)));
+    let collections = by_collection(riders.iter().map(|r| (r.subset, r.aboard.pushes())));
     for (i, (subset, children)) in collections.iter().enumerate() {
         let stored = subset.children::<Document>();
         let inserted = stored
@@ -298,7 +324,7 @@ async fn insert_all(riders: &[Rider<'_, '_>]) -> std::result::Result<(), bool> {
                 .any(|(s, _)| s.spec().child_collection == own);
             let this = own == collection;
             let mut ids = Vec::new();
-            for p in r.aboard.children.iter() {
+            for p in r.aboard.pushes().iter() {
                 if this {
                     let kept = !failed.duplicates.contains(&position)
                         && !failed.refused.iter().any(|(k, _)| *k == position);
@@ -326,18 +352,18 @@ async fn insert_all(riders: &[Rider<'_, '_>]) -> std::result::Result<(), bool> {
 
 /// The children of `pushes` by child collection, each in the order of `pushes`: one insert
 /// each.
-fn by_collection<'s, 'a>(
-    pushes: impl Iterator<Item = (&'s RawChildren<'a>, &'s Aboard)>,
-) -> Vec<(&'s RawChildren<'a>, Vec<&'s Prepared>)> {
-    let mut all: Vec<(&RawChildren<'a>, Vec<&Prepared>)> = Vec::new();
-    for (subset, aboard) in pushes {
+fn by_collection<'s, 'a, T: 's>(
+    items: impl Iterator<Item = (&'s RawChildren<'a>, &'s [T])>,
+) -> Vec<(&'s RawChildren<'a>, Vec<&'s T>)> {
+    let mut all: Vec<(&RawChildren<'a>, Vec<&T>)> = Vec::new();
+    for (subset, items) in items {
         let collection = subset.spec().child_collection;
         match all
             .iter_mut()
             .find(|(s, _)| s.spec().child_collection == collection)
         {
-            Some((_, children)) => children.extend(aboard.children.iter()),
-            None => all.push((subset, aboard.children.iter().collect())),
+            Some((_, all)) => all.extend(items.iter()),
+            None => all.push((subset, items.iter().collect())),
         }
     }
     all
@@ -386,34 +412,75 @@ impl Steps for Abreast<'_, '_> {
     // those turns.
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
-        // Every parent in one update, then every child in one insert per child collection: two
-        // round trips and the commit, whatever the group's size. A parent that the update
-        // misses (missing, outdated, or a head push behind the head) or that the server
-        // refuses, and a push with nothing for its parent, end the group: each push then
-        // goes alone, for its own answer.
+        // Every parent in one update, every patched child in one update per child collection,
+        // then every pushed child in one insert per child collection: whatever the group's
+        // size, a few round trips and the commit. A parent that the update misses (missing,
+        // outdated, or a head push behind the head), a child that a patch misses (missing, or
+        // out of range), anything the server refuses, and work with nothing for its parent
+        // end the group: each writer then writes alone, for its own answer.
+        let store = self.store;
         let mut statements = Vec::with_capacity(self.subsets.len());
-        for (subset, aboard) in self.subsets {
-            let steps = PushSteps::new(subset, &aboard.parent, &aboard.children);
-            let write = steps.parent_write(false);
-            let statement = match write {
-                Some(write) => {
-                    self.store
-                        .parent_statement(ctx, &aboard.parent, write)
-                        .await?
+        let mut patched: Vec<(&RawChildren<'_>, &[Document])> = Vec::new();
+        let mut matches: Vec<(&str, usize)> = Vec::new();
+        let mut blind: Vec<Option<BlindWrites>> = self
+            .subsets
+            .iter()
+            .map(|(subset, aboard)| match &aboard.cargo {
+                Cargo::Patches(patches) => BlindWrites::of(subset, &aboard.parent, patches),
+                Cargo::Pushes(_) => None,
+            })
+            .collect();
+        for ((subset, aboard), blind) in self.subsets.iter().zip(&mut blind) {
+            let write = match (&aboard.cargo, blind) {
+                (Cargo::Pushes(children), _) => {
+                    PushSteps::new(subset, &aboard.parent, children).parent_write(false)
                 }
+                (Cargo::Patches(_), Some(blind)) => {
+                    let BlindWrites {
+                        children,
+                        matches: n,
+                        parent,
+                    } = blind;
+                    let children: &[Document] = children;
+                    patched.push((subset, children));
+                    let collection = subset.spec().child_collection;
+                    match matches.iter_mut().find(|(c, _)| *c == collection) {
+                        Some((_, all)) => *all += *n,
+                        None => matches.push((collection, *n)),
+                    }
+                    Some(std::mem::take(parent))
+                }
+                (Cargo::Patches(_), None) => None,
+            };
+            let statement = match write {
+                Some(write) => store.parent_statement(ctx, &aboard.parent, write).await?,
                 None => None,
             };
             let Some(statement) = statement else {
-                return Err(together(self.store));
+                return Err(together(store));
             };
             statements.push(statement.command());
         }
-        let updated = self.store.update_parents(ctx, statements).await?;
+        let parents = store.collection_name();
+        let updated = store.send_updates(ctx, parents, statements).await?;
         if updated.refused || updated.matched < self.subsets.len() as i64 {
-            return Err(together(self.store));
+            return Err(together(store));
         }
-        let pushes = self.subsets.iter().map(|(s, a)| (s, *a));
+        for (subset, changes) in by_collection(patched.into_iter()) {
+            let collection = subset.spec().child_collection;
+            let changes = changes.into_iter().cloned().collect();
+            let updated = store.send_updates(ctx, collection, changes).await?;
+            let expected = matches.iter().find(|(c, _)| *c == collection);
+            let expected = expected.map_or(0, |(_, n)| *n as i64);
+            if updated.refused || updated.matched != expected {
+                return Err(together(store));
+            }
+        }
+        let pushes = self.subsets.iter().map(|(s, a)| (s, a.pushes()));
         for (subset, children) in by_collection(pushes) {
+            if children.is_empty() {
+                continue;
+            }
             let stored = subset.children::<Document>();
             let insert = stored.insert_many(children.iter().map(|p| &p.stored));
             ctx.run(insert).await.map_err(|e| subset.mongo_child(e))?;

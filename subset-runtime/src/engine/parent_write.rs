@@ -233,7 +233,7 @@ async fn statement(
 
 impl RawStore {
     /// `write` to `parent` as one statement of an `update` command of several parents (see
-    /// [`Self::update_parents`]), with what [`Self::write_parent`] adds; only its first form,
+    /// [`Self::send_updates`]), with what [`Self::write_parent`] adds; only its first form,
     /// never its [`ParentUpdate::otherwise`]. `None` when there is nothing to send.
     pub(crate) async fn parent_statement(
         &self,
@@ -244,16 +244,18 @@ impl RawStore {
         statement(self, ctx, parent, write, &mut Bounds::default()).await
     }
 
-    /// Sends `statements` (`{q, u}` documents) as one unordered `update` command of the parent
-    /// collection, in `ctx`'s session and transaction, if any, and otherwise with the
-    /// database's write concern (which the parents' other updates carry).
-    pub(crate) async fn update_parents(
+    /// Sends `statements` (`{q, u}` documents) as one unordered `update` command of
+    /// `collection` (the parents' or a child collection), in `ctx`'s session and transaction,
+    /// if any, and otherwise with the database's write concern (which the store's other
+    /// updates carry).
+    pub(crate) async fn send_updates(
         &self,
         ctx: &mut Ctx<'_>,
+        collection: &str,
         statements: Vec<Document>,
     ) -> Result<Updated> {
         let mut command = doc! {
-            "update": self.collection_name(),
+            "update": collection,
             "updates": statements,
             "ordered": false,
         };
@@ -279,7 +281,7 @@ impl RawStore {
     }
 }
 
-/// What [`RawStore::update_parents`] did.
+/// What [`RawStore::send_updates`] did.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Updated {
     /// How many statements matched a parent.

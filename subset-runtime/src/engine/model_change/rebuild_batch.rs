@@ -176,7 +176,8 @@ impl RebuildBatch<'_> {
 
     /// Sends `statements` as one `update` command of the parent collection; how many matched.
     async fn update(&self, ctx: &mut Ctx<'_>, statements: Vec<Document>) -> Result<i64> {
-        let updated = self.store.update_parents(ctx, statements).await?;
+        let parents = self.store.collection_name();
+        let updated = self.store.send_updates(ctx, parents, statements).await?;
         // A statement the server refused (a parent grown past the document limit, say) is
         // left to a rebuild of its own, which reports it; the others applied.
         if updated.refused {

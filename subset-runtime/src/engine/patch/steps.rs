@@ -313,6 +313,57 @@ impl PatchSteps<'_, '_> {
     }
 }
 
+/// The writes of `patches` (of `parent`'s children) in a group across parents, in a
+/// transaction ([`crate::engine::abreast`]), when no view needs any child as it was for them
+/// (see [`blind`]); `None` otherwise, and they go alone.
+pub(in crate::engine) struct BlindWrites {
+    /// The child collection's `update` statements: one per equal patch, of all its children.
+    pub(in crate::engine) children: Vec<Document>,
+    /// How many children those statements must match, each once: fewer is a child missing or
+    /// an increment out of range, which the patches alone then report.
+    pub(in crate::engine) matches: usize,
+    /// The parent update of every copy changed in place.
+    pub(in crate::engine) parent: ParentUpdate,
+}
+
+impl BlindWrites {
+    /// `patches` of `parent`'s children through `subset`, as [`PatchSteps::run`] writes them
+    /// in a transaction when they are all blind: each equal patch's children in one statement,
+    /// then every copy in one parent update.
+    pub(in crate::engine) fn of(
+        subset: &RawChildren<'_>,
+        parent: &Bson,
+        patches: &[(Bson, ChildPatch)],
+    ) -> Option<Self> {
+        let mut composed = compose(patches);
+        let groups = blind(&mut composed, subset.view_specs());
+        if !composed.is_empty() {
+            return None;
+        }
+        let mut write = ParentWrite::default();
+        let mut children = Vec::with_capacity(groups.len());
+        let mut matches = 0;
+        for (patch, ids) in groups {
+            let mut q = query::owned(subset.spec(), parent, ids.clone());
+            q.extend(patch.guard());
+            children.push(doc! { "q": q, "u": patch.update(), "multi": true });
+            matches += ids.len();
+            for (i, view) in subset.view_specs().iter().enumerate() {
+                in_place(&mut write, i, view, &ids, &patch);
+            }
+        }
+        let parent = ParentUpdate {
+            array_filters: write.filters,
+            ..ParentUpdate::of(write.update.into_document())
+        };
+        Some(BlindWrites {
+            children,
+            matches,
+            parent,
+        })
+    }
+}
+
 /// The error of a patch whose increment would take one of `children` (as stored) out of its
 /// field's range.
 fn out_of_range(s: &RawChildren<'_>, patch: &ChildPatch, children: &[Document]) -> Error {

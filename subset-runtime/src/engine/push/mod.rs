@@ -16,7 +16,7 @@ mod parent_update;
 use crate::action::{span, Action, Operation};
 use crate::error::{driver, Error, Result};
 
-use super::abreast::Aboard;
+use super::abreast::{Aboard, Cargo};
 use super::batch::{Prepared, Queued};
 use std::sync::Arc;
 
@@ -131,13 +131,14 @@ impl Pushes<'_> {
                 if self.strategy(key, &batch) == Strategy::Fold {
                     return self.push_folded(parent, &batch).await;
                 }
-                let alone = |aboard: Arc<Aboard>| async move {
-                    self.push_grouped(key, &aboard.children, parent).await
+                let alone = |_: Arc<Aboard>| {
+                    let batch = Arc::clone(&batch);
+                    async move { self.push_grouped(key, &batch, parent).await }
                 };
                 let aboard = Aboard {
                     field: self.spec().field,
                     parent: parent.clone(),
-                    children: batch,
+                    cargo: Cargo::Pushes(Arc::clone(&batch)),
                 };
                 self.store().ride(aboard, alone).await
             }
