@@ -15,6 +15,7 @@ use super::batch::Prepared;
 use super::exec::lease::Leases;
 use super::exec::{self, Ctx, Retry, Steps};
 use super::model_change::MARKER;
+use super::parent_write::{parent_statement, send_updates};
 use super::patch::{BlindWrites, ChildPatch};
 use super::push::PushSteps;
 use super::query;
@@ -201,9 +202,7 @@ async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate>
         let Some(write) = steps.parent_write(true) else {
             continue;
         };
-        if let Ok(Some(statement)) = store
-            .parent_statement(&r.ctx, &r.aboard.parent, write)
-            .await
+        if let Ok(Some(statement)) = parent_statement(store, &r.ctx, &r.aboard.parent, write).await
         {
             // One that keeps its lease could not be told apart from one that missed.
             if statement.release {
@@ -213,9 +212,13 @@ async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate>
         }
     }
     if !statements.is_empty() {
-        match store
-            .send_updates(&mut Ctx::apart(), store.collection_name(), statements)
-            .await
+        match send_updates(
+            store,
+            &mut Ctx::apart(),
+            store.collection_name(),
+            statements,
+        )
+        .await
         {
             Ok(u) if !u.refused && u.matched == sent.len() as i64 => {
                 for &i in &sent {
@@ -453,7 +456,7 @@ impl Steps for Abreast<'_, '_> {
                 (Cargo::Patches(_), None) => None,
             };
             let statement = match write {
-                Some(write) => store.parent_statement(ctx, &aboard.parent, write).await?,
+                Some(write) => parent_statement(store, ctx, &aboard.parent, write).await?,
                 None => None,
             };
             let Some(statement) = statement else {
@@ -462,14 +465,14 @@ impl Steps for Abreast<'_, '_> {
             statements.push(statement.command());
         }
         let parents = store.collection_name();
-        let updated = store.send_updates(ctx, parents, statements).await?;
+        let updated = send_updates(store, ctx, parents, statements).await?;
         if updated.refused || updated.matched < self.subsets.len() as i64 {
             return Err(together(store));
         }
         for (subset, changes) in by_collection(patched.into_iter()) {
             let collection = subset.spec().child_collection;
             let changes = changes.into_iter().cloned().collect();
-            let updated = store.send_updates(ctx, collection, changes).await?;
+            let updated = send_updates(store, ctx, collection, changes).await?;
             let expected = matches.iter().find(|(c, _)| *c == collection);
             let expected = expected.map_or(0, |(_, n)| *n as i64);
             if updated.refused || updated.matched != expected {

@@ -231,57 +231,54 @@ async fn statement(
     }))
 }
 
-impl RawStore {
-    /// `write` to `parent` as one statement of an `update` command of several parents (see
-    /// [`Self::send_updates`]), with what [`Self::write_parent`] adds; only its first form,
-    /// never its [`ParentUpdate::otherwise`]. `None` when there is nothing to send.
-    pub(crate) async fn parent_statement(
-        &self,
-        ctx: &Ctx<'_>,
-        parent: &Bson,
-        write: ParentUpdate,
-    ) -> Result<Option<Statement>> {
-        statement(self, ctx, parent, write, &mut Bounds::default()).await
-    }
-
-    /// Sends `statements` (`{q, u}` documents) as one unordered `update` command of
-    /// `collection` (the parents' or a child collection), in `ctx`'s session and transaction,
-    /// if any, and otherwise with the database's write concern (which the store's other
-    /// updates carry).
-    pub(crate) async fn send_updates(
-        &self,
-        ctx: &mut Ctx<'_>,
-        collection: &str,
-        statements: Vec<Document>,
-    ) -> Result<Updated> {
-        let mut command = doc! {
-            "update": collection,
-            "updates": statements,
-            "ordered": false,
-        };
-        // A write in a transaction carries none of its own.
-        if let (Some(concern), false) = (self.database().write_concern(), ctx.atomic()) {
-            command.insert(
-                "writeConcern",
-                crate::encode::document(concern, "a write concern")?,
-            );
-        }
-        let reply = ctx
-            .run(self.database().run_command(command))
-            .await
-            .map_err(|e| self.mongo(e))?;
-        let matched = match reply.get("n") {
-            Some(Bson::Int32(n)) => i64::from(*n),
-            Some(Bson::Int64(n)) => *n,
-            _ => 0,
-        };
-        let refused = reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty())
-            || reply.contains_key("writeConcernError");
-        Ok(Updated { matched, refused })
-    }
+/// `write` to `parent` as one statement of an `update` command of several parents (see
+/// [`send_updates`]), with what [`RawStore::write_parent`] adds; only its first form, never its
+/// [`ParentUpdate::otherwise`]. `None` when there is nothing to send.
+pub(crate) async fn parent_statement(
+    store: &RawStore,
+    ctx: &Ctx<'_>,
+    parent: &Bson,
+    write: ParentUpdate,
+) -> Result<Option<Statement>> {
+    statement(store, ctx, parent, write, &mut Bounds::default()).await
 }
 
-/// What [`RawStore::send_updates`] did.
+/// Sends `statements` (`{q, u}` documents) as one unordered `update` command of `collection`
+/// (`store`'s parents' or a child collection), in `ctx`'s session and transaction, if any, and
+/// otherwise with the database's write concern (which the store's other updates carry).
+pub(crate) async fn send_updates(
+    store: &RawStore,
+    ctx: &mut Ctx<'_>,
+    collection: &str,
+    statements: Vec<Document>,
+) -> Result<Updated> {
+    let mut command = doc! {
+        "update": collection,
+        "updates": statements,
+        "ordered": false,
+    };
+    // A write in a transaction carries none of its own.
+    if let (Some(concern), false) = (store.database().write_concern(), ctx.atomic()) {
+        command.insert(
+            "writeConcern",
+            crate::encode::document(concern, "a write concern")?,
+        );
+    }
+    let reply = ctx
+        .run(store.database().run_command(command))
+        .await
+        .map_err(|e| store.mongo(e))?;
+    let matched = match reply.get("n") {
+        Some(Bson::Int32(n)) => i64::from(*n),
+        Some(Bson::Int64(n)) => *n,
+        _ => 0,
+    };
+    let refused = reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty())
+        || reply.contains_key("writeConcernError");
+    Ok(Updated { matched, refused })
+}
+
+/// What [`send_updates`] did.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Updated {
     /// How many statements matched a parent.
