@@ -414,6 +414,18 @@ impl Error {
         matches!(self, Error::OutcomeUnknown { .. })
     }
 
+    /// For an [`Error::OutcomeUnknown`], the same error again, for another writer of the write
+    /// whose outcome it is; `None` for any other error.
+    pub(crate) fn unknown_again(&self) -> Option<Error> {
+        match self {
+            Error::OutcomeUnknown { collection, source } => Some(Error::OutcomeUnknown {
+                collection: collection.clone(),
+                source: source.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// The driver error behind this error, if there is one.
     pub fn mongo_error(&self) -> Option<&mongodb::error::Error> {
         match self {

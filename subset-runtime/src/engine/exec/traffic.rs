@@ -418,8 +418,9 @@ impl<T: Clone + Send> Across<T> {
     /// Writes `item` (cheap to clone: shared): in a run of its own at once when fewer than
     /// [`ABREAST`] are under way, else waiting for the next run, which writes it with all the
     /// work waiting then (`together`), or, when that fails, has each writer write its own
-    /// (`alone`), so that each gets its own result. A writer writes alone under the turn it
-    /// holds; a run never takes a turn its riders hold.
+    /// (`alone`), so that each gets its own result; when nobody knows whether the run wrote
+    /// ([`crate::Error::OutcomeUnknown`]), each writer gets that instead. A writer writes alone
+    /// under the turn it holds; a run never takes a turn its riders hold.
     pub(crate) async fn ride<G, GF, A, AF>(&self, item: T, together: G, alone: A) -> Result<()>
     where
         G: Fn(Vec<T>) -> GF,
@@ -492,6 +493,18 @@ impl<T: Clone + Send> Across<T> {
                     rider.answer(Ok(()));
                 }
                 Ok(())
+            }
+            // Nobody knows whether the run wrote (its commit's reply was lost): each writer
+            // is told so, as after a write of its own, rather than write again (a patch's
+            // increment would count twice).
+            Err(e) if e.is_outcome_unknown() => {
+                for rider in riders {
+                    // (Always `Some` here; a rider dropped unanswered would write alone.)
+                    if let Some(again) = e.unknown_again() {
+                        rider.answer(Err(again));
+                    }
+                }
+                Err(e)
             }
             Err(_) => {
                 for rider in riders {
@@ -732,6 +745,61 @@ mod tests {
         let mut runs = runs.lock().unwrap().clone();
         runs.sort_unstable();
         assert_eq!(runs, vec![vec![0], vec![5], vec![6]]);
+    }
+
+    #[tokio::test]
+    async fn a_run_whose_outcome_is_unknown_tells_each_writer_so_and_writes_nothing_again() {
+        let across = Arc::new(Across::<u32>::default());
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let first = {
+            let (across, gate) = (across.clone(), gate.clone());
+            tokio::spawn(async move {
+                let alone = |_| {
+                    let gate = gate.clone();
+                    async move {
+                        gate.notified().await;
+                        Ok(())
+                    }
+                };
+                across.ride(1, |_| async { Ok(()) }, alone).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let riders: Vec<_> = [7, 8, 9]
+            .into_iter()
+            .map(|n| {
+                let (across, runs) = (across.clone(), runs.clone());
+                tokio::spawn(async move {
+                    let together = |_: Vec<u32>| async {
+                        Err(crate::Error::OutcomeUnknown {
+                            collection: "lost".into(),
+                            source: Box::new(mongodb::error::Error::custom("reply lost")),
+                        })
+                    };
+                    let alone = |n: u32| {
+                        let runs = runs.clone();
+                        async move {
+                            runs.lock().unwrap().push(vec![n]);
+                            Ok(())
+                        }
+                    };
+                    across.ride(n, together, alone).await
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        gate.notify_one();
+        first.await.unwrap().unwrap();
+        for rider in riders {
+            let told = rider.await.unwrap();
+            assert!(
+                told.as_ref().is_err_and(crate::Error::is_outcome_unknown),
+                "{told:?}"
+            );
+        }
+        assert!(runs.lock().unwrap().is_empty(), "written again alone");
+        assert_eq!(across.convoy.lock().unwrap().running, 0);
     }
 
     #[tokio::test]
