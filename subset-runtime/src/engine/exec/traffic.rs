@@ -670,6 +670,24 @@ mod tests {
         across.ride(n, together, alone).await
     }
 
+    /// Rides 1 on `across`, alone, its run holding its place until `gate` is notified.
+    fn held_first(
+        across: &Arc<Across<u32>>,
+        gate: &Arc<tokio::sync::Notify>,
+    ) -> tokio::task::JoinHandle<Result<()>> {
+        let (across, gate) = (across.clone(), gate.clone());
+        tokio::spawn(async move {
+            let alone = |_| {
+                let gate = gate.clone();
+                async move {
+                    gate.notified().await;
+                    Ok(())
+                }
+            };
+            across.ride(1, |_| async { Ok(()) }, alone).await
+        })
+    }
+
     #[tokio::test]
     async fn work_that_comes_during_a_run_goes_in_the_next_run_together() {
         let across = Arc::new(Across::<u32>::default());
@@ -715,19 +733,7 @@ mod tests {
         let across = Arc::new(Across::<u32>::default());
         let runs = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(tokio::sync::Notify::new());
-        let first = {
-            let (across, gate) = (across.clone(), gate.clone());
-            tokio::spawn(async move {
-                let alone = |_| {
-                    let gate = gate.clone();
-                    async move {
-                        gate.notified().await;
-                        Ok(())
-                    }
-                };
-                across.ride(1, |_| async { Ok(()) }, alone).await
-            })
-        };
+        let first = held_first(&across, &gate);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let riders: Vec<_> = [0, 5, 6]
             .into_iter()
@@ -752,19 +758,7 @@ mod tests {
         let across = Arc::new(Across::<u32>::default());
         let runs = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(tokio::sync::Notify::new());
-        let first = {
-            let (across, gate) = (across.clone(), gate.clone());
-            tokio::spawn(async move {
-                let alone = |_| {
-                    let gate = gate.clone();
-                    async move {
-                        gate.notified().await;
-                        Ok(())
-                    }
-                };
-                across.ride(1, |_| async { Ok(()) }, alone).await
-            })
-        };
+        let first = held_first(&across, &gate);
         tokio::time::sleep(Duration::from_millis(20)).await;
         let riders: Vec<_> = [7, 8, 9]
             .into_iter()
