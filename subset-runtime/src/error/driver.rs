@@ -102,6 +102,14 @@ pub(crate) fn was_refused(error: &crate::Error) -> bool {
     }
 }
 
+/// The server's write conflict: another transaction wrote the same document first.
+const WRITE_CONFLICT: i32 = 112;
+
+/// Whether our error is a write conflict with another transaction (see [`WRITE_CONFLICT`]).
+pub(crate) fn is_write_conflict(error: &crate::Error) -> bool {
+    error.mongo_error().and_then(code) == Some(WRITE_CONFLICT)
+}
+
 fn code(error: &mongodb::error::Error) -> Option<i32> {
     match error.kind.as_ref() {
         ErrorKind::Write(WriteFailure::WriteError(w)) => Some(w.code),

@@ -88,14 +88,17 @@ pub(crate) trait Steps: Sync {
         attempt: u32,
         error: Error,
     ) -> impl Future<Output = Result<Retry<Self::Output>>> + Send {
-        let _ = error;
-        again_after_backoff(attempt)
+        async move { again_after_backoff(attempt, &error).await }
     }
 }
 
-/// [`Steps::before_retry`]'s default: a jittered backoff, then another attempt.
-pub(super) async fn again_after_backoff<T>(attempt: u32) -> Result<Retry<T>> {
-    backoff(attempt).await;
+/// [`Steps::before_retry`]'s default: a jittered backoff after `error` ended attempt number
+/// `attempt`, then another attempt.
+pub(super) async fn again_after_backoff<T>(attempt: u32, error: &Error) -> Result<Retry<T>> {
+    match crate::error::driver::is_write_conflict(error) {
+        true => conflict_backoff(attempt).await,
+        false => backoff(attempt).await,
+    }
     Ok(Retry::Again)
 }
 
@@ -361,14 +364,22 @@ pub(crate) async fn execute<S: Steps>(
     let _turns = store.traffic().take(&parents).await;
     match store.mode().await? {
         WriteMode::Ordered => ordered(store, caller, steps, &parents).await,
-        WriteMode::Transactional => match caller {
-            Some(session) => transaction(store, session, steps).await,
-            None => {
-                let client = store.database().client();
-                let mut own = client.start_session().await.map_err(|e| store.mongo(e))?;
-                transaction(store, &mut own, steps).await
+        WriteMode::Transactional => {
+            if store.traffic().contended(&parents) {
+                // Another process's writer lost this parent to ours lately: going at once
+                // would win again, and starve it. The turn waits a little, and the writers
+                // queued behind it join it meanwhile.
+                polite().await;
             }
-        },
+            match caller {
+                Some(session) => transaction(store, session, steps, &parents).await,
+                None => {
+                    let client = store.database().client();
+                    let mut own = client.start_session().await.map_err(|e| store.mongo(e))?;
+                    transaction(store, &mut own, steps, &parents).await
+                }
+            }
+        }
     }
 }
 
@@ -499,9 +510,10 @@ async fn transaction<S: Steps>(
     store: &RawStore,
     session: &mut ClientSession,
     steps: &S,
+    parents: &[&Bson],
 ) -> Result<S::Output> {
     let mut attempts = 0;
-    let result = attempt_transaction(store, session, steps, &mut attempts).await;
+    let result = attempt_transaction(store, session, steps, parents, &mut attempts).await;
     tracing::Span::current().record("subset.attempts", attempts);
     result
 }
@@ -511,6 +523,7 @@ async fn attempt_transaction<S: Steps>(
     store: &RawStore,
     session: &mut ClientSession,
     steps: &S,
+    parents: &[&Bson],
     attempts: &mut u32,
 ) -> Result<S::Output> {
     let mongo = |e| store.mongo(e);
@@ -544,6 +557,9 @@ async fn attempt_transaction<S: Steps>(
                 }
                 if started.elapsed() >= DEADLINE {
                     return Err(error.into_timeout(DEADLINE));
+                }
+                if crate::error::driver::is_write_conflict(&error) {
+                    store.traffic().contend(parents);
                 }
                 tracing::debug!(attempt, %error, "transient transaction error, retrying");
                 match steps.before_retry(attempt, error).await? {
@@ -596,11 +612,76 @@ pub(super) fn is_transient(error: &Error) -> bool {
 const BACKOFF_BASE_MS: u64 = 2;
 const BACKOFF_CAP_MS: u64 = 1_000;
 
+/// The longest wait after a write conflict while writers take turns ([`conflict_ceiling_ms`]).
+const CONFLICT_CAP_MS: u64 = 16;
+
+/// Conflicts in a row after which a writer is not taking turns with other writers but waiting
+/// out a long transaction (a caller's, say): it then backs off as after any transient error.
+const TAKING_TURNS: u32 = 64;
+
+/// The longest wait of a writer that lets other processes' writers go first ([`polite`]).
+const POLITE_MS: u64 = 4;
+
+/// The ceiling of the wait after a write conflict ended attempt number `attempt`, in ms: it
+/// grows for the first attempts (4, 8, 16), so that writers that met spread out, then shrinks
+/// (8, 4, 2, 1, then none), so that a writer that kept losing retries before the newer ones,
+/// which wait [`polite`]ly, instead of waiting ever longer while they pass it (writers of one
+/// parent in several processes then go roughly by age). After [`TAKING_TURNS`] conflicts it
+/// grows again, as [`backoff`]'s does.
+fn conflict_ceiling_ms(attempt: u32) -> u64 {
+    match attempt {
+        0..=3 => BACKOFF_BASE_MS << attempt,
+        4..=TAKING_TURNS => CONFLICT_CAP_MS >> (attempt - 3).min(63),
+        later => backoff_ceiling_ms(later - TAKING_TURNS),
+    }
+}
+
+/// The wait after a write conflict ended attempt number `attempt` ([`conflict_ceiling_ms`]).
+async fn conflict_backoff(attempt: u32) {
+    jittered(conflict_ceiling_ms(attempt)).await;
+}
+
+/// The wait of a writer whose parent other processes' writers lost to this one lately
+/// ([`traffic::Traffic::contended`]): long enough for the one that lost last to retry first.
+async fn polite() {
+    let millis = rand::random_range(1..=POLITE_MS);
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+}
+
+/// A wait drawn uniformly from zero to `ceiling` ms (full jitter).
+async fn jittered(ceiling: u64) {
+    let millis = rand::random_range(0..=ceiling);
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+}
+
+/// [`backoff`]'s ceiling after attempt number `attempt`, in ms.
+fn backoff_ceiling_ms(attempt: u32) -> u64 {
+    (BACKOFF_BASE_MS << attempt.min(16)).min(BACKOFF_CAP_MS)
+}
+
 /// Exponential backoff with full jitter: a wait drawn uniformly from zero to a ceiling that
 /// doubles with each attempt. Writers that conflicted on one parent then spread out instead of
 /// colliding again, and the ones that drew short waits go first.
 pub(super) async fn backoff(attempt: u32) {
-    let ceiling = (BACKOFF_BASE_MS << attempt.min(16)).min(BACKOFF_CAP_MS);
-    let millis = rand::random_range(0..=ceiling);
-    tokio::time::sleep(Duration::from_millis(millis)).await;
+    jittered(backoff_ceiling_ms(attempt)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writer_that_keeps_losing_a_conflict_retries_sooner_until_it_meets_a_long_transaction() {
+        let ceilings: Vec<u64> = (1..=TAKING_TURNS + 12).map(conflict_ceiling_ms).collect();
+        assert_eq!(ceilings[..8], [4, 8, 16, 8, 4, 2, 1, 0]);
+        // Taking turns: retries at once for as long as other writers may be ahead of it.
+        let turns = &ceilings[7..TAKING_TURNS as usize];
+        assert!(turns.iter().all(|c| *c == 0), "{turns:?}");
+        // Then a long transaction in the way: the ordinary backoff, up to its cap.
+        let after = &ceilings[TAKING_TURNS as usize..];
+        assert_eq!(after[..3], [4, 8, 16]);
+        assert!(after.windows(2).all(|w| w[0] <= w[1]), "{after:?}");
+        assert_eq!(*after.last().unwrap(), BACKOFF_CAP_MS);
+        assert!(ceilings.iter().all(|c| *c <= BACKOFF_CAP_MS));
+    }
 }

@@ -18,7 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -64,12 +64,16 @@ tokio::task_local! {
 /// parent is in the table while a writer holds its turn, with the writers waiting for it.
 pub(crate) struct Traffic<W> {
     lanes: Arc<Mutex<HashMap<ParentKey, VecDeque<Waiter<W>>>>>,
+    /// The parents a transaction of this process lost to another's lately, with when that
+    /// lapses (see [`Traffic::contend`]).
+    contended: Arc<Mutex<HashMap<ParentKey, Instant>>>,
 }
 
 impl<W> Default for Traffic<W> {
     fn default() -> Self {
         Traffic {
             lanes: Arc::default(),
+            contended: Arc::default(),
         }
     }
 }
@@ -78,7 +82,49 @@ impl<W> Clone for Traffic<W> {
     fn clone(&self) -> Self {
         Traffic {
             lanes: Arc::clone(&self.lanes),
+            contended: Arc::clone(&self.contended),
         }
+    }
+}
+
+/// How long a parent counts as contended across processes after a conflict on it.
+const CONTENDED_FOR: Duration = Duration::from_millis(500);
+
+impl<W> Traffic<W> {
+    /// Records that a transaction writing `parents` lost to another process's (a write
+    /// conflict): for [`CONTENDED_FOR`], a writer of this process that gets one of their turns
+    /// lets the other processes' writers go first ([`super::execute`]).
+    pub(crate) fn contend(&self, parents: &[&Bson]) {
+        let until = Instant::now() + CONTENDED_FOR;
+        let mut contended = self
+            .contended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if contended.len() >= 1024 {
+            let now = Instant::now();
+            contended.retain(|_, lapses| *lapses > now);
+        }
+        for parent in parents {
+            contended.insert(ParentKey::of(parent), until);
+        }
+    }
+
+    /// Whether one of `parents` was contended across processes lately (see
+    /// [`Traffic::contend`]).
+    pub(crate) fn contended(&self, parents: &[&Bson]) -> bool {
+        let contended = self
+            .contended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if contended.is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        parents.iter().any(|parent| {
+            contended
+                .get(&ParentKey::of(parent))
+                .is_some_and(|lapses| *lapses > now)
+        })
     }
 }
 
@@ -535,6 +581,19 @@ mod tests {
         fn together(&self, others: &[&Self]) -> Option<Self> {
             Some(Add(self.0 + others.iter().map(|o| o.0).sum::<u32>()))
         }
+    }
+
+    #[test]
+    fn a_parent_that_conflicted_is_contended_in_every_clone_until_it_lapses() {
+        let traffic = Traffic::<Add>::default();
+        let (hot, cold) = (Bson::Int32(1), Bson::Int32(2));
+        assert!(!traffic.contended(&[&hot]));
+        traffic.clone().contend(&[&hot]);
+        assert!(traffic.contended(&[&hot]));
+        assert!(traffic.contended(&[&cold, &hot]));
+        assert!(!traffic.contended(&[&cold]));
+        std::thread::sleep(CONTENDED_FOR + Duration::from_millis(20));
+        assert!(!traffic.contended(&[&hot]), "lapsed");
     }
 
     #[tokio::test]

@@ -233,6 +233,6 @@ impl Steps for RebuildBatch<'_> {
             tracing::debug!(%error, "a rebuild batch kept conflicting; its parents go alone");
             return Ok(Retry::Done(self.alone()));
         }
-        exec::again_after_backoff(attempt).await
+        exec::again_after_backoff(attempt, &error).await
     }
 }

@@ -364,7 +364,7 @@ impl Steps for PushSteps<'_, '_> {
                 return Err(error);
             }
         }
-        exec::again_after_backoff(attempt).await
+        exec::again_after_backoff(attempt, &error).await
     }
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
