@@ -770,3 +770,44 @@ async fn a_write_cut_off_twice_is_an_unknown_outcome_and_its_retry_ends_whole() 
         );
     }
 }
+
+/// A commit the server refuses leaves the transaction open on the server (the driver counts it
+/// committed, and will not abort it), holding every document it wrote until the server's
+/// transaction lifetime ends it (20 s on the test kit's servers, 60 s by default). The library
+/// ends it at once: another store's push to the same parent (another process's, as far as the
+/// server can tell) is not held up behind it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_commit_leaves_nothing_open_that_holds_its_parent() {
+    let mode = WriteMode::Transactional;
+    let (store, point) = faulty(mode).await;
+    let product = Product::named("faults");
+    store.insert(&product).await.unwrap();
+    let review = Review::at(1);
+    let refused = point
+        .once(
+            (mode, "commitTransaction", Fault::Fatal),
+            store
+                .children(Product::RECENT_REVIEWS)
+                .push(&product.id, &review),
+        )
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let other = Store::<Product>::new(store.database());
+    let started = std::time::Instant::now();
+    other
+        .children(Product::RECENT_REVIEWS)
+        .push(&product.id, &Review::at(2))
+        .await
+        .unwrap();
+    // Behind a transaction left open, the push would wait for the server to reap it.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the next push waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        stored(&store, &product.id, &review.id).await,
+        (0, 0, 1),
+        "the refused push left nothing, and the other was counted"
+    );
+}

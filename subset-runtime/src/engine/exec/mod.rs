@@ -582,7 +582,8 @@ async fn attempt_transaction<S: Steps>(
                     })
                 }
                 Err(e) if started.elapsed() >= DEADLINE => {
-                    return Err(mongo(e).into_timeout(DEADLINE))
+                    end_refused(store, session).await;
+                    return Err(mongo(e).into_timeout(DEADLINE));
                 }
                 Err(e) if e.contains_label(UNKNOWN_TRANSACTION_COMMIT_RESULT) => {
                     tracing::debug!(error = %e, "unknown commit result, retrying the commit");
@@ -595,10 +596,29 @@ async fn attempt_transaction<S: Steps>(
                         Retry::Done(output) => return Ok(output),
                     }
                 }
-                Err(e) => return Err(mongo(e)),
+                Err(e) => {
+                    end_refused(store, session).await;
+                    return Err(mongo(e));
+                }
             }
         }
     }
+}
+
+/// Ends on the server a transaction of ours whose commit was refused. The driver counts it
+/// committed and will not abort it, and left open it holds every document it wrote (every
+/// other writer of its parents conflicts with it) until the server's transaction lifetime
+/// reaps it (60 s by default). The server aborts a session's open transaction when the session
+/// starts the next one, so one read that matches nothing starts it, and an abort ends that.
+/// Best effort: if the server cannot be reached, the lifetime still ends it.
+async fn end_refused(store: &RawStore, session: &mut ClientSession) {
+    if session.start_transaction().await.is_err() {
+        return;
+    }
+    let parents = store.parents::<crate::bson::Document>();
+    let nothing = crate::bson::doc! { "_id": { "$in": [] } };
+    let _ = parents.find_one(nothing).session(&mut *session).await;
+    let _ = session.abort_transaction().await;
 }
 
 /// Whether `error` ended a transaction that another attempt may commit.
