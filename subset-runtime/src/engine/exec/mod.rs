@@ -366,9 +366,9 @@ pub(crate) async fn execute<S: Steps>(
         WriteMode::Ordered => ordered(store, caller, steps, &parents).await,
         WriteMode::Transactional => {
             if store.traffic().contended(&parents) {
-                // Another process's writer lost this parent to ours lately: going at once
-                // would win again, and starve it. The turn waits a little, and the writers
-                // queued behind it join it meanwhile.
+                // Hot across processes: a writer that starts the moment the last one
+                // committed would win again and again while the losers' retries wait. This
+                // one waits a little first, and the writers queued behind it join it.
                 polite().await;
             }
             match caller {
@@ -661,8 +661,8 @@ async fn conflict_backoff(attempt: u32) {
     jittered(conflict_ceiling_ms(attempt)).await;
 }
 
-/// The wait of a writer whose parent other processes' writers lost to this one lately
-/// ([`traffic::Traffic::contended`]): long enough for the one that lost last to retry first.
+/// The wait of a writer whose parent is contended across processes
+/// ([`traffic::Traffic::contended`]): long enough for a writer that lost to retry first.
 async fn polite() {
     let millis = rand::random_range(1..=POLITE_MS);
     tokio::time::sleep(Duration::from_millis(millis)).await;
