@@ -39,6 +39,48 @@ impl ParentKey {
     }
 }
 
+/// Keys remembered for a while: each lapses a given time after it was last marked. The one way
+/// the engine remembers that a parent met another process's writes lately (its turns here, its
+/// folds in `push::fold`).
+pub(crate) struct Lapsing<K> {
+    marked: Mutex<HashMap<K, Instant>>,
+}
+
+impl<K> Default for Lapsing<K> {
+    fn default() -> Self {
+        Lapsing {
+            marked: Mutex::default(),
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Lapsing<K> {
+    /// How many keys are kept before the lapsed ones are dropped.
+    const PRUNED_AT: usize = 1024;
+
+    /// Marks `keys` until `lasts` from now.
+    pub(crate) fn mark(&self, keys: impl IntoIterator<Item = K>, lasts: Duration) {
+        let now = Instant::now();
+        let mut marked = self.marked.lock().unwrap_or_else(PoisonError::into_inner);
+        if marked.len() >= Self::PRUNED_AT {
+            marked.retain(|_, lapses| *lapses > now);
+        }
+        marked.extend(keys.into_iter().map(|key| (key, now + lasts)));
+    }
+
+    /// Whether one of `keys` is marked and not lapsed. `keys` is not iterated while nothing is
+    /// marked.
+    pub(crate) fn any(&self, keys: impl IntoIterator<Item = impl std::borrow::Borrow<K>>) -> bool {
+        let marked = self.marked.lock().unwrap_or_else(PoisonError::into_inner);
+        if marked.is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        keys.into_iter()
+            .any(|key| marked.get(key.borrow()).is_some_and(|lapses| *lapses > now))
+    }
+}
+
 /// What a writer brings to a parent's queue: work a turn holder can take along, or its own
 /// turn alone.
 pub(crate) trait Work: Send + Sized + 'static {
@@ -66,7 +108,7 @@ pub(crate) struct Traffic<W> {
     lanes: Arc<Mutex<HashMap<ParentKey, VecDeque<Waiter<W>>>>>,
     /// The parents a transaction of this process lost to another's lately, with when that
     /// lapses (see [`Traffic::contend`]).
-    contended: Arc<Mutex<HashMap<ParentKey, Instant>>>,
+    contended: Arc<Lapsing<ParentKey>>,
 }
 
 impl<W> Default for Traffic<W> {
@@ -95,36 +137,15 @@ impl<W> Traffic<W> {
     /// conflict): for [`CONTENDED_FOR`], a writer of this process that gets one of their turns
     /// lets the other processes' writers go first ([`super::execute`]).
     pub(crate) fn contend(&self, parents: &[&Bson]) {
-        let until = Instant::now() + CONTENDED_FOR;
-        let mut contended = self
-            .contended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if contended.len() >= 1024 {
-            let now = Instant::now();
-            contended.retain(|_, lapses| *lapses > now);
-        }
-        for parent in parents {
-            contended.insert(ParentKey::of(parent), until);
-        }
+        let keys = parents.iter().map(|parent| ParentKey::of(parent));
+        self.contended.mark(keys, CONTENDED_FOR);
     }
 
     /// Whether one of `parents` was contended across processes lately (see
     /// [`Traffic::contend`]).
     pub(crate) fn contended(&self, parents: &[&Bson]) -> bool {
-        let contended = self
-            .contended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if contended.is_empty() {
-            return false;
-        }
-        let now = Instant::now();
-        parents.iter().any(|parent| {
-            contended
-                .get(&ParentKey::of(parent))
-                .is_some_and(|lapses| *lapses > now)
-        })
+        let keys = parents.iter().map(|parent| ParentKey::of(parent));
+        self.contended.any(keys)
     }
 }
 

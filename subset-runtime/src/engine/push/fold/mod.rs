@@ -32,9 +32,8 @@
 //!
 //! A push cut off after queueing (its process gone) is written by the next fold of its parent.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::bson::oid::ObjectId;
 use crate::bson::{doc, Bson, Document};
@@ -42,7 +41,7 @@ use mongodb::options::{CollectionOptions, ReturnDocument, WriteConcern};
 use mongodb::Collection;
 
 use super::{Prepared, PushSteps, Pushes};
-use crate::engine::exec::traffic::ParentKey;
+use crate::engine::exec::traffic::{Lapsing, ParentKey};
 use crate::engine::exec::{self, backoff, is_transient, Ctx, Retry, Steps};
 
 /// A key per (first view of the children, parent).
@@ -262,7 +261,7 @@ const ALONE_KEPT: i32 = 1_000;
 pub(crate) struct Folds {
     /// Whether the store folds at all ([`crate::StoreOptions::folding`]).
     enabled: bool,
-    contended: Mutex<HashMap<Key, Instant>>,
+    contended: Lapsing<Key>,
     /// The parents reported as contended once, and how many conflicts were seen.
     reported: Mutex<std::collections::HashSet<Key>>,
     conflicts: std::sync::atomic::AtomicU64,
@@ -309,18 +308,7 @@ impl Folds {
 
     /// Whether pushes to `key` met another process's recently.
     fn contended(&self, key: &Key) -> bool {
-        let mut contended = self
-            .contended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match contended.get(key) {
-            Some(until) if *until > Instant::now() => true,
-            Some(_) => {
-                contended.remove(key);
-                false
-            }
-            None => false,
-        }
+        self.contended.any([key])
     }
 
     /// Records a conflict on `key` (a parent of `collection`): counted, warned about once per
@@ -343,11 +331,7 @@ impl Folds {
         if !self.enabled {
             return;
         }
-        let until = Instant::now() + CONTENDED_FOR;
-        self.contended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, until);
+        self.contended.mark([key], CONTENDED_FOR);
     }
 }
 
