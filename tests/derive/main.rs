@@ -1,6 +1,7 @@
 //! Valid uses of the derives: each module compiles and asserts what the derive generated (its
-//! descriptors, its serde names). The compile-fail cases are in `tests/ui/`; these are plain tests
-//! rather than trybuild pass cases so that trybuild only has to type-check its project.
+//! descriptors, its serde names). The compile-fail cases are in `subset-ui/tests/ui/`; these are
+//! plain tests rather than trybuild pass cases so that trybuild only has to type-check its
+//! project.
 
 mod generics;
 mod multi_key_sort;

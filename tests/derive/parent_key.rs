@@ -91,9 +91,9 @@ fn embed_key_is_set_where_the_child_holds_the_key() {
 #[test]
 fn the_marker_the_derive_refuses_is_the_runtimes() {
     // The derive holds its own copy (it cannot depend on the runtime), compared in its unit
-    // tests; `tests/ui/parent-field-marker.stderr` shows the name it refuses.
+    // tests; `subset-ui/tests/ui/parent-field-marker.stderr` shows the name it refuses.
     assert_eq!(subset::bookkeeping::Names::default().marker(), "_subset");
-    let refused = include_str!("../ui/parent-field-marker.stderr");
+    let refused = include_str!("../../subset-ui/tests/ui/parent-field-marker.stderr");
     assert!(refused.contains(&format!(
         "`{}`",
         subset::bookkeeping::Names::default().marker()

@@ -1,6 +1,6 @@
-//! The serde attributes the derives follow rather than refuse (the refusals are in `tests/ui/`;
-//! `docs/guide/serde.md` lists both): each struct here compiles, and the descriptors say what
-//! the engine reads and writes.
+//! The serde attributes the derives follow rather than refuse (the refusals are in
+//! `subset-ui/tests/ui/`; `docs/guide/serde.md` lists both): each struct here compiles, and the
+//! descriptors say what the engine reads and writes.
 
 use serde::{Deserialize, Deserializer, Serialize};
 use subset::bson::{self, oid::ObjectId};

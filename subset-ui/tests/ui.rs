@@ -90,11 +90,9 @@ fn trybuild_check(project: &Path, target_dir: &Path) -> std::process::Output {
         r#"["--cfg", "trybuild", "--verbose", "-A", "dead_code", "--diagnostic-width=140"]"#;
     let host = host_triple();
     let features: Vec<&str> = [
-        ("async-graphql", cfg!(feature = "async-graphql")),
         ("bson-2", cfg!(feature = "bson-2")),
         ("bson-3", cfg!(feature = "bson-3")),
         ("default", cfg!(feature = "default")),
-        ("testkit", cfg!(feature = "testkit")),
     ]
     .into_iter()
     .filter_map(|(name, on)| on.then_some(name))
