@@ -5,8 +5,8 @@
 
 use crate::common;
 use crate::mutations::{
-    assert_true, hold_next_for, on_own_client, parent, release, review, seeded, stored, Product,
-    Review,
+    assert_true, hold_next_for, on_own_client, parent, product, release, review, seeded, stored,
+    Product, Review,
 };
 
 use std::time::{Duration, Instant};
@@ -201,7 +201,7 @@ async fn mixed_writers_on_a_few_parents_leave_every_view_exact() {
     for store in common::stores::<Product>().await {
         let mode = store.mode().await.unwrap();
         for p in 1..=PARENTS {
-            store.insert(&crate::mutations::product(p)).await.unwrap();
+            store.insert(&product(p)).await.unwrap();
         }
         // Review ids are `parent * 1000 + n`, so that each writer can name its own.
         let reviews = store.children(Product::LATEST);
@@ -532,4 +532,86 @@ async fn a_push_stopped_between_its_writes_is_computed_by_reads_and_settled_by_t
     assert_eq!(latest, [5, 4, 3]);
     assert_true(&store, 42, "after the next push settled a stopped one").await;
     store.delete(&42).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_of_pushes_that_meets_a_stopped_push_gives_its_leases_back_and_settles_it() {
+    // Without transactions, pushes to several parents queued while another is in flight take
+    // their shared leases in one `update`, which matches no parent with a lapsed shared lease
+    // (a push stopped between its writes). The group then gives back every lease it took and
+    // each push goes alone; the one that meets the stopped push settles its parent. Whether
+    // pushes queue is timing: the scenario is repeated until a group's take was seen.
+    let (db, log) = common::recorded_replica_db().await;
+    let store = Store::<Product>::with_options(
+        &db,
+        subset::StoreOptions::new().mode(subset::WriteMode::Ordered),
+    );
+    let group_takes = || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|(name, _, command)| {
+                let statements = command.get_array("updates").map(Vec::len).unwrap_or(0);
+                name == "update" && statements > 1 && format!("{command:?}").contains("_subset.l_")
+            })
+            .count()
+    };
+    for attempt in 0..10 {
+        let parents: Vec<i32> = (0..4).map(|p| 60 + attempt * 4 + p).collect();
+        for &p in &parents {
+            store.insert(&product(p)).await.unwrap();
+            let reviews: Vec<Review> = (1..=3).map(|r| review(p * 100 + r)).collect();
+            store
+                .children(Product::LATEST)
+                .push_many(&p, &reviews)
+                .await
+                .unwrap();
+        }
+        // Two stopped pushes, so that one is among the queued ones whichever goes first.
+        for &p in &parents[1..3] {
+            let mut child = subset::bson_compat::to_document(&review(p * 100 + 4)).unwrap();
+            child.insert("product_id", p);
+            db.collection::<Document>("patch_reviews")
+                .insert_one(child)
+                .await
+                .unwrap();
+            let lapsed = subset::bson::DateTime::from_millis(
+                subset::bson::DateTime::now().timestamp_millis() - 1_000,
+            );
+            let key = format!("_subset.l_{}", subset::bson::oid::ObjectId::new().to_hex());
+            db.collection::<Document>("patch_products")
+                .update_one(doc! { "_id": p }, doc! { "$set": { key: lapsed } })
+                .await
+                .unwrap();
+        }
+        let before = group_takes();
+        let pushes = parents.iter().map(|&p| {
+            let reviews = store.children(Product::LATEST);
+            async move { reviews.push(&p, &review(p * 100 + 5)).await }
+        });
+        try_join_all(pushes).await.unwrap();
+        for &p in &parents {
+            let stopped = (1..3).contains(&(p - parents[0]));
+            let product = parent(&store, p).await;
+            assert_eq!(product.total, if stopped { 5 } else { 4 }, "product {p}");
+            let latest: Vec<i32> = product.latest.iter().map(|r| r.id).collect();
+            let newest: &[i32] = match stopped {
+                true => &[5, 4, 3],
+                false => &[5, 3, 2],
+            };
+            let newest: Vec<i32> = newest.iter().map(|r| p * 100 + r).collect();
+            assert_eq!(latest, newest, "product {p}");
+            assert_true(&store, p, "a group's pushes beside a stopped push").await;
+            assert!(
+                leases_left(&store, p).await.is_empty(),
+                "product {p}: {:?}",
+                leases_left(&store, p).await
+            );
+            store.delete(&p).await.unwrap();
+        }
+        if group_takes() > before {
+            return;
+        }
+    }
+    panic!("no pushes queued behind another in ten attempts: the group's take was never sent");
 }

@@ -3,8 +3,8 @@
 //! each parent in this process. In a transaction: one update for every parent, one update per
 //! child collection for the patches' children, one insert per child collection for the
 //! pushes' and the commit, whatever the number of parents. Without transactions, pushes only,
-//! in three round trips for all (every lease at once, one insert, one update); a patch there
-//! takes its parent's lease alone (see [`exec::lease`]).
+//! in three round trips for all (every lease in one update, one insert, one update); a patch
+//! there takes its parent's lease alone (see [`exec::lease`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -109,8 +109,8 @@ fn aboard<'s>(
 }
 
 /// The work of `all` without a transaction, in three round trips whatever their number:
-/// every parent's shared lease at once (each on a connection of its own), one insert of
-/// every child per child collection, then one update of every parent. The pushes commute
+/// every parent's shared lease in one update ([`Leases::share_all`]), one insert of every
+/// child per child collection, then one update of every parent. The pushes commute
 /// (see [`exec::lease`]), so the group is as exact as each push alone. Where anything does
 /// not go as a lone push's first try would (a lease that cannot be shared now, an insert or
 /// an update refused, missing or cut off), it leaves each parent as a lone push would
@@ -123,30 +123,21 @@ async fn write_ordered(store: &RawStore, all: &[Arc<Aboard>]) -> Result<()> {
         // Never: patches ride only in transactions.
         return Err(together(store));
     }
-    let taken = join_all(subsets.iter().map(|(_, a)| async move {
-        let mut ctx = Ctx::apart();
-        let leases = Leases::share(store, &mut ctx, &a.parent).await;
-        (ctx, leases)
-    }))
-    .await;
-    let mut riders = Vec::with_capacity(subsets.len());
-    let mut shared = true;
-    for ((ctx, leases), (subset, aboard)) in taken.into_iter().zip(&subsets) {
-        match leases {
-            Ok(Some(leases)) => riders.push(Rider {
-                ctx,
-                leases,
-                subset,
-                aboard,
-                unfinished: false,
-            }),
-            _ => shared = false,
-        }
-    }
-    if !shared {
-        release_all(riders, |_| false).await;
+    let parents: Vec<&Bson> = subsets.iter().map(|(_, a)| &a.parent).collect();
+    let Ok(Some(taken)) = Leases::share_all(store, &parents).await else {
         return Err(together(store));
-    }
+    };
+    let mut riders: Vec<Rider<'_, '_>> = taken
+        .into_iter()
+        .zip(&subsets)
+        .map(|((ctx, leases), (subset, aboard))| Rider {
+            ctx,
+            leases,
+            subset,
+            aboard,
+            unfinished: false,
+        })
+        .collect();
     if let Err(unknown) = insert_all(&riders).await {
         // What the insert wrote is unknown: the parents are marked for a rebuild, which
         // each writer's own push then settles.
@@ -217,6 +208,7 @@ async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate>
             &mut Ctx::apart(),
             store.collection_name(),
             statements,
+            None,
         )
         .await
         {
@@ -465,14 +457,14 @@ impl Steps for Abreast<'_, '_> {
             statements.push(statement.command());
         }
         let parents = store.collection_name();
-        let updated = send_updates(store, ctx, parents, statements).await?;
+        let updated = send_updates(store, ctx, parents, statements, None).await?;
         if updated.refused || updated.matched < self.subsets.len() as i64 {
             return Err(together(store));
         }
         for (subset, changes) in by_collection(patched.into_iter()) {
             let collection = subset.spec().child_collection;
             let changes = changes.into_iter().cloned().collect();
-            let updated = send_updates(store, ctx, collection, changes).await?;
+            let updated = send_updates(store, ctx, collection, changes, None).await?;
             let expected = matches.iter().find(|(c, _)| *c == collection);
             let expected = expected.map_or(0, |(_, n)| *n as i64);
             if updated.refused || updated.matched != expected {

@@ -19,6 +19,7 @@
 //! reported.
 
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
+use mongodb::options::WriteConcern;
 
 use super::exec::Ctx;
 use super::model_change::{touch, MARKER};
@@ -245,20 +246,23 @@ pub(crate) async fn parent_statement(
 
 /// Sends `statements` (`{q, u}` documents) as one unordered `update` command of `collection`
 /// (`store`'s parents' or a child collection), in `ctx`'s session and transaction, if any, and
-/// otherwise with the database's write concern (which the store's other updates carry).
+/// otherwise with `concern`, or without one the database's write concern (which the store's
+/// other updates carry).
 pub(crate) async fn send_updates(
     store: &RawStore,
     ctx: &mut Ctx<'_>,
     collection: &str,
     statements: Vec<Document>,
+    concern: Option<&WriteConcern>,
 ) -> Result<Updated> {
     let mut command = doc! {
         "update": collection,
         "updates": statements,
         "ordered": false,
     };
+    let concern = concern.or(store.database().write_concern());
     // A write in a transaction carries none of its own.
-    if let (Some(concern), false) = (store.database().write_concern(), ctx.atomic()) {
+    if let (Some(concern), false) = (concern, ctx.atomic()) {
         command.insert(
             "writeConcern",
             crate::encode::document(concern, "a write concern")?,

@@ -69,7 +69,7 @@ use tokio::task::AbortHandle;
 
 use super::Ctx;
 use crate::engine::model_change::{unmarked, MARKER};
-use crate::engine::parent_write::add;
+use crate::engine::parent_write::{add, send_updates};
 use crate::engine::RawStore;
 use crate::error::Result;
 
@@ -222,25 +222,86 @@ impl Leases {
         Ok(leases)
     }
 
-    /// A shared lease on `parent` alone, without waiting: `None` where it cannot be shared now
-    /// (its writer then goes its own way, which takes the lease alone or waits for it).
-    pub(crate) async fn share(
+    /// Shared leases on every parent of `parents` in one command, where a lone push sends a
+    /// `findAndModify` ([`take_shared`]): a group of pushes to cold parents then pays one round
+    /// trip for its leases, not one per parent ([`crate::engine::abreast`]). `None` unless
+    /// every one could be shared now, with those taken given back in one more command: each
+    /// writer then goes its own way.
+    ///
+    /// The take matches as [`take_shared`]'s does, and besides only where no shared lease has
+    /// lapsed on the server's clock, since the command's reply holds no marker to tell that
+    /// by. A parent it misses for that is one a lone push settles.
+    pub(crate) async fn share_all(
         store: &RawStore,
-        ctx: &mut Ctx<'_>,
-        parent: &Bson,
-    ) -> Result<Option<Leases>> {
-        let Some(lease) = take_shared(store, ctx, parent).await? else {
-            return Ok(None);
-        };
-        let mut leases = Leases {
-            store: store.clone(),
-            held: Vec::with_capacity(1),
-            released: false,
-            waits: 0,
-        };
-        leases.keep(parent, lease);
-        ctx.leases = vec![(parent.clone(), lease)];
-        Ok(Some(leases))
+        parents: &[&Bson],
+    ) -> Result<Option<Vec<(Ctx<'static>, Leases)>>> {
+        let leases: Vec<Lease> = parents
+            .iter()
+            .map(|_| Lease {
+                token: ObjectId::new(),
+                shared: true,
+            })
+            .collect();
+        let statements = parents
+            .iter()
+            .zip(&leases)
+            .map(|(parent, lease)| {
+                let mut filter = shareable(parent);
+                filter.insert("$expr", every_share(Share::Live));
+                doc! { "q": filter, "u": shared_take(*lease), "multi": false }
+            })
+            .collect();
+        let concern = acknowledged();
+        let sent = send_updates(
+            store,
+            &mut Ctx::apart(),
+            store.collection_name(),
+            statements,
+            Some(&concern),
+        )
+        .await;
+        let all = matches!(sent, Ok(u) if !u.refused && u.matched == parents.len() as i64);
+        if !all {
+            // Perhaps applied where it failed: given back, so that nobody waits for one to
+            // lapse (a parent whose lease this did not take is left as it was, by the fence).
+            let back = parents
+                .iter()
+                .zip(&leases)
+                .map(|(parent, lease)| {
+                    let (q, u) = (fenced(parent, *lease), shared_give_back(*lease, false));
+                    doc! { "q": q, "u": u, "multi": false }
+                })
+                .collect();
+            let given = send_updates(
+                store,
+                &mut Ctx::apart(),
+                store.collection_name(),
+                back,
+                Some(&concern),
+            )
+            .await;
+            if let Err(e) = given {
+                tracing::warn!(collection = store.collection_name(), error = %e, "could not give a group's leases back; they will expire");
+            }
+            return sent.map(|_| None);
+        }
+        let taken = parents
+            .iter()
+            .zip(leases)
+            .map(|(parent, lease)| {
+                let mut ctx = Ctx::apart();
+                let mut held = Leases {
+                    store: store.clone(),
+                    held: Vec::with_capacity(1),
+                    released: false,
+                    waits: 0,
+                };
+                held.keep(parent, lease);
+                ctx.leases = vec![((*parent).clone(), lease)];
+                (ctx, held)
+            })
+            .collect();
+        Ok(Some(taken))
     }
 
     /// Takes `parent`'s lease into `self.held` (see [`Leases::take`]).
@@ -382,8 +443,7 @@ async fn renewals(store: RawStore, parent: Bson, lease: Lease) {
 /// still `token`'s. Whether to renew it again: not once the update finds it gone.
 #[tracing::instrument(skip_all, fields(collection = store.collection_name(), parent = %parent))]
 async fn renew_one(store: &RawStore, parent: &Bson, lease: Lease) -> bool {
-    let mut filter = doc! { "_id": parent.clone() };
-    lease.fence(&mut filter);
+    let filter = fenced(parent, lease);
     let until = doc! { "$add": ["$$NOW", lease_millis()] };
     let renew = match lease.shared {
         false => vec![doc! { "$set": { format!("{MARKER}.l.u"): until } }],
@@ -450,13 +510,44 @@ fn shared_key(shared: bool) -> Document {
     }
 }
 
-/// The `$expr` that holds when every shared lease in a parent's marker has lapsed on the
+/// What [`every_share`] asks of each shared lease.
+#[derive(Clone, Copy)]
+enum Share {
+    /// Past its expiry.
+    Lapsed,
+    /// Not yet expired.
+    Live,
+}
+
+/// The `$expr` that holds when every shared lease in a parent's marker is `share` on the
 /// server's clock: true with none.
-fn every_share_lapsed() -> Document {
+fn every_share(share: Share) -> Document {
+    let compare = match share {
+        Share::Lapsed => "$lte",
+        Share::Live => "$gt",
+    };
     doc! { "$allElementsTrue": [{ "$map": {
         "input": marker_fields(shared_key(true)),
-        "in": { "$lte": ["$$this.v", "$$NOW"] },
+        "in": { compare: ["$$this.v", "$$NOW"] },
     } }] }
+}
+
+/// The filter of a shared take of `parent`: not marked for a rebuild, no exclusive lease there
+/// (held or lapsed), and a marker that is a document or none.
+fn shareable(parent: &Bson) -> Document {
+    doc! {
+        "_id": parent.clone(),
+        format!("{MARKER}.d"): { "$ne": "" },
+        format!("{MARKER}.l.o"): { "$exists": false },
+        // Never onto a marker that is no document (malformed: reported, not overwritten).
+        "$or": [{ MARKER: { "$exists": false } }, { MARKER: { "$type": "object" } }],
+    }
+}
+
+/// The update that takes `lease` (shared), expiring [`LEASE`] from now on the server's clock.
+fn shared_take(lease: Lease) -> Vec<Document> {
+    let until = doc! { "$add": ["$$NOW", lease_millis()] };
+    vec![doc! { "$set": { format!("{MARKER}.{}", lease.key()): until } }]
 }
 
 /// Takes a shared lease on `parent`: only where it is not marked for a rebuild and no exclusive
@@ -473,18 +564,9 @@ async fn take_shared(store: &RawStore, ctx: &mut Ctx<'_>, parent: &Bson) -> Resu
         token: ObjectId::new(),
         shared: true,
     };
-    let filter = doc! {
-        "_id": parent.clone(),
-        format!("{MARKER}.d"): { "$ne": "" },
-        format!("{MARKER}.l.o"): { "$exists": false },
-        // Never onto a marker that is no document (malformed: reported, not overwritten).
-        "$or": [{ MARKER: { "$exists": false } }, { MARKER: { "$type": "object" } }],
-    };
-    let until = doc! { "$add": ["$$NOW", lease_millis()] };
-    let take = vec![doc! { "$set": { format!("{MARKER}.{}", lease.key()): until } }];
     let parents = store.parents::<RawDocumentBuf>();
     let taken = parents
-        .find_one_and_update(filter, take)
+        .find_one_and_update(shareable(parent), shared_take(lease))
         .write_concern(acknowledged())
         .projection(doc! { MARKER: 1 })
         .return_document(ReturnDocument::Before);
@@ -526,8 +608,8 @@ async fn drain(
     lease: Lease,
     waits: &mut u32,
 ) -> Result<Drained> {
-    let mut filter = doc! { "_id": parent.clone(), "$expr": every_share_lapsed() };
-    lease.fence(&mut filter);
+    let mut filter = fenced(parent, lease);
+    filter.insert("$expr", every_share(Share::Lapsed));
     // The marker without the lapsed shared leases.
     let rest = doc! { "$arrayToObject": marker_fields(shared_key(false)) };
     let strip = vec![doc! { "$set": { MARKER: rest } }];
@@ -669,20 +751,32 @@ fn acknowledged() -> WriteConcern {
         .build()
 }
 
+/// The filter of an update that applies only while `lease` on `parent` is held.
+fn fenced(parent: &Bson, lease: Lease) -> Document {
+    let mut filter = doc! { "_id": parent.clone() };
+    lease.fence(&mut filter);
+    filter
+}
+
+/// The update that gives back the shared `lease`: its own entry alone (the other holders keep
+/// theirs), with the marker's definition when the holder did not finish.
+fn shared_give_back(lease: Lease, unfinished: bool) -> Document {
+    let mut update = match unfinished {
+        true => unmarked(ObjectId::new()),
+        false => Document::new(),
+    };
+    lease.give_back_with(&mut update);
+    update
+}
+
 /// Removes `parent`'s lease if it is still held: with the marker's definition when the holder
 /// did not finish. A shared one takes only its own entry (the other holders keep theirs).
 async fn give_back(store: &RawStore, parent: Bson, lease: Lease, unfinished: bool) {
-    let mut filter = doc! { "_id": parent.clone() };
-    lease.fence(&mut filter);
+    let filter = fenced(&parent, lease);
     let parents = store.parents::<Document>();
     let given = if lease.shared {
-        let mut update = match unfinished {
-            true => unmarked(ObjectId::new()),
-            false => Document::new(),
-        };
-        lease.give_back_with(&mut update);
         parents
-            .update_one(filter, update)
+            .update_one(filter, shared_give_back(lease, unfinished))
             .write_concern(acknowledged())
     } else if unfinished {
         let unmark = doc! { "$set": { MARKER: { "d": "", "n": ObjectId::new() } } };

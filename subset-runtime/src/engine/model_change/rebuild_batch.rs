@@ -177,7 +177,7 @@ impl RebuildBatch<'_> {
     /// Sends `statements` as one `update` command of the parent collection; how many matched.
     async fn update(&self, ctx: &mut Ctx<'_>, statements: Vec<Document>) -> Result<i64> {
         let parents = self.store.collection_name();
-        let updated = send_updates(self.store, ctx, parents, statements).await?;
+        let updated = send_updates(self.store, ctx, parents, statements, None).await?;
         // A statement the server refused (a parent grown past the document limit, say) is
         // left to a rebuild of its own, which reports it; the others applied.
         if updated.refused {
