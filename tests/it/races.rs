@@ -482,19 +482,11 @@ async fn a_removal_from_another_process_waits_for_the_pushes_under_way() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_push_stopped_between_its_writes_is_computed_by_reads_and_settled_by_the_next_push() {
-    // Only writes without a transaction take leases: a transaction leaves nothing half done.
-    let store = Store::<Product>::with_options(
-        &common::replica_db().await,
-        subset::StoreOptions::new().mode(subset::WriteMode::Ordered),
-    );
-    seeded(&store, 42, 3).await;
-    // What a push killed between its insert and its parent update leaves: its child stored,
-    // not embedded nor counted, and its shared lease lapsed.
-    let mut child = subset::bson_compat::to_document(&review(4)).unwrap();
-    child.insert("product_id", 42);
-    let db = store.database();
+/// What a push of review `id` to `product` killed between its insert and its parent update
+/// leaves: its child stored, not embedded nor counted, and its shared lease lapsed.
+async fn stopped_push(db: &mongodb::Database, product: i32, id: i32) {
+    let mut child = subset::bson_compat::to_document(&review(id)).unwrap();
+    child.insert("product_id", product);
     db.collection::<Document>("patch_reviews")
         .insert_one(child)
         .await
@@ -504,9 +496,20 @@ async fn a_push_stopped_between_its_writes_is_computed_by_reads_and_settled_by_t
     );
     let key = format!("_subset.l_{}", subset::bson::oid::ObjectId::new().to_hex());
     db.collection::<Document>("patch_products")
-        .update_one(doc! { "_id": 42 }, doc! { "$set": { key: lapsed } })
+        .update_one(doc! { "_id": product }, doc! { "$set": { key: lapsed } })
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_stopped_between_its_writes_is_computed_by_reads_and_settled_by_the_next_push() {
+    // Only writes without a transaction take leases: a transaction leaves nothing half done.
+    let store = Store::<Product>::with_options(
+        &common::replica_db().await,
+        subset::StoreOptions::new().mode(subset::WriteMode::Ordered),
+    );
+    seeded(&store, 42, 3).await;
+    stopped_push(store.database(), 42, 4).await;
 
     // Reads compute the parent from the child collection.
     let p = parent(&store, 42).await;
@@ -569,20 +572,7 @@ async fn a_group_of_pushes_that_meets_a_stopped_push_gives_its_leases_back_and_s
         }
         // Two stopped pushes, so that one is among the queued ones whichever goes first.
         for &p in &parents[1..3] {
-            let mut child = subset::bson_compat::to_document(&review(p * 100 + 4)).unwrap();
-            child.insert("product_id", p);
-            db.collection::<Document>("patch_reviews")
-                .insert_one(child)
-                .await
-                .unwrap();
-            let lapsed = subset::bson::DateTime::from_millis(
-                subset::bson::DateTime::now().timestamp_millis() - 1_000,
-            );
-            let key = format!("_subset.l_{}", subset::bson::oid::ObjectId::new().to_hex());
-            db.collection::<Document>("patch_products")
-                .update_one(doc! { "_id": p }, doc! { "$set": { key: lapsed } })
-                .await
-                .unwrap();
+            stopped_push(&db, p, p * 100 + 4).await;
         }
         let before = group_takes();
         let pushes = parents.iter().map(|&p| {
