@@ -818,7 +818,7 @@ mod tests {
     #[tokio::test]
     async fn writers_in_a_loop_ride_together_rather_than_alternate_alone() {
         // Four writers, each writing again as soon as it is answered, each run taking 1 ms:
-        // once under way, every run carries three or four of them, not one and three in turn.
+        // once under way, the runs carry all four, not a lone one between runs of the rest.
         let across = Arc::new(Across::<u32>::default());
         let runs = Arc::new(Mutex::new(Vec::new()));
         let writers: Vec<_> = (1..=4)
@@ -852,9 +852,10 @@ mod tests {
         }
         let runs = runs.lock().unwrap().clone();
         assert_eq!(runs.iter().sum::<usize>(), 80);
-        // The first run goes alone, the last may be short.
-        let steady = &runs[1..runs.len() - 1];
-        assert!(steady.iter().all(|&n| n >= 3), "runs: {runs:?}");
+        // Runs of one and four in turn would be 32; runs of four, 21 (the first goes alone).
+        // The margin is for a writer that waited past `ESCAPE` on a stalled machine and went
+        // alone.
+        assert!(runs.len() <= 26, "{} runs: {runs:?}", runs.len());
     }
 
     #[tokio::test]
