@@ -191,6 +191,16 @@ impl Drop for Renewal {
 }
 
 impl Leases {
+    /// None held yet, room for `parents` of them.
+    fn none(store: &RawStore, parents: usize) -> Leases {
+        Leases {
+            store: store.clone(),
+            held: Vec::with_capacity(parents),
+            released: false,
+            waits: 0,
+        }
+    }
+
     /// Takes a lease on each of `parents` (already in one order, see [`super::traffic`]), waiting
     /// while another process holds one: shared where `shared` and the parent allows it (see the
     /// module docs), else exclusive. A parent that does not exist gets none (the steps report
@@ -202,12 +212,7 @@ impl Leases {
         parents: &[&Bson],
         shared: bool,
     ) -> Result<Leases> {
-        let mut leases = Leases {
-            store: store.clone(),
-            held: Vec::with_capacity(parents.len()),
-            released: false,
-            waits: 0,
-        };
+        let mut leases = Leases::none(store, parents.len());
         for parent in parents {
             if leases.held.iter().any(|h| h.parent == **parent) {
                 continue;
@@ -290,12 +295,7 @@ impl Leases {
             .zip(leases)
             .map(|(parent, lease)| {
                 let mut ctx = Ctx::apart();
-                let mut held = Leases {
-                    store: store.clone(),
-                    held: Vec::with_capacity(1),
-                    released: false,
-                    waits: 0,
-                };
+                let mut held = Leases::none(store, 1);
                 held.keep(parent, lease);
                 ctx.leases = vec![((*parent).clone(), lease)];
                 (ctx, held)
