@@ -73,8 +73,8 @@ impl RawStore {
     }
 
     /// The work of `all` (each for another parent, whose turn its writer holds) in one
-    /// transaction of ours. Any error ends it, and the caller has each writer write alone, for
-    /// its own result.
+    /// transaction of ours, tried again on a write conflict ([`GROUP_ATTEMPTS`]). Any other
+    /// error ends it, and the caller has each writer write alone, for its own result.
     async fn write_abreast(&self, all: &[Arc<Aboard>]) -> Result<()> {
         let subsets = aboard(self, all)?;
         let abreast = Abreast {
@@ -394,6 +394,10 @@ async fn release_all(riders: Vec<Rider<'_, '_>>, unfinished: impl Fn(&Rider<'_, 
     .await;
 }
 
+/// How many times a group conflicting with other processes' transactions is tried before its
+/// pushes go alone.
+const GROUP_ATTEMPTS: u32 = 3;
+
 /// The writes of [`RawStore::write_abreast`].
 struct Abreast<'s, 'a> {
     store: &'s RawStore,
@@ -483,9 +487,14 @@ impl Steps for Abreast<'_, '_> {
         Ok(())
     }
 
-    async fn before_retry(&self, _attempt: u32, error: Error) -> Result<Retry<()>> {
-        // A conflict on one of the parents: each push goes alone, where a contended parent is
-        // noticed (and folded, when the store folds).
-        Err(error)
+    async fn before_retry(&self, attempt: u32, error: Error) -> Result<Retry<()>> {
+        // A conflict with another process's transaction on one of the parents: the group again,
+        // as a push alone would retry (split, every push would pay a commit of its own). Then
+        // each push goes alone, where a contended parent is noticed (and folded, when the
+        // store folds).
+        match attempt < GROUP_ATTEMPTS && crate::error::driver::is_write_conflict(&error) {
+            true => exec::again_after_backoff(attempt, &error).await,
+            false => Err(error),
+        }
     }
 }
