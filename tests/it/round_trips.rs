@@ -996,8 +996,8 @@ async fn votes_on_many_parents_share_a_transaction_on_a_replica_set() {
 
 /// Pushes to sixteen parents at once in transactions, the group of fifteen meeting a write
 /// conflict on one of its parents (another process's transaction, held open): the group is
-/// tried again as a group, as often as a push alone would be before it gives up, where
-/// splitting at once would cost each push a commit of its own. Then each push goes alone, and
+/// tried again as a group, three attempts in all, where splitting at once would cost each push
+/// a commit of its own. Then each push goes alone, and
 /// the one to the held parent waits its turn behind the other transaction; every push is
 /// written exactly once.
 #[tokio::test]
