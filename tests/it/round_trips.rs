@@ -1036,13 +1036,19 @@ async fn a_group_that_meets_a_write_conflict_is_tried_again_as_a_group() {
             .zip(&pushed)
             .map(|(p, r)| std::future::IntoFuture::into_future(reviews.push(p, r)));
         let release = async {
-            // Once every push is under way (those to the other parents written), the other
-            // transaction ends, and the push to its parent goes through.
-            let others = products.iter().filter(|p| **p != held);
-            for product in others {
-                while store.get(product).await.unwrap().unwrap().total_reviews == 0 {
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            // Once the pushes to the other parents are written (or after about 30 s, when one of
+            // them failed: the results below say which), the other transaction ends, and the
+            // push to its parent goes through.
+            let others: Vec<&ObjectId> = products.iter().filter(|p| **p != held).collect();
+            for _ in 0..2_400 {
+                let mut written = 0;
+                for product in &others {
+                    written += store.get(product).await.unwrap().unwrap().total_reviews;
                 }
+                if written == others.len() as i64 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             }
             other.abort_transaction().await.unwrap();
         };
