@@ -910,13 +910,16 @@ async fn reads_of_parents_not_built_here_are_two_commands_on_a_standalone() {
     reads_of_parents_not_built_here_are_two_commands(Topology::Standalone).await;
 }
 
-/// Votes on the answers of sixteen questions at once, in transactions: the first runs alone, and
-/// the fifteen that come while it is in flight go together, in one update of their answers, one
-/// of their questions and one commit. A vote on an answer that does not exist fails alone.
-#[tokio::test]
-async fn votes_on_many_parents_share_a_transaction_on_a_replica_set() {
-    let (store, _, log) = setup(Topology::ReplicaSet).await;
-    let options = subset::StoreOptions::new().mode(store.mode().await.unwrap());
+/// Votes on the answers of sixteen questions at once: the first runs alone, and the fifteen that
+/// come while it is in flight go together. In transactions: one update of their answers, one of
+/// their questions and one commit. Without: one update that takes every question's lease, a
+/// `findAndModify` of each answer at once, and one update of every question that gives its
+/// lease back. A vote on an answer that does not exist fails alone, and every other vote counts
+/// once.
+async fn votes_on_many_parents_share_their_writes(topology: Topology) {
+    let (store, _, log) = setup(topology).await;
+    let mode = store.mode().await.unwrap();
+    let options = subset::StoreOptions::new().mode(mode);
     let questions = Store::<Question>::with_options(store.database(), options);
     questions.ensure_indexes().await.unwrap();
     let answers = questions.children(Question::LATEST);
@@ -948,7 +951,8 @@ async fn votes_on_many_parents_share_a_transaction_on_a_replica_set() {
         }
     };
     // As for pushes, the grouping is asked of one of three tries; each must count every vote.
-    let mut commits = Vec::new();
+    let mut sent = Vec::new();
+    let mut grouped_once = false;
     for attempt in 1..=3 {
         log.take();
         let voted = asked.iter().map(|(question, answer)| {
@@ -963,15 +967,27 @@ async fn votes_on_many_parents_share_a_transaction_on_a_replica_set() {
         for &(question, answer) in &asked {
             assert_eq!(votes(question, answer).await, (attempt, attempt));
         }
-        commits.push(count("commitTransaction"));
-        if count("commitTransaction") == 2 {
-            // The first vote's answer and question, then the group's.
-            assert_eq!(count("update"), 4, "{commands:?}");
+        // Grouped: in transactions two commits, the first vote's and the group's; without, the
+        // first vote's lease and answer, then the group's fifteen answers.
+        let grouped = match mode {
+            WriteMode::Transactional => count("commitTransaction") == 2,
+            WriteMode::Ordered => count("findAndModify") == 17,
+        };
+        sent.push(commands.len());
+        if grouped {
+            grouped_once = true;
+            // The first vote's answer and question, then the group's; without transactions the
+            // first vote's question, the group's leases and its questions.
+            let updates = match mode {
+                WriteMode::Transactional => 4,
+                WriteMode::Ordered => 3,
+            };
+            assert_eq!(count("update"), updates, "{mode:?}: {commands:?}");
             break;
         }
     }
-    assert_eq!(commits.last(), Some(&2), "commits of each try: {commits:?}");
-    let tries = commits.len() as i64;
+    assert!(grouped_once, "{mode:?}: commands of each try: {sent:?}");
+    let tries = sent.len() as i64;
 
     let missing = ObjectId::new();
     let mut targets = asked[..5].to_vec();
@@ -990,8 +1006,47 @@ async fn votes_on_many_parents_share_a_transaction_on_a_replica_set() {
     }
     for (i, &(question, answer)) in asked[..5].iter().enumerate() {
         let expected = if i == 2 { tries } else { tries + 1 };
-        assert_eq!(votes(question, answer).await, (expected, expected), "{i}");
+        assert_eq!(
+            votes(question, answer).await,
+            (expected, expected),
+            "{mode:?}: {i}"
+        );
     }
+
+    // A group in which one question has lost its view's field, so that its update cannot
+    // apply in place: without transactions its answer goes back as it was and its vote goes
+    // alone, which settles the question. Every vote counts once, in both modes.
+    let parents = store.database().collection::<Document>("questions");
+    let unset = doc! { "$unset": { "latest": "" } };
+    parents
+        .update_one(doc! { "_id": asked[1].0 }, unset)
+        .await
+        .unwrap();
+    let voted = asked[..5].iter().map(|(question, answer)| {
+        let vote = answers.patch(question, answer).inc(Answer::HELPFUL, 1);
+        std::future::IntoFuture::into_future(vote)
+    });
+    for result in futures::future::join_all(voted).await {
+        result.unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+    }
+    for (i, &(question, answer)) in asked[..5].iter().enumerate() {
+        let expected = if i == 2 { tries + 1 } else { tries + 2 };
+        assert_eq!(
+            votes(question, answer).await,
+            (expected, expected),
+            "{mode:?}: {i}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn votes_on_many_parents_share_a_transaction_on_a_replica_set() {
+    votes_on_many_parents_share_their_writes(Topology::ReplicaSet).await;
+}
+
+#[tokio::test]
+async fn votes_on_many_parents_share_their_leases_on_a_standalone() {
+    votes_on_many_parents_share_their_writes(Topology::Standalone).await;
 }
 
 /// Pushes to sixteen parents at once in transactions, the group of fifteen meeting a write

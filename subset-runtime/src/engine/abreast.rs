@@ -2,21 +2,23 @@
 //! [`super::exec::traffic::Across`]): the pushes, and in transactions the patches, queued on
 //! each parent in this process. In a transaction: one update for every parent, one update per
 //! child collection for the patches' children, one insert per child collection for the
-//! pushes' and the commit, whatever the number of parents. Without transactions, pushes only,
-//! in three round trips for all (every lease in one update, one insert, one update); a patch
-//! there takes its parent's lease alone (see [`exec::lease`]).
+//! pushes' and the commit, whatever the number of parents. Without transactions, in three round
+//! trips for all: for pushes every shared lease in one update, one insert, one update; for
+//! patches every exclusive lease in one update, each child's `findAndModify` at once, one update
+//! (see [`exec::lease`]).
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 
 use super::batch::Prepared;
-use super::exec::lease::Leases;
+use super::exec::lease::{Lease, Leases};
 use super::exec::{self, Ctx, Retry, Steps};
 use super::model_change::MARKER;
+use super::parent_write::ParentUpdate;
 use super::parent_write::{parent_statement, send_updates};
-use super::patch::{BlindWrites, ChildPatch};
+use super::patch::{BlindWrites, ChildPatch, PatchSteps};
 use super::push::PushSteps;
 use super::query;
 use super::{RawChildren, RawStore, WriteMode};
@@ -30,18 +32,52 @@ pub(super) struct Aboard {
     pub(super) field: &'static str,
     pub(super) parent: Bson,
     pub(super) cargo: Cargo,
+    /// Its result, when a group that then failed for others wrote it, or left it where only
+    /// this answer is right: its writer returns that rather than write it alone (a patch
+    /// would apply twice).
+    settled: Mutex<Option<Result<()>>>,
 }
 
 /// What one writer of a group brings.
 pub(super) enum Cargo {
     /// Pushes: their children.
     Pushes(Arc<[Prepared]>),
-    /// Patches of children that no view needs as they were ([`BlindWrites`]): only in
-    /// transactions.
+    /// Patches of children that no view needs as they were ([`BlindWrites`]).
     Patches(Vec<(Bson, ChildPatch)>),
 }
 
 impl Aboard {
+    /// `cargo` for `parent`, through the field `field`.
+    pub(super) fn new(field: &'static str, parent: Bson, cargo: Cargo) -> Self {
+        Aboard {
+            field,
+            parent,
+            cargo,
+            settled: Mutex::new(None),
+        }
+    }
+
+    /// Records what came of its work in a group that fails for others (see [`Aboard::settled`]).
+    fn settle(&self, result: Result<()>) {
+        *self.settled.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
+    }
+
+    /// What a group recorded of its work, once.
+    fn settled(&self) -> Option<Result<()>> {
+        self.settled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// The patches it brings: none for pushes.
+    fn patches(&self) -> &[(Bson, ChildPatch)] {
+        match &self.cargo {
+            Cargo::Patches(patches) => patches,
+            Cargo::Pushes(_) => &[],
+        }
+    }
+
     /// The children it pushes: none for patches.
     fn pushes(&self) -> &[Prepared] {
         match &self.cargo {
@@ -67,6 +103,13 @@ impl RawStore {
             match ordered {
                 true => write_ordered(self, &all).await,
                 false => self.write_abreast(&all).await,
+            }
+        };
+        let alone = &alone;
+        let alone = |aboard: Arc<Aboard>| async move {
+            match aboard.settled() {
+                Some(result) => result,
+                None => alone(aboard).await,
             }
         };
         self.shared.across.ride(aboard, together, alone).await
@@ -119,8 +162,15 @@ fn aboard<'s>(
 /// changes nothing).
 async fn write_ordered(store: &RawStore, all: &[Arc<Aboard>]) -> Result<()> {
     let subsets = aboard(store, all)?;
-    if all.iter().any(|a| matches!(a.cargo, Cargo::Patches(_))) {
-        // Never: patches ride only in transactions.
+    let patches = all
+        .iter()
+        .filter(|a| matches!(a.cargo, Cargo::Patches(_)))
+        .count();
+    if patches == all.len() {
+        return patch_ordered(store, &subsets).await;
+    }
+    if patches > 0 {
+        // Pushes share their leases, patches take them alone: each writer goes its own way.
         return Err(together(store));
     }
     let parents: Vec<&Bson> = subsets.iter().map(|(_, a)| &a.parent).collect();
@@ -174,6 +224,196 @@ async fn write_ordered(store: &RawStore, all: &[Arc<Aboard>]) -> Result<()> {
     Err(together(store))
 }
 
+/// The patches of `subsets` without a transaction, in three round trips whatever the number of
+/// parents: every parent's exclusive lease in one update ([`Leases::take_all`]), each child
+/// changed by a `findAndModify` of its own, all at once, as a lone run of patches does
+/// ([`PatchSteps::change_each`]), then every parent in one update that gives its lease back.
+///
+/// Each writer ends with the answer a lone run would give, and no patch applies twice:
+///
+/// - a lease that cannot be taken now: nothing is written, and each writer goes alone;
+/// - a writer whose child is missing or out of range: its children are put back, and it goes
+///   alone, for its own error; the others go on;
+/// - a parent its update missed: its children are put back, and its writer goes alone (a
+///   refusal is then its own answer);
+/// - a parent update whose outcome is unknown, or a parent whose lease another writer took
+///   meanwhile (which then settles it): its children are changed, and its parent is marked for
+///   a rebuild (reads compute its views, its next writer rebuilds them): `Ok`;
+/// - children changed that cannot be put back: nobody knows which patches applied, and the
+///   writer gets [`Error::OutcomeUnknown`], its parent marked for a rebuild.
+///
+/// A writer whose answer is known is told it through its [`Aboard`] when the group as a whole
+/// returns an error, which sends the others alone.
+async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)]) -> Result<()> {
+    let mut writes = Vec::with_capacity(subsets.len());
+    for (subset, aboard) in subsets {
+        let Cargo::Patches(patches) = &aboard.cargo else {
+            return Err(together(store));
+        };
+        let Some(blind) = BlindWrites::of(subset, &aboard.parent, patches) else {
+            return Err(together(store));
+        };
+        writes.push(blind);
+    }
+    let marked = store.model().marked(&*store.model().registry().await?);
+    let parents: Vec<&Bson> = subsets.iter().map(|(_, a)| &a.parent).collect();
+    let Ok(Some(taken)) = Leases::take_all(store, &parents, &marked).await else {
+        return Err(together(store));
+    };
+    let steps: Vec<PatchSteps<'_, '_>> = subsets
+        .iter()
+        .map(|(subset, aboard)| PatchSteps {
+            subset,
+            parent: &aboard.parent,
+            patches: aboard.patches(),
+        })
+        .collect();
+    let changes = join_all(
+        steps
+            .iter()
+            .zip(&writes)
+            .map(|(s, w)| s.change_each(&w.each)),
+    )
+    .await;
+    let mut going = Vec::with_capacity(subsets.len());
+    let mut done = Vec::new();
+    for ((((ctx, leases), change), write), (step, (_, aboard))) in taken
+        .into_iter()
+        .zip(changes)
+        .zip(writes)
+        .zip(steps.iter().zip(subsets))
+    {
+        match change {
+            Ok(Ok(changed)) => going.push((ctx, leases, changed, write.parent, step, *aboard)),
+            // Nothing left written: alone, for its own error.
+            Ok(Err(_)) => done.push((ctx, leases, false)),
+            Err(e) => {
+                aboard.settle(Err(unknown(store, e)));
+                done.push((ctx, leases, true));
+            }
+        }
+    }
+    // Each parent update as one statement; a parent with nothing to write (no view shows what
+    // changed) only gives its lease back, and one whose statement cannot be sent is written
+    // alone, where its failure is its own answer.
+    let mut fates = vec![Parent::Unwritten; going.len()];
+    let mut statements = Vec::with_capacity(going.len());
+    let mut sent = Vec::with_capacity(going.len());
+    for (i, (ctx, _, _, update, _, aboard)) in going.iter_mut().enumerate() {
+        let update = ParentUpdate {
+            last: true,
+            ..std::mem::take(update)
+        };
+        match parent_statement(store, ctx, &aboard.parent, update).await {
+            Ok(Some(statement)) if statement.release => {
+                sent.push(i);
+                statements.push(statement.command());
+            }
+            Ok(None) => fates[i] = Parent::Written,
+            _ => {}
+        }
+    }
+    if !statements.is_empty() {
+        let parents = store.collection_name();
+        let written = send_updates(store, &mut Ctx::apart(), parents, statements, None).await;
+        match written {
+            Ok(u) if !u.refused && u.matched == sent.len() as i64 => {
+                for &i in &sent {
+                    let (ctx, .., aboard) = &mut going[i];
+                    ctx.released(&aboard.parent);
+                    fates[i] = Parent::Written;
+                }
+            }
+            // Those still holding their lease were not written; the others were (or their
+            // lapsed lease was taken by a writer that settles them).
+            Ok(_) => {
+                let leases: Vec<(&Bson, Option<Lease>)> = sent
+                    .iter()
+                    .map(|&i| (&going[i].5.parent, going[i].0.lease(&going[i].5.parent)))
+                    .collect();
+                let held = still_held(store, &leases).await;
+                for (&i, held) in sent.iter().zip(held) {
+                    fates[i] = if held {
+                        Parent::Unwritten
+                    } else {
+                        Parent::Unknown
+                    };
+                }
+            }
+            Err(_) => {
+                for &i in &sent {
+                    fates[i] = Parent::Unknown;
+                }
+            }
+        }
+    }
+    for ((ctx, leases, changed, _, step, aboard), fate) in going.into_iter().zip(fates) {
+        let unfinished = match fate {
+            Parent::Written => {
+                aboard.settle(Ok(()));
+                false
+            }
+            // Marked for a rebuild, unless its update gave the lease back (the give-back is
+            // fenced by the lease).
+            Parent::Unknown => {
+                aboard.settle(Ok(()));
+                true
+            }
+            // Its children go back as they were, and its writer writes alone.
+            Parent::Unwritten => match step.put_back(&mut Ctx::apart(), &changed).await {
+                Ok(()) => false,
+                Err(e) => {
+                    aboard.settle(Err(unknown(store, e)));
+                    true
+                }
+            },
+        };
+        done.push((ctx, leases, unfinished));
+    }
+    join_all(
+        done.into_iter()
+            .map(|(ctx, leases, unfinished)| async move {
+                leases.release(ctx.held(), unfinished).await
+            }),
+    )
+    .await;
+    let all_written = subsets.iter().all(|(_, a)| {
+        let settled = a.settled.lock().unwrap_or_else(PoisonError::into_inner);
+        matches!(*settled, Some(Ok(())))
+    });
+    if !all_written {
+        return Err(together(store));
+    }
+    // Answered by the group's `Ok`.
+    for (_, a) in subsets {
+        a.settled();
+    }
+    Ok(())
+}
+
+/// What became of one parent update of [`patch_ordered`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parent {
+    /// Written (or nothing to write), its lease given back or to give back.
+    Written,
+    /// Written, or perhaps not: a lost reply, or its lease taken over.
+    Unknown,
+    /// Not written: its lease still held.
+    Unwritten,
+}
+
+/// `e`, met putting children back, as the writers of the group see it: nobody knows which of
+/// their patches applied.
+fn unknown(store: &RawStore, e: Error) -> Error {
+    match e.mongo_error() {
+        Some(source) => Error::OutcomeUnknown {
+            collection: store.collection_name().to_owned(),
+            source: Box::new(source.clone()),
+        },
+        None => e,
+    }
+}
+
 /// The error that ends a group: each of its writers then writes alone, for its own answer.
 fn together(store: &RawStore) -> Error {
     Error::PartialModel {
@@ -220,7 +460,14 @@ async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate>
                 }
             }
             Ok(_) => {
-                let held = still_held(store, riders, &sent).await;
+                let leases: Vec<(&Bson, Option<Lease>)> = sent
+                    .iter()
+                    .map(|&i| {
+                        let parent = &riders[i].aboard.parent;
+                        (parent, riders[i].ctx.lease(parent))
+                    })
+                    .collect();
+                let held = still_held(store, &leases).await;
                 for (&i, held) in sent.iter().zip(held) {
                     // Not held: written, or its lease lapsed and was taken, and the taker
                     // settles the parent; either way its writer's own push finds out.
@@ -260,31 +507,27 @@ async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate>
         .collect()
 }
 
-/// Whether each parent of `riders` at `indices` still holds its rider's lease: one read. Not
-/// held when the read fails.
-async fn still_held(store: &RawStore, riders: &[Rider<'_, '_>], indices: &[usize]) -> Vec<bool> {
-    let ids: Vec<Bson> = indices
-        .iter()
-        .map(|&i| riders[i].aboard.parent.clone())
-        .collect();
+/// Whether each of `leases` (a parent and the lease its writer took) is still held: one read.
+/// Not held when the read fails.
+async fn still_held(store: &RawStore, leases: &[(&Bson, Option<Lease>)]) -> Vec<bool> {
+    let ids: Vec<Bson> = leases.iter().map(|(p, _)| (*p).clone()).collect();
     let parents = store.parents::<Document>();
     let find = parents
         .find(doc! { "_id": { "$in": ids } })
         .projection(doc! { MARKER: 1 });
     let found = match Ctx::apart().collect(find).await {
         Ok(found) => found,
-        Err(_) => return vec![false; indices.len()],
+        Err(_) => return vec![false; leases.len()],
     };
-    indices
+    leases
         .iter()
-        .map(|&i| {
-            let r = &riders[i];
-            let Some(lease) = r.ctx.lease(&r.aboard.parent) else {
+        .map(|(parent, lease)| {
+            let Some(lease) = lease else {
                 return false;
             };
             let marker = found
                 .iter()
-                .find(|p| p.get("_id") == Some(&r.aboard.parent))
+                .find(|p| p.get("_id") == Some(*parent))
                 .and_then(|p| p.get_document(MARKER).ok())
                 .and_then(|m| RawDocumentBuf::try_from(m).ok());
             lease.is_held_by(marker.as_deref())
@@ -439,6 +682,7 @@ impl Steps for Abreast<'_, '_> {
                         children,
                         matches: n,
                         parent,
+                        ..
                     } = blind;
                     let children: &[Document] = children;
                     patched.push((subset, children));

@@ -230,8 +230,7 @@ impl Leases {
     /// Shared leases on every parent of `parents` in one command, where a lone push sends a
     /// `findAndModify` ([`take_shared`]): a group of pushes to cold parents then pays one round
     /// trip for its leases, not one per parent ([`crate::engine::abreast`]). `None` unless
-    /// every one could be shared now, with those taken given back in one more command: each
-    /// writer then goes its own way.
+    /// every one could be shared now (see [`Leases::take_group`]).
     ///
     /// The take matches as [`take_shared`]'s does, and besides only where no shared lease has
     /// lapsed on the server's clock, since the command's reply holds no marker to tell that
@@ -240,20 +239,63 @@ impl Leases {
         store: &RawStore,
         parents: &[&Bson],
     ) -> Result<Option<Vec<(Ctx<'static>, Leases)>>> {
+        let taken = |parent: &Bson, lease: Lease| {
+            let mut filter = shareable(parent);
+            filter.insert("$expr", every_share(Share::Live));
+            (filter, shared_take(lease))
+        };
+        Leases::take_group(store, parents, true, taken).await
+    }
+
+    /// Exclusive leases on every parent of `parents` in one command, for a group of patches
+    /// ([`crate::engine::abreast`]), where a lone patch sends a `findAndModify` per parent
+    /// ([`take_one`]). The take matches only a parent marked as built under a definition that
+    /// `marked` (the store's condition, [`crate::engine::model_change`]) accepts, with no lease
+    /// there at all, exclusive or shared, held or lapsed: a parent with nothing to wait for and
+    /// nothing to settle. `None` unless every one was taken (see [`Leases::take_group`]).
+    pub(crate) async fn take_all(
+        store: &RawStore,
+        parents: &[&Bson],
+        marked: &Document,
+    ) -> Result<Option<Vec<(Ctx<'static>, Leases)>>> {
+        let definition = format!("{MARKER}.d");
+        let taken = |parent: &Bson, lease: Lease| {
+            let built = doc! { definition.as_str(): { "$type": "string" } };
+            let filter = doc! {
+                "_id": parent.clone(),
+                format!("{MARKER}.l"): { "$exists": false },
+                "$and": [marked.clone(), built],
+                "$expr": { "$eq": [{ "$size": marker_fields(shared_key(true)) }, 0] },
+            };
+            (filter, exclusive_take(lease.token))
+        };
+        Leases::take_group(store, parents, false, taken).await
+    }
+
+    /// Leases (`shared` or not) on every parent of `parents`, by one `update` command whose
+    /// statement for each is `take` (its filter and update, given the parent and its lease):
+    /// each lease then held in a [`Ctx`] of its own, with its renewal. `None` unless every
+    /// statement matched, with those taken given back in one more command: each writer then
+    /// goes its own way.
+    async fn take_group(
+        store: &RawStore,
+        parents: &[&Bson],
+        shared: bool,
+        take: impl Fn(&Bson, Lease) -> (Document, Vec<Document>),
+    ) -> Result<Option<Vec<(Ctx<'static>, Leases)>>> {
         let leases: Vec<Lease> = parents
             .iter()
             .map(|_| Lease {
                 token: ObjectId::new(),
-                shared: true,
+                shared,
             })
             .collect();
         let statements = parents
             .iter()
             .zip(&leases)
             .map(|(parent, lease)| {
-                let mut filter = shareable(parent);
-                filter.insert("$expr", every_share(Share::Live));
-                doc! { "q": filter, "u": shared_take(*lease), "multi": false }
+                let (q, u) = take(parent, *lease);
+                doc! { "q": q, "u": u, "multi": false }
             })
             .collect();
         let concern = acknowledged();
@@ -273,8 +315,9 @@ impl Leases {
                 .iter()
                 .zip(&leases)
                 .map(|(parent, lease)| {
-                    let (q, u) = (fenced(parent, *lease), shared_give_back(*lease, false));
-                    doc! { "q": q, "u": u, "multi": false }
+                    let mut u = Document::new();
+                    lease.give_back_with(&mut u);
+                    doc! { "q": fenced(parent, *lease), "u": u, "multi": false }
                 })
                 .collect();
             let given = send_updates(
@@ -671,12 +714,8 @@ async fn take_one(
     let mut attempt = 0_u32;
     loop {
         let token = ObjectId::new();
-        let take = vec![doc! { "$set": {
-            format!("{lease}.o"): token,
-            format!("{lease}.u"): { "$add": ["$$NOW", lease_millis()] },
-        } }];
         let taken = parents
-            .find_one_and_update(free.clone(), take)
+            .find_one_and_update(free.clone(), exclusive_take(token))
             .write_concern(acknowledged())
             .projection(doc! { MARKER: 1 })
             .return_document(ReturnDocument::Before);
@@ -730,6 +769,15 @@ async fn take_one(
         *waits += 1;
         poll(attempt).await;
     }
+}
+
+/// The update that takes the exclusive lease as `token`, expiring [`LEASE`] from now on the
+/// server's clock.
+fn exclusive_take(token: ObjectId) -> Vec<Document> {
+    vec![doc! { "$set": {
+        format!("{MARKER}.l.o"): token,
+        format!("{MARKER}.l.u"): { "$add": ["$$NOW", lease_millis()] },
+    } }]
 }
 
 /// The write concern of the lease's own writes (take, renewal, giving back): acknowledged by

@@ -34,7 +34,7 @@ use mongodb::ClientSession;
 use super::abreast::{Aboard, Cargo};
 use super::batch::Queued;
 use super::exec;
-use super::{RawChildren, WriteMode};
+use super::RawChildren;
 use crate::action::{span, Action, Operation};
 use crate::error::Result;
 use std::sync::Arc;
@@ -44,10 +44,9 @@ use crate::error::Error;
 
 pub(super) mod child_patch;
 mod steps;
-pub(in crate::engine) use steps::BlindWrites;
+pub(in crate::engine) use steps::{BlindWrites, PatchSteps};
 
 pub use child_patch::ChildPatch;
-use steps::PatchSteps;
 
 /// [`RawChildren::patch`].
 pub(crate) struct PatchOne<'a> {
@@ -149,24 +148,20 @@ impl RawChildren<'_> {
         exec::execute(self.store(), caller, &steps).await
     }
 
-    /// `patches` with the patches queued on the same parent (see [`exec::traffic`]); in
-    /// transactions, when no view needs the children as they were (votes on a field no view
-    /// ranks, filters or sums by), with the work queued for other parents too, while another
-    /// group is in flight ([`exec::traffic::Across`]).
+    /// `patches` with the patches queued on the same parent (see [`exec::traffic`]); when no
+    /// view needs the children as they were (votes on a field no view ranks, filters or sums
+    /// by), with the work queued for other parents too, while another group is in flight
+    /// ([`exec::traffic::Across`]).
     async fn patch_combined(&self, parent: &Bson, patches: Vec<(Bson, ChildPatch)>) -> Result<()> {
         let group = self.view_specs().first().unwrap_or(self.spec()).field;
         let run = |work: &Queued| {
             let patches = work.patches().to_vec();
             async move {
-                let atomic = self.store().mode().await? == WriteMode::Transactional;
-                if !atomic || BlindWrites::of(self, parent, &patches).is_none() {
+                if BlindWrites::of(self, parent, &patches).is_none() {
                     return self.patch_alone(parent, &patches, None).await;
                 }
-                let aboard = Aboard {
-                    field: self.spec().field,
-                    parent: parent.clone(),
-                    cargo: Cargo::Patches(patches.clone()),
-                };
+                let cargo = Cargo::Patches(patches.clone());
+                let aboard = Aboard::new(self.spec().field, parent.clone(), cargo);
                 let mine = &patches;
                 let alone = move |_: Arc<Aboard>| self.patch_alone(parent, mine, None);
                 self.store().ride(aboard, alone).await

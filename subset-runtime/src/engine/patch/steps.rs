@@ -20,10 +20,10 @@ use crate::model::SubsetSpec;
 /// per view whose order or filter some patch touched, with the counts and sums those patches
 /// moved. A group commit of eight votes on one hot review is then one `findAndModify` (the
 /// votes composed into one `$inc`), one parent update and one commit.
-pub(super) struct PatchSteps<'s, 'a> {
-    pub(super) subset: &'s RawChildren<'a>,
-    pub(super) parent: &'s Bson,
-    pub(super) patches: &'s [(Bson, ChildPatch)],
+pub(in crate::engine) struct PatchSteps<'s, 'a> {
+    pub(in crate::engine) subset: &'s RawChildren<'a>,
+    pub(in crate::engine) parent: &'s Bson,
+    pub(in crate::engine) patches: &'s [(Bson, ChildPatch)],
 }
 
 /// What the patches of one run do to the parent, gathered before it is written.
@@ -78,22 +78,9 @@ impl Steps for PatchSteps<'_, '_> {
             .enumerate()
             .all(|(i, (c, _))| composed[..i].iter().all(|(d, _)| d != c));
         if !ctx.atomic() && !ctx.has_session() && composed.len() > 1 && distinct {
-            let changes = composed.iter().map(|(child, patch)| async move {
-                self.change(&mut Ctx::apart(), child, patch).await
-            });
-            let results = futures::future::join_all(changes).await;
-            let mut errors = Vec::new();
-            for ((child, _), result) in composed.iter().zip(results) {
-                match result {
-                    Ok(before) => changed.push((child.clone(), before)),
-                    Err(e) => errors.push(e),
-                }
-            }
-            if let Some(first) = errors.into_iter().next() {
-                // As one at a time: the run leaves nothing, and its first error is returned.
-                self.put_back(ctx, &changed).await?;
-                return Err(first);
-            }
+            // As one at a time: a run that fails leaves nothing, and its first error is
+            // returned.
+            changed = self.change_each(&composed).await??;
             for ((child, patch), (_, before)) in composed.iter().zip(&changed) {
                 let after = patch.apply(before);
                 self.plan(&mut write, child, patch, before, &after);
@@ -140,9 +127,43 @@ impl Steps for PatchSteps<'_, '_> {
 }
 
 impl PatchSteps<'_, '_> {
+    /// Applies each of `composed` (patches of distinct children) by a `findAndModify` of its
+    /// own, all at once, without a transaction and under the lease: each child as it was, in
+    /// the order of `composed`. When one fails, those changed are put back, and the inner
+    /// error is the first failure: nothing is left written. The outer error is a put-back's,
+    /// which leaves some children changed.
+    pub(in crate::engine) async fn change_each(
+        &self,
+        composed: &[(Bson, ChildPatch)],
+    ) -> Result<Result<Vec<(Bson, Document)>>> {
+        let changes = composed.iter().map(|(child, patch)| async move {
+            self.change(&mut Ctx::apart(), child, patch).await
+        });
+        let results = futures::future::join_all(changes).await;
+        let mut changed = Vec::with_capacity(composed.len());
+        let mut errors = Vec::new();
+        for ((child, _), result) in composed.iter().zip(results) {
+            match result {
+                Ok(before) => changed.push((child.clone(), before)),
+                Err(e) => errors.push(e),
+            }
+        }
+        match errors.into_iter().next() {
+            Some(first) => {
+                self.put_back(&mut Ctx::apart(), &changed).await?;
+                Ok(Err(first))
+            }
+            None => Ok(Ok(changed)),
+        }
+    }
+
     /// Puts `changed` children back as they were, without a transaction (under the lease, no
     /// other writer has touched them since).
-    async fn put_back(&self, ctx: &mut Ctx<'_>, changed: &[(Bson, Document)]) -> Result<()> {
+    pub(in crate::engine) async fn put_back(
+        &self,
+        ctx: &mut Ctx<'_>,
+        changed: &[(Bson, Document)],
+    ) -> Result<()> {
         let s = self.subset;
         let children = s.children::<Document>();
         for (child, before) in changed.iter().rev() {
@@ -313,8 +334,8 @@ impl PatchSteps<'_, '_> {
     }
 }
 
-/// The writes of `patches` (of `parent`'s children) in a group across parents, in a
-/// transaction ([`crate::engine::abreast`]), when no view needs any child as it was for them
+/// The writes of `patches` (of `parent`'s children) in a group across parents
+/// ([`crate::engine::abreast`]), when no view needs any child as it was for them
 /// (see [`blind`]); `None` otherwise, and they go alone.
 pub(in crate::engine) struct BlindWrites {
     /// The child collection's `update` statements: one per equal patch, of all its children.
@@ -324,6 +345,9 @@ pub(in crate::engine) struct BlindWrites {
     pub(in crate::engine) matches: usize,
     /// The parent update of every copy changed in place.
     pub(in crate::engine) parent: ParentUpdate,
+    /// Each child with its patch (the queued ones composed), for a group without a
+    /// transaction, which changes each child by itself ([`PatchSteps::change_each`]).
+    pub(in crate::engine) each: Vec<(Bson, ChildPatch)>,
 }
 
 impl BlindWrites {
@@ -343,7 +367,9 @@ impl BlindWrites {
         let mut write = ParentWrite::default();
         let mut children = Vec::with_capacity(groups.len());
         let mut matches = 0;
+        let mut each = Vec::new();
         for (patch, ids) in groups {
+            each.extend(ids.iter().map(|id| (id.clone(), patch.clone())));
             let mut q = query::owned(subset.spec(), parent, ids.clone());
             q.extend(patch.guard());
             children.push(doc! { "q": q, "u": patch.update(), "multi": true });
@@ -360,6 +386,7 @@ impl BlindWrites {
             children,
             matches,
             parent,
+            each,
         })
     }
 }

@@ -135,11 +135,8 @@ impl Pushes<'_> {
                     let batch = Arc::clone(&batch);
                     async move { self.push_grouped(key, &batch, parent).await }
                 };
-                let aboard = Aboard {
-                    field: self.spec().field,
-                    parent: parent.clone(),
-                    cargo: Cargo::Pushes(Arc::clone(&batch)),
-                };
+                let cargo = Cargo::Pushes(Arc::clone(&batch));
+                let aboard = Aboard::new(self.spec().field, parent.clone(), cargo);
                 self.store().ride(aboard, alone).await
             }
         };
