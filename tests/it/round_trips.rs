@@ -912,8 +912,8 @@ async fn reads_of_parents_not_built_here_are_two_commands_on_a_standalone() {
 
 /// Votes on the answers of sixteen questions at once: the first runs alone, and the fifteen that
 /// come while it is in flight go together. In transactions: one update of their answers, one of
-/// their questions and one commit. Without: one update that takes every question's lease, a
-/// `findAndModify` of each answer at once, and one update of every question that gives its
+/// their questions and one commit. Without: one update that takes every question's lease, one
+/// `find` of their answers, one update of the answers and one of every question that gives its
 /// lease back. A vote on an answer that does not exist fails alone, and every other vote counts
 /// once.
 async fn votes_on_many_parents_share_their_writes(topology: Topology) {
@@ -968,21 +968,21 @@ async fn votes_on_many_parents_share_their_writes(topology: Topology) {
             assert_eq!(votes(question, answer).await, (attempt, attempt));
         }
         // Grouped: in transactions two commits, the first vote's and the group's; without, the
-        // first vote's lease and answer, then the group's fifteen answers.
+        // first vote's lease, answer and question, then the group's four commands.
         let grouped = match mode {
             WriteMode::Transactional => count("commitTransaction") == 2,
-            WriteMode::Ordered => count("findAndModify") == 17,
+            WriteMode::Ordered => commands.len() == 7,
         };
         sent.push(commands.len());
         if grouped {
             grouped_once = true;
             // The first vote's answer and question, then the group's; without transactions the
-            // first vote's question, the group's leases and its questions.
-            let updates = match mode {
-                WriteMode::Transactional => 4,
-                WriteMode::Ordered => 3,
-            };
-            assert_eq!(count("update"), updates, "{mode:?}: {commands:?}");
+            // first vote's question, the group's leases, answers and questions.
+            assert_eq!(count("update"), 4, "{mode:?}: {commands:?}");
+            if mode == WriteMode::Ordered {
+                assert_eq!(count("findAndModify"), 2, "{commands:?}");
+                assert_eq!(count("find"), 1, "{commands:?}");
+            }
             break;
         }
     }
@@ -1037,6 +1037,48 @@ async fn votes_on_many_parents_share_their_writes(topology: Topology) {
             "{mode:?}: {i}"
         );
     }
+
+    // A group in which one vote would take its answer past `i64`: the group's update of the
+    // answers matches one fewer, every answer goes back as it was, and each vote goes alone.
+    // That one is refused; every other counts once. The group (an `update` of several
+    // statements: the questions', or their leases') is asked of one of three tries.
+    let full = asked[3].1;
+    let max = doc! { "$set": { "helpful": i64::MAX } };
+    stored.update_one(doc! { "_id": full }, max).await.unwrap();
+    let mut grouped = false;
+    for _ in 0..3 {
+        let mut before = Vec::new();
+        for &(question, answer) in &asked {
+            let found = stored.find_one(doc! { "_id": answer }).await.unwrap();
+            before.push(found.unwrap().get_i64("helpful").unwrap());
+        }
+        log.updates.lock().unwrap().clear();
+        let voted = asked.iter().map(|(question, answer)| {
+            let vote = answers.patch(question, answer).inc(Answer::HELPFUL, 1);
+            std::future::IntoFuture::into_future(vote)
+        });
+        let results = futures::future::join_all(voted).await;
+        for (i, (result, &(question, answer))) in results.iter().zip(&asked).enumerate() {
+            match result {
+                Err(subset::Error::InvalidPatch { field, .. }) if answer == full => {
+                    assert_eq!(field, "helpful", "{mode:?}");
+                }
+                Ok(()) if answer != full => {
+                    let expected = before[i] + 1;
+                    let counted = votes(question, answer).await;
+                    assert_eq!(counted, (expected, expected), "{mode:?}: {i}");
+                }
+                other => panic!("{mode:?}: vote {i}: {other:?}"),
+            }
+        }
+        let found = stored.find_one(doc! { "_id": full }).await.unwrap();
+        assert_eq!(found.unwrap().get_i64("helpful").unwrap(), i64::MAX);
+        if log.updates.lock().unwrap().iter().any(|&n| n > 1) {
+            grouped = true;
+            break;
+        }
+    }
+    assert!(grouped, "{mode:?}: no group in three tries");
 }
 
 #[tokio::test]

@@ -18,7 +18,7 @@ use super::exec::{self, Ctx, Retry, Steps};
 use super::model_change::MARKER;
 use super::parent_write::ParentUpdate;
 use super::parent_write::{parent_statement, send_updates};
-use super::patch::{BlindWrites, ChildPatch, PatchSteps};
+use super::patch::{apply_all, read_all, BlindWrites, ChildPatch, PatchSteps};
 use super::push::PushSteps;
 use super::query;
 use super::{RawChildren, RawStore, WriteMode};
@@ -224,33 +224,44 @@ async fn write_ordered(store: &RawStore, all: &[Arc<Aboard>]) -> Result<()> {
     Err(together(store))
 }
 
-/// The patches of `subsets` without a transaction, in three round trips whatever the number of
-/// parents: every parent's exclusive lease in one update ([`Leases::take_all`]), each child
-/// changed by a `findAndModify` of its own, all at once, as a lone run of patches does
-/// ([`PatchSteps::change_each`]), then every parent in one update that gives its lease back.
+/// The patches of `subsets` without a transaction, in four round trips whatever the number of
+/// parents: every parent's exclusive lease in one update ([`Leases::take_all`]), every child as
+/// it is in one `find`, each equal patch applied to all its children in one update, then every
+/// parent in one update that gives its lease back. Under the leases nobody else changes those
+/// children, so the `find` tells what each patch moves, as a `findAndModify` would.
 ///
 /// Each writer ends with the answer a lone run would give, and no patch applies twice:
 ///
-/// - a lease that cannot be taken now: nothing is written, and each writer goes alone;
-/// - a writer whose child is missing or out of range: its children are put back, and it goes
-///   alone, for its own error; the others go on;
+/// - a lease that cannot be taken now, a child collection of its own, or a `find` that fails:
+///   nothing is written, and each writer goes alone;
+/// - a writer whose child is missing: it goes alone, for its own error, and the others go on;
+/// - an increment out of range, or a child update that fails: every child goes back as it was,
+///   and each writer goes alone;
 /// - a parent its update missed: its children are put back, and its writer goes alone (a
 ///   refusal is then its own answer);
 /// - a parent update whose outcome is unknown, or a parent whose lease another writer took
 ///   meanwhile (which then settles it): its children are changed, and its parent is marked for
-///   a rebuild (reads compute its views, its next writer rebuilds them): `Ok`;
+///   a rebuild where the update did not land (reads compute its views, its next writer rebuilds
+///   them): `Ok`;
 /// - children changed that cannot be put back: nobody knows which patches applied, and the
 ///   writer gets [`Error::OutcomeUnknown`], its parent marked for a rebuild.
 ///
 /// A writer whose answer is known is told it through its [`Aboard`] when the group as a whole
 /// returns an error, which sends the others alone.
 async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)]) -> Result<()> {
+    let Some((first, _)) = subsets.first() else {
+        return Ok(());
+    };
+    let collection = first.spec().child_collection;
     let mut writes = Vec::with_capacity(subsets.len());
     for (subset, aboard) in subsets {
-        let Cargo::Patches(patches) = &aboard.cargo else {
-            return Err(together(store));
+        let blind = match &aboard.cargo {
+            Cargo::Patches(patches) if subset.spec().child_collection == collection => {
+                BlindWrites::of(subset, &aboard.parent, patches)
+            }
+            _ => None,
         };
-        let Some(blind) = BlindWrites::of(subset, &aboard.parent, patches) else {
+        let Some(blind) = blind else {
             return Err(together(store));
         };
         writes.push(blind);
@@ -260,51 +271,87 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
     let Ok(Some(taken)) = Leases::take_all(store, &parents, &marked).await else {
         return Err(together(store));
     };
-    let steps: Vec<PatchSteps<'_, '_>> = subsets
+    let of_parents: Vec<Document> = subsets
         .iter()
-        .map(|(subset, aboard)| PatchSteps {
-            subset,
-            parent: &aboard.parent,
-            patches: aboard.patches(),
+        .zip(&writes)
+        .map(|((subset, aboard), write)| {
+            let ids = write.each.iter().map(|(c, _)| c.clone()).collect();
+            query::owned(subset.spec(), &aboard.parent, ids)
         })
         .collect();
-    let changes = join_all(
-        steps
-            .iter()
-            .zip(&writes)
-            .map(|(s, w)| s.change_each(&w.each)),
-    )
-    .await;
-    let mut going = Vec::with_capacity(subsets.len());
+    let found = read_all(first, doc! { "$or": of_parents }).await;
+    let mut riders = Vec::with_capacity(subsets.len());
     let mut done = Vec::new();
-    for ((((ctx, leases), change), write), (step, (_, aboard))) in taken
-        .into_iter()
-        .zip(changes)
-        .zip(writes)
-        .zip(steps.iter().zip(subsets))
-    {
-        match change {
-            Ok(Ok(changed)) => going.push((ctx, leases, changed, write.parent, step, *aboard)),
-            // Nothing left written: alone, for its own error.
-            Ok(Err(_)) => done.push((ctx, leases, false)),
-            Err(e) => {
-                aboard.settle(Err(unknown(store, e)));
-                done.push((ctx, leases, true));
+    for (((ctx, leases), write), (subset, aboard)) in taken.into_iter().zip(writes).zip(subsets) {
+        let Ok(found) = &found else {
+            done.push((ctx, leases, false));
+            continue;
+        };
+        let changed: Option<Vec<(Bson, Document)>> = write
+            .each
+            .iter()
+            .map(|(child, _)| {
+                let before = found.iter().find(|f| f.get("_id") == Some(child))?;
+                Some((child.clone(), before.clone()))
+            })
+            .collect();
+        match changed {
+            Some(changed) => riders.push(PatchRider {
+                ctx,
+                leases,
+                changed,
+                update: write.parent,
+                each: write.each,
+                step: PatchSteps {
+                    subset,
+                    parent: &aboard.parent,
+                    patches: aboard.patches(),
+                },
+                aboard,
+            }),
+            // A child missing: alone, for its own error.
+            None => done.push((ctx, leases, false)),
+        }
+    }
+    let changes: Vec<(&Document, &ChildPatch)> = riders
+        .iter()
+        .flat_map(|r| r.changed.iter().zip(&r.each))
+        .map(|((_, before), (_, patch))| (before, patch))
+        .collect();
+    let applied = match changes.is_empty() {
+        true => Ok(Err(together(store))),
+        false => apply_all(first, &changes).await,
+    };
+    match applied {
+        Ok(Ok(())) => {}
+        // Nothing written: every child is as it was.
+        Ok(Err(_)) => {
+            done.extend(riders.into_iter().map(|r| (r.ctx, r.leases, false)));
+            release_done(done).await;
+            return Err(together(store));
+        }
+        // A put-back failed: nobody knows which patches applied.
+        Err(e) => {
+            for r in riders {
+                r.aboard.settle(Err(unknown(store, &e)));
+                done.push((r.ctx, r.leases, true));
             }
+            release_done(done).await;
+            return Err(together(store));
         }
     }
     // Each parent update as one statement; a parent with nothing to write (no view shows what
     // changed) only gives its lease back, and one whose statement cannot be sent is written
     // alone, where its failure is its own answer.
-    let mut fates = vec![Parent::Unwritten; going.len()];
-    let mut statements = Vec::with_capacity(going.len());
-    let mut sent = Vec::with_capacity(going.len());
-    for (i, (ctx, _, _, update, _, aboard)) in going.iter_mut().enumerate() {
+    let mut fates = vec![Parent::Unwritten; riders.len()];
+    let mut statements = Vec::with_capacity(riders.len());
+    let mut sent = Vec::with_capacity(riders.len());
+    for (i, r) in riders.iter_mut().enumerate() {
         let update = ParentUpdate {
             last: true,
-            ..std::mem::take(update)
+            ..std::mem::take(&mut r.update)
         };
-        match parent_statement(store, ctx, &aboard.parent, update).await {
+        match parent_statement(store, &r.ctx, &r.aboard.parent, update).await {
             Ok(Some(statement)) if statement.release => {
                 sent.push(i);
                 statements.push(statement.command());
@@ -319,8 +366,8 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
         match written {
             Ok(u) if !u.refused && u.matched == sent.len() as i64 => {
                 for &i in &sent {
-                    let (ctx, .., aboard) = &mut going[i];
-                    ctx.released(&aboard.parent);
+                    let r = &mut riders[i];
+                    r.ctx.released(&r.aboard.parent);
                     fates[i] = Parent::Written;
                 }
             }
@@ -329,14 +376,16 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
             Ok(_) => {
                 let leases: Vec<(&Bson, Option<Lease>)> = sent
                     .iter()
-                    .map(|&i| (&going[i].5.parent, going[i].0.lease(&going[i].5.parent)))
+                    .map(|&i| {
+                        let parent = &riders[i].aboard.parent;
+                        (parent, riders[i].ctx.lease(parent))
+                    })
                     .collect();
                 let held = still_held(store, &leases).await;
                 for (&i, held) in sent.iter().zip(held) {
-                    fates[i] = if held {
-                        Parent::Unwritten
-                    } else {
-                        Parent::Unknown
+                    fates[i] = match held {
+                        true => Parent::Unwritten,
+                        false => Parent::Unknown,
                     };
                 }
             }
@@ -347,36 +396,30 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
             }
         }
     }
-    for ((ctx, leases, changed, _, step, aboard), fate) in going.into_iter().zip(fates) {
+    for (r, fate) in riders.into_iter().zip(fates) {
         let unfinished = match fate {
             Parent::Written => {
-                aboard.settle(Ok(()));
+                r.aboard.settle(Ok(()));
                 false
             }
             // Marked for a rebuild, unless its update gave the lease back (the give-back is
             // fenced by the lease).
             Parent::Unknown => {
-                aboard.settle(Ok(()));
+                r.aboard.settle(Ok(()));
                 true
             }
             // Its children go back as they were, and its writer writes alone.
-            Parent::Unwritten => match step.put_back(&mut Ctx::apart(), &changed).await {
+            Parent::Unwritten => match r.step.put_back(&mut Ctx::apart(), &r.changed).await {
                 Ok(()) => false,
                 Err(e) => {
-                    aboard.settle(Err(unknown(store, e)));
+                    r.aboard.settle(Err(unknown(store, &e)));
                     true
                 }
             },
         };
-        done.push((ctx, leases, unfinished));
+        done.push((r.ctx, r.leases, unfinished));
     }
-    join_all(
-        done.into_iter()
-            .map(|(ctx, leases, unfinished)| async move {
-                leases.release(ctx.held(), unfinished).await
-            }),
-    )
-    .await;
+    release_done(done).await;
     let all_written = subsets.iter().all(|(_, a)| {
         let settled = a.settled.lock().unwrap_or_else(PoisonError::into_inner);
         matches!(*settled, Some(Ok(())))
@@ -389,6 +432,31 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
         a.settled();
     }
     Ok(())
+}
+
+/// One writer of [`patch_ordered`] whose children are all there, with its parent's lease.
+struct PatchRider<'s, 'a> {
+    ctx: Ctx<'static>,
+    leases: Leases,
+    /// Each child as it was before the group changed it.
+    changed: Vec<(Bson, Document)>,
+    /// Its parent's update, until it is sent.
+    update: ParentUpdate,
+    /// Each child with its patch, in the order of `changed`.
+    each: Vec<(Bson, ChildPatch)>,
+    step: PatchSteps<'s, 'a>,
+    aboard: &'s Aboard,
+}
+
+/// Gives back each lease of `done`, as unfinished where it says so.
+async fn release_done(done: Vec<(Ctx<'static>, Leases, bool)>) {
+    join_all(
+        done.into_iter()
+            .map(|(ctx, leases, unfinished)| async move {
+                leases.release(ctx.held(), unfinished).await
+            }),
+    )
+    .await;
 }
 
 /// What became of one parent update of [`patch_ordered`].
@@ -404,13 +472,13 @@ enum Parent {
 
 /// `e`, met putting children back, as the writers of the group see it: nobody knows which of
 /// their patches applied.
-fn unknown(store: &RawStore, e: Error) -> Error {
+fn unknown(store: &RawStore, e: &Error) -> Error {
     match e.mongo_error() {
         Some(source) => Error::OutcomeUnknown {
             collection: store.collection_name().to_owned(),
             source: Box::new(source.clone()),
         },
-        None => e,
+        None => together(store),
     }
 }
 

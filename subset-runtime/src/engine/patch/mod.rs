@@ -44,7 +44,7 @@ use crate::error::Error;
 
 pub(super) mod child_patch;
 mod steps;
-pub(in crate::engine) use steps::{BlindWrites, PatchSteps};
+pub(in crate::engine) use steps::{apply_all, read_all, BlindWrites, PatchSteps};
 
 pub use child_patch::ChildPatch;
 

@@ -72,7 +72,8 @@ impl Steps for PatchSteps<'_, '_> {
             }
         }
         // Without a transaction or a session, under the lease, no other writer touches these
-        // children: each is changed by one `findAndModify` of its own, all at once.
+        // children: one `find` reads them as they are, and each equal patch changes all its
+        // children in one `update` (votes on different reviews: one).
         let distinct = composed
             .iter()
             .enumerate()
@@ -127,34 +128,33 @@ impl Steps for PatchSteps<'_, '_> {
 }
 
 impl PatchSteps<'_, '_> {
-    /// Applies each of `composed` (patches of distinct children) by a `findAndModify` of its
-    /// own, all at once, without a transaction and under the lease: each child as it was, in
-    /// the order of `composed`. When one fails, those changed are put back, and the inner
-    /// error is the first failure: nothing is left written. The outer error is a put-back's,
-    /// which leaves some children changed.
-    pub(in crate::engine) async fn change_each(
+    /// Applies `composed` (patches of distinct children of this parent) without a transaction
+    /// and under the lease, in a few commands whatever their number ([`read_all`], then
+    /// [`apply_all`]): each child as it was, in the order of `composed`. The inner error leaves
+    /// nothing written: a child missing (nothing is written then) or an increment out of range
+    /// (what was changed is put back). The outer error is a read's, or a put-back's, which
+    /// leaves some children changed.
+    async fn change_each(
         &self,
         composed: &[(Bson, ChildPatch)],
     ) -> Result<Result<Vec<(Bson, Document)>>> {
-        let changes = composed.iter().map(|(child, patch)| async move {
-            self.change(&mut Ctx::apart(), child, patch).await
-        });
-        let results = futures::future::join_all(changes).await;
+        let s = self.subset;
+        let ids: Vec<Bson> = composed.iter().map(|(c, _)| c.clone()).collect();
+        let mut found = read_all(s, query::owned(s.spec(), self.parent, ids)).await?;
         let mut changed = Vec::with_capacity(composed.len());
-        let mut errors = Vec::new();
-        for ((child, _), result) in composed.iter().zip(results) {
-            match result {
-                Ok(before) => changed.push((child.clone(), before)),
-                Err(e) => errors.push(e),
-            }
+        for (child, _) in composed {
+            let Some(at) = found.iter().position(|f| f.get("_id") == Some(child)) else {
+                let ctx = &mut Ctx::apart();
+                return Ok(Err(query::child_not_found(s, ctx, self.parent, child).await));
+            };
+            changed.push((child.clone(), found.swap_remove(at)));
         }
-        match errors.into_iter().next() {
-            Some(first) => {
-                self.put_back(&mut Ctx::apart(), &changed).await?;
-                Ok(Err(first))
-            }
-            None => Ok(Ok(changed)),
-        }
+        let changes: Vec<(&Document, &ChildPatch)> = changed
+            .iter()
+            .zip(composed)
+            .map(|((_, before), (_, patch))| (before, patch))
+            .collect();
+        Ok(apply_all(s, &changes).await?.map(|()| changed))
     }
 
     /// Puts `changed` children back as they were, without a transaction (under the lease, no
@@ -334,6 +334,66 @@ impl PatchSteps<'_, '_> {
     }
 }
 
+/// The children `filter` selects, read as they are: in one `find`, under the lease of each
+/// one's parent, so that they stay so until the lease's holder changes them.
+pub(in crate::engine) async fn read_all(
+    s: &RawChildren<'_>,
+    filter: Document,
+) -> Result<Vec<Document>> {
+    let children = s.children::<Document>();
+    Ctx::apart()
+        .collect(children.find(filter))
+        .await
+        .map_err(|e| s.mongo_child(e))
+}
+
+/// Applies each of `changes` (a child as it is stored, under its parent's lease, and its
+/// patch) without a transaction: equal patches as one `update` of all their children, each
+/// matched by `_id` and by the patch's range guard ([`ChildPatch::guard`]). When one matches
+/// fewer than its children (an increment out of range) or fails, every child of `changes` goes
+/// back as it was, replaced by its stored image, which is the same whether or not the update
+/// reached it: the inner error is then the refusal, or the failure. The outer error is a
+/// put-back's, which leaves some children changed.
+pub(in crate::engine) async fn apply_all(
+    s: &RawChildren<'_>,
+    changes: &[(&Document, &ChildPatch)],
+) -> Result<Result<()>> {
+    let mut groups: Vec<(&ChildPatch, Vec<Bson>, Vec<Document>)> = Vec::new();
+    for (before, patch) in changes {
+        let id = before.get("_id").cloned().unwrap_or(Bson::Null);
+        match groups.iter_mut().find(|(p, ..)| p == patch) {
+            Some((_, ids, images)) => {
+                ids.push(id);
+                images.push((*before).clone());
+            }
+            None => groups.push((patch, vec![id], vec![(*before).clone()])),
+        }
+    }
+    let children = s.children::<Document>();
+    for (patch, ids, images) in &groups {
+        let mut filter = doc! { "_id": { "$in": ids.clone() } };
+        filter.extend(patch.guard());
+        let updated = Ctx::apart()
+            .run(children.update_many(filter, patch.update()))
+            .await;
+        let failed = match updated {
+            Ok(u) if u.matched_count == ids.len() as u64 => continue,
+            Ok(_) => out_of_range(s, patch, images),
+            Err(e) => s.mongo_child(e),
+        };
+        for (before, _) in changes {
+            let id = before.get("_id").cloned().unwrap_or(Bson::Null);
+            let put_back = children.replace_one(doc! { "_id": id }, *before);
+            Ctx::apart()
+                .run(put_back)
+                .await
+                .map_err(|e| s.mongo_child(e))?;
+        }
+        return Ok(Err(failed));
+    }
+    Ok(Ok(()))
+}
+
 /// The writes of `patches` (of `parent`'s children) in a group across parents
 /// ([`crate::engine::abreast`]), when no view needs any child as it was for them
 /// (see [`blind`]); `None` otherwise, and they go alone.
@@ -346,7 +406,7 @@ pub(in crate::engine) struct BlindWrites {
     /// The parent update of every copy changed in place.
     pub(in crate::engine) parent: ParentUpdate,
     /// Each child with its patch (the queued ones composed), for a group without a
-    /// transaction, which changes each child by itself ([`PatchSteps::change_each`]).
+    /// transaction, which reads every child first ([`apply_all`]).
     pub(in crate::engine) each: Vec<(Bson, ChildPatch)>,
 }
 
