@@ -1048,7 +1048,7 @@ async fn votes_on_many_parents_share_their_writes(topology: Topology) {
     let mut grouped = false;
     for _ in 0..3 {
         let mut before = Vec::new();
-        for &(question, answer) in &asked {
+        for &(_, answer) in &asked {
             let found = stored.find_one(doc! { "_id": answer }).await.unwrap();
             before.push(found.unwrap().get_i64("helpful").unwrap());
         }
