@@ -17,11 +17,13 @@
 //! The operators are the same ones the child got, so the server applies them to the copy as it
 //! did to the child: concurrent `$inc`s commute and leave the copy exact in either write mode.
 //!
-//! In a transaction of ours, the patches queued on one parent run together (group commit):
-//! each child's patches composed into one ([`ChildPatch::then`]), equal patches that change no
-//! field a view orders, filters or sums by (votes on different reviews) as one `update` of all
-//! their children, since nothing needs them as they were, and every copy changed in place in
-//! one parent update.
+//! The patches queued on one parent run together (group commit): each child's patches composed
+//! into one ([`ChildPatch::then`]) and every copy changed in place in one parent update. In a
+//! transaction of ours, equal patches that change no field a view orders, filters or sums by
+//! (votes on different reviews) are one `update` of all their children, since nothing needs
+//! them as they were; without one, under the lease, the children are read as they are in one
+//! `find` (instead of a `findOneAndUpdate` each) and each equal patch is one `update` of all
+//! of its children.
 //!
 //! | file | holds |
 //! |---|---|
