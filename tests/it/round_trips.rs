@@ -910,16 +910,10 @@ async fn reads_of_parents_not_built_here_are_two_commands_on_a_standalone() {
     reads_of_parents_not_built_here_are_two_commands(Topology::Standalone).await;
 }
 
-/// Votes on the answers of sixteen questions at once: the first runs alone, and the fifteen that
-/// come while it is in flight go together. In transactions: one update of their answers, one of
-/// their questions and one commit. Without: one update that takes every question's lease, one
-/// `find` of their answers, one update of the answers and one of every question that gives its
-/// lease back. A vote on an answer that does not exist fails alone, and every other vote counts
-/// once.
-async fn votes_on_many_parents_share_their_writes(topology: Topology) {
-    let (store, _, log) = setup(topology).await;
-    let mode = store.mode().await.unwrap();
-    let options = subset::StoreOptions::new().mode(mode);
+/// Sixteen questions of one answer each, in `store`'s database and write mode: the store of
+/// questions, and each question's `_id` with its answer's.
+async fn sixteen_questions(store: &Store<Product>) -> (Store<Question>, Vec<(ObjectId, ObjectId)>) {
+    let options = subset::StoreOptions::new().mode(store.mode().await.unwrap());
     let questions = Store::<Question>::with_options(store.database(), options);
     questions.ensure_indexes().await.unwrap();
     let answers = questions.children(Question::LATEST);
@@ -939,6 +933,20 @@ async fn votes_on_many_parents_share_their_writes(topology: Topology) {
         answers.push(&question.id, &answer).await.unwrap();
         asked.push((question.id, answer.id));
     }
+    (questions, asked)
+}
+
+/// Votes on the answers of sixteen questions at once: the first runs alone, and the fifteen that
+/// come while it is in flight go together. In transactions: one update of their answers, one of
+/// their questions and one commit. Without: one update that takes every question's lease, one
+/// `find` of their answers, one update of the answers and one of every question that gives its
+/// lease back. A vote on an answer that does not exist fails alone, and every other vote counts
+/// once.
+async fn votes_on_many_parents_share_their_writes(topology: Topology) {
+    let (store, _, log) = setup(topology).await;
+    let mode = store.mode().await.unwrap();
+    let (questions, asked) = sixteen_questions(&store).await;
+    let answers = questions.children(Question::LATEST);
     let stored = store.database().collection::<Document>("answers");
     // Each answer's votes, stored and embedded.
     let votes = |question: ObjectId, answer: ObjectId| {
@@ -1089,6 +1097,107 @@ async fn votes_on_many_parents_share_a_transaction_on_a_replica_set() {
 #[tokio::test]
 async fn votes_on_many_parents_share_their_leases_on_a_standalone() {
     votes_on_many_parents_share_their_writes(Topology::Standalone).await;
+}
+
+/// Votes on sixteen questions at once without transactions, the group's update of its
+/// questions cut off (the server closes the connection instead of running it): as after a lone
+/// vote cut off there, each of the group's writers gets `OutcomeUnknown`, its answer counted
+/// once, and its question is left for a rebuild (marked, or its lease left to lapse when the
+/// give-back cannot land either). Reads then compute the questions from their answers, and the
+/// next vote of each rebuilds it.
+#[tokio::test]
+async fn a_group_of_votes_cut_off_at_its_parents_update_leaves_them_to_rebuild_on_a_standalone() {
+    let _turn = crate::FAIL_POINT.lock().await;
+    let (store, _, log) = setup(Topology::Standalone).await;
+    let (questions, asked) = sixteen_questions(&store).await;
+    let answers = questions.children(Question::LATEST);
+    let admin = store.database().client().database("admin");
+    let stored = store.database().collection::<Document>("answers");
+    let parents = store.database().collection::<Document>("questions");
+    let helpful = |answer: ObjectId| {
+        let stored = stored.clone();
+        async move {
+            let found = stored.find_one(doc! { "_id": answer }).await.unwrap();
+            found.unwrap().get_i64("helpful").unwrap()
+        }
+    };
+    // The first vote alone (its lease, its answer, its question: the first `update`), then the
+    // group's: its leases, its answers, and its questions, the fourth `update`, cut off. Asked
+    // of one of three tries, as the grouping above.
+    let mut grouped = false;
+    for _ in 0..3 {
+        let mut before = Vec::new();
+        for &(_, answer) in &asked {
+            before.push(helpful(answer).await);
+        }
+        admin
+            .run_command(doc! {
+                "configureFailPoint": "failCommand",
+                "mode": { "skip": 3 },
+                "data": { "failCommands": ["update"], "appName": &log.app, "closeConnection": true },
+            })
+            .await
+            .expect("failCommand (test commands on)");
+        log.take();
+        let voted = asked.iter().map(|(question, answer)| {
+            let vote = answers.patch(question, answer).inc(Answer::HELPFUL, 1);
+            std::future::IntoFuture::into_future(vote)
+        });
+        let results = futures::future::join_all(voted).await;
+        let off = doc! { "configureFailPoint": "failCommand", "mode": "off" };
+        admin.run_command(off).await.unwrap();
+        let commands = log.take();
+        // (The cut makes the driver look for the server again, long enough for the leases'
+        // renewals, each a `findAndModify`, to go out.)
+        grouped = commands.iter().filter(|c| *c == "find").count() == 1
+            && commands.iter().position(|c| c == "find") == Some(4);
+        for (i, (result, &(_, answer))) in results.iter().zip(&asked).enumerate() {
+            // Counted once whatever the answer: an unknown outcome is a vote that landed here.
+            assert_eq!(helpful(answer).await, before[i] + 1, "vote {i}: {result:?}");
+            match result {
+                Ok(()) => {}
+                Err(e) if e.is_outcome_unknown() => {}
+                Err(e) => panic!("vote {i}: {e}"),
+            }
+        }
+        if grouped {
+            let unknown = results.iter().filter(|r| r.is_err()).count();
+            assert_eq!(unknown, 15, "{commands:?}: {results:?}");
+            break;
+        }
+    }
+    assert!(grouped, "no group in three tries");
+    // Once every lease left has lapsed (1.5 s after its last renewal, as the consistency guide
+    // says), reads compute the questions from their answers.
+    tokio::time::sleep(std::time::Duration::from_millis(1_700)).await;
+    for &(question, answer) in &asked {
+        let copy = questions.get(&question).await.unwrap().unwrap().latest[0].helpful;
+        assert_eq!(
+            copy,
+            helpful(answer).await,
+            "{question}: computed from its answer"
+        );
+    }
+    // One more vote each rebuilds every question left.
+    for (question, answer) in &asked {
+        let vote = answers.patch(question, answer).inc(Answer::HELPFUL, 1);
+        vote.await.unwrap();
+    }
+    let left = doc! { "$or": [{ "_subset.d": "" }, { "_subset.l": { "$exists": true } }] };
+    assert_eq!(parents.count_documents(left).await.unwrap(), 0);
+    for &(question, answer) in &asked {
+        let raw = parents.find_one(doc! { "_id": question }).await.unwrap();
+        let raw = raw.unwrap();
+        let copy = raw.get_array("latest").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            copy.get_i64("helpful"),
+            Ok(helpful(answer).await),
+            "{question}"
+        );
+    }
 }
 
 /// Pushes to sixteen parents at once in transactions, the group of fifteen meeting a write

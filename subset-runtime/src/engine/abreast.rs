@@ -16,13 +16,12 @@ use super::batch::Prepared;
 use super::exec::lease::{Lease, Leases};
 use super::exec::{self, Ctx, Retry, Steps};
 use super::model_change::MARKER;
-use super::parent_write::ParentUpdate;
-use super::parent_write::{parent_statement, send_updates};
+use super::parent_write::{parent_statement, send_updates, ParentUpdate};
 use super::patch::{apply_all, read_all, BlindWrites, ChildPatch, PatchSteps};
 use super::push::PushSteps;
 use super::query;
 use super::{RawChildren, RawStore, WriteMode};
-use crate::error::driver::InsertFailure;
+use crate::error::driver::{self, InsertFailure};
 use crate::error::{Error, Result};
 use futures::future::join_all;
 
@@ -239,10 +238,11 @@ async fn write_ordered(store: &RawStore, all: &[Arc<Aboard>]) -> Result<()> {
 ///   and each writer goes alone;
 /// - a parent its update missed: its children are put back, and its writer goes alone (a
 ///   refusal is then its own answer);
-/// - a parent update whose outcome is unknown, or a parent whose lease another writer took
-///   meanwhile (which then settles it): its children are changed, and its parent is marked for
+/// - a parent update cut off (its reply lost): its children are changed, its parent marked for
 ///   a rebuild where the update did not land (reads compute its views, its next writer rebuilds
-///   them): `Ok`;
+///   them), and its writer gets [`Error::OutcomeUnknown`], as after a lone run cut off;
+/// - a parent whose lease lapsed and was taken by another writer (which settles it): its
+///   writer gets [`Error::Unsettled`], as a lone run overtaken;
 /// - children changed that cannot be put back: nobody knows which patches applied, and the
 ///   writer gets [`Error::OutcomeUnknown`], its parent marked for a rebuild.
 ///
@@ -360,20 +360,23 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
             _ => {}
         }
     }
+    // The error of an update of the parents cut off: nobody knows what it wrote.
+    let mut cut = None;
     if !statements.is_empty() {
         let parents = store.collection_name();
         let written = send_updates(store, &mut Ctx::apart(), parents, statements, None).await;
         match written {
-            Ok(u) if !u.refused && u.matched == sent.len() as i64 => {
+            Ok(u) if u.matched == sent.len() as i64 => {
                 for &i in &sent {
                     let r = &mut riders[i];
                     r.ctx.released(&r.aboard.parent);
                     fates[i] = Parent::Written;
                 }
             }
-            // Those still holding their lease were not written; the others were (or their
-            // lapsed lease was taken by a writer that settles them).
-            Ok(_) => {
+            // Those still holding their lease were not written. The others were, unless more
+            // lost their lease than were written (taken over once lapsed): then nobody knows
+            // which, and those are each reported as overtaken.
+            Ok(u) => {
                 let leases: Vec<(&Bson, Option<Lease>)> = sent
                     .iter()
                     .map(|&i| {
@@ -382,30 +385,48 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
                     })
                     .collect();
                 let held = still_held(store, &leases).await;
+                let gone = held.iter().filter(|h| !**h).count() as i64;
                 for (&i, held) in sent.iter().zip(held) {
-                    fates[i] = match held {
-                        true => Parent::Unwritten,
-                        false => Parent::Unknown,
+                    fates[i] = match (held, gone == u.matched) {
+                        (true, _) => Parent::Unwritten,
+                        (false, true) => Parent::Written,
+                        (false, false) => Parent::Overtaken,
                     };
                 }
             }
-            Err(_) => {
+            Err(e) if e.mongo_error().is_some_and(driver::is_unknown) => {
                 for &i in &sent {
                     fates[i] = Parent::Unknown;
                 }
+                cut = Some(e);
             }
+            // Refused as a whole: nothing written.
+            Err(_) => {}
         }
     }
     for (r, fate) in riders.into_iter().zip(fates) {
+        let parent = &r.aboard.parent;
         let unfinished = match fate {
             Parent::Written => {
                 r.aboard.settle(Ok(()));
                 false
             }
-            // Marked for a rebuild, unless its update gave the lease back (the give-back is
-            // fenced by the lease).
+            // As a lone run's parent update cut off: marked for a rebuild where the update did
+            // not land (the give-back is fenced by the lease), and the writer told so.
             Parent::Unknown => {
-                r.aboard.settle(Ok(()));
+                let e = cut
+                    .as_ref()
+                    .map_or_else(|| together(store), |e| unknown(store, e));
+                r.aboard.settle(Err(e));
+                true
+            }
+            // As a lone run overtaken: its children changed, the parent left to its taker.
+            Parent::Overtaken => {
+                store.model().mark_unsettled(parent).await;
+                r.aboard.settle(Err(Error::Unsettled {
+                    collection: store.collection_name().to_owned(),
+                    id: Box::new(parent.clone()),
+                }));
                 true
             }
             // Its children go back as they were, and its writer writes alone.
@@ -464,8 +485,10 @@ async fn release_done(done: Vec<(Ctx<'static>, Leases, bool)>) {
 enum Parent {
     /// Written (or nothing to write), its lease given back or to give back.
     Written,
-    /// Written, or perhaps not: a lost reply, or its lease taken over.
+    /// Written or not: the update's reply was lost.
     Unknown,
+    /// Perhaps not written: its lease lapsed and was taken by another writer.
+    Overtaken,
     /// Not written: its lease still held.
     Unwritten,
 }
@@ -563,7 +586,7 @@ async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate>
                 Ok(true) if !r.ctx.is_outdated(parent) && !r.ctx.is_lost(parent) => Fate::Written,
                 // Missing, or refused: its children come out again, as a lone push's would.
                 Ok(false) => Fate::TakenBack,
-                Err(e) if crate::error::driver::was_refused(&e) => Fate::TakenBack,
+                Err(e) if driver::was_refused(&e) => Fate::TakenBack,
                 // Outdated, overtaken or cut off: marked for a rebuild.
                 _ => Fate::Unfinished,
             }
@@ -804,7 +827,7 @@ impl Steps for Abreast<'_, '_> {
         // as a push alone would retry (split, every push would pay a commit of its own). Then
         // each push goes alone, where a contended parent is noticed (and folded, when the
         // store folds).
-        match attempt < GROUP_ATTEMPTS && crate::error::driver::is_write_conflict(&error) {
+        match attempt < GROUP_ATTEMPTS && driver::is_write_conflict(&error) {
             true => exec::again_after_backoff(attempt, &error).await,
             false => Err(error),
         }
