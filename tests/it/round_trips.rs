@@ -6,6 +6,7 @@
 //! starts, and the driver's own `hello`s (handshakes, server monitoring) are ignored by name.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
@@ -915,6 +916,13 @@ async fn reads_of_parents_not_built_here_are_two_commands_on_a_standalone() {
 async fn sixteen_questions(store: &Store<Product>) -> (Store<Question>, Vec<(ObjectId, ObjectId)>) {
     let options = subset::StoreOptions::new().mode(store.mode().await.unwrap());
     let questions = Store::<Question>::with_options(store.database(), options);
+    let asked = ask_sixteen(&questions).await;
+    (questions, asked)
+}
+
+/// Sixteen questions of one answer each, through `questions`: each question's `_id` with its
+/// answer's.
+async fn ask_sixteen(questions: &Store<Question>) -> Vec<(ObjectId, ObjectId)> {
     questions.ensure_indexes().await.unwrap();
     let answers = questions.children(Question::LATEST);
     let mut asked = Vec::new();
@@ -933,7 +941,74 @@ async fn sixteen_questions(store: &Store<Product>) -> (Store<Question>, Vec<(Obj
         answers.push(&question.id, &answer).await.unwrap();
         asked.push((question.id, answer.id));
     }
-    (questions, asked)
+    asked
+}
+
+/// Votes on sixteen questions at once while another process's push to one of them is held
+/// between its writes (its insert in a transaction, its parent update without one), in both
+/// modes: the group meets that question (a write conflict, or a lease it cannot take) and its
+/// votes go alone, the one on the held question after the push. Every vote counts once, in
+/// its answer and its copy, and the pushed answer is embedded with its count.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_of_votes_meets_another_process_push_held_on_one_of_its_parents() {
+    let _turn = crate::FAIL_POINT.lock().await;
+    for questions in crate::common::stores::<Question>().await {
+        let mode = questions.mode().await.unwrap();
+        let asked = ask_sixteen(&questions).await;
+        let app = format!("pusher-{}", ObjectId::new().to_hex());
+        let pusher = crate::mutations::on_own_client(&questions, &app).await;
+        let held = match mode {
+            WriteMode::Transactional => "insert",
+            WriteMode::Ordered => "update",
+        };
+        crate::mutations::hold_next_for(&questions, &app, held, Duration::from_millis(600)).await;
+        let (target, _) = asked[5];
+        let pushed = Answer {
+            id: ObjectId::new(),
+            date: DateTime::from_millis(5_000),
+            helpful: 0,
+        };
+        let push = {
+            let pushed = pushed.clone();
+            tokio::spawn(async move {
+                let answers = pusher.children(Question::LATEST);
+                answers.push(&target, &pushed).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let answers = questions.children(Question::LATEST);
+        // Without a transaction the pushed answer is stored already, its question not yet
+        // written: the vote on that question is on it, and must wait for the push, or its copy
+        // would be embedded as it was before the vote.
+        let mut targets = asked.clone();
+        if mode == WriteMode::Ordered {
+            targets[5] = (target, pushed.id);
+        }
+        let voted = targets.iter().map(|(question, answer)| {
+            let vote = answers.patch(question, answer).inc(Answer::HELPFUL, 1);
+            std::future::IntoFuture::into_future(vote)
+        });
+        for (i, result) in futures::future::join_all(voted).await.iter().enumerate() {
+            assert!(result.is_ok(), "{mode:?}: vote {i}: {result:?}");
+        }
+        push.await.unwrap().unwrap();
+        crate::mutations::release(&questions).await;
+        let stored = questions.database().collection::<Document>("answers");
+        for &(question, answer) in &targets {
+            let found = stored
+                .find_one(doc! { "_id": answer })
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(found.get_i64("helpful").ok(), Some(1), "{mode:?}");
+            let got = questions.get(&question).await.unwrap().unwrap();
+            let copy = got.latest.iter().find(|a| a.id == answer).unwrap();
+            assert_eq!(copy.helpful, 1, "{mode:?}: the copy of {answer}");
+            let expected = if question == target { 2 } else { 1 };
+            assert_eq!(got.total_answers, expected, "{mode:?}");
+            assert_eq!(got.latest.len() as i64, expected, "{mode:?}");
+        }
+    }
 }
 
 /// Votes on the answers of sixteen questions at once: the first runs alone, and the fifteen that
@@ -1169,7 +1244,7 @@ async fn a_group_of_votes_cut_off_at_its_parents_update_leaves_them_to_rebuild_o
     assert!(grouped, "no group in three tries");
     // Once every lease left has lapsed (1.5 s after its last renewal, as the consistency guide
     // says), reads compute the questions from their answers.
-    tokio::time::sleep(std::time::Duration::from_millis(1_700)).await;
+    tokio::time::sleep(Duration::from_millis(1_700)).await;
     for &(question, answer) in &asked {
         let copy = questions.get(&question).await.unwrap().unwrap().latest[0].helpful;
         assert_eq!(
@@ -1254,7 +1329,7 @@ async fn a_group_that_meets_a_write_conflict_is_tried_again_as_a_group() {
                 if written == others.len() as i64 {
                     break;
                 }
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
             other.abort_transaction().await.unwrap();
         };
