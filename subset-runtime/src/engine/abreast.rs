@@ -1,11 +1,11 @@
 //! Writes to several parents together (group commit across parents, see
-//! [`super::exec::traffic::Across`]): the pushes, and in transactions the patches, queued on
-//! each parent in this process. In a transaction: one update for every parent, one update per
-//! child collection for the patches' children, one insert per child collection for the
-//! pushes' and the commit, whatever the number of parents. Without transactions, in three round
-//! trips for all: for pushes every shared lease in one update, one insert, one update; for
-//! patches every exclusive lease in one update, each child's `findAndModify` at once, one update
-//! (see [`exec::lease`]).
+//! [`super::exec::traffic::Across`]): the pushes and the patches queued on each parent in this
+//! process. In a transaction: one update for every parent, one update per child collection for
+//! the patches' children, one insert per child collection for the pushes' and the commit,
+//! whatever the number of parents. Without transactions, pushes in three round trips for all
+//! (every shared lease in one update, one insert, one update), patches in four (every exclusive
+//! lease in one update, one `find` of their children, one update per equal patch, one update of
+//! the parents); see [`exec::lease`].
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
