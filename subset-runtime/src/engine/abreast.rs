@@ -377,14 +377,8 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
             // lost their lease than were written (taken over once lapsed): then nobody knows
             // which, and those are each reported as overtaken.
             Ok(u) => {
-                let leases: Vec<(&Bson, Option<Lease>)> = sent
-                    .iter()
-                    .map(|&i| {
-                        let parent = &riders[i].aboard.parent;
-                        (parent, riders[i].ctx.lease(parent))
-                    })
-                    .collect();
-                let held = still_held(store, &leases).await;
+                let sent_riders = sent.iter().map(|&i| (&riders[i].ctx, riders[i].aboard));
+                let held = still_held(store, sent_riders).await;
                 let gone = held.iter().filter(|h| !**h).count() as i64;
                 for (&i, held) in sent.iter().zip(held) {
                     fates[i] = match (held, gone == u.matched) {
@@ -551,14 +545,8 @@ async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate>
                 }
             }
             Ok(_) => {
-                let leases: Vec<(&Bson, Option<Lease>)> = sent
-                    .iter()
-                    .map(|&i| {
-                        let parent = &riders[i].aboard.parent;
-                        (parent, riders[i].ctx.lease(parent))
-                    })
-                    .collect();
-                let held = still_held(store, &leases).await;
+                let sent_riders = sent.iter().map(|&i| (&riders[i].ctx, riders[i].aboard));
+                let held = still_held(store, sent_riders).await;
                 for (&i, held) in sent.iter().zip(held) {
                     // Not held: written, or its lease lapsed and was taken, and the taker
                     // settles the parent; either way its writer's own push finds out.
@@ -598,9 +586,15 @@ async fn update_all(store: &RawStore, riders: &mut [Rider<'_, '_>]) -> Vec<Fate>
         .collect()
 }
 
-/// Whether each of `leases` (a parent and the lease its writer took) is still held: one read.
-/// Not held when the read fails.
-async fn still_held(store: &RawStore, leases: &[(&Bson, Option<Lease>)]) -> Vec<bool> {
+/// Whether each of `riders` (a writer's context, holding its lease, and its work) still holds
+/// its parent's lease: one read. Not held when the read fails.
+async fn still_held<'r>(
+    store: &RawStore,
+    riders: impl Iterator<Item = (&'r Ctx<'static>, &'r Aboard)>,
+) -> Vec<bool> {
+    let leases: Vec<(&Bson, Option<Lease>)> = riders
+        .map(|(ctx, aboard)| (&aboard.parent, ctx.lease(&aboard.parent)))
+        .collect();
     let ids: Vec<Bson> = leases.iter().map(|(p, _)| (*p).clone()).collect();
     let parents = store.parents::<Document>();
     let find = parents
