@@ -605,3 +605,45 @@ async fn a_group_of_pushes_that_meets_a_stopped_push_gives_its_leases_back_and_s
     }
     panic!("no pushes queued behind another in ten attempts: the group's take was never sent");
 }
+
+/// Two edits of one review's text from two processes, the first held at its product's update:
+/// every copy ends as the review does, in both modes; without transactions the second waits
+/// for the first's lease and lands after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_edits_of_one_field_from_two_processes_leave_every_copy_as_the_child() {
+    let _fail_point = crate::FAIL_POINT.lock().await;
+    for store in common::stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        seeded(&store, 1, 6).await;
+        let (editor, app) = own(&store, "editor").await;
+        hold_next(&store, &app, "update").await;
+        let first = tokio::spawn(async move {
+            let reviews = editor.children(Product::LATEST);
+            reviews
+                .patch(&1, &6)
+                .set(Review::TEXT, "first".to_owned())
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let reviews = store.children(Product::LATEST);
+        let second = reviews.patch(&1, &6).set(Review::TEXT, "second".to_owned());
+        second.await.unwrap();
+        first.await.unwrap().unwrap();
+        release(&store).await;
+        // Without transactions the second waited for the first's lease; in one, the first
+        // had written nothing yet when it was held, and whichever commits last wins.
+        let text = stored(&store, 6).await.get_str("text").unwrap().to_owned();
+        if mode == subset::WriteMode::Ordered {
+            assert_eq!(text, "second", "{mode:?}: the second edit lands last");
+        }
+        let p = parent(&store, 1).await;
+        let copy = p
+            .latest
+            .iter()
+            .find(|r| r.id == 6)
+            .expect("the edited review is embedded");
+        assert_eq!(copy.text, text, "{mode:?}: the copy");
+        assert_true(&store, 1, "two edits of one field from two processes").await;
+        store.delete(&1).await.unwrap();
+    }
+}
