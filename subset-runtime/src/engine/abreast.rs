@@ -495,6 +495,7 @@ fn unknown(store: &RawStore, e: &Error) -> Error {
             collection: store.collection_name().to_owned(),
             source: Box::new(source.clone()),
         },
+        // Never: a put-back's and an update's errors are the driver's.
         None => together(store),
     }
 }
