@@ -17,7 +17,7 @@ use super::exec::lease::{Lease, Leases};
 use super::exec::{self, Ctx, Retry, Steps};
 use super::model_change::MARKER;
 use super::parent_write::{parent_statement, send_updates, ParentUpdate};
-use super::patch::{apply_all, read_all, BlindWrites, ChildPatch, PatchSteps};
+use super::patch::{apply_all, put_back, read_all, BlindWrites, ChildPatch};
 use super::push::PushSteps;
 use super::query;
 use super::{RawChildren, RawStore, WriteMode};
@@ -67,14 +67,6 @@ impl Aboard {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
-    }
-
-    /// The patches it brings: none for pushes.
-    fn patches(&self) -> &[(Bson, ChildPatch)] {
-        match &self.cargo {
-            Cargo::Patches(patches) => patches,
-            Cargo::Pushes(_) => &[],
-        }
     }
 
     /// The children it pushes: none for patches.
@@ -302,21 +294,17 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
                 changed,
                 update: write.parent,
                 each: write.each,
-                step: PatchSteps {
-                    subset,
-                    parent: &aboard.parent,
-                    patches: aboard.patches(),
-                },
+                subset,
                 aboard,
             }),
             // A child missing: alone, for its own error.
             None => done.push((ctx, leases, false)),
         }
     }
-    let changes: Vec<(&Document, &ChildPatch)> = riders
+    let changes: Vec<(&Bson, &Document, &ChildPatch)> = riders
         .iter()
-        .flat_map(|r| r.changed.iter().zip(&r.each))
-        .map(|((_, before), (_, patch))| (before, patch))
+        .flat_map(|r| r.changed.iter().zip(&r.each).map(|c| (&r.aboard.parent, c)))
+        .map(|(parent, ((_, before), (_, patch)))| (parent, before, patch))
         .collect();
     let applied = match changes.is_empty() {
         true => Ok(Err(together(store))),
@@ -398,55 +386,49 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
             Err(_) => {}
         }
     }
+    // Each writer's answer, where the group has one for it (the others write alone).
+    let mut answers = Vec::with_capacity(riders.len());
     for (r, fate) in riders.into_iter().zip(fates) {
         let parent = &r.aboard.parent;
-        let unfinished = match fate {
-            Parent::Written => {
-                r.aboard.settle(Ok(()));
-                false
-            }
+        let (answer, unfinished) = match fate {
+            Parent::Written => (Some(Ok(())), false),
             // As a lone run's parent update cut off: marked for a rebuild where the update did
             // not land (the give-back is fenced by the lease), and the writer told so.
             Parent::Unknown => {
                 let e = cut
                     .as_ref()
                     .map_or_else(|| together(store), |e| unknown(store, e));
-                r.aboard.settle(Err(e));
-                true
+                (Some(Err(e)), true)
             }
             // As a lone run overtaken: its children changed, the parent left to its taker.
             Parent::Overtaken => {
                 store.model().mark_unsettled(parent).await;
-                r.aboard.settle(Err(Error::Unsettled {
+                let e = Error::Unsettled {
                     collection: store.collection_name().to_owned(),
                     id: Box::new(parent.clone()),
-                }));
-                true
+                };
+                (Some(Err(e)), true)
             }
             // Its children go back as they were, and its writer writes alone.
-            Parent::Unwritten => match r.step.put_back(&mut Ctx::apart(), &r.changed).await {
-                Ok(()) => false,
-                Err(e) => {
-                    r.aboard.settle(Err(unknown(store, &e)));
-                    true
-                }
+            Parent::Unwritten => match put_back(r.subset, &mut Ctx::apart(), r.mine()).await {
+                Ok(()) => (None, false),
+                Err(e) => (Some(Err(unknown(store, &e))), true),
             },
         };
+        if let Some(answer) = answer {
+            answers.push((r.aboard, answer));
+        }
         done.push((r.ctx, r.leases, unfinished));
     }
     release_done(done).await;
-    let all_written = subsets.iter().all(|(_, a)| {
-        let settled = a.settled.lock().unwrap_or_else(PoisonError::into_inner);
-        matches!(*settled, Some(Ok(())))
-    });
-    if !all_written {
-        return Err(together(store));
+    // Every writer written: the group's `Ok` answers them all.
+    if answers.len() == subsets.len() && answers.iter().all(|(_, a)| a.is_ok()) {
+        return Ok(());
     }
-    // Answered by the group's `Ok`.
-    for (_, a) in subsets {
-        a.settled();
+    for (aboard, answer) in answers {
+        aboard.settle(answer);
     }
-    Ok(())
+    Err(together(store))
 }
 
 /// One writer of [`patch_ordered`] whose children are all there, with its parent's lease.
@@ -459,8 +441,17 @@ struct PatchRider<'s, 'a> {
     update: ParentUpdate,
     /// Each child with its patch, in the order of `changed`.
     each: Vec<(Bson, ChildPatch)>,
-    step: PatchSteps<'s, 'a>,
+    subset: &'s RawChildren<'a>,
     aboard: &'s Aboard,
+}
+
+impl PatchRider<'_, '_> {
+    /// Each child it changed, as it was, with its parent, for [`put_back`].
+    fn mine(&self) -> impl Iterator<Item = (&Bson, &Document)> {
+        self.changed
+            .iter()
+            .map(|(_, before)| (&self.aboard.parent, before))
+    }
 }
 
 /// Gives back each lease of `done`, as unfinished where it says so.

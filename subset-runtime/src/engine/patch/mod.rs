@@ -46,7 +46,8 @@ use crate::error::Error;
 
 pub(super) mod child_patch;
 mod steps;
-pub(in crate::engine) use steps::{apply_all, read_all, BlindWrites, PatchSteps};
+use steps::PatchSteps;
+pub(in crate::engine) use steps::{apply_all, put_back, read_all, BlindWrites};
 
 pub use child_patch::ChildPatch;
 

@@ -20,10 +20,10 @@ use crate::model::SubsetSpec;
 /// per view whose order or filter some patch touched, with the counts and sums those patches
 /// moved. A group commit of eight votes on one hot review is then one `findAndModify` (the
 /// votes composed into one `$inc`), one parent update and one commit.
-pub(in crate::engine) struct PatchSteps<'s, 'a> {
-    pub(in crate::engine) subset: &'s RawChildren<'a>,
-    pub(in crate::engine) parent: &'s Bson,
-    pub(in crate::engine) patches: &'s [(Bson, ChildPatch)],
+pub(super) struct PatchSteps<'s, 'a> {
+    pub(super) subset: &'s RawChildren<'a>,
+    pub(super) parent: &'s Bson,
+    pub(super) patches: &'s [(Bson, ChildPatch)],
 }
 
 /// What the patches of one run do to the parent, gathered before it is written.
@@ -98,7 +98,7 @@ impl Steps for PatchSteps<'_, '_> {
                 // were, so that the run leaves nothing: a group commit of several callers'
                 // patches then runs each again alone, and none is applied twice.
                 Err(e) if !ctx.atomic() => {
-                    self.put_back(ctx, &changed).await?;
+                    put_back(s, ctx, self.mine(&changed).rev()).await?;
                     if write.wrote {
                         // Copies of children now put back were written (a child twice in one
                         // run): the parent is rebuilt from the child collection.
@@ -117,7 +117,7 @@ impl Steps for PatchSteps<'_, '_> {
             // children go back as they were, so the write leaves nothing, as a transaction
             // would.
             Err(e) if !ctx.atomic() && driver::was_refused(&e) => {
-                self.put_back(ctx, &changed).await?;
+                put_back(s, ctx, self.mine(&changed).rev()).await?;
                 // Views written before the refusal are rebuilt from the children put back.
                 ctx.outdated(self.parent);
                 Err(e)
@@ -128,6 +128,14 @@ impl Steps for PatchSteps<'_, '_> {
 }
 
 impl PatchSteps<'_, '_> {
+    /// Each of `changed` (a child of this parent, as it was) with the parent, for [`put_back`].
+    fn mine<'c>(
+        &'c self,
+        changed: &'c [(Bson, Document)],
+    ) -> impl DoubleEndedIterator<Item = (&'c Bson, &'c Document)> + 'c {
+        changed.iter().map(|(_, before)| (self.parent, before))
+    }
+
     /// Applies `composed` (patches of distinct children of this parent) without a transaction
     /// and under the lease, in a few commands whatever their number ([`read_all`], then
     /// [`apply_all`]): each child as it was, in the order of `composed`. The inner error leaves
@@ -149,29 +157,12 @@ impl PatchSteps<'_, '_> {
             };
             changed.push((child.clone(), found.swap_remove(at)));
         }
-        let changes: Vec<(&Document, &ChildPatch)> = changed
+        let changes: Vec<(&Bson, &Document, &ChildPatch)> = changed
             .iter()
             .zip(composed)
-            .map(|((_, before), (_, patch))| (before, patch))
+            .map(|((_, before), (_, patch))| (self.parent, before, patch))
             .collect();
         Ok(apply_all(s, &changes).await?.map(|()| changed))
-    }
-
-    /// Puts `changed` children back as they were, without a transaction (under the lease, no
-    /// other writer has touched them since).
-    pub(in crate::engine) async fn put_back(
-        &self,
-        ctx: &mut Ctx<'_>,
-        changed: &[(Bson, Document)],
-    ) -> Result<()> {
-        let s = self.subset;
-        let children = s.children::<Document>();
-        for (child, before) in changed.iter().rev() {
-            let filter = doc! { "_id": child.clone(), s.spec().key: self.parent.clone() };
-            let put_back = children.replace_one(filter, before);
-            ctx.run(put_back).await.map_err(|e| s.mongo_child(e))?;
-        }
-        Ok(())
     }
 
     /// Applies `patch` to the child in the child collection: the child as it was. The update
@@ -347,19 +338,37 @@ pub(in crate::engine) async fn read_all(
         .map_err(|e| s.mongo_child(e))
 }
 
-/// Applies each of `changes` (a child as it is stored, under its parent's lease, and its
-/// patch) without a transaction: equal patches as one `update` of all their children, each
-/// matched by `_id` and by the patch's range guard ([`ChildPatch::guard`]). When one matches
-/// fewer than its children (an increment out of range) or fails, every child of `changes` goes
-/// back as it was, replaced by its stored image, which is the same whether or not the update
-/// reached it: the inner error is then the refusal, or the failure. The outer error is a
-/// put-back's, which leaves some children changed.
+/// Puts each of `changed` (a parent, and one of its children as it was) back as it was,
+/// without a transaction: under the lease, no other writer has touched them since. Matched by
+/// `_id` and key, as every write of one child is.
+pub(in crate::engine) async fn put_back<'c>(
+    s: &RawChildren<'_>,
+    ctx: &mut Ctx<'_>,
+    changed: impl Iterator<Item = (&'c Bson, &'c Document)>,
+) -> Result<()> {
+    let children = s.children::<Document>();
+    for (parent, before) in changed {
+        let id = before.get("_id").cloned().unwrap_or(Bson::Null);
+        let filter = doc! { "_id": id, s.spec().key: parent.clone() };
+        let put_back = children.replace_one(filter, before);
+        ctx.run(put_back).await.map_err(|e| s.mongo_child(e))?;
+    }
+    Ok(())
+}
+
+/// Applies each of `changes` (a parent, one of its children as it is stored under the
+/// parent's lease, and its patch) without a transaction: equal patches as one `update` of all
+/// their children, each matched by `_id` and by the patch's range guard
+/// ([`ChildPatch::guard`]). When one matches fewer than its children (an increment out of
+/// range) or fails, every child of `changes` goes back as it was ([`put_back`]), which its
+/// image restores whether or not the update reached it: the inner error is then the refusal,
+/// or the failure. The outer error is a put-back's, which leaves some children changed.
 pub(in crate::engine) async fn apply_all(
     s: &RawChildren<'_>,
-    changes: &[(&Document, &ChildPatch)],
+    changes: &[(&Bson, &Document, &ChildPatch)],
 ) -> Result<Result<()>> {
     let mut groups: Vec<(&ChildPatch, Vec<Bson>, Vec<Document>)> = Vec::new();
-    for (before, patch) in changes {
+    for (_, before, patch) in changes {
         let id = before.get("_id").cloned().unwrap_or(Bson::Null);
         match groups.iter_mut().find(|(p, ..)| p == patch) {
             Some((_, ids, images)) => {
@@ -381,14 +390,8 @@ pub(in crate::engine) async fn apply_all(
             Ok(_) => out_of_range(s, patch, images),
             Err(e) => s.mongo_child(e),
         };
-        for (before, _) in changes {
-            let id = before.get("_id").cloned().unwrap_or(Bson::Null);
-            let put_back = children.replace_one(doc! { "_id": id }, *before);
-            Ctx::apart()
-                .run(put_back)
-                .await
-                .map_err(|e| s.mongo_child(e))?;
-        }
+        let all = changes.iter().map(|(parent, before, _)| (*parent, *before));
+        put_back(s, &mut Ctx::apart(), all).await?;
         return Ok(Err(failed));
     }
     Ok(Ok(()))
