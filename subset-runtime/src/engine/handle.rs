@@ -15,6 +15,12 @@ use crate::error::{Error, Result};
 use crate::model::{ParentSpec, SubsetSpec};
 use crate::options::StoreOptions;
 
+/// Whether a `hello` reply is from a server that knows `$sortArray` (MongoDB 5.2, wire
+/// version 15).
+fn sorts_arrays(hello: &Document) -> bool {
+    hello.get_i32("maxWireVersion").is_ok_and(|v| v >= 15)
+}
+
 /// The concerns a store sets itself rather than inheriting them from the client.
 #[derive(Debug, Clone)]
 struct Concerns {
@@ -67,6 +73,8 @@ pub(super) struct Shared {
     pub(super) traffic: exec::traffic::Traffic<batch::Queued>,
     pub(super) across: exec::traffic::Across<Arc<abreast::Aboard>>,
     pub(super) mode: OnceCell<WriteMode>,
+    /// Whether the server sorts arrays in expressions (`$sortArray`, MongoDB 5.2), asked once.
+    pub(super) sorts_arrays: OnceCell<bool>,
     pub(super) folds: push::fold::Folds,
     pub(super) names: Names,
 }
@@ -128,6 +136,7 @@ impl RawStore {
             across: exec::traffic::Across::default(),
             spec,
             mode: OnceCell::new_with(mode),
+            sorts_arrays: OnceCell::new(),
             folds: push::fold::Folds::new(folding),
             names: bookkeeping,
         };
@@ -200,7 +209,31 @@ impl RawStore {
             .run_command(doc! { "hello": 1 })
             .await
             .map_err(|e| self.mongo(e))?;
+        // The same reply says what `sorts_arrays` would ask: one `hello` answers both.
+        let _ = self.shared.sorts_arrays.set(sorts_arrays(&hello));
         Ok(hello.contains_key("setName") || hello.get_str("msg").is_ok_and(|m| m == "isdbgrid"))
+    }
+
+    /// Whether the server knows `$sortArray` (MongoDB 5.2, wire version 15), which re-ranks a
+    /// view in place (see [`crate::engine::patch`]); asked once with `hello`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mongo`] when the server cannot be reached.
+    pub(crate) async fn sorts_arrays(&self) -> Result<bool> {
+        self.shared
+            .sorts_arrays
+            .get_or_try_init(|| async {
+                let hello = self
+                    .shared
+                    .db
+                    .run_command(doc! { "hello": 1 })
+                    .await
+                    .map_err(|e| self.mongo(e))?;
+                Ok(sorts_arrays(&hello))
+            })
+            .await
+            .copied()
     }
 
     /// Warns, once per store, when the database's write concern cannot make an acknowledged

@@ -19,7 +19,7 @@
 //! reported.
 
 use crate::bson::{doc, Bson, Document, RawDocumentBuf};
-use mongodb::options::WriteConcern;
+use mongodb::options::{UpdateModifications, WriteConcern};
 
 use super::exec::Ctx;
 use super::model_change::{touch, MARKER};
@@ -37,6 +37,9 @@ pub(crate) struct ParentUpdate {
     pub(crate) update: Document,
     /// The update's array filters.
     pub(crate) array_filters: Vec<Document>,
+    /// Aggregation stages to send instead of `update`'s operators (which may then only
+    /// `$set` and `$unset`, and follow the stages as stages of their own); no array filters.
+    pub(crate) stages: Vec<Document>,
     /// Which model guard the update carries.
     pub(crate) guard: Guard,
     /// Whether this is the operation's last write of the parent once it applies: without a
@@ -113,7 +116,7 @@ impl RawStore {
         let mut bounds = Bounds::default();
         while let Some(mut write) = next.take() {
             guard = write.guard;
-            touch_only = write.update.is_empty();
+            touch_only = write.update.is_empty() && write.stages.is_empty();
             next = write.otherwise.take().map(|w| *w);
             if let Some(written) = send(self, ctx, parent, write, &mut bounds).await? {
                 return Ok(written);
@@ -141,7 +144,11 @@ async fn send(
         return Ok(None);
     };
     let parents = store.parents::<Document>();
-    let mut send = parents.update_one(statement.filter, statement.update);
+    let update = match statement.update {
+        Change::Operators(update) => UpdateModifications::Document(update),
+        Change::Pipeline(stages) => UpdateModifications::Pipeline(stages),
+    };
+    let mut send = parents.update_one(statement.filter, update);
     if !statement.array_filters.is_empty() {
         send = send.array_filters(statement.array_filters);
     }
@@ -161,16 +168,26 @@ async fn send(
 /// One parent update as it goes to the server: with the guard, the touch or the fence.
 pub(crate) struct Statement {
     filter: Document,
-    update: Document,
+    update: Change,
     array_filters: Vec<Document>,
     /// Whether it gives the lease back when it applies (see [`Ctx::released`]).
     pub(crate) release: bool,
 }
 
+/// What a [`Statement`] changes: update operators, or an aggregation pipeline.
+enum Change {
+    Operators(Document),
+    Pipeline(Vec<Document>),
+}
+
 impl Statement {
     /// The statement as an `update` command carries it.
     pub(crate) fn command(self) -> Document {
-        let mut statement = doc! { "q": self.filter, "u": self.update };
+        let update = match self.update {
+            Change::Operators(update) => Bson::Document(update),
+            Change::Pipeline(stages) => Bson::from(stages),
+        };
+        let mut statement = doc! { "q": self.filter, "u": update };
         if !self.array_filters.is_empty() {
             statement.insert("arrayFilters", self.array_filters);
         }
@@ -191,6 +208,7 @@ async fn statement(
         filter: own,
         mut update,
         array_filters,
+        stages,
         guard,
         last,
         otherwise: _,
@@ -215,7 +233,7 @@ async fn statement(
         let (field, value) = touch();
         add(&mut update, "$set", field, value);
     }
-    if update.is_empty() {
+    if update.is_empty() && stages.is_empty() {
         return Ok(None);
     }
     // A parent the executor will settle keeps its lease until then; so does one the lease
@@ -224,12 +242,42 @@ async fn statement(
     if let Some(lease) = release {
         lease.give_back_with(&mut update);
     }
+    let update = match stages.is_empty() {
+        true => Change::Operators(update),
+        false => Change::Pipeline(pipeline(stages, update)),
+    };
     Ok(Some(Statement {
         filter,
         update,
         array_filters,
         release: release.is_some(),
     }))
+}
+
+/// `stages`, then `update`'s `$set` and `$unset` (the touch, the lease's give-back) as stages
+/// of their own, each value a literal.
+fn pipeline(mut stages: Vec<Document>, update: Document) -> Vec<Document> {
+    for (op, fields) in update {
+        let Bson::Document(fields) = fields else {
+            continue;
+        };
+        match op.as_str() {
+            "$set" => {
+                let set: Document = fields
+                    .into_iter()
+                    .map(|(f, v)| (f, Bson::Document(doc! { "$literal": v })))
+                    .collect();
+                stages.push(doc! { "$set": set });
+            }
+            "$unset" => {
+                let unset: Vec<String> = fields.into_iter().map(|(f, _)| f).collect();
+                stages.push(doc! { "$unset": unset });
+            }
+            // An operator has no stage here: a caller of stages sends none.
+            _ => debug_assert!(false, "{op} beside stages"),
+        }
+    }
+    stages
 }
 
 /// `write` to `parent` as one statement of an `update` command of several parents (see

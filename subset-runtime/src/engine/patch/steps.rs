@@ -39,6 +39,11 @@ struct ParentWrite {
     /// Per view (by index in [`RawChildren::views`]): the `$inc` of counts and sums of the
     /// patches that move a child in it, when one does.
     moved: Vec<Option<Document>>,
+    /// Per view: the children a patch raised in its order (or kept), and their copies as
+    /// they are now, to re-rank in place ([`rerank`]) rather than recompute.
+    raised: Vec<Vec<(Bson, Document)>>,
+    /// Whether the server can re-rank a view in place (`$sortArray`).
+    ranks: bool,
     /// Whether any parent update was sent (and applied).
     wrote: bool,
 }
@@ -52,8 +57,13 @@ impl Steps for PatchSteps<'_, '_> {
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         let s = self.subset;
+        let views = s.view_specs();
+        let reorders = |v| self.patches.iter().any(|(_, p)| moves_in(p, v));
+        let ranks = views.iter().any(reorders) && s.store().sorts_arrays().await?;
         let mut write = ParentWrite {
-            moved: vec![None; s.view_specs().len()],
+            moved: vec![None; views.len()],
+            raised: vec![Vec::new(); views.len()],
+            ranks,
             ..ParentWrite::default()
         };
         let mut changed = Vec::with_capacity(self.patches.len());
@@ -253,6 +263,16 @@ impl PatchSteps<'_, '_> {
                 continue;
             }
             let moves = crate::engine::sums::inc(view, &[after], &[before]);
+            if was && is && write.ranks && write.moved[i].is_none() && raised(view, before, after) {
+                // The copies of the others keep their order, and no child this patch does not
+                // touch can enter the view: re-ranked in place, the count and sums moved by
+                // the update in place.
+                add_inc(&mut write.update.inc, moves);
+                let raised = &mut write.raised[i];
+                raised.retain(|(c, _)| c != child);
+                raised.push((child.clone(), query::embedded(view, after.clone())));
+                continue;
+            }
             if was != is || moves_in(patch, view) {
                 let inc = write.moved[i].get_or_insert_with(Document::new);
                 add_inc(inc, moves);
@@ -293,12 +313,26 @@ impl PatchSteps<'_, '_> {
         }
     }
 
-    /// The in-place changes, then a recompute of each view a patch moved a child in.
+    /// The in-place changes, then the views re-ranked in place, then a recompute of each view
+    /// a patch moved a child in otherwise.
     async fn follow(&self, ctx: &mut Ctx<'_>, mut write: ParentWrite) -> Result<()> {
-        let last = write.moved.iter().all(Option::is_none);
-        self.write(ctx, &mut write, last).await?;
+        // A view recomputed takes every patch of the run from the child collection.
+        for (raised, moved) in write.raised.iter_mut().zip(&write.moved) {
+            if moved.is_some() {
+                raised.clear();
+            }
+        }
+        let recomputes = write.moved.iter().all(Option::is_none);
+        let reranks = write.raised.iter().all(Vec::is_empty);
+        self.write(ctx, &mut write, recomputes && reranks).await?;
         if ctx.is_outdated(self.parent) {
             return Ok(());
+        }
+        if !reranks {
+            self.rerank(ctx, &mut write, recomputes).await?;
+            if ctx.is_outdated(self.parent) {
+                return Ok(());
+            }
         }
         if !write.wrote && write.moved.iter().all(Option::is_none) {
             // No view of this model shows what changed (see `ParentUpdate::touch_only`).
@@ -323,6 +357,94 @@ impl PatchSteps<'_, '_> {
         }
         Ok(())
     }
+}
+
+impl PatchSteps<'_, '_> {
+    /// Re-ranks each view in `write.raised` in place, in one parent update: `last` when no
+    /// recompute follows. A parent whose views do not hold what re-ranking needs (a copy of
+    /// each raised child, or a full view) is recomputed instead, by the views' recomputes.
+    async fn rerank(&self, ctx: &mut Ctx<'_>, write: &mut ParentWrite, last: bool) -> Result<()> {
+        let s = self.subset;
+        let mut stages = Vec::new();
+        let mut holds = Vec::new();
+        for (view, raised) in s.view_specs().iter().zip(&write.raised) {
+            if let Some((stage, guard)) = rerank(view, raised) {
+                stages.push(stage);
+                holds.push(guard);
+            }
+        }
+        let update = ParentUpdate {
+            filter: doc! { "$and": holds },
+            stages,
+            last,
+            ..ParentUpdate::default()
+        };
+        let written = match s.store().write_parent(ctx, self.parent, update).await {
+            Ok(written) => written,
+            Err(e) => return Err(query::parent_write_error(s, e, self.parent, 0).await),
+        };
+        write.wrote = true;
+        match written {
+            Written::Missing => Err(s.parent_not_found(self.parent)),
+            Written::Applied | Written::Outdated => Ok(()),
+            // Its counts and sums were moved in place already.
+            Written::Missed => {
+                for (raised, moved) in write.raised.iter_mut().zip(&mut write.moved) {
+                    if !std::mem::take(raised).is_empty() {
+                        *moved = Some(Document::new());
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Whether `after` ranks no lower than `before` in `view`'s order (both as stored), known
+/// here: a vote on a view of the most voted, say. Then no child but this one can enter or
+/// leave the view, and the view is re-ranked in place.
+fn raised(view: &SubsetSpec, before: &Document, after: &Document) -> bool {
+    if view.keep == 0 {
+        return false;
+    }
+    let at = |d: &Document| -> Vec<Bson> {
+        view.order()
+            .map(|k| d.get(k.field).cloned().unwrap_or(Bson::Null))
+            .collect()
+    };
+    matches!(
+        crate::order::compare(view, &at(after), &at(before)),
+        Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+    )
+}
+
+/// The stage that re-ranks `view` in place, with `raised` (children that rose in its order,
+/// with their copies as they are now): the others' copies, then these, sorted in the view's
+/// order, the first `keep` of them; and the condition under which that is the view, for the
+/// parent update's filter: each raised child has a copy there, or the view is full (the
+/// children without a copy rank below every copy, and no other child moved). `None` for no
+/// child.
+fn rerank(view: &SubsetSpec, raised: &[(Bson, Document)]) -> Option<(Document, Document)> {
+    if raised.is_empty() {
+        return None;
+    }
+    let ids: Vec<Bson> = raised.iter().map(|(id, _)| id.clone()).collect();
+    let copies: Vec<Bson> = raised
+        .iter()
+        .map(|(_, copy)| Bson::Document(copy.clone()))
+        .collect();
+    let field = view.field;
+    let others = doc! { "$filter": {
+        "input": format!("${field}"),
+        "cond": { "$not": [{ "$in": ["$$this._id", { "$literal": ids.clone() }] }] },
+    } };
+    let all = doc! { "$concatArrays": [others, { "$literal": copies }] };
+    let sorted = doc! { "$sortArray": { "input": all, "sortBy": crate::order::sort_doc(view) } };
+    let keep = i64::from(view.keep);
+    let stage = doc! { "$set": { field: { "$slice": [sorted, keep] } } };
+    let full = doc! { format!("{field}.{}", keep - 1): { "$exists": true } };
+    let held = doc! { format!("{field}._id"): { "$all": ids } };
+    Some((stage, doc! { "$or": [full, held] }))
 }
 
 /// The children `filter` selects, read as they are: in one `find`, under the lease of each
