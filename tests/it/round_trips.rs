@@ -82,6 +82,24 @@ struct Question {
     total_answers: i64,
 }
 
+/// The same answers, on a view ranked by their votes: a vote that raises an answer re-ranks the
+/// view in place.
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "ranked_questions")]
+struct RankedQuestion {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "ranked_answers",
+        keep = 3,
+        sort = "helpful desc, date desc",
+        count = "total_answers"
+    )]
+    most_helpful: Vec<Answer>,
+    #[serde(default)]
+    total_answers: i64,
+}
+
 /// A long subset: at `keep = 32` and above a push tries the head first (`$position: 0`, no
 /// `$sort`, guarded by a filter on the stored head); below, as for `Product`, it sends the
 /// `$sort` update alone.
@@ -1359,4 +1377,125 @@ async fn a_group_that_meets_a_write_conflict_is_tried_again_as_a_group() {
         Some(&3),
         "group updates of each try: {tries:?}"
     );
+}
+
+/// Votes on a view ranked by votes: a vote raises its answer, so no other answer can enter or
+/// leave the view, and the view is re-ranked in place by the parent update (`$sortArray`)
+/// without reading the top from the answers. A view that holds neither the voted answer nor
+/// all it can (a copy removed behind the store's back) is recomputed instead.
+async fn votes_on_a_ranked_view_re_rank_it_in_place(topology: Topology) {
+    let (store, _, log) = setup(topology).await;
+    let mode = store.mode().await.unwrap();
+    let options = subset::StoreOptions::new().mode(mode);
+    let questions = Store::<RankedQuestion>::with_options(store.database(), options);
+    questions.ensure_indexes().await.unwrap();
+    let question = RankedQuestion {
+        id: ObjectId::new(),
+        most_helpful: Vec::new(),
+        total_answers: 0,
+    };
+    questions.insert(&question).await.unwrap();
+    let answers: Vec<Answer> = (0..6)
+        .map(|i| Answer {
+            id: ObjectId::new(),
+            date: DateTime::from_millis(1_000 * i),
+            helpful: i,
+        })
+        .collect();
+    let ranked = questions.children(RankedQuestion::MOST_HELPFUL);
+    ranked.push_many(&question.id, &answers).await.unwrap();
+    let stored = store.database().collection::<Document>("ranked_answers");
+    // The view as the answers make it, and as the question holds it.
+    let view = || async {
+        let sort = doc! { "helpful": -1, "date": -1, "_id": -1 };
+        let top = stored.find(doc! {}).sort(sort).limit(3);
+        let top: Vec<Document> = futures::TryStreamExt::try_collect(top.await.unwrap())
+            .await
+            .unwrap();
+        let computed: Vec<(ObjectId, i64)> = top
+            .iter()
+            .map(|d| {
+                (
+                    d.get_object_id("_id").unwrap(),
+                    d.get_i64("helpful").unwrap(),
+                )
+            })
+            .collect();
+        let held = questions.get(&question.id).await.unwrap().unwrap();
+        let held: Vec<(ObjectId, i64)> = held
+            .most_helpful
+            .iter()
+            .map(|a| (a.id, a.helpful))
+            .collect();
+        (held, computed)
+    };
+    let in_place: &[&str] = match mode {
+        WriteMode::Transactional => &["findAndModify", "update", "commitTransaction"],
+        // The lease, the answer, then the question, which gives the lease back.
+        WriteMode::Ordered => &["findAndModify", "findAndModify", "update"],
+    };
+    log.take();
+    // An embedded answer rising within the view, to its head, then one from outside entering
+    // it, then one from outside that stays out.
+    for (i, by) in [(4, 1), (4, 2), (0, 10), (1, 1)] {
+        log.take();
+        ranked
+            .patch(&question.id, &answers[i].id)
+            .inc(Answer::HELPFUL, by)
+            .await
+            .unwrap();
+        assert_eq!(
+            log.take(),
+            in_place,
+            "{mode:?}: a vote of {by} on answer {i}"
+        );
+        let (held, computed) = view().await;
+        assert_eq!(
+            held, computed,
+            "{mode:?}: after a vote of {by} on answer {i}"
+        );
+    }
+    let held: Vec<ObjectId> = view().await.0.iter().map(|(id, _)| *id).collect();
+    assert_eq!(held, [answers[0].id, answers[4].id, answers[5].id]);
+
+    // The head's copy removed behind the store's back: the view holds 2 of 3, and not the
+    // answer voted on, so re-ranking it would be wrong. The update misses, and the view is
+    // recomputed from the answers.
+    questions
+        .database()
+        .collection::<Document>("ranked_questions")
+        .update_one(
+            doc! { "_id": question.id },
+            doc! { "$pull": { "most_helpful": { "_id": answers[0].id } } },
+        )
+        .await
+        .unwrap();
+    log.take();
+    ranked
+        .patch(&question.id, &answers[2].id)
+        .inc(Answer::HELPFUL, 1)
+        .await
+        .unwrap();
+    let commands = log.take();
+    assert!(commands.len() > in_place.len(), "{mode:?}: {commands:?}");
+    let (held, computed) = view().await;
+    assert_eq!(held, computed, "{mode:?}: after the recompute");
+    assert_eq!(held[0].0, answers[0].id);
+    let stored_total = questions
+        .get(&question.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .total_answers;
+    assert_eq!(stored_total, 6);
+}
+
+#[tokio::test]
+async fn votes_on_a_ranked_view_re_rank_it_in_place_on_a_replica_set() {
+    votes_on_a_ranked_view_re_rank_it_in_place(Topology::ReplicaSet).await;
+}
+
+#[tokio::test]
+async fn votes_on_a_ranked_view_re_rank_it_in_place_on_a_standalone() {
+    votes_on_a_ranked_view_re_rank_it_in_place(Topology::Standalone).await;
 }
