@@ -81,17 +81,21 @@ impl Steps for PatchSteps<'_, '_> {
                 }
             }
         }
-        // Without a transaction or a session, under the lease, no other writer touches these
-        // children: one `find` reads them as they are, and each equal patch changes all its
-        // children in one `update` (votes on different reviews: one).
+        // One `find` reads the children as they are, and each equal patch changes all its
+        // children in one `update` (votes on different reviews: one): in a transaction, whose
+        // update conflicts with any write since its read; without one or a session, under
+        // the lease, where no other writer touches these children.
         let distinct = composed
             .iter()
             .enumerate()
             .all(|(i, (c, _))| composed[..i].iter().all(|(d, _)| d != c));
-        if !ctx.atomic() && !ctx.has_session() && composed.len() > 1 && distinct {
-            // As one at a time: a run that fails leaves nothing, and its first error is
-            // returned.
-            changed = self.change_each(&composed).await??;
+        if (ctx.atomic() || !ctx.has_session()) && composed.len() > 1 && distinct {
+            changed = match ctx.atomic() {
+                true => self.change_together(ctx, &composed).await?,
+                // As one at a time: a run that fails leaves nothing, and its first error is
+                // returned.
+                false => self.change_each(&composed).await??,
+            };
             for ((child, patch), (_, before)) in composed.iter().zip(&changed) {
                 let after = patch.apply(before);
                 self.plan(&mut write, child, patch, before, &after);
@@ -173,6 +177,35 @@ impl PatchSteps<'_, '_> {
             .map(|((_, before), (_, patch))| (self.parent, before, patch))
             .collect();
         Ok(apply_all(s, &changes).await?.map(|()| changed))
+    }
+
+    /// Applies `composed` (patches of distinct children of this parent) in a transaction, in
+    /// a few commands whatever their number: one `find`, then [`PatchSteps::change_all`] of
+    /// each equal patch. Each child as it was, in the order of `composed`.
+    async fn change_together(
+        &self,
+        ctx: &mut Ctx<'_>,
+        composed: &[(Bson, ChildPatch)],
+    ) -> Result<Vec<(Bson, Document)>> {
+        let s = self.subset;
+        let ids: Vec<Bson> = composed.iter().map(|(c, _)| c.clone()).collect();
+        let filter = query::owned(s.spec(), self.parent, ids);
+        let children = s.children::<Document>();
+        let mut found = ctx
+            .collect(children.find(filter))
+            .await
+            .map_err(|e| s.mongo_child(e))?;
+        let mut changed = Vec::with_capacity(composed.len());
+        for (child, _) in composed {
+            let Some(at) = found.iter().position(|f| f.get("_id") == Some(child)) else {
+                return Err(query::child_not_found(s, ctx, self.parent, child).await);
+            };
+            changed.push((child.clone(), found.swap_remove(at)));
+        }
+        for (patch, children) in by_patch(composed.iter().map(|(c, p)| (p, c.clone()))) {
+            self.change_all(ctx, &children, patch).await?;
+        }
+        Ok(changed)
     }
 
     /// Applies `patch` to the child in the child collection: the child as it was. The update
@@ -489,19 +522,13 @@ pub(in crate::engine) async fn apply_all(
     s: &RawChildren<'_>,
     changes: &[(&Bson, &Document, &ChildPatch)],
 ) -> Result<Result<()>> {
-    let mut groups: Vec<(&ChildPatch, Vec<Bson>, Vec<Document>)> = Vec::new();
-    for (_, before, patch) in changes {
-        let id = before.get("_id").cloned().unwrap_or(Bson::Null);
-        match groups.iter_mut().find(|(p, ..)| p == patch) {
-            Some((_, ids, images)) => {
-                ids.push(id);
-                images.push((*before).clone());
-            }
-            None => groups.push((patch, vec![id], vec![(*before).clone()])),
-        }
-    }
+    let groups = by_patch(changes.iter().map(|(_, before, patch)| (*patch, *before)));
     let children = s.children::<Document>();
-    for (patch, ids, images) in &groups {
+    for (patch, befores) in &groups {
+        let ids: Vec<Bson> = befores
+            .iter()
+            .map(|b| b.get("_id").cloned().unwrap_or(Bson::Null))
+            .collect();
         let mut filter = doc! { "_id": { "$in": ids.clone() } };
         filter.extend(patch.guard());
         let updated = Ctx::apart()
@@ -509,7 +536,10 @@ pub(in crate::engine) async fn apply_all(
             .await;
         let failed = match updated {
             Ok(u) if u.matched_count == ids.len() as u64 => continue,
-            Ok(_) => out_of_range(s, patch, images),
+            Ok(_) => {
+                let images: Vec<Document> = befores.iter().map(|b| (*b).clone()).collect();
+                out_of_range(s, patch, &images)
+            }
             Err(e) => s.mongo_child(e),
         };
         let all = changes.iter().map(|(parent, before, _)| (*parent, *before));
@@ -633,17 +663,32 @@ fn blind(
         .map(|(child, _)| patches.iter().filter(|(c, _)| c == child).count() == 1)
         .collect();
     let mut once = once.into_iter();
-    let mut groups: Vec<(ChildPatch, Vec<Bson>)> = Vec::new();
+    let mut taken = Vec::new();
     patches.retain(|(child, patch)| {
         if !once.next().unwrap_or(false) || sees(patch) {
             return true;
         }
-        match groups.iter_mut().find(|(p, _)| p == patch) {
-            Some((_, children)) => children.push(child.clone()),
-            None => groups.push((patch.clone(), vec![child.clone()])),
-        }
+        taken.push((child.clone(), patch.clone()));
         false
     });
+    by_patch(taken.iter().map(|(child, patch)| (patch, child.clone())))
+        .into_iter()
+        .map(|(patch, children)| (patch.clone(), children))
+        .collect()
+}
+
+/// `items` (a patch, and what it applies to) grouped by equal patch, in the order each patch
+/// first comes.
+fn by_patch<'p, T>(
+    items: impl Iterator<Item = (&'p ChildPatch, T)>,
+) -> Vec<(&'p ChildPatch, Vec<T>)> {
+    let mut groups: Vec<(&ChildPatch, Vec<T>)> = Vec::new();
+    for (patch, item) in items {
+        match groups.iter_mut().find(|(p, _)| *p == patch) {
+            Some((_, of)) => of.push(item),
+            None => groups.push((patch, vec![item])),
+        }
+    }
     groups
 }
 
