@@ -82,7 +82,17 @@ struct Question {
     total_answers: i64,
 }
 
-/// The same answers, on a view ranked by their votes: a vote that raises an answer re-ranks the
+/// An answer whose votes are an `i32`: a copy re-ranked in place must hold them as the server's
+/// `$inc` leaves them.
+#[derive(Debug, Clone, Serialize, Deserialize, Child)]
+struct RankedAnswer {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: DateTime,
+    helpful: i32,
+}
+
+/// Answers on a view ranked by their votes: a vote that raises an answer re-ranks the
 /// view in place.
 #[derive(Debug, Clone, Serialize, Deserialize, Subset)]
 #[subset(collection = "ranked_questions")]
@@ -95,7 +105,7 @@ struct RankedQuestion {
         sort = "helpful desc, date desc",
         count = "total_answers"
     )]
-    most_helpful: Vec<Answer>,
+    most_helpful: Vec<RankedAnswer>,
     #[serde(default)]
     total_answers: i64,
 }
@@ -1395,10 +1405,10 @@ async fn votes_on_a_ranked_view_re_rank_it_in_place(topology: Topology) {
         total_answers: 0,
     };
     questions.insert(&question).await.unwrap();
-    let answers: Vec<Answer> = (0..6)
-        .map(|i| Answer {
+    let answers: Vec<RankedAnswer> = (0..6)
+        .map(|i| RankedAnswer {
             id: ObjectId::new(),
-            date: DateTime::from_millis(1_000 * i),
+            date: DateTime::from_millis(1_000 * i64::from(i)),
             helpful: i,
         })
         .collect();
@@ -1412,21 +1422,23 @@ async fn votes_on_a_ranked_view_re_rank_it_in_place(topology: Topology) {
         let top: Vec<Document> = futures::TryStreamExt::try_collect(top.await.unwrap())
             .await
             .unwrap();
-        let computed: Vec<(ObjectId, i64)> = top
+        let computed: Vec<(ObjectId, i32)> = top
             .iter()
             .map(|d| {
                 (
                     d.get_object_id("_id").unwrap(),
-                    d.get_i64("helpful").unwrap(),
+                    d.get_i32("helpful").unwrap(),
                 )
             })
             .collect();
         let held = questions.get(&question.id).await.unwrap().unwrap();
-        let held: Vec<(ObjectId, i64)> = held
+        let held: Vec<(ObjectId, i32)> = held
             .most_helpful
             .iter()
             .map(|a| (a.id, a.helpful))
             .collect();
+        let drift = ranked.check(&question.id).await.unwrap();
+        assert!(drift.is_clean(), "{drift:?}");
         (held, computed)
     };
     let in_place: &[&str] = match mode {
@@ -1441,7 +1453,7 @@ async fn votes_on_a_ranked_view_re_rank_it_in_place(topology: Topology) {
         log.take();
         ranked
             .patch(&question.id, &answers[i].id)
-            .inc(Answer::HELPFUL, by)
+            .inc(RankedAnswer::HELPFUL, by)
             .await
             .unwrap();
         assert_eq!(
@@ -1470,7 +1482,9 @@ async fn votes_on_a_ranked_view_re_rank_it_in_place(topology: Topology) {
     for _ in 0..3 {
         log.take();
         let votes = answers.iter().map(|a| {
-            let vote = ranked.patch(&question.id, &a.id).inc(Answer::HELPFUL, 1);
+            let vote = ranked
+                .patch(&question.id, &a.id)
+                .inc(RankedAnswer::HELPFUL, 1);
             std::future::IntoFuture::into_future(vote)
         });
         for voted in futures::future::join_all(votes).await {
@@ -1501,7 +1515,7 @@ async fn votes_on_a_ranked_view_re_rank_it_in_place(topology: Topology) {
     log.take();
     ranked
         .patch(&question.id, &answers[2].id)
-        .inc(Answer::HELPFUL, 1)
+        .inc(RankedAnswer::HELPFUL, 1)
         .await
         .unwrap();
     let commands = log.take();

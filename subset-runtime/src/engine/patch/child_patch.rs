@@ -324,9 +324,8 @@ impl ChildPatch {
                             at.remove(segment);
                         }
                         Op::Inc(by, _) => {
-                            let old = at.get(segment).and_then(Num::of).unwrap_or(Num::Int(0));
-                            let by = Num::of(by).unwrap_or(Num::Int(0));
-                            at.insert(segment, old.add(by).into_bson());
+                            let sum = incremented(at.get(segment), by);
+                            at.insert(segment, sum);
                         }
                     }
                     break;
@@ -344,6 +343,26 @@ impl ChildPatch {
             }
         }
         after
+    }
+}
+
+/// `old` (`None`: missing) incremented by `by`, in the type the server's `$inc` gives it, so
+/// that a copy made from the result is the child as stored: the wider of the two types
+/// (int32, int64, double, decimal), an int32 sum past `i32` an int64.
+fn incremented(old: Option<&Bson>, by: &Bson) -> Bson {
+    let width = |value: &Bson| match value {
+        Bson::Int32(_) => 0,
+        Bson::Int64(_) => 1,
+        Bson::Double(_) => 2,
+        _ => 3,
+    };
+    let sum = old
+        .and_then(Num::of)
+        .unwrap_or(Num::Int(0))
+        .add(Num::of(by).unwrap_or(Num::Int(0)));
+    match (old.map_or(0, width).max(width(by)), sum) {
+        (0, Num::Int(n)) => i32::try_from(n).map_or(Bson::Int64(n), Bson::Int32),
+        (_, sum) => sum.into_bson(),
     }
 }
 
@@ -544,10 +563,19 @@ mod tests {
         assert_eq!(
             patch.apply(&before),
             doc! {
-                "_id": 1, "helpful": 42_i64, "text": "y", "new": 2.5,
+                "_id": 1, "helpful": 42, "text": "y", "new": 2.5,
                 "meta": { "seen": true },
             }
         );
+        // The wider type of the two, as `$inc` gives it; an int32 past its range an int64.
+        let numbers = doc! { "a": i32::MAX, "b": 1_i64, "c": 1, "d": 1.5 };
+        let widen = ChildPatch::new()
+            .inc("a", 1)
+            .inc("b", 1)
+            .inc("c", 0.5)
+            .inc("d", 1);
+        let widened = doc! { "a": i64::from(i32::MAX) + 1, "b": 2_i64, "c": 1.5, "d": 2.5 };
+        assert_eq!(widen.apply(&numbers), widened);
         let mut update = Update::default();
         patch.add_to(&mut update, "latest.$[c0].", |_| true);
         assert_eq!(
