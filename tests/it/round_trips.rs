@@ -1541,3 +1541,122 @@ async fn votes_on_a_ranked_view_re_rank_it_in_place_on_a_replica_set() {
 async fn votes_on_a_ranked_view_re_rank_it_in_place_on_a_standalone() {
     votes_on_a_ranked_view_re_rank_it_in_place(Topology::Standalone).await;
 }
+
+/// Votes on sixteen questions ranked by votes at once: they ride in groups, as votes on a view
+/// ranked by date do, each question's view re-ranked in place by the group's update of the
+/// questions, from its answers read in one `find`. A vote taken back (a decrement, which may
+/// let an answer the view does not hold enter it) goes alone, and is recomputed. Every view
+/// ends as its answers make it, in both modes.
+async fn ranked_votes_on_many_parents_share_their_writes(topology: Topology) {
+    let (store, _, log) = setup(topology).await;
+    let mode = store.mode().await.unwrap();
+    let options = subset::StoreOptions::new().mode(mode);
+    let questions = Store::<RankedQuestion>::with_options(store.database(), options);
+    questions.ensure_indexes().await.unwrap();
+    let ranked = questions.children(RankedQuestion::MOST_HELPFUL);
+    let mut asked = Vec::new();
+    for q in 0..16 {
+        let question = RankedQuestion {
+            id: ObjectId::new(),
+            most_helpful: Vec::new(),
+            total_answers: 0,
+        };
+        questions.insert(&question).await.unwrap();
+        let answers: Vec<RankedAnswer> = (0..4)
+            .map(|i| RankedAnswer {
+                id: ObjectId::new(),
+                date: DateTime::from_millis(1_000 * q + i64::from(i)),
+                helpful: i,
+            })
+            .collect();
+        ranked.push_many(&question.id, &answers).await.unwrap();
+        asked.push((question.id, answers));
+    }
+    // Every question's view as its answers make it.
+    let exact = || async {
+        for (question, _) in &asked {
+            let drift = ranked.check(question).await.unwrap();
+            assert!(drift.is_clean(), "{mode:?}: {drift:?}");
+        }
+    };
+    // The answer each view leaves out rises into it over three votes; the grouping is asked of
+    // one of the three.
+    let mut sent = Vec::new();
+    for _ in 0..3 {
+        log.take();
+        let votes = asked.iter().map(|(question, answers)| {
+            let vote = ranked
+                .patch(question, &answers[0].id)
+                .inc(RankedAnswer::HELPFUL, 1);
+            std::future::IntoFuture::into_future(vote)
+        });
+        for result in futures::future::join_all(votes).await {
+            result.unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        }
+        let commands = log.take();
+        exact().await;
+        let count = |name: &str| commands.iter().filter(|c| *c == name).count();
+        // The first vote alone, then the group: in transactions two commits; without, the
+        // first vote's lease, answer and question, then the group's leases, `find`, answers
+        // and questions.
+        let grouped = match mode {
+            WriteMode::Transactional => count("commitTransaction") == 2 && count("find") == 1,
+            WriteMode::Ordered => commands.len() == 7 && count("find") == 1,
+        };
+        sent.push(commands);
+        if grouped {
+            break;
+        }
+    }
+    assert!(sent.len() < 3 || sent[2].len() == 7, "{mode:?}: {sent:?}");
+    let held = questions.get(&asked[0].0).await.unwrap().unwrap();
+    let top: Vec<ObjectId> = held.most_helpful.iter().map(|a| a.id).collect();
+    let rounds = sent.len() as i32;
+    assert_eq!(
+        held.most_helpful
+            .iter()
+            .find(|a| a.id == asked[0].1[0].id)
+            .map(|a| a.helpful),
+        (rounds >= 2).then_some(rounds),
+        "{mode:?}: {top:?}"
+    );
+
+    // One question's votes taken back, on an answer its view holds, which leaves it: that vote
+    // goes alone, and its view is recomputed, the answer it left out entering it; the others'
+    // go as before. Every vote counts once.
+    log.take();
+    let votes = asked.iter().enumerate().map(|(i, (question, answers))| {
+        let by = if i == 5 { -3 } else { 1 };
+        let vote = ranked
+            .patch(question, &answers[3].id)
+            .inc(RankedAnswer::HELPFUL, by);
+        std::future::IntoFuture::into_future(vote)
+    });
+    for result in futures::future::join_all(votes).await {
+        result.unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+    }
+    exact().await;
+    let stored = store.database().collection::<Document>("ranked_answers");
+    for (i, (_, answers)) in asked.iter().enumerate() {
+        let found = stored
+            .find_one(doc! { "_id": answers[3].id })
+            .await
+            .unwrap();
+        let expected = if i == 5 { 0 } else { 4 };
+        assert_eq!(
+            found.unwrap().get_i32("helpful").unwrap(),
+            expected,
+            "{mode:?}: {i}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn ranked_votes_on_many_parents_share_a_transaction_on_a_replica_set() {
+    ranked_votes_on_many_parents_share_their_writes(Topology::ReplicaSet).await;
+}
+
+#[tokio::test]
+async fn ranked_votes_on_many_parents_share_their_leases_on_a_standalone() {
+    ranked_votes_on_many_parents_share_their_writes(Topology::Standalone).await;
+}

@@ -17,7 +17,7 @@ use super::exec::lease::{Lease, Leases};
 use super::exec::{self, Ctx, Retry, Steps};
 use super::model_change::MARKER;
 use super::parent_write::{parent_statement, send_updates, ParentUpdate};
-use super::patch::{apply_all, put_back, read_all, BlindWrites, ChildPatch};
+use super::patch::{apply_all, put_back, read_all, ChildPatch, GroupWrites};
 use super::push::PushSteps;
 use super::query;
 use super::{RawChildren, RawStore, WriteMode};
@@ -41,7 +41,8 @@ pub(super) struct Aboard {
 pub(super) enum Cargo {
     /// Pushes: their children.
     Pushes(Arc<[Prepared]>),
-    /// Patches of children that no view needs as they were ([`BlindWrites`]).
+    /// Patches of children that no view needs as they were, or needs only to re-rank in
+    /// place ([`GroupWrites`]).
     Patches(Vec<(Bson, ChildPatch)>),
 }
 
@@ -246,10 +247,11 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
     };
     let collection = first.spec().child_collection;
     let mut writes = Vec::with_capacity(subsets.len());
+    let ranks = store.sorts_arrays().await?;
     for (subset, aboard) in subsets {
         let blind = match &aboard.cargo {
             Cargo::Patches(patches) if subset.spec().child_collection == collection => {
-                BlindWrites::of(subset, &aboard.parent, patches)
+                GroupWrites::of(subset, &aboard.parent, patches, ranks)
             }
             _ => None,
         };
@@ -271,7 +273,7 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
             query::owned(subset.spec(), &aboard.parent, ids)
         })
         .collect();
-    let found = read_all(first, doc! { "$or": of_parents }).await;
+    let found = read_all(first, &mut Ctx::apart(), doc! { "$or": of_parents }).await;
     let mut riders = Vec::with_capacity(subsets.len());
     let mut done = Vec::new();
     for (((ctx, leases), write), (subset, aboard)) in taken.into_iter().zip(writes).zip(subsets) {
@@ -287,18 +289,24 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
                 Some((child.clone(), before.clone()))
             })
             .collect();
-        match changed {
-            Some(changed) => riders.push(PatchRider {
+        // A view re-ranked from the children as they were.
+        let update = match write.reranks {
+            true => write.rerank(subset, &aboard.parent, found),
+            false => Some(write.parent),
+        };
+        match (changed, update) {
+            (Some(changed), Some(update)) => riders.push(PatchRider {
                 ctx,
                 leases,
                 changed,
-                update: write.parent,
+                update,
                 each: write.each,
                 subset,
                 aboard,
             }),
-            // A child missing: alone, for its own error.
-            None => done.push((ctx, leases, false)),
+            // A child missing, or a patch that does not raise its child where a view
+            // re-ranks: alone, for its own error or its own recompute.
+            _ => done.push((ctx, leases, false)),
         }
     }
     let changes: Vec<(&Bson, &Document, &ChildPatch)> = riders
@@ -714,6 +722,50 @@ async fn release_all(riders: Vec<Rider<'_, '_>>, unfinished: impl Fn(&Rider<'_, 
     .await;
 }
 
+/// Makes the parent update of each of `writes` that re-ranks (see [`GroupWrites::rerank`]),
+/// from its children read in `ctx`'s transaction: one `find` per child collection, which the
+/// group's updates of them then conflict with any write since. A writer whose children do not
+/// allow it ends the group, and each writer goes alone.
+async fn rerank_all(
+    ctx: &mut Ctx<'_>,
+    store: &RawStore,
+    subsets: &[(RawChildren<'_>, &Aboard)],
+    writes: &mut [Option<GroupWrites>],
+) -> Result<()> {
+    let reranking = |w: &Option<GroupWrites>| w.as_ref().is_some_and(|w| w.reranks);
+    let mut found: Vec<(&str, Vec<Document>)> = Vec::new();
+    for (i, ((subset, _), write)) in subsets.iter().zip(writes.iter()).enumerate() {
+        let collection = subset.spec().child_collection;
+        if !reranking(write) || found.iter().any(|(c, _)| *c == collection) {
+            continue;
+        }
+        let of_parents: Vec<Document> = subsets[i..]
+            .iter()
+            .zip(&writes[i..])
+            .filter(|((s, _), w)| reranking(w) && s.spec().child_collection == collection)
+            .filter_map(|((s, a), w)| {
+                let ids = w.as_ref()?.each.iter().map(|(c, _)| c.clone()).collect();
+                Some(query::owned(s.spec(), &a.parent, ids))
+            })
+            .collect();
+        let children = read_all(subset, ctx, doc! { "$or": of_parents }).await?;
+        found.push((collection, children));
+    }
+    for ((subset, aboard), write) in subsets.iter().zip(writes.iter_mut()) {
+        let Some(write) = write.as_mut().filter(|w| w.reranks) else {
+            continue;
+        };
+        let collection = subset.spec().child_collection;
+        let children = found.iter().find(|(c, _)| *c == collection);
+        let children = children.map_or(&[][..], |(_, found)| found);
+        match write.rerank(subset, &aboard.parent, children) {
+            Some(update) => write.parent = update,
+            None => return Err(together(store)),
+        }
+    }
+    Ok(())
+}
+
 /// How many times a group conflicting with other processes' transactions is tried before its
 /// pushes go alone.
 const GROUP_ATTEMPTS: u32 = 3;
@@ -741,21 +793,23 @@ impl Steps for Abreast<'_, '_> {
         let mut statements = Vec::with_capacity(self.subsets.len());
         let mut patched: Vec<(&RawChildren<'_>, &[Document])> = Vec::new();
         let mut matches: Vec<(&str, usize)> = Vec::new();
-        let mut blind: Vec<Option<BlindWrites>> = self
+        let ranks = store.sorts_arrays().await?;
+        let mut blind: Vec<Option<GroupWrites>> = self
             .subsets
             .iter()
             .map(|(subset, aboard)| match &aboard.cargo {
-                Cargo::Patches(patches) => BlindWrites::of(subset, &aboard.parent, patches),
+                Cargo::Patches(patches) => GroupWrites::of(subset, &aboard.parent, patches, ranks),
                 Cargo::Pushes(_) => None,
             })
             .collect();
+        rerank_all(ctx, store, self.subsets, &mut blind).await?;
         for ((subset, aboard), blind) in self.subsets.iter().zip(&mut blind) {
             let write = match (&aboard.cargo, blind) {
                 (Cargo::Pushes(children), _) => {
                     PushSteps::new(subset, &aboard.parent, children).parent_write(false)
                 }
                 (Cargo::Patches(_), Some(blind)) => {
-                    let BlindWrites {
+                    let GroupWrites {
                         children,
                         matches: n,
                         parent,

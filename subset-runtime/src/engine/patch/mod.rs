@@ -7,9 +7,14 @@
 //! child is brought along by the cheapest write that keeps it true:
 //!
 //! - a view the child neither was nor is in: nothing;
-//! - a view whose order or filter the patch touches: recomputed from the child collection
-//!   (the child may enter or leave it, with backfill), its count and sums moved by the
-//!   difference;
+//! - a view the child stays in and ranks no lower in (a vote on a view of the most voted):
+//!   re-ranked in place, in a pipeline update with `$sortArray` (MongoDB 5.2): its copies of
+//!   the others, then the child as it is now, sorted, the first `keep`. No other child can
+//!   enter or leave it, so nothing is read. The update's filter asks that the view hold a copy
+//!   of the child or be full; a parent where neither holds is recomputed instead;
+//! - a view whose order or filter the patch touches otherwise: recomputed from the child
+//!   collection (the child may enter or leave it, with backfill), its count and sums moved by
+//!   the difference;
 //! - any other view: the same operators on the embedded copy (`latest.$[c0].helpful`, matched
 //!   by `_id` with an array filter), and its sums moved by the difference, all views in one
 //!   parent update; none at all when the patch touches no field a view embeds or sums.
@@ -21,9 +26,12 @@
 //! into one ([`ChildPatch::then`]) and every copy changed in place in one parent update. In a
 //! transaction of ours, equal patches that change no field a view orders, filters or sums by
 //! (votes on different reviews) are one `update` of all their children, since nothing needs
-//! them as they were; without one, under the lease, the children are read as they are in one
-//! `find` (instead of a `findOneAndUpdate` each) and each equal patch is one `update` of all
-//! of its children.
+//! them as they were. Other patches of distinct children are read as they are in one `find`
+//! (instead of a `findOneAndUpdate` each: in a transaction, whose update of them then
+//! conflicts with any write since; without one, under the lease), and each equal patch is one
+//! `update` of all of its children. Patches of several parents go together too
+//! ([`super::abreast`]) when no view needs their children as they were, or only to re-rank in
+//! place.
 //!
 //! | file | holds |
 //! |---|---|
@@ -47,7 +55,7 @@ use crate::error::Error;
 pub(super) mod child_patch;
 mod steps;
 use steps::PatchSteps;
-pub(in crate::engine) use steps::{apply_all, put_back, read_all, BlindWrites};
+pub(in crate::engine) use steps::{apply_all, put_back, read_all, GroupWrites};
 
 pub use child_patch::ChildPatch;
 
@@ -160,7 +168,8 @@ impl RawChildren<'_> {
         let run = |work: &Queued| {
             let patches = work.patches().to_vec();
             async move {
-                if BlindWrites::of(self, parent, &patches).is_none() {
+                let ranks = steps::ranks(self, &patches).await?;
+                if GroupWrites::of(self, parent, &patches, ranks).is_none() {
                     return self.patch_alone(parent, &patches, None).await;
                 }
                 let cargo = Cargo::Patches(patches.clone());

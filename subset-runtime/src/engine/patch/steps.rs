@@ -57,13 +57,11 @@ impl Steps for PatchSteps<'_, '_> {
 
     async fn run(&self, ctx: &mut Ctx<'_>) -> Result<()> {
         let s = self.subset;
-        let views = s.view_specs();
-        let reorders = |v| self.patches.iter().any(|(_, p)| moves_in(p, v));
-        let ranks = views.iter().any(reorders) && s.store().sorts_arrays().await?;
+        let views = s.view_specs().len();
         let mut write = ParentWrite {
-            moved: vec![None; views.len()],
-            raised: vec![Vec::new(); views.len()],
-            ranks,
+            moved: vec![None; views],
+            raised: vec![Vec::new(); views],
+            ranks: ranks(s, self.patches).await?,
             ..ParentWrite::default()
         };
         let mut changed = Vec::with_capacity(self.patches.len());
@@ -85,11 +83,7 @@ impl Steps for PatchSteps<'_, '_> {
         // children in one `update` (votes on different reviews: one): in a transaction, whose
         // update conflicts with any write since its read; without one or a session, under
         // the lease, where no other writer touches these children.
-        let distinct = composed
-            .iter()
-            .enumerate()
-            .all(|(i, (c, _))| composed[..i].iter().all(|(d, _)| d != c));
-        if (ctx.atomic() || !ctx.has_session()) && composed.len() > 1 && distinct {
+        if (ctx.atomic() || !ctx.has_session()) && composed.len() > 1 && distinct(&composed) {
             changed = match ctx.atomic() {
                 true => self.change_together(ctx, &composed).await?,
                 // As one at a time: a run that fails leaves nothing, and its first error is
@@ -162,7 +156,8 @@ impl PatchSteps<'_, '_> {
     ) -> Result<Result<Vec<(Bson, Document)>>> {
         let s = self.subset;
         let ids: Vec<Bson> = composed.iter().map(|(c, _)| c.clone()).collect();
-        let mut found = read_all(s, query::owned(s.spec(), self.parent, ids)).await?;
+        let owned = query::owned(s.spec(), self.parent, ids);
+        let mut found = read_all(s, &mut Ctx::apart(), owned).await?;
         let mut changed = Vec::with_capacity(composed.len());
         for (child, _) in composed {
             let Some(at) = found.iter().position(|f| f.get("_id") == Some(child)) else {
@@ -190,11 +185,7 @@ impl PatchSteps<'_, '_> {
         let s = self.subset;
         let ids: Vec<Bson> = composed.iter().map(|(c, _)| c.clone()).collect();
         let filter = query::owned(s.spec(), self.parent, ids);
-        let children = s.children::<Document>();
-        let mut found = ctx
-            .collect(children.find(filter))
-            .await
-            .map_err(|e| s.mongo_child(e))?;
+        let mut found = read_all(s, ctx, filter).await?;
         let mut changed = Vec::with_capacity(composed.len());
         for (child, _) in composed {
             let Some(at) = found.iter().position(|f| f.get("_id") == Some(child)) else {
@@ -398,19 +389,9 @@ impl PatchSteps<'_, '_> {
     /// each raised child, or a full view) is recomputed instead, by the views' recomputes.
     async fn rerank(&self, ctx: &mut Ctx<'_>, write: &mut ParentWrite, last: bool) -> Result<()> {
         let s = self.subset;
-        let mut stages = Vec::new();
-        let mut holds = Vec::new();
-        for (view, raised) in s.view_specs().iter().zip(&write.raised) {
-            if let Some((stage, guard)) = rerank(view, raised) {
-                stages.push(stage);
-                holds.push(guard);
-            }
-        }
         let update = ParentUpdate {
-            filter: doc! { "$and": holds },
-            stages,
             last,
-            ..ParentUpdate::default()
+            ..reranking(s.view_specs(), &write.raised)
         };
         let written = match s.store().write_parent(ctx, self.parent, update).await {
             Ok(written) => written,
@@ -431,6 +412,61 @@ impl PatchSteps<'_, '_> {
             }
         }
     }
+}
+
+/// The parent update that re-ranks each of `views` in place with its `raised` children (see
+/// [`rerank`]).
+fn reranking(views: &[SubsetSpec], raised: &[Vec<(Bson, Document)>]) -> ParentUpdate {
+    let (stages, holds): (Vec<Document>, Vec<Document>) = views
+        .iter()
+        .zip(raised)
+        .filter_map(|(view, raised)| rerank(view, raised))
+        .unzip();
+    // The server refuses an empty `$and`.
+    let filter = match holds.is_empty() {
+        true => Document::new(),
+        false => doc! { "$and": holds },
+    };
+    ParentUpdate {
+        filter,
+        stages,
+        ..ParentUpdate::default()
+    }
+}
+
+/// Whether the server can re-rank the views `patches` reorder in place (asked of it once per
+/// store, and only when one does).
+pub(in crate::engine) async fn ranks(
+    subset: &RawChildren<'_>,
+    patches: &[(Bson, ChildPatch)],
+) -> Result<bool> {
+    let reorders = |v| patches.iter().any(|(_, p)| moves_in(p, v));
+    match subset.view_specs().iter().any(reorders) {
+        true => subset.store().sorts_arrays().await,
+        false => Ok(false),
+    }
+}
+
+/// Whether `patches` are of distinct children.
+fn distinct(patches: &[(Bson, ChildPatch)]) -> bool {
+    patches
+        .iter()
+        .enumerate()
+        .all(|(i, (c, _))| patches[..i].iter().all(|(d, _)| d != c))
+}
+
+/// Whether each of `views` follows each of `patches` (of distinct children) by nothing or, as
+/// their children's values will say, by a re-rank in place: a patch of a field a view orders
+/// by, and of none it filters or sums by.
+fn rerankable(patches: &[(Bson, ChildPatch)], views: &[SubsetSpec]) -> bool {
+    distinct(patches)
+        && patches.iter().all(|(_, patch)| {
+            views.iter().all(|v| {
+                let sums = v.sums.iter().any(|s| patch.touches(s.child));
+                let filter = v.filter.is_some_and(|f| patch.touches(f.field));
+                !sums && !filter && (moves_in(patch, v) || !shows_in(patch, v))
+            })
+        })
 }
 
 /// Whether `after` ranks no lower than `before` in `view`'s order (both as stored), known
@@ -480,15 +516,16 @@ fn rerank(view: &SubsetSpec, raised: &[(Bson, Document)]) -> Option<(Document, D
     Some((stage, doc! { "$or": [full, held] }))
 }
 
-/// The children `filter` selects, read as they are: in one `find`, under the lease of each
-/// one's parent, so that they stay so until the lease's holder changes them.
+/// The children `filter` selects, read as they are, in one `find`: in `ctx`'s transaction,
+/// whose writes of them then conflict with any write since; or, outside one, under the lease
+/// of each one's parent, so that they stay so until the lease's holder changes them.
 pub(in crate::engine) async fn read_all(
     s: &RawChildren<'_>,
+    ctx: &mut Ctx<'_>,
     filter: Document,
 ) -> Result<Vec<Document>> {
     let children = s.children::<Document>();
-    Ctx::apart()
-        .collect(children.find(filter))
+    ctx.collect(children.find(filter))
         .await
         .map_err(|e| s.mongo_child(e))
 }
@@ -551,33 +588,48 @@ pub(in crate::engine) async fn apply_all(
 
 /// The writes of `patches` (of `parent`'s children) in a group across parents
 /// ([`crate::engine::abreast`]), when no view needs any child as it was for them
-/// (see [`blind`]); `None` otherwise, and they go alone.
-pub(in crate::engine) struct BlindWrites {
+/// (see [`blind`]), or when each view needs them only to re-rank in place (see
+/// [`rerankable`]); `None` otherwise, and they go alone.
+pub(in crate::engine) struct GroupWrites {
     /// The child collection's `update` statements: one per equal patch, of all its children.
     pub(in crate::engine) children: Vec<Document>,
     /// How many children those statements must match, each once: fewer is a child missing or
     /// an increment out of range, which the patches alone then report.
     pub(in crate::engine) matches: usize,
-    /// The parent update of every copy changed in place.
+    /// The parent update of every copy changed in place; empty until the children are read
+    /// when it re-ranks.
     pub(in crate::engine) parent: ParentUpdate,
     /// Each child with its patch (the queued ones composed), for a group without a
     /// transaction, which reads every child first ([`apply_all`]).
     pub(in crate::engine) each: Vec<(Bson, ChildPatch)>,
+    /// Whether the parent update re-ranks views, and is made from the children as they were
+    /// ([`GroupWrites::rerank`]).
+    pub(in crate::engine) reranks: bool,
 }
 
-impl BlindWrites {
+impl GroupWrites {
     /// `patches` of `parent`'s children through `subset`, as [`PatchSteps::run`] writes them
     /// in a transaction when they are all blind: each equal patch's children in one statement,
-    /// then every copy in one parent update.
+    /// then every copy in one parent update. `ranks`: whether the server can re-rank views in
+    /// place ([`ranks`]).
     pub(in crate::engine) fn of(
         subset: &RawChildren<'_>,
         parent: &Bson,
         patches: &[(Bson, ChildPatch)],
+        ranks: bool,
     ) -> Option<Self> {
         let mut composed = compose(patches);
-        let groups = blind(&mut composed, subset.view_specs());
-        if !composed.is_empty() {
-            return None;
+        let all = composed.clone();
+        let mut groups = blind(&mut composed, subset.view_specs());
+        let reranks = !composed.is_empty();
+        if reranks {
+            if !ranks || !rerankable(&all, subset.view_specs()) {
+                return None;
+            }
+            groups = by_patch(all.iter().map(|(child, patch)| (patch, child.clone())))
+                .into_iter()
+                .map(|(patch, children)| (patch.clone(), children))
+                .collect();
         }
         let mut write = ParentWrite::default();
         let mut children = Vec::with_capacity(groups.len());
@@ -589,20 +641,54 @@ impl BlindWrites {
             q.extend(patch.guard());
             children.push(doc! { "q": q, "u": patch.update(), "multi": true });
             matches += ids.len();
-            for (i, view) in subset.view_specs().iter().enumerate() {
-                in_place(&mut write, i, view, &ids, &patch);
+            // Where views re-rank, no view follows a patch in place (see `rerankable`).
+            if !reranks {
+                for (i, view) in subset.view_specs().iter().enumerate() {
+                    in_place(&mut write, i, view, &ids, &patch);
+                }
             }
         }
         let parent = ParentUpdate {
             array_filters: write.filters,
             ..ParentUpdate::of(write.update.into_document())
         };
-        Some(BlindWrites {
+        Some(GroupWrites {
             children,
             matches,
             parent,
             each,
+            reranks,
         })
+    }
+
+    /// The parent update of writes that re-rank, from `found`, their children as they were
+    /// (read in the group's transaction, or under its leases), as [`PatchSteps::run`] plans
+    /// it. `None` when a child is not there, or a patch does not raise its child in a view
+    /// that re-ranks (a vote taken back, say): its writer then goes alone.
+    pub(in crate::engine) fn rerank(
+        &self,
+        subset: &RawChildren<'_>,
+        parent: &Bson,
+        found: &[Document],
+    ) -> Option<ParentUpdate> {
+        let steps = PatchSteps {
+            subset,
+            parent,
+            patches: &self.each,
+        };
+        let views = subset.view_specs().len();
+        let mut write = ParentWrite {
+            moved: vec![None; views],
+            raised: vec![Vec::new(); views],
+            ranks: true,
+            ..ParentWrite::default()
+        };
+        for (child, patch) in &self.each {
+            let before = found.iter().find(|f| f.get("_id") == Some(child))?;
+            steps.plan(&mut write, child, patch, before, &patch.apply(before));
+        }
+        let raised_only = write.update.is_empty() && write.moved.iter().all(Option::is_none);
+        raised_only.then(|| reranking(subset.view_specs(), &write.raised))
     }
 }
 
