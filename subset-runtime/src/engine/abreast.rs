@@ -1,7 +1,8 @@
 //! Writes to several parents together (group commit across parents, see
 //! [`super::exec::traffic::Across`]): the pushes and the patches queued on each parent in this
 //! process. In a transaction: one update for every parent, one update per child collection for
-//! the patches' children, one insert per child collection for the pushes' and the commit,
+//! the patches' children (after one `find` of them, for patches whose views re-rank in place),
+//! one insert per child collection for the pushes' and the commit,
 //! whatever the number of parents. Without transactions, pushes in three round trips for all
 //! (every shared lease in one update, one insert, one update), patches in four (every exclusive
 //! lease in one update, one `find` of their children, one update per equal patch, one update of
@@ -247,7 +248,7 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
     };
     let collection = first.spec().child_collection;
     let mut writes = Vec::with_capacity(subsets.len());
-    let ranks = store.sorts_arrays().await?;
+    let ranks = store.sorts_arrays_known();
     for (subset, aboard) in subsets {
         let blind = match &aboard.cargo {
             Cargo::Patches(patches) if subset.spec().child_collection == collection => {
@@ -793,7 +794,7 @@ impl Steps for Abreast<'_, '_> {
         let mut statements = Vec::with_capacity(self.subsets.len());
         let mut patched: Vec<(&RawChildren<'_>, &[Document])> = Vec::new();
         let mut matches: Vec<(&str, usize)> = Vec::new();
-        let ranks = store.sorts_arrays().await?;
+        let ranks = store.sorts_arrays_known();
         let mut blind: Vec<Option<GroupWrites>> = self
             .subsets
             .iter()

@@ -236,6 +236,12 @@ impl RawStore {
             .copied()
     }
 
+    /// Whether the server is known to know `$sortArray`, without asking it: `false` until
+    /// [`RawStore::sorts_arrays`] has asked (a group's riders that re-rank have asked first).
+    pub(crate) fn sorts_arrays_known(&self) -> bool {
+        self.shared.sorts_arrays.get().copied().unwrap_or(false)
+    }
+
     /// Warns, once per store, when the database's write concern cannot make an acknowledged
     /// push survive what the deployment is exposed to: a failover (`w` other than majority on
     /// a replica set, where the write can be rolled back) or a crash (no `j: true` on a
