@@ -11,7 +11,7 @@
 //!
 //! The products embed their 5 latest reviews whole, ordered by date, which a vote cannot
 //! change; a second product type embeds its 5 most helpful, so that a vote may re-rank and the
-//! library recomputes the view (library rows only).
+//! library re-ranks the view in place (library rows only).
 //!
 //! Every run starts from the same freshly written products. It counts the votes that returned
 //! without error, warm-up included, compares them with how much the stored `helpful` counts
