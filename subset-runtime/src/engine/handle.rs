@@ -203,15 +203,21 @@ impl RawStore {
     /// Whether the server is a replica set member or a `mongos` (asked with `hello`, whatever
     /// mode is forced): what transactions and change streams need.
     pub(crate) async fn replicated(&self) -> Result<bool> {
+        let hello = self.hello().await?;
+        Ok(hello.contains_key("setName") || hello.get_str("msg").is_ok_and(|m| m == "isdbgrid"))
+    }
+
+    /// The server's `hello` reply, which also settles [`RawStore::sorts_arrays`]: one `hello`
+    /// answers both.
+    async fn hello(&self) -> Result<Document> {
         let hello = self
             .shared
             .db
             .run_command(doc! { "hello": 1 })
             .await
             .map_err(|e| self.mongo(e))?;
-        // The same reply says what `sorts_arrays` would ask: one `hello` answers both.
         let _ = self.shared.sorts_arrays.set(sorts_arrays(&hello));
-        Ok(hello.contains_key("setName") || hello.get_str("msg").is_ok_and(|m| m == "isdbgrid"))
+        Ok(hello)
     }
 
     /// Whether the server knows `$sortArray` (MongoDB 5.2, wire version 15), which re-ranks a
@@ -223,15 +229,7 @@ impl RawStore {
     pub(crate) async fn sorts_arrays(&self) -> Result<bool> {
         self.shared
             .sorts_arrays
-            .get_or_try_init(|| async {
-                let hello = self
-                    .shared
-                    .db
-                    .run_command(doc! { "hello": 1 })
-                    .await
-                    .map_err(|e| self.mongo(e))?;
-                Ok(sorts_arrays(&hello))
-            })
+            .get_or_try_init(|| async { Ok(sorts_arrays(&self.hello().await?)) })
             .await
             .copied()
     }
