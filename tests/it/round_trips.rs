@@ -1660,3 +1660,79 @@ async fn ranked_votes_on_many_parents_share_a_transaction_on_a_replica_set() {
 async fn ranked_votes_on_many_parents_share_their_leases_on_a_standalone() {
     ranked_votes_on_many_parents_share_their_writes(Topology::Standalone).await;
 }
+
+/// Two views of the same answers: the latest and the most helpful.
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "two_view_questions")]
+struct TwoViews {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(child = "two_view_answers", keep = 3, sort = "date desc")]
+    latest: Vec<RankedAnswer>,
+    #[subset(child = "two_view_answers", keep = 3, sort = "helpful desc, date desc")]
+    most_helpful: Vec<RankedAnswer>,
+}
+
+/// A vote that re-ranks one view and changes a copy in the other is one parent update: the
+/// view ranked by votes re-ranked, the other's copy replaced, both in one pipeline.
+async fn a_vote_seen_by_two_views_is_one_parent_update(topology: Topology) {
+    let (store, _, log) = setup(topology).await;
+    let mode = store.mode().await.unwrap();
+    let options = subset::StoreOptions::new().mode(mode);
+    let questions = Store::<TwoViews>::with_options(store.database(), options);
+    questions.ensure_indexes().await.unwrap();
+    let question = TwoViews {
+        id: ObjectId::new(),
+        latest: Vec::new(),
+        most_helpful: Vec::new(),
+    };
+    questions.insert(&question).await.unwrap();
+    let answers: Vec<RankedAnswer> = (0..5)
+        .map(|i| RankedAnswer {
+            id: ObjectId::new(),
+            date: DateTime::from_millis(1_000 * i64::from(i)),
+            helpful: i,
+        })
+        .collect();
+    let latest = questions.children(TwoViews::LATEST);
+    latest.push_many(&question.id, &answers).await.unwrap();
+    let one_update: &[&str] = match mode {
+        WriteMode::Transactional => &["findAndModify", "update", "commitTransaction"],
+        WriteMode::Ordered => &["findAndModify", "findAndModify", "update"],
+    };
+    // The newest answer, in both views; then the oldest, in neither, entering the ranked one.
+    for (i, by) in [(4, 1), (0, 10)] {
+        log.take();
+        latest
+            .patch(&question.id, &answers[i].id)
+            .inc(RankedAnswer::HELPFUL, by)
+            .await
+            .unwrap();
+        assert_eq!(log.take(), one_update, "{mode:?}: a vote on answer {i}");
+        for view in [TwoViews::LATEST, TwoViews::MOST_HELPFUL] {
+            let drift = questions.children(view).check(&question.id).await.unwrap();
+            assert!(drift.is_clean(), "{mode:?}: {drift:?}");
+        }
+    }
+    let held = questions.get(&question.id).await.unwrap().unwrap();
+    let ranked: Vec<(ObjectId, i32)> = held
+        .most_helpful
+        .iter()
+        .map(|a| (a.id, a.helpful))
+        .collect();
+    assert_eq!(
+        ranked,
+        [(answers[0].id, 10), (answers[4].id, 5), (answers[3].id, 3)]
+    );
+    assert_eq!(held.latest[0].helpful, 5, "{mode:?}");
+}
+
+#[tokio::test]
+async fn a_vote_seen_by_two_views_is_one_parent_update_on_a_replica_set() {
+    a_vote_seen_by_two_views_is_one_parent_update(Topology::ReplicaSet).await;
+}
+
+#[tokio::test]
+async fn a_vote_seen_by_two_views_is_one_parent_update_on_a_standalone() {
+    a_vote_seen_by_two_views_is_one_parent_update(Topology::Standalone).await;
+}

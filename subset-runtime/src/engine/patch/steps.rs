@@ -290,7 +290,9 @@ impl PatchSteps<'_, '_> {
             if was && is && write.ranks && write.moved[i].is_none() && raised(view, before, after) {
                 // The copies of the others keep their order, and no child this patch does not
                 // touch can enter the view: re-ranked in place, the count and sums moved by
-                // the update in place.
+                // the update in place. Once a view of the run re-ranks, so does every view the
+                // child stays in, its copy replaced: one pipeline update for all, where copies
+                // changed by operators would take one update more.
                 add_inc(&mut write.update.inc, moves);
                 let raised = &mut write.raised[i];
                 raised.retain(|(c, _)| c != child);
