@@ -1736,3 +1736,87 @@ async fn a_vote_seen_by_two_views_is_one_parent_update_on_a_replica_set() {
 async fn a_vote_seen_by_two_views_is_one_parent_update_on_a_standalone() {
     a_vote_seen_by_two_views_is_one_parent_update(Topology::Standalone).await;
 }
+
+/// Ranked votes on sixteen questions at once while another process's push to one of them is
+/// held between its writes, in both modes, as for votes on a view by date: the group meets that
+/// question and its vote goes alone (without a transaction on the pushed answer, stored but
+/// not yet embedded). Every vote counts once, and every view is as its answers make it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_of_ranked_votes_meets_another_process_push_held_on_one_of_its_parents() {
+    let _turn = crate::FAIL_POINT.lock().await;
+    for questions in crate::common::stores::<RankedQuestion>().await {
+        let mode = questions.mode().await.unwrap();
+        questions.ensure_indexes().await.unwrap();
+        let ranked = questions.children(RankedQuestion::MOST_HELPFUL);
+        let mut asked = Vec::new();
+        for i in 0..16 {
+            let question = RankedQuestion {
+                id: ObjectId::new(),
+                most_helpful: Vec::new(),
+                total_answers: 0,
+            };
+            questions.insert(&question).await.unwrap();
+            // A full view: a copy it does not hold is not a sign of a push in flight.
+            let answers: Vec<RankedAnswer> = (0..3)
+                .map(|k| RankedAnswer {
+                    id: ObjectId::new(),
+                    date: DateTime::from_millis(1_000 + 10 * i + k),
+                    helpful: 0,
+                })
+                .collect();
+            ranked.push_many(&question.id, &answers).await.unwrap();
+            asked.push((question.id, answers[0].id));
+        }
+        let app = format!("pusher-{}", ObjectId::new().to_hex());
+        let pusher = crate::mutations::on_own_client(&questions, &app).await;
+        let held = match mode {
+            WriteMode::Transactional => "insert",
+            WriteMode::Ordered => "update",
+        };
+        crate::mutations::hold_next_for(&questions, &app, held, Duration::from_millis(600)).await;
+        let (target, _) = asked[5];
+        let pushed = RankedAnswer {
+            id: ObjectId::new(),
+            date: DateTime::from_millis(5_000),
+            helpful: 0,
+        };
+        let push = {
+            let pushed = pushed.clone();
+            tokio::spawn(async move {
+                let answers = pusher.children(RankedQuestion::MOST_HELPFUL);
+                answers.push(&target, &pushed).await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let mut targets = asked.clone();
+        if mode == WriteMode::Ordered {
+            targets[5] = (target, pushed.id);
+        }
+        let voted = targets.iter().map(|(question, answer)| {
+            let vote = ranked.patch(question, answer).inc(RankedAnswer::HELPFUL, 1);
+            std::future::IntoFuture::into_future(vote)
+        });
+        for (i, result) in futures::future::join_all(voted).await.iter().enumerate() {
+            assert!(result.is_ok(), "{mode:?}: vote {i}: {result:?}");
+        }
+        push.await.unwrap().unwrap();
+        crate::mutations::release(&questions).await;
+        let stored = questions
+            .database()
+            .collection::<Document>("ranked_answers");
+        for &(question, answer) in &targets {
+            let found = stored.find_one(doc! { "_id": answer }).await.unwrap();
+            assert_eq!(found.unwrap().get_i32("helpful").ok(), Some(1), "{mode:?}");
+            let drift = ranked.check(&question).await.unwrap();
+            assert!(drift.is_clean(), "{mode:?}: {drift:?}");
+            let got = questions.get(&question).await.unwrap().unwrap();
+            assert_eq!(
+                got.most_helpful[0].id, answer,
+                "{mode:?}: the voted answer first"
+            );
+            assert_eq!(got.most_helpful[0].helpful, 1, "{mode:?}");
+            let expected = if question == target { 4 } else { 3 };
+            assert_eq!(got.total_answers, expected, "{mode:?}");
+        }
+    }
+}
