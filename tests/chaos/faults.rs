@@ -625,9 +625,22 @@ under_faults!(
 
 /// A patch (a new date, which re-ranks the child, and a new author) under one fault at one
 /// step: a set is idempotent, so after a retry of the same call the child holds the new values
-/// once, embedded first, and the count is unchanged. In a transaction, a failed first call
-/// left the child as it was.
+/// once, embedded where its new date ranks it, and the count is unchanged. In a transaction, a
+/// failed first call left the child as it was. The date moves the child below the other
+/// review: the view is recomputed.
 async fn patch_under(mode: WriteMode, command: &str, fault: Fault) -> String {
+    patch_to(mode, command, fault, 0).await
+}
+
+/// [`patch_under`] with a date that raises the child above the other review: the view is
+/// re-ranked in place, in the parent's one update.
+async fn raising_patch_under(mode: WriteMode, command: &str, fault: Fault) -> String {
+    patch_to(mode, command, fault, 3).await
+}
+
+/// A patch of the older of two reviews to the date `millis` (0: last; 3: first), under `fault`
+/// at `command`.
+async fn patch_to(mode: WriteMode, command: &str, fault: Fault, millis: i64) -> String {
     let (store, point) = faulty(mode).await;
     let product = Product::named("faults");
     store.insert(&product).await.unwrap();
@@ -637,7 +650,8 @@ async fn patch_under(mode: WriteMode, command: &str, fault: Fault) -> String {
         .push_many(&product.id, &[patched.clone(), other.clone()])
         .await
         .unwrap();
-    let date = bson::DateTime::from_millis(3);
+    let date = bson::DateTime::from_millis(millis);
+    let at = usize::from(millis < 2);
     let patch = || {
         reviews
             .patch(&product.id, &patched.id)
@@ -655,7 +669,7 @@ async fn patch_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     }
     if first.is_ok() {
         assert_eq!(
-            got.recent_reviews[0].author, "edited",
+            got.recent_reviews[at].author, "edited",
             "{mode:?} {command} {fault:?}"
         );
     }
@@ -665,7 +679,7 @@ async fn patch_under(mode: WriteMode, command: &str, fault: Fault) -> String {
     expected.author = "edited".into();
     let got = store.get(&product.id).await.unwrap().unwrap();
     assert_eq!(
-        (&got.recent_reviews[0], got.total_reviews),
+        (&got.recent_reviews[at], got.total_reviews),
         (&expected, 2),
         "{mode:?} {command} {fault:?}: first call {outcome}"
     );
@@ -677,6 +691,13 @@ async fn patch_under(mode: WriteMode, command: &str, fault: Fault) -> String {
 under_faults!(
     /// The child's `findAndModify`, then the view's recompute: its reads and its update.
     a_patch_under_each_fault_at_each_step_ends_patched_once, ["findAndModify", "find", "update"], patch_under);
+
+under_faults!(
+    /// The child's `findAndModify`, then the parent's update that re-ranks the view in place.
+    a_raising_patch_under_each_fault_at_each_step_ends_patched_once,
+    ["findAndModify", "update"],
+    raising_patch_under
+);
 
 /// A move between two products under one fault at one step: after a retry (which finds the
 /// child moved, `ChildNotFound`, when the first got through), the child is the other
