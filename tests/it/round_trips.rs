@@ -972,6 +972,31 @@ async fn ask_sixteen(questions: &Store<Question>) -> Vec<(ObjectId, ObjectId)> {
     asked
 }
 
+/// Another process's push of `pushed` to `target` through `field`, held between its writes
+/// (its insert in a transaction, its parent update without one) for 600 ms, and under way for
+/// 150 ms when this returns.
+async fn held_push<P, C>(
+    store: &Store<P>,
+    field: subset::SubsetField<P, C>,
+    target: ObjectId,
+    pushed: C,
+) -> tokio::task::JoinHandle<subset::Result<()>>
+where
+    P: Subset<Id = ObjectId> + Send + Sync + 'static,
+    C: Child + Send + Sync + 'static,
+{
+    let app = format!("pusher-{}", ObjectId::new().to_hex());
+    let pusher = crate::mutations::on_own_client(store, &app).await;
+    let held = match store.mode().await.unwrap() {
+        WriteMode::Transactional => "insert",
+        WriteMode::Ordered => "update",
+    };
+    crate::mutations::hold_next_for(store, &app, held, Duration::from_millis(600)).await;
+    let push = tokio::spawn(async move { pusher.children(field).push(&target, &pushed).await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    push
+}
+
 /// Votes on sixteen questions at once while another process's push to one of them is held
 /// between its writes (its insert in a transaction, its parent update without one), in both
 /// modes: the group meets that question (a write conflict, or a lease it cannot take) and its
@@ -983,27 +1008,13 @@ async fn a_group_of_votes_meets_another_process_push_held_on_one_of_its_parents(
     for questions in crate::common::stores::<Question>().await {
         let mode = questions.mode().await.unwrap();
         let asked = ask_sixteen(&questions).await;
-        let app = format!("pusher-{}", ObjectId::new().to_hex());
-        let pusher = crate::mutations::on_own_client(&questions, &app).await;
-        let held = match mode {
-            WriteMode::Transactional => "insert",
-            WriteMode::Ordered => "update",
-        };
-        crate::mutations::hold_next_for(&questions, &app, held, Duration::from_millis(600)).await;
         let (target, _) = asked[5];
         let pushed = Answer {
             id: ObjectId::new(),
             date: DateTime::from_millis(5_000),
             helpful: 0,
         };
-        let push = {
-            let pushed = pushed.clone();
-            tokio::spawn(async move {
-                let answers = pusher.children(Question::LATEST);
-                answers.push(&target, &pushed).await
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        let push = held_push(&questions, Question::LATEST, target, pushed.clone()).await;
         let answers = questions.children(Question::LATEST);
         // Without a transaction the pushed answer is stored already, its question not yet
         // written: the vote on that question is on it, and must wait for the push, or its copy
@@ -1767,27 +1778,14 @@ async fn a_group_of_ranked_votes_meets_another_process_push_held_on_one_of_its_p
             ranked.push_many(&question.id, &answers).await.unwrap();
             asked.push((question.id, answers[0].id));
         }
-        let app = format!("pusher-{}", ObjectId::new().to_hex());
-        let pusher = crate::mutations::on_own_client(&questions, &app).await;
-        let held = match mode {
-            WriteMode::Transactional => "insert",
-            WriteMode::Ordered => "update",
-        };
-        crate::mutations::hold_next_for(&questions, &app, held, Duration::from_millis(600)).await;
         let (target, _) = asked[5];
         let pushed = RankedAnswer {
             id: ObjectId::new(),
             date: DateTime::from_millis(5_000),
             helpful: 0,
         };
-        let push = {
-            let pushed = pushed.clone();
-            tokio::spawn(async move {
-                let answers = pusher.children(RankedQuestion::MOST_HELPFUL);
-                answers.push(&target, &pushed).await
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        let field = RankedQuestion::MOST_HELPFUL;
+        let push = held_push(&questions, field, target, pushed.clone()).await;
         let mut targets = asked.clone();
         if mode == WriteMode::Ordered {
             targets[5] = (target, pushed.id);

@@ -18,7 +18,7 @@ use super::exec::lease::{Lease, Leases};
 use super::exec::{self, Ctx, Retry, Steps};
 use super::model_change::MARKER;
 use super::parent_write::{parent_statement, send_updates, ParentUpdate};
-use super::patch::{apply_all, put_back, read_all, ChildPatch, GroupWrites};
+use super::patch::{apply_all, as_found, put_back, read_all, ChildPatch, GroupWrites};
 use super::push::PushSteps;
 use super::query;
 use super::{RawChildren, RawStore, WriteMode};
@@ -269,10 +269,7 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
     let of_parents: Vec<Document> = subsets
         .iter()
         .zip(&writes)
-        .map(|((subset, aboard), write)| {
-            let ids = write.each.iter().map(|(c, _)| c.clone()).collect();
-            query::owned(subset.spec(), &aboard.parent, ids)
-        })
+        .map(|((subset, aboard), write)| write.owned(subset, &aboard.parent))
         .collect();
     let found = read_all(first, &mut Ctx::apart(), doc! { "$or": of_parents }).await;
     let mut riders = Vec::with_capacity(subsets.len());
@@ -282,18 +279,12 @@ async fn patch_ordered(store: &RawStore, subsets: &[(RawChildren<'_>, &Aboard)])
             done.push((ctx, leases, false));
             continue;
         };
-        let changed: Option<Vec<(Bson, Document)>> = write
-            .each
-            .iter()
-            .map(|(child, _)| {
-                let before = found.iter().find(|f| f.get("_id") == Some(child))?;
-                Some((child.clone(), before.clone()))
-            })
-            .collect();
+        let changed = as_found(&write.each, found).ok();
         // A view re-ranked from the children as they were.
-        let update = match write.reranks {
-            true => write.rerank(subset, &aboard.parent, found),
-            false => Some(write.parent),
+        let update = match (write.reranks, &changed) {
+            (true, Some(changed)) => write.rerank(subset, &aboard.parent, changed),
+            (true, None) => None,
+            (false, _) => Some(write.parent),
         };
         match (changed, update) {
             (Some(changed), Some(update)) => riders.push(PatchRider {
@@ -733,24 +724,18 @@ async fn rerank_all(
     subsets: &[(RawChildren<'_>, &Aboard)],
     writes: &mut [Option<GroupWrites>],
 ) -> Result<()> {
-    let reranking = |w: &Option<GroupWrites>| w.as_ref().is_some_and(|w| w.reranks);
+    let filters: Vec<(&RawChildren<'_>, [Document; 1])> = subsets
+        .iter()
+        .zip(writes.iter())
+        .filter_map(|((subset, aboard), write)| {
+            let write = write.as_ref().filter(|w| w.reranks)?;
+            Some((subset, [write.owned(subset, &aboard.parent)]))
+        })
+        .collect();
     let mut found: Vec<(&str, Vec<Document>)> = Vec::new();
-    for (i, ((subset, _), write)) in subsets.iter().zip(writes.iter()).enumerate() {
-        let collection = subset.spec().child_collection;
-        if !reranking(write) || found.iter().any(|(c, _)| *c == collection) {
-            continue;
-        }
-        let of_parents: Vec<Document> = subsets[i..]
-            .iter()
-            .zip(&writes[i..])
-            .filter(|((s, _), w)| reranking(w) && s.spec().child_collection == collection)
-            .filter_map(|((s, a), w)| {
-                let ids = w.as_ref()?.each.iter().map(|(c, _)| c.clone()).collect();
-                Some(query::owned(s.spec(), &a.parent, ids))
-            })
-            .collect();
+    for (subset, of_parents) in by_collection(filters.iter().map(|(s, f)| (*s, &f[..]))) {
         let children = read_all(subset, ctx, doc! { "$or": of_parents }).await?;
-        found.push((collection, children));
+        found.push((subset.spec().child_collection, children));
     }
     for ((subset, aboard), write) in subsets.iter().zip(writes.iter_mut()) {
         let Some(write) = write.as_mut().filter(|w| w.reranks) else {
@@ -759,7 +744,8 @@ async fn rerank_all(
         let collection = subset.spec().child_collection;
         let children = found.iter().find(|(c, _)| *c == collection);
         let children = children.map_or(&[][..], |(_, found)| found);
-        match write.rerank(subset, &aboard.parent, children) {
+        let changed = as_found(&write.each, children).ok();
+        match changed.and_then(|changed| write.rerank(subset, &aboard.parent, &changed)) {
             Some(update) => write.parent = update,
             None => return Err(together(store)),
         }

@@ -55,7 +55,7 @@ use crate::error::Error;
 pub(super) mod child_patch;
 mod steps;
 use steps::PatchSteps;
-pub(in crate::engine) use steps::{apply_all, put_back, read_all, GroupWrites};
+pub(in crate::engine) use steps::{apply_all, as_found, put_back, read_all, GroupWrites};
 
 pub use child_patch::ChildPatch;
 

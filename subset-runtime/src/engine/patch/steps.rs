@@ -155,17 +155,15 @@ impl PatchSteps<'_, '_> {
         composed: &[(Bson, ChildPatch)],
     ) -> Result<Result<Vec<(Bson, Document)>>> {
         let s = self.subset;
-        let ids: Vec<Bson> = composed.iter().map(|(c, _)| c.clone()).collect();
-        let owned = query::owned(s.spec(), self.parent, ids);
-        let mut found = read_all(s, &mut Ctx::apart(), owned).await?;
-        let mut changed = Vec::with_capacity(composed.len());
-        for (child, _) in composed {
-            let Some(at) = found.iter().position(|f| f.get("_id") == Some(child)) else {
+        let owned = owned_by(s, self.parent, composed);
+        let found = read_all(s, &mut Ctx::apart(), owned).await?;
+        let changed = match as_found(composed, &found) {
+            Ok(changed) => changed,
+            Err(child) => {
                 let ctx = &mut Ctx::apart();
                 return Ok(Err(query::child_not_found(s, ctx, self.parent, child).await));
-            };
-            changed.push((child.clone(), found.swap_remove(at)));
-        }
+            }
+        };
         let changes: Vec<(&Bson, &Document, &ChildPatch)> = changed
             .iter()
             .zip(composed)
@@ -183,16 +181,11 @@ impl PatchSteps<'_, '_> {
         composed: &[(Bson, ChildPatch)],
     ) -> Result<Vec<(Bson, Document)>> {
         let s = self.subset;
-        let ids: Vec<Bson> = composed.iter().map(|(c, _)| c.clone()).collect();
-        let filter = query::owned(s.spec(), self.parent, ids);
-        let mut found = read_all(s, ctx, filter).await?;
-        let mut changed = Vec::with_capacity(composed.len());
-        for (child, _) in composed {
-            let Some(at) = found.iter().position(|f| f.get("_id") == Some(child)) else {
-                return Err(query::child_not_found(s, ctx, self.parent, child).await);
-            };
-            changed.push((child.clone(), found.swap_remove(at)));
-        }
+        let found = read_all(s, ctx, owned_by(s, self.parent, composed)).await?;
+        let changed = match as_found(composed, &found) {
+            Ok(changed) => changed,
+            Err(child) => return Err(query::child_not_found(s, ctx, self.parent, child).await),
+        };
         for (patch, children) in by_patch(composed.iter().map(|(c, p)| (p, c.clone()))) {
             self.change_all(ctx, &children, patch).await?;
         }
@@ -518,6 +511,29 @@ fn rerank(view: &SubsetSpec, raised: &[(Bson, Document)]) -> Option<(Document, D
     Some((stage, doc! { "$or": [full, held] }))
 }
 
+/// The filter of `parent`'s children that `patches` change.
+fn owned_by(subset: &RawChildren<'_>, parent: &Bson, patches: &[(Bson, ChildPatch)]) -> Document {
+    let ids = patches.iter().map(|(child, _)| child.clone()).collect();
+    query::owned(subset.spec(), parent, ids)
+}
+
+/// Each child of `patches` as `found` (a read of them) holds it, in the order of `patches`;
+/// `Err` names the first that `found` lacks.
+pub(in crate::engine) fn as_found<'p>(
+    patches: &'p [(Bson, ChildPatch)],
+    found: &[Document],
+) -> std::result::Result<Vec<(Bson, Document)>, &'p Bson> {
+    patches
+        .iter()
+        .map(
+            |(child, _)| match found.iter().find(|f| f.get("_id") == Some(child)) {
+                Some(before) => Ok((child.clone(), before.clone())),
+                None => Err(child),
+            },
+        )
+        .collect()
+}
+
 /// The children `filter` selects, read as they are, in one `find`: in `ctx`'s transaction,
 /// whose writes of them then conflict with any write since; or, outside one, under the lease
 /// of each one's parent, so that they stay so until the lease's holder changes them.
@@ -663,15 +679,20 @@ impl GroupWrites {
         })
     }
 
-    /// The parent update of writes that re-rank, from `found`, their children as they were
-    /// (read in the group's transaction, or under its leases), as [`PatchSteps::run`] plans
-    /// it. `None` when a child is not there, or a patch does not raise its child in a view
+    /// The filter of its children, for the group's `find` of them.
+    pub(in crate::engine) fn owned(&self, subset: &RawChildren<'_>, parent: &Bson) -> Document {
+        owned_by(subset, parent, &self.each)
+    }
+
+    /// The parent update of writes that re-rank, from `changed`, each of their children as it
+    /// was (read in the group's transaction, or under its leases, see [`as_found`]), as
+    /// [`PatchSteps::run`] plans it. `None` when a patch does not raise its child in a view
     /// that re-ranks (a vote taken back, say): its writer then goes alone.
     pub(in crate::engine) fn rerank(
         &self,
         subset: &RawChildren<'_>,
         parent: &Bson,
-        found: &[Document],
+        changed: &[(Bson, Document)],
     ) -> Option<ParentUpdate> {
         let steps = PatchSteps {
             subset,
@@ -685,8 +706,7 @@ impl GroupWrites {
             ranks: true,
             ..ParentWrite::default()
         };
-        for (child, patch) in &self.each {
-            let before = found.iter().find(|f| f.get("_id") == Some(child))?;
+        for ((child, patch), (_, before)) in self.each.iter().zip(changed) {
             steps.plan(&mut write, child, patch, before, &patch.apply(before));
         }
         let raised_only = write.update.is_empty() && write.moved.iter().all(Option::is_none);
