@@ -467,6 +467,63 @@ async fn a_child_no_keyset_reaches_is_named_at_either_end_of_a_walk() {
     );
 }
 
+/// A first page from the embedded subset gives each child the cursor the same child has on a
+/// page from the child collection, and an embedded child that no cursor can place is an error
+/// of the read that names it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_first_page_from_the_subset_has_the_collections_cursors() {
+    let store = Store::<Product>::new(&replica_db().await);
+    let reviews = store.children(Product::RECENT_REVIEWS);
+    let (product, expected) = product_with(&store, 12).await;
+    // `keep = 5`: a first page of 4 is the subset's, one of 12 the collection's.
+    let head = reviews
+        .page(&product.id, &PageRequest::first(4))
+        .await
+        .unwrap();
+    let all = reviews
+        .page(&product.id, &PageRequest::first(12))
+        .await
+        .unwrap();
+    assert_eq!(ids(&head.items), expected[..4]);
+    assert_eq!(head.next.as_ref(), all.cursors().get(3));
+    assert_eq!(head.cursors(), &all.cursors()[..4]);
+    assert_eq!(head.clone().map(|r| r.id).cursors(), &all.cursors()[..4]);
+    assert_well_formed(&head);
+    // The next page continues from the last child's cursor, as from `next`.
+    let after = head.cursors().last().cloned().unwrap();
+    let next = reviews
+        .page(&product.id, &PageRequest::after(after, 4))
+        .await
+        .unwrap();
+    assert_eq!(ids(&next.items), expected[4..8]);
+
+    // The second embedded copy loses its date behind the store's back: the raw first page,
+    // which decodes anything, names it.
+    let second = expected[1];
+    store
+        .database()
+        .collection::<bson::Document>("products")
+        .update_one(
+            bson::doc! { "_id": product.id },
+            bson::doc! { "$unset": { "recent_reviews.1.date": "" } },
+        )
+        .await
+        .unwrap();
+    match reviews
+        .raw()
+        .page(&Bson::ObjectId(product.id), &PageRequest::first(4))
+        .await
+    {
+        Err(Error::MalformedChild {
+            id, field, problem, ..
+        }) => {
+            assert_eq!((*id, field.as_str()), (Bson::ObjectId(second), "date"));
+            assert!(problem.contains("missing or null"), "{problem}");
+        }
+        other => panic!("expected MalformedChild, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn equal_sort_keys_are_ordered_by_id_and_served_once_both_ways() {
     for store in stores::<Product>().await {
