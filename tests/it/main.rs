@@ -26,6 +26,7 @@ mod parent_key;
 mod previews;
 mod push;
 mod races;
+mod reranks;
 mod round_trips;
 mod service;
 mod sessions;

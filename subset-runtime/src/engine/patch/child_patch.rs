@@ -307,11 +307,15 @@ impl ChildPatch {
         }
     }
 
-    /// The child as the patch leaves `before`: what views are decided and sums moved by. An
-    /// `$inc` adds as the running sums do (integers exactly); the stored copy is the server's.
+    /// The child as the patch leaves `before`: what views are decided and sums moved by, and,
+    /// where [`ChildPatch::reproduces`] says so, the copy a view re-ranked in place embeds.
+    /// An `$inc` takes the type the server's gives ([`incremented`]); fields the patch adds
+    /// come in the order the server adds them (by name, since MongoDB 5.0).
     pub(crate) fn apply(&self, before: &Document) -> Document {
         let mut after = before.clone();
-        for (field, op) in &self.ops {
+        let mut ops: Vec<&(String, Op)> = self.ops.iter().collect();
+        ops.sort_by(|(a, _), (b, _)| a.split('.').cmp(b.split('.')));
+        for (field, op) in ops {
             let mut path = field.split('.').peekable();
             let mut at = &mut after;
             while let Some(segment) = path.next() {
@@ -343,6 +347,40 @@ impl ChildPatch {
             }
         }
         after
+    }
+
+    /// Whether [`ChildPatch::apply`] of `before` is the child exactly as the server stores it,
+    /// so that a copy made from it equals the child: not where a path steps through an array
+    /// or another non-document, or names a field by a number (`tags.0`: an array element on
+    /// the server, a field here; and numeric names are added in numeric order), nor where an
+    /// increment mixes a decimal with a double (the server converts the double first, with
+    /// its own rounding).
+    pub(crate) fn reproduces(&self, before: &Document) -> bool {
+        self.ops.iter().all(|(field, op)| {
+            let segments: Vec<&str> = field.split('.').collect();
+            if segments
+                .iter()
+                .any(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            {
+                return false;
+            }
+            let mut at = Some(before);
+            for segment in &segments[..segments.len() - 1] {
+                at = match at.and_then(|d| d.get(*segment)) {
+                    None => None,
+                    Some(Bson::Document(inner)) => Some(inner),
+                    Some(_) => return false,
+                };
+            }
+            let old = at.and_then(|d| d.get(segments[segments.len() - 1]));
+            match (op, old) {
+                (Op::Inc(by, _), Some(old)) => !matches!(
+                    (old, by),
+                    (Bson::Decimal128(_), Bson::Double(_)) | (Bson::Double(_), Bson::Decimal128(_))
+                ),
+                _ => true,
+            }
+        })
     }
 }
 
@@ -560,13 +598,17 @@ mod tests {
             .set("text", "y")
             .unset("note")
             .set("meta.seen", true);
+        // New fields by name, after the others, as the server adds them.
+        let after = patch.apply(&before);
         assert_eq!(
-            patch.apply(&before),
+            after,
             doc! {
-                "_id": 1, "helpful": 42, "text": "y", "new": 2.5,
-                "meta": { "seen": true },
+                "_id": 1, "helpful": 42, "text": "y", "meta": { "seen": true }, "new": 2.5,
             }
         );
+        let keys: Vec<&str> = after.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["_id", "helpful", "text", "meta", "new"]);
+        assert!(patch.reproduces(&before));
         // The wider type of the two, as `$inc` gives it; an int32 past its range an int64.
         let numbers = doc! { "a": i32::MAX, "b": 1_i64, "c": 1, "d": 1.5 };
         let widen = ChildPatch::new()
@@ -586,6 +628,35 @@ mod tests {
                 "$unset": { "latest.$[c0].note": "" },
             }
         );
+    }
+
+    #[test]
+    fn a_copy_is_made_here_only_where_it_is_the_servers() {
+        let child = doc! {
+            "_id": 1, "helpful": 3, "tags": ["a", "b"], "weight": 1.5,
+            "price": Bson::Decimal128("2.5".parse().unwrap()), "meta": { "seen": 1 },
+        };
+        let exact = [
+            ChildPatch::new().inc("helpful", 1).set("meta.seen", 2),
+            ChildPatch::new().set("meta.new.deep", 1),
+            ChildPatch::new().inc("weight", 1).inc("price", 1),
+            ChildPatch::new().set("fresh", 1).unset("tags"),
+        ];
+        for patch in exact {
+            assert!(patch.reproduces(&child), "{patch:?}");
+        }
+        let inexact = [
+            // An array element here would be a field of a document.
+            ChildPatch::new().set("tags.0", "z"),
+            ChildPatch::new().set("tags.x", "z"),
+            ChildPatch::new().set("meta.0", 1),
+            // The server converts the double to a decimal first, with its own rounding.
+            ChildPatch::new().inc("price", 0.25),
+            ChildPatch::new().inc("weight", Bson::Decimal128("0.25".parse().unwrap())),
+        ];
+        for patch in inexact {
+            assert!(!patch.reproduces(&child), "{patch:?}");
+        }
     }
 
     #[test]

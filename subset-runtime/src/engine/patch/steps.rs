@@ -7,7 +7,7 @@ use mongodb::options::ReturnDocument;
 use super::child_patch::{holds, moves_in, shows_in, ChildPatch, Update};
 use crate::engine::exec::{Ctx, Steps};
 use crate::engine::parent_write::{ParentUpdate, Written};
-use crate::engine::resync::{CountFix, Resync};
+use crate::engine::resync::{carried, embeddable, fits, CountFix, Resync};
 use crate::engine::sums::Num;
 use crate::engine::{query, RawChildren};
 use crate::error::{driver, Error, Result};
@@ -274,13 +274,26 @@ impl PatchSteps<'_, '_> {
         before: &Document,
         after: &Document,
     ) {
-        for (i, view) in self.subset.view_specs().iter().enumerate() {
+        let views = self.subset.view_specs();
+        for (i, view) in views.iter().enumerate() {
             let (was, is) = (view.admits(before), view.admits(after));
             if !was && !is {
                 continue;
             }
             let moves = crate::engine::sums::inc(view, &[after], &[before]);
-            if was && is && write.ranks && write.moved[i].is_none() && raised(view, before, after) {
+            // Only a copy made here that is the child as stored, of a child a recompute would
+            // embed (not one with a sort key of the wrong type that another program stored,
+            // say, which the view leaves out), and small enough to carry in an update (a
+            // large one is left to the recompute, which leaves out what the parent cannot
+            // hold, and to the operators).
+            let copy = || {
+                let exact = patch.reproduces(before) && embeddable(view, views, after);
+                let copy = exact.then(|| query::embedded(view, after.clone()))?;
+                carried(&copy).then_some(copy)
+            };
+            let rerank =
+                was && is && write.ranks && write.moved[i].is_none() && raised(view, before, after);
+            if let Some(copy) = rerank.then(copy).flatten() {
                 // The copies of the others keep their order, and no child this patch does not
                 // touch can enter the view: re-ranked in place, the count and sums moved by
                 // the update in place. Once a view of the run re-ranks, so does every view the
@@ -289,7 +302,7 @@ impl PatchSteps<'_, '_> {
                 add_inc(&mut write.update.inc, moves);
                 let raised = &mut write.raised[i];
                 raised.retain(|(c, _)| c != child);
-                raised.push((child.clone(), query::embedded(view, after.clone())));
+                raised.push((child.clone(), copy));
                 continue;
             }
             if was != is || moves_in(patch, view) {
@@ -384,15 +397,17 @@ impl PatchSteps<'_, '_> {
     /// each raised child, or a full view) is recomputed instead, by the views' recomputes.
     async fn rerank(&self, ctx: &mut Ctx<'_>, write: &mut ParentWrite, last: bool) -> Result<()> {
         let s = self.subset;
-        let update = ParentUpdate {
-            last,
-            ..reranking(s.view_specs(), &write.raised)
+        let written = match reranking(s.view_specs(), &write.raised) {
+            Some(update) => {
+                let update = ParentUpdate { last, ..update };
+                write.wrote = true;
+                match s.store().write_parent(ctx, self.parent, update).await {
+                    Ok(written) => written,
+                    Err(e) => return Err(query::parent_write_error(s, e, self.parent, 0).await),
+                }
+            }
+            None => Written::Missed,
         };
-        let written = match s.store().write_parent(ctx, self.parent, update).await {
-            Ok(written) => written,
-            Err(e) => return Err(query::parent_write_error(s, e, self.parent, 0).await),
-        };
-        write.wrote = true;
         match written {
             Written::Missing => Err(s.parent_not_found(self.parent)),
             Written::Applied | Written::Outdated => Ok(()),
@@ -411,22 +426,22 @@ impl PatchSteps<'_, '_> {
 
 /// The parent update that re-ranks each of `views` in place with its `raised` children (see
 /// [`rerank`]).
-fn reranking(views: &[SubsetSpec], raised: &[Vec<(Bson, Document)>]) -> ParentUpdate {
-    let (stages, holds): (Vec<Document>, Vec<Document>) = views
+///
+/// A parent that could not take every copy anew misses it, and is recomputed, which leaves
+/// out a child too large to embed (a refusal would fail every later vote on it); `None` when
+/// no parent could (the update would itself be over the limit), and so is recomputed.
+fn reranking(views: &[SubsetSpec], raised: &[Vec<(Bson, Document)>]) -> Option<ParentUpdate> {
+    let (stages, mut holds): (Vec<Document>, Vec<Document>) = views
         .iter()
         .zip(raised)
         .filter_map(|(view, raised)| rerank(view, raised))
         .unzip();
-    // The server refuses an empty `$and`.
-    let filter = match holds.is_empty() {
-        true => Document::new(),
-        false => doc! { "$and": holds },
-    };
-    ParentUpdate {
-        filter,
+    holds.push(fits(raised.iter().flatten().map(|(_, copy)| copy))?);
+    Some(ParentUpdate {
+        filter: doc! { "$and": holds },
         stages,
         ..ParentUpdate::default()
-    }
+    })
 }
 
 /// Whether the server can re-rank the views `patches` reorder in place (asked of it once per
@@ -710,7 +725,9 @@ impl GroupWrites {
             steps.plan(&mut write, child, patch, before, &patch.apply(before));
         }
         let raised_only = write.update.is_empty() && write.moved.iter().all(Option::is_none);
-        raised_only.then(|| reranking(subset.view_specs(), &write.raised))
+        raised_only
+            .then(|| reranking(subset.view_specs(), &write.raised))
+            .flatten()
     }
 }
 

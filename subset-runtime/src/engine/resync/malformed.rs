@@ -54,6 +54,12 @@ pub(super) struct Rules<'s> {
     spec: &'s SubsetSpec,
 }
 
+/// Whether `child`, whole, breaks no rule of `spec`'s children, among `views` (see [`Rules`]):
+/// a recompute of `spec` would embed it where it ranks, and so may a re-rank in place.
+pub(crate) fn embeddable(spec: &SubsetSpec, views: &[SubsetSpec], child: &Document) -> bool {
+    Rules::of(spec, views).problem(child, true).is_none()
+}
+
 impl<'s> Rules<'s> {
     /// The rules of `spec`'s children, from every view of them (`spec` among `views`).
     pub(super) fn of(spec: &'s SubsetSpec, views: &[SubsetSpec]) -> Self {

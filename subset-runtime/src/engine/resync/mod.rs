@@ -39,9 +39,11 @@ mod totals;
 
 pub use drift::{Drift, SumDrift};
 use fix::Fix;
+pub(in crate::engine) use malformed::embeddable;
 pub use malformed::MalformedChild;
 use malformed::Rules;
 pub(crate) use rebuilt::Rebuilt;
+pub(in crate::engine) use size::{carried, fits};
 use state::{Expected, Stored};
 
 /// How many times an ordered (non-transactional) resync re-reads and retries when a concurrent

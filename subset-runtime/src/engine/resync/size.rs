@@ -34,6 +34,21 @@ pub(super) fn of(found: &RawDocument) -> Option<i64> {
     }
 }
 
+/// Whether `copy` is small enough to carry in an update as a literal, within the room a
+/// recompute keeps: a view re-ranked in place takes only such copies.
+pub(crate) fn carried(copy: &Document) -> bool {
+    crate::engine::bson_len([copy]) <= ROOM
+}
+
+/// The condition, for a parent update's filter, that the parent can take `copies` more (as
+/// array elements) and keep the room a recompute keeps: an update that would not fit misses
+/// instead, and the recompute that follows leaves out what does not fit ([`unheld`]). `None`
+/// when no parent could take them: an update carrying them would itself be over the limit.
+pub(crate) fn fits<'d>(copies: impl IntoIterator<Item = &'d Document>) -> Option<Document> {
+    let most = LIMIT - ROOM - crate::engine::bson_len(copies);
+    (most >= 0).then(|| doc! { "$expr": { "$lte": [{ "$bsonSize": "$$ROOT" }, most] } })
+}
+
 /// When `parent`, of `bytes` now holding `held` in this view cannot hold `top` instead, the
 /// largest child of `top`, reported, with the size the parent would have had.
 pub(super) fn unheld(

@@ -1,0 +1,267 @@
+//! A view re-ranked in place (a vote that raises an answer in a view ordered by votes: one
+//! pipeline update of the parent, with the answer's copy made here) holds what a recompute of
+//! it would, in both write modes: never a child the recompute leaves out (one another program
+//! stored with a sort key of the wrong type, one too large to embed), and never a copy that
+//! differs from the child (a patch of an array element, a decimal incremented by a double, new
+//! fields), which such patches then change by operators or a recompute instead.
+
+use crate::common;
+
+use bson::oid::ObjectId;
+use bson::{doc, Bson, DateTime, Document};
+use serde::{Deserialize, Serialize};
+use subset::bson;
+use subset::raw::ChildPatch;
+use subset::{Child, Store, Subset};
+
+#[derive(Debug, Clone, Serialize, Deserialize, Child)]
+struct Answer {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    date: DateTime,
+    helpful: i32,
+    #[serde(default)]
+    tags: Vec<String>,
+    #[serde(default)]
+    weight: Bson,
+    #[serde(default)]
+    body: String,
+}
+
+/// Two views of the answers, both of two: the most helpful, and the latest.
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "reranked_questions")]
+struct Question {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "reranked_answers",
+        key = "question_id",
+        keep = 2,
+        sort = "helpful desc, date desc",
+        count = "answers"
+    )]
+    top: Vec<Answer>,
+    #[subset(
+        child = "reranked_answers",
+        key = "question_id",
+        keep = 2,
+        sort = "date desc"
+    )]
+    latest: Vec<Answer>,
+    #[serde(default)]
+    answers: i64,
+}
+
+/// A question with three answers, the later the more helpful.
+async fn question(store: &Store<Question>) -> (ObjectId, Vec<Answer>) {
+    store.ensure_indexes().await.unwrap();
+    let q = Question {
+        id: ObjectId::new(),
+        top: Vec::new(),
+        latest: Vec::new(),
+        answers: 0,
+    };
+    store.insert(&q).await.unwrap();
+    let answers: Vec<Answer> = (1..=3)
+        .map(|i| Answer {
+            id: ObjectId::new(),
+            date: DateTime::from_millis(1_000 * i64::from(i)),
+            helpful: 10 * i,
+            tags: vec!["a".into(), "b".into()],
+            weight: Bson::Int32(1),
+            body: String::new(),
+        })
+        .collect();
+    let top = store.children(Question::TOP);
+    top.push_many(&q.id, &answers).await.unwrap();
+    (q.id, answers)
+}
+
+/// Stores `answer` of `question` around the library, as another program would.
+async fn stored_around(store: &Store<Question>, answer: Document) {
+    store
+        .database()
+        .collection::<Document>("reranked_answers")
+        .insert_one(answer)
+        .await
+        .unwrap();
+}
+
+async fn raw(store: &Store<Question>, collection: &str, id: ObjectId) -> Document {
+    store
+        .database()
+        .collection::<Document>(collection)
+        .find_one(doc! { "_id": id })
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// The `_id`s of the view `field` as stored.
+fn held(parent: &Document, field: &str) -> Vec<ObjectId> {
+    parent
+        .get_array(field)
+        .unwrap()
+        .iter()
+        .map(|c| c.as_document().unwrap().get_object_id("_id").unwrap())
+        .collect()
+}
+
+/// Both views are what a reconcile would write, and the question reads.
+async fn assert_exact(store: &Store<Question>, id: &ObjectId, context: &str) {
+    for field in [Question::TOP, Question::LATEST] {
+        let drift = store.children(field).check(id).await.unwrap();
+        assert!(drift.is_in_sync(), "{context}: {drift:?}");
+    }
+    if let Err(e) = store.get(id).await {
+        panic!("{context}: the question no longer reads: {e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vote_never_ranks_in_a_child_the_view_leaves_out() {
+    for store in common::stores::<Question>().await {
+        let mode = store.mode().await.unwrap();
+        let (id, _) = question(&store).await;
+        // A date stored as a string: no view embeds it, and reads never meet it.
+        let odd = ObjectId::new();
+        stored_around(
+            &store,
+            doc! { "_id": odd, "question_id": id, "date": "2024", "helpful": 0 },
+        )
+        .await;
+        for field in [Question::TOP, Question::LATEST] {
+            store.children(field).reconcile(&id).await.unwrap();
+        }
+        // Raised past every answer: the view is full, so a re-rank in place would take it in.
+        let top = store.children(Question::TOP);
+        top.patch(&id, &odd)
+            .inc(Answer::HELPFUL, 100)
+            .await
+            .unwrap();
+        let child = raw(&store, "reranked_answers", odd).await;
+        assert_eq!(
+            child.get_i32("helpful").ok(),
+            Some(100),
+            "{mode:?}: the vote counts"
+        );
+        let parent = raw(&store, "reranked_questions", id).await;
+        assert!(!held(&parent, "top").contains(&odd), "{mode:?}: {parent}");
+        assert_exact(&store, &id, &format!("{mode:?}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vote_on_a_child_too_large_for_the_view_counts_and_leaves_it_out() {
+    for store in common::stores::<Question>().await {
+        let mode = store.mode().await.unwrap();
+        let (id, _) = question(&store).await;
+        // The latest answer, of 9 MiB: the view by date holds it, the one by votes, which it
+        // would enter with a vote, cannot hold it as well (16 MiB in all).
+        let big = ObjectId::new();
+        stored_around(
+            &store,
+            doc! {
+                "_id": big, "question_id": id, "date": DateTime::from_millis(9_000),
+                "helpful": 0, "body": "x".repeat(9 * 1024 * 1024),
+            },
+        )
+        .await;
+        for field in [Question::LATEST, Question::TOP] {
+            store.children(field).reconcile(&id).await.unwrap();
+        }
+        let before = raw(&store, "reranked_questions", id).await;
+        assert_eq!(held(&before, "latest")[0], big, "{mode:?}");
+        let top = store.children(Question::TOP);
+        top.patch(&id, &big)
+            .inc(Answer::HELPFUL, 100)
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: a vote on it is refused: {e}"));
+        let child = raw(&store, "reranked_answers", big).await;
+        assert_eq!(child.get_i32("helpful").ok(), Some(100), "{mode:?}");
+        let parent = raw(&store, "reranked_questions", id).await;
+        assert!(!held(&parent, "top").contains(&big), "{mode:?}");
+        assert_eq!(held(&parent, "latest")[0], big, "{mode:?}");
+        // Every later vote on it counts too.
+        top.patch(&id, &big).inc(Answer::HELPFUL, 1).await.unwrap();
+        let child = raw(&store, "reranked_answers", big).await;
+        assert_eq!(child.get_i32("helpful").ok(), Some(101), "{mode:?}");
+        let drift = top.check(&id).await.unwrap();
+        assert!(drift.is_in_sync(), "{mode:?}: {drift:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_raising_patch_leaves_copies_that_are_the_child_field_for_field() {
+    let decimal = |s: &str| Bson::Decimal128(s.parse().unwrap());
+    // Each raises the most helpful answer's votes with something else, where a copy made here
+    // would differ from the child: an array element (a field of a document here), a decimal
+    // plus a double (converted by the server first), new fields (added by name).
+    let vote = || ChildPatch::new().inc("helpful", 1);
+    let patches = [
+        (
+            "an array element",
+            Bson::Int32(1),
+            vote().set("tags.0", "z"),
+        ),
+        (
+            "a decimal plus a double",
+            decimal("1.5"),
+            vote().inc("weight", 0.25),
+        ),
+        (
+            "a double plus a decimal",
+            Bson::Double(1.5),
+            vote().inc("weight", decimal("0.25")),
+        ),
+        (
+            "new fields",
+            Bson::Int32(1),
+            vote().set("zeta", 1).set("alpha", 2),
+        ),
+    ];
+    for store in common::stores::<Question>().await {
+        let mode = store.mode().await.unwrap();
+        for (what, weight, patch) in &patches {
+            let context = format!("{mode:?}, {what}");
+            let (id, answers) = question(&store).await;
+            let best = answers[2].id;
+            store
+                .database()
+                .collection::<Document>("reranked_answers")
+                .update_one(
+                    doc! { "_id": best },
+                    doc! { "$set": { "weight": weight.clone() } },
+                )
+                .await
+                .unwrap();
+            for field in [Question::TOP, Question::LATEST] {
+                store.children(field).reconcile(&id).await.unwrap();
+            }
+            let raw_top = store.children(Question::TOP).raw();
+            raw_top
+                .patch(&Bson::ObjectId(id), &Bson::ObjectId(best), patch)
+                .await
+                .unwrap_or_else(|e| panic!("{context}: {e}"));
+            let mut child = raw(&store, "reranked_answers", best).await;
+            child.remove("question_id");
+            let parent = raw(&store, "reranked_questions", id).await;
+            for field in ["top", "latest"] {
+                let copy = parent
+                    .get_array(field)
+                    .unwrap()
+                    .iter()
+                    .map(|c| c.as_document().unwrap())
+                    .find(|c| c.get_object_id("_id").ok() == Some(best))
+                    .unwrap_or_else(|| panic!("{context}: no copy in {field}"));
+                // Field for field, in the child's order.
+                let fields = |d: &Document| -> Vec<(String, Bson)> {
+                    d.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+                };
+                assert_eq!(fields(copy), fields(&child), "{context}: {field}");
+            }
+            assert_exact(&store, &id, &context).await;
+        }
+    }
+}
