@@ -1,6 +1,6 @@
 //! A view re-ranked in place (a vote that raises an answer in a view ordered by votes: one
 //! pipeline update of the parent, with the answer's copy made here) holds what a recompute of
-//! it would, in both write modes: never a child the recompute leaves out (one another program
+//! it would, in both write modes, alone and in groups: never a child the recompute leaves out (one another program
 //! stored with a sort key of the wrong type, one too large to embed), and never a copy that
 //! differs from the child (a patch of an array element, a decimal incremented by a double, new
 //! fields), which such patches then change by operators or a recompute instead.
@@ -10,9 +10,11 @@ use crate::common;
 use bson::oid::ObjectId;
 use bson::{doc, Bson, DateTime, Document};
 use serde::{Deserialize, Serialize};
+use std::future::IntoFuture;
 use subset::bson;
 use subset::raw::ChildPatch;
-use subset::{Child, Store, Subset};
+
+use subset::{Child, Store, StoreOptions, Subset, WriteMode};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Child)]
 struct Answer {
@@ -262,6 +264,129 @@ async fn a_raising_patch_leaves_copies_that_are_the_child_field_for_field() {
                 assert_eq!(fields(copy), fields(&child), "{context}: {field}");
             }
             assert_exact(&store, &id, &context).await;
+        }
+    }
+}
+
+/// The most helpful answers alone: a vote on such a question may ride in a group with votes
+/// on other questions (a view by date showing the votes would keep them apart).
+#[derive(Debug, Clone, Serialize, Deserialize, Subset)]
+#[subset(collection = "ranked_only_questions")]
+struct RankedOnly {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[subset(
+        child = "ranked_only_answers",
+        key = "question_id",
+        keep = 2,
+        sort = "helpful desc, date desc"
+    )]
+    top: Vec<Answer>,
+}
+
+/// Votes on sixteen questions at once ride in groups, each view re-ranked in place by the
+/// group's update of the questions; the vote on an answer the view leaves out (a date stored
+/// as a string) cannot, and goes alone (in transactions the whole group then goes alone): it
+/// counts, and the view never takes that answer in. Without transactions the others still
+/// share their writes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_of_votes_never_ranks_in_a_child_the_view_leaves_out() {
+    for mode in [WriteMode::Transactional, WriteMode::Ordered] {
+        let (db, log) = common::recorded_replica_db().await;
+        let store = Store::<RankedOnly>::with_options(&db, StoreOptions::new().mode(mode));
+        store.ensure_indexes().await.unwrap();
+        let top = store.children(RankedOnly::TOP);
+        let mut asked = Vec::new();
+        for _ in 0..16 {
+            let id = ObjectId::new();
+            let question = RankedOnly {
+                id,
+                top: Vec::new(),
+            };
+            store.insert(&question).await.unwrap();
+            let answers: Vec<ObjectId> = (1..=3).map(|_| ObjectId::new()).collect();
+            let stored: Vec<Answer> = answers
+                .iter()
+                .zip(1..)
+                .map(|(answer, i)| Answer {
+                    id: *answer,
+                    date: DateTime::from_millis(1_000 * i64::from(i)),
+                    helpful: 10 * i,
+                    tags: Vec::new(),
+                    weight: Bson::Int32(1),
+                    body: String::new(),
+                })
+                .collect();
+            top.push_many(&id, &stored).await.unwrap();
+            asked.push((id, answers[0]));
+        }
+        // One question's vote is on an answer with a date stored as a string.
+        let (odd_question, odd) = (asked[5].0, ObjectId::new());
+        asked[5].1 = odd;
+        store
+            .database()
+            .collection::<Document>("ranked_only_answers")
+            .insert_one(
+                doc! { "_id": odd, "question_id": odd_question, "date": "2024", "helpful": 0 },
+            )
+            .await
+            .unwrap();
+        top.reconcile(&odd_question).await.unwrap();
+        let read = |collection: &'static str, id: ObjectId| {
+            let db = db.clone();
+            async move {
+                db.collection::<Document>(collection)
+                    .find_one(doc! { "_id": id })
+                    .await
+                    .unwrap()
+                    .unwrap()
+            }
+        };
+        // The least helpful answer of each question rises to the top (the odd one with them);
+        // grouping is asked of one of three rounds.
+        let mut rounds = 0;
+        let mut grouped = false;
+        while rounds < 3 && !grouped {
+            rounds += 1;
+            log.lock().unwrap().clear();
+            let votes = asked.iter().map(|(id, answer)| {
+                IntoFuture::into_future(top.patch(id, answer).inc(Answer::HELPFUL, 100))
+            });
+            for voted in futures::future::join_all(votes).await {
+                voted.unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+            }
+            // An update of several questions at once: a group.
+            grouped = log.lock().unwrap().iter().any(|(name, target, command)| {
+                name == "update"
+                    && target == "ranked_only_questions"
+                    && command.get_array("updates").is_ok_and(|u| u.len() > 1)
+            });
+            for (id, _) in &asked {
+                let drift = top.check(id).await.unwrap();
+                assert!(drift.is_in_sync(), "{mode:?}, round {rounds}: {drift:?}");
+                store
+                    .get(id)
+                    .await
+                    .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+            }
+            let parent = read("ranked_only_questions", odd_question).await;
+            assert!(!held(&parent, "top").contains(&odd), "{mode:?}: {parent}");
+        }
+        if mode == WriteMode::Ordered {
+            assert!(grouped, "{mode:?}: no group in {rounds} rounds");
+        }
+        for (i, (id, answer)) in asked.iter().enumerate() {
+            let voted = read("ranked_only_answers", *answer).await;
+            let expected = if i == 5 {
+                100 * rounds
+            } else {
+                10 + 100 * rounds
+            };
+            assert_eq!(
+                voted.get_i32("helpful").ok(),
+                Some(expected),
+                "{mode:?}: question {id}"
+            );
         }
     }
 }
