@@ -1,9 +1,10 @@
 //! A view re-ranked in place (a vote that raises an answer in a view ordered by votes: one
 //! pipeline update of the parent, with the answer's copy made here) holds what a recompute of
-//! it would, in both write modes, alone and in groups: never a child the recompute leaves out (one another program
-//! stored with a sort key of the wrong type, one too large to embed), and never a copy that
-//! differs from the child (a patch of an array element, a decimal incremented by a double, new
-//! fields), which such patches then change by operators or a recompute instead.
+//! it would, in both write modes, alone and in groups: never a child the recompute leaves out
+//! (one another program stored with a sort key of the wrong type, one too large to embed), and
+//! never a copy that differs from the child (a patch of an array element, a decimal
+//! incremented by a double, new fields), which such patches then change by operators or a
+//! recompute instead.
 
 use crate::common;
 
