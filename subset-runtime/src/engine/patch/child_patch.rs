@@ -334,6 +334,10 @@ impl ChildPatch {
                     }
                     break;
                 }
+                // `$unset` never makes a path; `$set` and `$inc` make what is missing.
+                if matches!(op, Op::Unset) && !at.contains_key(segment) {
+                    break;
+                }
                 let inner = at
                     .entry(segment.to_owned())
                     .or_insert_with(|| Bson::Document(Document::new()));
@@ -350,17 +354,18 @@ impl ChildPatch {
     }
 
     /// Whether [`ChildPatch::apply`] of `before` is the child exactly as the server stores it,
-    /// so that a copy made from it equals the child: not where a path steps through an array
-    /// or another non-document, or names a field by a number (`tags.0`: an array element on
-    /// the server, a field here; and numeric names are added in numeric order), nor where an
-    /// increment mixes a decimal with a double (the server converts the double first, with
-    /// its own rounding).
+    /// so that a copy made from it equals the child. Not where a path steps through an array
+    /// or another non-document, or a name starts with a digit (`tags.0`: an array element on
+    /// the server, a field here; and the server orders such names by length first). Not where
+    /// an increment meets a decimal (the server keeps a sum equal to the old value as it was,
+    /// `1.5` where decimal arithmetic gives `1.50`, and converts a double first, with its own
+    /// rounding) or a double zero (`-0.0 + 0` stays `-0.0` on the server).
     pub(crate) fn reproduces(&self, before: &Document) -> bool {
         self.ops.iter().all(|(field, op)| {
             let segments: Vec<&str> = field.split('.').collect();
             if segments
                 .iter()
-                .any(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .any(|s| s.bytes().next().is_some_and(|b| b.is_ascii_digit()))
             {
                 return false;
             }
@@ -373,11 +378,14 @@ impl ChildPatch {
                 };
             }
             let old = at.and_then(|d| d.get(segments[segments.len() - 1]));
+            let odd = |v: &Bson| match v {
+                Bson::Decimal128(_) => true,
+                Bson::Double(d) => *d == 0.0,
+                _ => false,
+            };
             match (op, old) {
-                (Op::Inc(by, _), Some(old)) => !matches!(
-                    (old, by),
-                    (Bson::Decimal128(_), Bson::Double(_)) | (Bson::Double(_), Bson::Decimal128(_))
-                ),
+                (Op::Inc(by, _), Some(old)) => !odd(old) && !odd(by),
+                (Op::Inc(by, _), None) => !odd(by),
                 _ => true,
             }
         })
@@ -388,17 +396,20 @@ impl ChildPatch {
 /// that a copy made from the result is the child as stored: the wider of the two types
 /// (int32, int64, double, decimal), an int32 sum past `i32` an int64.
 fn incremented(old: Option<&Bson>, by: &Bson) -> Bson {
+    // A missing field takes the increment as given.
+    let Some(old) = old else {
+        return by.clone();
+    };
     let width = |value: &Bson| match value {
         Bson::Int32(_) => 0,
         Bson::Int64(_) => 1,
         Bson::Double(_) => 2,
         _ => 3,
     };
-    let sum = old
-        .and_then(Num::of)
+    let sum = Num::of(old)
         .unwrap_or(Num::Int(0))
         .add(Num::of(by).unwrap_or(Num::Int(0)));
-    match (old.map_or(0, width).max(width(by)), sum) {
+    match (width(old).max(width(by)), sum) {
         (0, Num::Int(n)) => i32::try_from(n).map_or(Bson::Int64(n), Bson::Int32),
         (_, sum) => sum.into_bson(),
     }
@@ -633,26 +644,39 @@ mod tests {
     #[test]
     fn a_copy_is_made_here_only_where_it_is_the_servers() {
         let child = doc! {
-            "_id": 1, "helpful": 3, "tags": ["a", "b"], "weight": 1.5,
+            "_id": 1, "helpful": 3, "tags": ["a", "b"], "weight": 1.5, "zero": -0.0,
             "price": Bson::Decimal128("2.5".parse().unwrap()), "meta": { "seen": 1 },
         };
         let exact = [
             ChildPatch::new().inc("helpful", 1).set("meta.seen", 2),
             ChildPatch::new().set("meta.new.deep", 1),
-            ChildPatch::new().inc("weight", 1).inc("price", 1),
+            ChildPatch::new().inc("weight", 1).inc("helpful", 2_i64),
             ChildPatch::new().set("fresh", 1).unset("tags"),
         ];
         for patch in exact {
             assert!(patch.reproduces(&child), "{patch:?}");
         }
+        // `$unset` makes no path; a missing field takes the increment as given.
+        let unset = ChildPatch::new().unset("nested.flag").inc("new", 2.5);
+        assert!(unset.reproduces(&child));
+        let after = unset.apply(&child);
+        assert!(!after.contains_key("nested"), "{after}");
+        assert_eq!(after.get("new"), Some(&Bson::Double(2.5)));
         let inexact = [
             // An array element here would be a field of a document.
             ChildPatch::new().set("tags.0", "z"),
             ChildPatch::new().set("tags.x", "z"),
             ChildPatch::new().set("meta.0", 1),
+            // Ordered by length first on the server.
+            ChildPatch::new().set("9lives", 1),
             // The server converts the double to a decimal first, with its own rounding.
             ChildPatch::new().inc("price", 0.25),
             ChildPatch::new().inc("weight", Bson::Decimal128("0.25".parse().unwrap())),
+            // It keeps a decimal sum equal to the old value as it was.
+            ChildPatch::new().inc("price", 0),
+            ChildPatch::new().inc("absent", Bson::Decimal128("1".parse().unwrap())),
+            // And a double zero.
+            ChildPatch::new().inc("zero", 1),
         ];
         for patch in inexact {
             assert!(!patch.reproduces(&child), "{patch:?}");

@@ -305,7 +305,10 @@ impl PatchSteps<'_, '_> {
                 raised.push((child.clone(), copy));
                 continue;
             }
-            if was != is || moves_in(patch, view) {
+            // A copy of this child that an earlier patch of the run re-ranks in would undo
+            // this one, written after it: the view is recomputed instead.
+            let copied = write.raised[i].iter().any(|(c, _)| c == child);
+            if was != is || moves_in(patch, view) || copied {
                 let inc = write.moved[i].get_or_insert_with(Document::new);
                 add_inc(inc, moves);
                 continue;
