@@ -493,3 +493,33 @@ async fn a_run_that_patches_one_child_twice_leaves_its_copies_as_the_child() {
         assert_exact(&store, &id, &format!("{mode:?}")).await;
     }
 }
+
+/// A question within 16 KiB of MongoDB's limit (another program stored a large field in it):
+/// a vote's re-rank in place misses there, and the views are recomputed, which keep the room a
+/// recompute keeps, as `check` computes them, in both modes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parent_near_the_limit_is_recomputed_rather_than_re_ranked() {
+    for store in common::stores::<Question>().await {
+        let mode = store.mode().await.unwrap();
+        let (id, answers) = question(&store).await;
+        let pad = "x".repeat(16 * 1024 * 1024 - 12 * 1024);
+        store
+            .database()
+            .collection::<Document>("reranked_questions")
+            .update_one(doc! { "_id": id }, doc! { "$set": { "pad": pad } })
+            .await
+            .unwrap();
+        // The most helpful answer rises further: a re-rank in place of the view it leads.
+        let top = store.children(Question::TOP);
+        top.patch(&id, &answers[2].id)
+            .inc(Answer::HELPFUL, 1)
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        let child = raw(&store, "reranked_answers", answers[2].id).await;
+        assert_eq!(child.get_i32("helpful").ok(), Some(31), "{mode:?}");
+        for field in [Question::TOP, Question::LATEST] {
+            let drift = store.children(field).check(&id).await.unwrap();
+            assert!(drift.is_in_sync(), "{mode:?}: {drift:?}");
+        }
+    }
+}
