@@ -439,6 +439,10 @@ fn reranking(views: &[SubsetSpec], raised: &[Vec<(Bson, Document)>]) -> Option<P
         .zip(raised)
         .filter_map(|(view, raised)| rerank(view, raised))
         .unzip();
+    // A run whose every view declined (a child in none, before and after) only touches.
+    if holds.is_empty() {
+        return Some(ParentUpdate::default());
+    }
     holds.push(fits(raised.iter().flatten().map(|(_, copy)| copy))?);
     Some(ParentUpdate {
         filter: doc! { "$and": holds },
