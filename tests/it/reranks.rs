@@ -82,17 +82,17 @@ async fn question(store: &Store<Question>) -> (ObjectId, Vec<Answer>) {
     (q.id, answers)
 }
 
-/// Stores `answer` of `question` around the library, as another program would.
-async fn stored_around(store: &Store<Question>, answer: Document) {
+/// Stores `answer` in `collection` around the library, as another program would.
+async fn stored_around<P: Subset>(store: &Store<P>, collection: &str, answer: Document) {
     store
         .database()
-        .collection::<Document>("reranked_answers")
+        .collection::<Document>(collection)
         .insert_one(answer)
         .await
         .unwrap();
 }
 
-async fn raw(store: &Store<Question>, collection: &str, id: ObjectId) -> Document {
+async fn raw<P: Subset>(store: &Store<P>, collection: &str, id: ObjectId) -> Document {
     store
         .database()
         .collection::<Document>(collection)
@@ -132,6 +132,7 @@ async fn a_vote_never_ranks_in_a_child_the_view_leaves_out() {
         let odd = ObjectId::new();
         stored_around(
             &store,
+            "reranked_answers",
             doc! { "_id": odd, "question_id": id, "date": "2024", "helpful": 0 },
         )
         .await;
@@ -166,6 +167,7 @@ async fn a_vote_on_a_child_too_large_for_the_view_counts_and_leaves_it_out() {
         let big = ObjectId::new();
         stored_around(
             &store,
+            "reranked_answers",
             doc! {
                 "_id": big, "question_id": id, "date": DateTime::from_millis(9_000),
                 "helpful": 0, "body": "x".repeat(9 * 1024 * 1024),
@@ -369,25 +371,13 @@ async fn a_group_of_votes_never_ranks_in_a_child_the_view_leaves_out() {
         // One question's vote is on an answer with a date stored as a string.
         let (odd_question, odd) = (asked[5].0, ObjectId::new());
         asked[5].1 = odd;
-        store
-            .database()
-            .collection::<Document>("ranked_only_answers")
-            .insert_one(
-                doc! { "_id": odd, "question_id": odd_question, "date": "2024", "helpful": 0 },
-            )
-            .await
-            .unwrap();
+        stored_around(
+            &store,
+            "ranked_only_answers",
+            doc! { "_id": odd, "question_id": odd_question, "date": "2024", "helpful": 0 },
+        )
+        .await;
         top.reconcile(&odd_question).await.unwrap();
-        let read = |collection: &'static str, id: ObjectId| {
-            let db = db.clone();
-            async move {
-                db.collection::<Document>(collection)
-                    .find_one(doc! { "_id": id })
-                    .await
-                    .unwrap()
-                    .unwrap()
-            }
-        };
         // The least helpful answer of each question rises to the top (the odd one with them);
         // grouping is asked of one of three rounds.
         let mut rounds = 0;
@@ -415,14 +405,14 @@ async fn a_group_of_votes_never_ranks_in_a_child_the_view_leaves_out() {
                     .await
                     .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
             }
-            let parent = read("ranked_only_questions", odd_question).await;
+            let parent = raw(&store, "ranked_only_questions", odd_question).await;
             assert!(!held(&parent, "top").contains(&odd), "{mode:?}: {parent}");
         }
         if mode == WriteMode::Ordered {
             assert!(grouped, "{mode:?}: no group in {rounds} rounds");
         }
         for (i, (id, answer)) in asked.iter().enumerate() {
-            let voted = read("ranked_only_answers", *answer).await;
+            let voted = raw(&store, "ranked_only_answers", *answer).await;
             let expected = if i == 5 {
                 100 * rounds
             } else {

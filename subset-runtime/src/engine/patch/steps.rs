@@ -39,9 +39,9 @@ struct ParentWrite {
     /// Per view (by index in [`RawChildren::views`]): the `$inc` of counts and sums of the
     /// patches that move a child in it, when one does.
     moved: Vec<Option<Document>>,
-    /// Per view: the children a patch raised in its order (or kept), and their copies as
+    /// Per view: the children a patch raised in its order (or kept), with their copies as
     /// they are now, to re-rank in place ([`rerank`]) rather than recompute.
-    raised: Vec<Vec<(Bson, Document)>>,
+    raised: Vec<Vec<Raised>>,
     /// Whether the server can re-rank a view in place (`$sortArray`).
     ranks: bool,
     /// Whether any parent update was sent (and applied).
@@ -286,14 +286,19 @@ impl PatchSteps<'_, '_> {
             // say, which the view leaves out), and small enough to carry in an update (a
             // large one is left to the recompute, which leaves out what the parent cannot
             // hold, and to the operators).
-            let copy = || {
+            let raising = || {
                 let exact = patch.reproduces(before) && embeddable(view, views, after);
                 let copy = exact.then(|| query::embedded(view, after.clone()))?;
-                carried(&copy).then_some(copy)
+                let bytes = carried(&copy)?;
+                Some(Raised {
+                    child: child.clone(),
+                    copy,
+                    bytes,
+                })
             };
             let rerank =
                 was && is && write.ranks && write.moved[i].is_none() && raised(view, before, after);
-            if let Some(copy) = rerank.then(copy).flatten() {
+            if let Some(raising) = rerank.then(raising).flatten() {
                 // The copies of the others keep their order, and no child this patch does not
                 // touch can enter the view: re-ranked in place, the count and sums moved by
                 // the update in place. Once a view of the run re-ranks, so does every view the
@@ -301,13 +306,13 @@ impl PatchSteps<'_, '_> {
                 // changed by operators would take one update more.
                 add_inc(&mut write.update.inc, moves);
                 let raised = &mut write.raised[i];
-                raised.retain(|(c, _)| c != child);
-                raised.push((child.clone(), copy));
+                raised.retain(|r| r.child != *child);
+                raised.push(raising);
                 continue;
             }
             // A copy of this child that an earlier patch of the run re-ranks in would undo
             // this one, written after it: the view is recomputed instead.
-            let copied = write.raised[i].iter().any(|(c, _)| c == child);
+            let copied = write.raised[i].iter().any(|r| r.child == *child);
             if was != is || moves_in(patch, view) || copied {
                 let inc = write.moved[i].get_or_insert_with(Document::new);
                 add_inc(inc, moves);
@@ -427,13 +432,22 @@ impl PatchSteps<'_, '_> {
     }
 }
 
+/// A child a patch raised in a view's order (or kept there), with its copy as it is now and
+/// the copy's size as an array element.
+#[derive(Debug, Clone)]
+struct Raised {
+    child: Bson,
+    copy: Document,
+    bytes: i64,
+}
+
 /// The parent update that re-ranks each of `views` in place with its `raised` children (see
 /// [`rerank`]).
 ///
 /// A parent that could not take every copy anew misses it, and is recomputed, which leaves
 /// out a child too large to embed (a refusal would fail every later vote on it); `None` when
 /// no parent could (the update would itself be over the limit), and so is recomputed.
-fn reranking(views: &[SubsetSpec], raised: &[Vec<(Bson, Document)>]) -> Option<ParentUpdate> {
+fn reranking(views: &[SubsetSpec], raised: &[Vec<Raised>]) -> Option<ParentUpdate> {
     let (stages, mut holds): (Vec<Document>, Vec<Document>) = views
         .iter()
         .zip(raised)
@@ -443,7 +457,7 @@ fn reranking(views: &[SubsetSpec], raised: &[Vec<(Bson, Document)>]) -> Option<P
     if holds.is_empty() {
         return Some(ParentUpdate::default());
     }
-    holds.push(fits(raised.iter().flatten().map(|(_, copy)| copy))?);
+    holds.push(fits(raised.iter().flatten().map(|r| r.bytes).sum())?);
     Some(ParentUpdate {
         filter: doc! { "$and": holds },
         stages,
@@ -510,14 +524,14 @@ fn raised(view: &SubsetSpec, before: &Document, after: &Document) -> bool {
 /// parent update's filter: each raised child has a copy there, or the view is full (the
 /// children without a copy rank below every copy, and no other child moved). `None` for no
 /// child.
-fn rerank(view: &SubsetSpec, raised: &[(Bson, Document)]) -> Option<(Document, Document)> {
+fn rerank(view: &SubsetSpec, raised: &[Raised]) -> Option<(Document, Document)> {
     if raised.is_empty() {
         return None;
     }
-    let ids: Vec<Bson> = raised.iter().map(|(id, _)| id.clone()).collect();
+    let ids: Vec<Bson> = raised.iter().map(|r| r.child.clone()).collect();
     let copies: Vec<Bson> = raised
         .iter()
-        .map(|(_, copy)| Bson::Document(copy.clone()))
+        .map(|r| Bson::Document(r.copy.clone()))
         .collect();
     let field = view.field;
     let others = doc! { "$filter": {

@@ -34,18 +34,21 @@ pub(super) fn of(found: &RawDocument) -> Option<i64> {
     }
 }
 
-/// Whether `copy` is small enough to carry in an update as a literal, within the room a
-/// recompute keeps: a view re-ranked in place takes only such copies.
-pub(crate) fn carried(copy: &Document) -> bool {
-    crate::engine::bson_len([copy]) <= ROOM
+/// The size of `copy` as an array element, when it is small enough to carry in an update as a
+/// literal, within the room a recompute keeps: a view re-ranked in place takes only such
+/// copies.
+pub(crate) fn carried(copy: &Document) -> Option<i64> {
+    let bytes = crate::engine::bson_len([copy]);
+    (bytes <= ROOM).then_some(bytes)
 }
 
-/// The condition, for a parent update's filter, that the parent can take `copies` more (as
-/// array elements) and keep the room a recompute keeps: an update that would not fit misses
-/// instead, and the recompute that follows leaves out what does not fit ([`unheld`]). `None`
-/// when no parent could take them: an update carrying them would itself be over the limit.
-pub(crate) fn fits<'d>(copies: impl IntoIterator<Item = &'d Document>) -> Option<Document> {
-    let most = LIMIT - ROOM - crate::engine::bson_len(copies);
+/// The condition, for a parent update's filter, that the parent can take `added` more bytes
+/// (the copies it carries, [`carried`]) and keep the room a recompute keeps: an update that
+/// would not fit misses instead, and the recompute that follows leaves out what does not fit
+/// ([`unheld`]). `None` when no parent could take them: an update carrying them would itself
+/// be over the limit.
+pub(crate) fn fits(added: i64) -> Option<Document> {
+    let most = LIMIT - ROOM - added;
     (most >= 0).then(|| doc! { "$expr": { "$lte": [{ "$bsonSize": "$$ROOT" }, most] } })
 }
 
