@@ -312,7 +312,19 @@ async fn read_while<A: Subset<Id = ObjectId>, B: Subset<Id = ObjectId>>(
             assert_read_right(old, parent, Some(&mut session)).await;
             assert_read_right(new, parent, Some(&mut session)).await;
             session.abort_transaction().await.unwrap();
-            reads += 2;
+            // Outside a session, where reads of outdated parents read the children with the
+            // parent once they are frequent: each read decodes, whatever it meets.
+            let id = parent.as_object_id().unwrap();
+            new.get(&id).await.unwrap().expect("the parent exists");
+            for spec in B::SUBSETS {
+                let request = PageRequest::first(spec.keep);
+                new.raw()
+                    .children(spec)
+                    .page(parent, &request)
+                    .await
+                    .unwrap();
+            }
+            reads += 3;
         }
     }
     reads
@@ -1429,4 +1441,243 @@ async fn a_decimal_sum_of_no_children_reads_as_a_decimal_under_another_model() {
             "{mode:?}: {stored:?}"
         );
     }
+}
+
+/// The commands `log` recorded since it was last taken: name and target.
+fn taken(log: &common::CommandLog) -> Vec<(String, String)> {
+    std::mem::take(&mut *log.lock().unwrap())
+        .into_iter()
+        .map(|(name, target, _)| (name, target))
+        .collect()
+}
+
+fn sent(name: &str, target: &str) -> (String, String) {
+    (name.to_owned(), target.to_owned())
+}
+
+/// The `_id`s of a served view, or of a page's items.
+fn ids_of<'d>(children: impl IntoIterator<Item = &'d Bson>) -> Vec<Bson> {
+    children
+        .into_iter()
+        .map(|c| c.as_document().unwrap().get("_id").cloned().unwrap())
+        .collect()
+}
+
+/// While reads keep computing a view (a model changed and not yet rebuilt), `get` and the
+/// first page read the parent and the view's children in one `aggregate`, and read what the
+/// two commands read; once the parents are rebuilt, reads go back to one `find`.
+#[tokio::test]
+async fn frequent_reads_of_outdated_parents_read_the_children_with_the_parent() {
+    let (db, log) = common::recorded_replica_db().await;
+    let old = Store::<Latest3>::new(&db);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+    let mut parents = Vec::new();
+    for comments in [6, 6, 2, 7, 0, 5] {
+        parents.push(old_parent(&old, &mut rng, comments).await);
+    }
+    let new = Store::<Latest6>::new(&db);
+    let latest = new.raw().children(&Latest6::SUBSETS[0]);
+    taken(&log);
+    for parent in &parents[..2] {
+        new.raw().get(parent).await.unwrap().unwrap();
+        assert_eq!(
+            taken(&log),
+            [sent("find", "movies"), sent("aggregate", "comments")],
+            "the first reads read apart"
+        );
+    }
+    for parent in &parents {
+        let read = new.raw().get(parent).await.unwrap().unwrap();
+        assert_eq!(taken(&log), [sent("aggregate", "movies")], "one command");
+        let read = Document::try_from(read.as_ref()).unwrap();
+        let (ids, n, _) = truth(&db, &Latest6::SUBSETS[0], parent, None).await;
+        assert_eq!(ids_of(read.get_array("latest").unwrap()), ids, "{parent}");
+        assert_eq!(read.get_i64("n").unwrap(), n, "{parent}");
+        taken(&log);
+        let page = latest.page(parent, &PageRequest::first(4)).await.unwrap();
+        assert_eq!(taken(&log), [sent("aggregate", "movies")], "one command");
+        let items: Vec<Bson> = page
+            .items
+            .iter()
+            .map(|i| Bson::Document(Document::try_from(i.as_ref()).unwrap()))
+            .collect();
+        assert_eq!(ids_of(&items), ids[..ids.len().min(4)], "{parent}");
+        assert_eq!(page.has_next(), ids.len() > 4, "{parent}");
+        taken(&log);
+    }
+    // The typed read and the reads of every view agree with the child collection.
+    for parent in &parents {
+        assert_read_right(&new, parent, None).await;
+    }
+    // In the caller's session (whose transaction a refused command would abort), apart.
+    let mut session = db.client().start_session().await.unwrap();
+    taken(&log);
+    new.raw()
+        .get(&parents[0])
+        .session(&mut session)
+        .await
+        .unwrap();
+    assert_eq!(
+        taken(&log),
+        [sent("find", "movies"), sent("aggregate", "comments")]
+    );
+    new.rebuild().await.unwrap();
+    taken(&log);
+    // Still reading ahead, right, until enough reads compute nothing; then a `find`.
+    let mut reads = 0;
+    loop {
+        let parent = &parents[reads % parents.len()];
+        let read = new.raw().get(parent).await.unwrap().unwrap();
+        let read = Document::try_from(read.as_ref()).unwrap();
+        let (ids, _, _) = truth(&db, &Latest6::SUBSETS[0], parent, None).await;
+        assert_eq!(ids_of(read.get_array("latest").unwrap()), ids, "{parent}");
+        reads += 1;
+        let commands = taken(&log);
+        let commands: Vec<_> = commands.iter().filter(|(_, t)| t == "movies").collect();
+        if commands == [&sent("find", "movies")] {
+            break;
+        }
+        assert_eq!(commands, [&sent("aggregate", "movies")]);
+        assert!(
+            reads < 64,
+            "still reading ahead after {reads} reads of rebuilt parents"
+        );
+    }
+}
+
+/// A view added to a model is read ahead alone: the views built already are read as stored.
+#[tokio::test]
+async fn a_view_added_is_read_ahead_alone() {
+    let (db, log) = common::recorded_replica_db().await;
+    let old = Store::<Latest3>::new(&db);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    let parents = old_parents(&old, &mut rng, 4).await;
+    let new = Store::<WithFirst>::new(&db);
+    for parent in &parents[..2] {
+        new.raw().get(parent).await.unwrap().unwrap();
+    }
+    log.lock().unwrap().clear();
+    for parent in &parents[2..] {
+        new.raw().get(parent).await.unwrap().unwrap();
+        let commands = std::mem::take(&mut *log.lock().unwrap());
+        let [(name, target, command)] = commands.as_slice() else {
+            panic!("one command: {commands:?}");
+        };
+        assert_eq!((name.as_str(), target.as_str()), ("aggregate", "movies"));
+        let lookups: Vec<&Document> = command
+            .get_array("pipeline")
+            .unwrap()
+            .iter()
+            .filter_map(|stage| stage.as_document()?.get_document("$lookup").ok())
+            .collect();
+        assert_eq!(lookups.len(), 1, "only the added view: {command}");
+        let limit = lookups[0]
+            .get_array("pipeline")
+            .unwrap()
+            .iter()
+            .find_map(|stage| stage.as_document()?.get("$limit").cloned());
+        assert_eq!(
+            limit,
+            Some(Bson::Int64(2)),
+            "the added view's keep: {command}"
+        );
+        assert_read_right(&new, parent, None).await;
+        log.lock().unwrap().clear();
+    }
+}
+
+/// A read ahead that cannot be sent reads apart, and reads right: one whose answer would be
+/// over the 16 MiB of a document, and one the server refuses (after which the store does not
+/// ask again).
+#[tokio::test]
+async fn a_read_ahead_that_cannot_be_sent_reads_apart() {
+    let _turn = crate::FAIL_POINT.lock().await;
+    let server = subset_testkit::MongoServer::shared(subset_testkit::Topology::ReplicaSet)
+        .await
+        .unwrap();
+    let name = common::replica_db().await.name().to_owned();
+    let mut options = mongodb::options::ClientOptions::parse(server.uri())
+        .await
+        .unwrap();
+    options.app_name = Some("read-ahead-refused".to_owned());
+    let log = common::record_commands(&mut options);
+    let db = mongodb::Client::with_options(options)
+        .unwrap()
+        .database(&name);
+    let old = Store::<Latest3>::new(&db);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(19);
+    let parents = old_parents(&old, &mut rng, 4).await;
+    // A parent whose children, added to it, are over the limit: 10 KiB under it, with six
+    // comments of 5 KiB.
+    let big = Bson::ObjectId(ObjectId::new());
+    let pad = "x".repeat(16 * 1024 * 1024 - 25 * 1024);
+    old.raw()
+        .insert(doc! { "_id": big.clone(), "latest": [], "n": 0_i64, "pad": pad })
+        .await
+        .unwrap();
+    let long: Vec<Document> = (0..6)
+        .map(|_| {
+            let mut c = comment(&mut rng, &big);
+            c.insert("text", "y".repeat(5 * 1024));
+            c
+        })
+        .collect();
+    old.raw()
+        .children(&Latest3::SUBSETS[0])
+        .push(&big, long)
+        .await
+        .unwrap();
+    let new = Store::<Latest6>::new(&db);
+    for parent in &parents[..2] {
+        new.raw().get(parent).await.unwrap().unwrap();
+    }
+    taken(&log);
+    let read = new.raw().get(&big).await.unwrap().unwrap();
+    assert_eq!(
+        taken(&log),
+        [
+            sent("aggregate", "movies"),
+            sent("find", "movies"),
+            sent("aggregate", "comments")
+        ],
+        "too large together: read apart"
+    );
+    let read = Document::try_from(read.as_ref()).unwrap();
+    let (ids, n, _) = truth(&db, &Latest6::SUBSETS[0], &big, None).await;
+    assert_eq!(ids_of(read.get_array("latest").unwrap()), ids);
+    assert_eq!(read.get_i64("n").unwrap(), n);
+
+    // Refused: this read reads apart, and so does every later one.
+    db.client()
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 1 },
+            "data": {
+                "failCommands": ["aggregate"],
+                "appName": "read-ahead-refused",
+                "errorCode": 40324,
+            },
+        })
+        .await
+        .expect("failCommand (test commands on)");
+    taken(&log);
+    for (i, parent) in parents.iter().enumerate() {
+        let read = new.raw().get(parent).await.unwrap().unwrap();
+        let mut expected = vec![sent("find", "movies"), sent("aggregate", "comments")];
+        if i == 0 {
+            expected.insert(0, sent("aggregate", "movies"));
+        }
+        assert_eq!(taken(&log), expected, "read {i}");
+        let read = Document::try_from(read.as_ref()).unwrap();
+        let (ids, n, _) = truth(&db, &Latest6::SUBSETS[0], parent, None).await;
+        assert_eq!(ids_of(read.get_array("latest").unwrap()), ids);
+        assert_eq!(read.get_i64("n").unwrap(), n);
+        taken(&log);
+    }
+    db.client()
+        .database("admin")
+        .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
+        .await
+        .unwrap();
 }

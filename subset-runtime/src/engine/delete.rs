@@ -4,6 +4,7 @@ use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
+use super::query::{self, Ahead};
 use super::RawStore;
 use crate::action::{span, Action, Operation};
 use crate::error::{Error, Result};
@@ -55,14 +56,28 @@ impl<'s, 'a: 's> Operation<'s> for Get<'a> {
 
     async fn execute(self, caller: Option<&'s mut ClientSession>) -> Result<Self::Output> {
         let store = self.store;
-        let parents = store.parents::<RawDocumentBuf>();
         let ctx = &mut Ctx::read(caller);
+        let lookups = store.computed_lookups(&self.id);
+        if !lookups.is_empty() {
+            match query::read_ahead(store, ctx, &self.id, None, lookups).await? {
+                Ahead::Read(parent, read) => {
+                    return store
+                        .model()
+                        .served(ctx, parent, Some(&read))
+                        .await
+                        .map(Some);
+                }
+                Ahead::Missing => return Ok(None),
+                Ahead::Apart => {}
+            }
+        }
+        let parents = store.parents::<RawDocumentBuf>();
         let found = ctx
             .run(parents.find_one(doc! { "_id": self.id.clone() }))
             .await
             .map_err(|e| store.mongo(e))?;
         match found {
-            Some(found) => store.model().served(ctx, found).await.map(Some),
+            Some(found) => store.model().served(ctx, found, None).await.map(Some),
             None => Ok(None),
         }
     }

@@ -70,6 +70,8 @@ pub(super) struct Shared {
     pub(super) views: views::ViewTable,
     pub(super) definition: model_change::Definition,
     pub(super) registry: model_change::RegistryCache,
+    /// Which views reads ask for with the parent (a model changing).
+    pub(super) lookahead: model_change::Lookahead,
     pub(super) traffic: exec::traffic::Traffic<batch::Queued>,
     pub(super) across: exec::traffic::Across<Arc<abreast::Aboard>>,
     pub(super) mode: OnceCell<WriteMode>,
@@ -132,6 +134,7 @@ impl RawStore {
             views: views::ViewTable::new(&spec),
             definition: model_change::Definition::of(&spec, partial),
             registry: model_change::RegistryCache::default(),
+            lookahead: model_change::Lookahead::new(spec.subsets.len()),
             traffic: exec::traffic::Traffic::default(),
             across: exec::traffic::Across::default(),
             spec,
@@ -170,6 +173,12 @@ impl RawStore {
     /// The parent collection and its subset fields.
     pub fn spec(&self) -> &ParentSpec {
         &self.shared.spec
+    }
+
+    /// The place of `spec` among the store's subset fields: `None` for a descriptor the store
+    /// does not list (made at run time).
+    pub(crate) fn field_index(&self, spec: &SubsetSpec) -> Option<usize> {
+        self.shared.spec.subsets.iter().position(|s| s == spec)
     }
 
     /// The parent collection's name.

@@ -9,12 +9,28 @@ use mongodb::ClientSession;
 
 use super::exec::Ctx;
 use super::model_change::{self, ViewState};
-use super::{query, RawChildren};
+use super::query::{self, Ahead};
+use super::RawChildren;
 use crate::action::{span, Action, Operation};
 use crate::cursor::{Anchor, Cursor, Page, PageRequest, MAX_PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::order::Side;
 use crate::{decode, order};
+
+/// The name of a first page's children read ahead with the parent.
+const PAGE: &str = "page";
+
+/// What the embedded subset answers to a first page.
+// Returned once and unpacked at once: boxing the page would cost every first page an
+// allocation.
+#[allow(clippy::large_enum_variant)]
+enum Embedded<T> {
+    /// The page.
+    Page(Page<T>),
+    /// Not the page: it comes from the child collection, read already when it holds the
+    /// children (read ahead with the parent).
+    Collection(Option<Vec<RawDocumentBuf>>),
+}
 
 impl<'a> RawChildren<'a> {
     /// One page of children as raw documents; see [`crate::Children::page`].
@@ -97,13 +113,16 @@ where
         let backward = request.is_backward();
         // Whether the parent was read already, which an empty first page then needs not ask.
         let mut parent_read = false;
+        // The page's children, when they were read with the parent.
+        let mut read_ahead = None;
         let from = match &request.anchor {
             // A preview subset embeds parts of children, and a page holds whole ones.
             // From the child collection when the embedded subset was built under another
             // definition of the model (see [`raw::Store::rebuild`](crate::raw::Store::rebuild)).
             Anchor::Start if request.size <= spec.keep && spec.embed.is_none() => {
-                if let Some(page) = s.embedded_page(ctx, parent, request, decode).await? {
-                    return Ok(page);
+                match s.embedded_page(ctx, parent, request, decode).await? {
+                    Embedded::Page(page) => return Ok(page),
+                    Embedded::Collection(read) => read_ahead = read,
                 }
                 parent_read = true;
                 None
@@ -137,15 +156,18 @@ where
         };
         // One child past the page says whether more follow in the direction of reading.
         let children = s.children::<RawDocumentBuf>();
-        let mut raws = ctx
-            .collect(
-                children
-                    .find(filter)
-                    .sort(sort)
-                    .limit(i64::from(request.size) + 1),
-            )
-            .await
-            .map_err(|e| s.mongo_child(e))?;
+        let mut raws = match read_ahead {
+            Some(raws) => raws,
+            None => ctx
+                .collect(
+                    children
+                        .find(filter)
+                        .sort(sort)
+                        .limit(i64::from(request.size) + 1),
+                )
+                .await
+                .map_err(|e| s.mongo_child(e))?,
+        };
         if raws.is_empty()
             && from.is_none()
             && !parent_read
@@ -295,29 +317,61 @@ impl RawChildren<'_> {
     }
 
     /// The first page, from the embedded subset, in one query projecting this field (and the
-    /// count, which tells whether a full subset is all there is); `None` when the subset was
-    /// built under another definition of the model, or cannot answer as the child collection
-    /// would (see [`subset_answers`]).
+    /// count, which tells whether a full subset is all there is); [`Embedded::Collection`]
+    /// when the subset was built under another definition of the model, or cannot answer as
+    /// the child collection would (see [`subset_answers`]).
+    ///
+    /// While the store reads ahead ([`model_change::Lookahead`]), the query also reads the
+    /// page from the child collection (`$lookup`), as the caller would next: an outdated
+    /// parent's first page is then one command.
     async fn embedded_page<T>(
         &self,
         ctx: &mut Ctx<'_>,
         parent: &Bson,
         request: &PageRequest,
         decode: &impl Fn(&RawDocument, &str, Option<&str>) -> Result<T>,
-    ) -> Result<Option<Page<T>>> {
+    ) -> Result<Embedded<T>> {
         let spec = self.spec;
-        let parents = self.store.parents::<RawDocumentBuf>();
-        let raw = ctx
-            .run(
-                parents
-                    .find_one(doc! { "_id": parent.clone() })
-                    .projection(query::subset_projection(spec)),
-            )
-            .await
-            .map_err(|e| self.store.mongo(e))?
-            .ok_or_else(|| self.parent_not_found(parent))?;
-        if self.store.model().view_state(&raw, spec).await? == ViewState::Stale {
-            return Ok(None);
+        let lookahead = &self.store.shared.lookahead;
+        let field = self.store.field_index(spec);
+        let mut read = None;
+        if field.is_some_and(|i| lookahead.wanted(i)) {
+            let page = vec![
+                doc! { "$match": spec.children_of(parent) },
+                doc! { "$sort": order::sort_doc(spec) },
+                doc! { "$limit": i64::from(request.size) + 1 },
+            ];
+            let lookups = vec![query::lookup(spec, page, PAGE)];
+            let projection = Some(query::subset_projection(spec));
+            match query::read_ahead(self.store, ctx, parent, projection, lookups).await? {
+                Ahead::Read(raw, ahead) => read = Some((raw, Some(ahead))),
+                Ahead::Missing => return Err(self.parent_not_found(parent)),
+                Ahead::Apart => {}
+            }
+        }
+        let (raw, ahead) = match read {
+            Some(read) => read,
+            None => {
+                let parents = self.store.parents::<RawDocumentBuf>();
+                let raw = ctx
+                    .run(
+                        parents
+                            .find_one(doc! { "_id": parent.clone() })
+                            .projection(query::subset_projection(spec)),
+                    )
+                    .await
+                    .map_err(|e| self.store.mongo(e))?
+                    .ok_or_else(|| self.parent_not_found(parent))?;
+                (raw, None)
+            }
+        };
+        let collection = || Embedded::Collection(ahead.as_ref().and_then(|a| a.raws(PAGE)));
+        let stale = self.store.model().view_state(&raw, spec).await? == ViewState::Stale;
+        if let Some(i) = field {
+            lookahead.saw(i, stale);
+        }
+        if stale {
+            return Ok(collection());
         }
         let mut elements = decode::subset_elements(&raw, self.store.collection_name(), spec)?;
         // Built with a larger `keep`: its head is this subset.
@@ -328,7 +382,7 @@ impl RawChildren<'_> {
             .and_then(decode::count_value);
         let noted = model_change::noted_malformed(&raw, spec);
         if !subset_answers(spec.keep, elements.len(), count, noted) {
-            return Ok(None);
+            return Ok(collection());
         }
         let size = request.size as usize;
         let mut items = Vec::with_capacity(elements.len().min(size));
@@ -353,7 +407,7 @@ impl RawChildren<'_> {
                     Some(Ok(Some(v))) => decode::count_value(v).is_none_or(|n| n > size as i64),
                     _ => true,
                 });
-        Ok(Some(Page::new(items, cursors, false, more)))
+        Ok(Embedded::Page(Page::new(items, cursors, false, more)))
     }
 
     /// The cursor of `child` (a child of `parent` or its embedded copy: anything that holds its

@@ -1,12 +1,12 @@
 //! Queries more than one operation sends, built in one place.
 
-use crate::bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::action::Find;
 use mongodb::Collection;
 
 use super::exec::Ctx;
-use super::RawChildren;
+use super::{RawChildren, RawStore};
 use crate::error::{driver, Error, Result};
 use crate::model::SubsetSpec;
 use crate::order;
@@ -104,6 +104,99 @@ pub(crate) fn subset_projection(spec: &SubsetSpec) -> Document {
         projection.insert(sum.parent, 1);
     }
     projection
+}
+
+/// A `$lookup` stage of a read ahead ([`read_ahead`]): `pipeline` run on the child collection
+/// of `spec`, its answer as the array `name`.
+pub(crate) fn lookup(spec: &SubsetSpec, pipeline: Vec<Document>, name: &str) -> Document {
+    doc! { "$lookup": { "from": spec.child_collection, "pipeline": pipeline, "as": name } }
+}
+
+/// The children read with a parent in one `aggregate` ([`read_ahead`]): the lookups' arrays,
+/// by name.
+#[derive(Debug)]
+pub(crate) struct ReadAhead(RawDocumentBuf);
+
+impl ReadAhead {
+    /// The children of the lookup `name`; `None` when the answer has no such array.
+    pub(crate) fn branch(&self, name: &str) -> Option<Vec<Document>> {
+        self.raws(name)?
+            .iter()
+            .map(|raw| Document::try_from(raw.as_ref()).ok())
+            .collect()
+    }
+
+    /// [`ReadAhead::branch`] as the raw documents.
+    pub(crate) fn raws(&self, name: &str) -> Option<Vec<RawDocumentBuf>> {
+        let array = self.0.get_array(name).ok()?;
+        array
+            .into_iter()
+            .map(|element| Some(element.ok()?.as_document()?.to_owned()))
+            .collect()
+    }
+}
+
+/// What [`read_ahead`] found.
+pub(crate) enum Ahead {
+    /// The parent as a `find` returns it (projected, when the read projects), and its lookups.
+    Read(RawDocumentBuf, ReadAhead),
+    /// No parent has this `_id`.
+    Missing,
+    /// Not read: the caller reads the parent and the children apart, as it does when not
+    /// reading ahead. In the caller's session (whose transaction, if any, a refused command
+    /// would abort); when the
+    /// parent and the lookups' answers together are over the 16 MiB of one document; when the
+    /// server refused the `aggregate`.
+    Apart,
+}
+
+/// The parent `id` (with `projection`, if any) and, in the same `aggregate`, what the
+/// `$lookup` stages `lookups` ([`lookup`]) read from the child collections: one command where
+/// a read of a parent whose views must be computed otherwise sends two. The parent comes back
+/// as stored, under a field of its own, so no name of the lookups can meet one of its fields.
+///
+/// # Errors
+///
+/// [`Error::Mongo`].
+pub(crate) async fn read_ahead(
+    store: &RawStore,
+    ctx: &mut Ctx<'_>,
+    id: &Bson,
+    projection: Option<Document>,
+    lookups: Vec<Document>,
+) -> Result<Ahead> {
+    if ctx.has_session() {
+        return Ok(Ahead::Apart);
+    }
+    let mut pipeline = vec![doc! { "$match": { "_id": id.clone() } }];
+    pipeline.extend(projection.map(|p| doc! { "$project": p }));
+    pipeline.push(doc! { "$replaceWith": { "p": "$$ROOT" } });
+    pipeline.extend(lookups);
+    let parents = store.parents::<Document>();
+    let read = parents.aggregate(pipeline).with_type::<RawDocumentBuf>();
+    let found = match ctx.aggregate(read).await {
+        Ok(found) => found,
+        Err(e) if driver::is_too_large(&e) => return Ok(Ahead::Apart),
+        Err(e) if driver::is_refused(&e) => {
+            tracing::debug!(error = %e, "the server refused a read ahead: reading apart");
+            store.shared.lookahead.refused();
+            return Ok(Ahead::Apart);
+        }
+        Err(e) => return Err(store.mongo(e)),
+    };
+    let Some(looked) = found.into_iter().next() else {
+        return Ok(Ahead::Missing);
+    };
+    let parent = looked
+        .get_document("p")
+        .map_err(|e| Error::MalformedParent {
+            collection: store.collection_name().to_owned(),
+            id: Box::new(id.clone()),
+            field: "_id".to_owned(),
+            problem: format!("came back from a read ahead unreadable: {e}"),
+        })?
+        .to_owned();
+    Ok(Ahead::Read(parent, ReadAhead(looked)))
 }
 
 /// Children of `parent` whose `_id` is one of `ids`.

@@ -32,7 +32,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use mongodb::action::{
     Aggregate, CountDocuments, Delete, Find, FindOne, FindOneAndDelete, FindOneAndReplace,
-    FindOneAndUpdate, InsertMany, InsertOne, ReplaceOne, RunCommand, Update,
+    FindOneAndUpdate, ImplicitSession, InsertMany, InsertOne, ReplaceOne, RunCommand, Update,
 };
 use mongodb::error::{ErrorKind, TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
 use mongodb::options::ReadConcern;
@@ -291,10 +291,13 @@ impl<'s> Ctx<'s> {
 
     /// Runs an `aggregate` and collects every document, in this context's session when there
     /// is one.
-    pub(crate) async fn aggregate(
+    pub(crate) async fn aggregate<T>(
         &mut self,
-        aggregate: Aggregate<'_>,
-    ) -> mongodb::error::Result<Vec<crate::bson::Document>> {
+        aggregate: Aggregate<'_, ImplicitSession, T>,
+    ) -> mongodb::error::Result<Vec<T>>
+    where
+        T: DeserializeOwned + Send + Sync,
+    {
         match self.session.as_deref_mut() {
             Some(session) => {
                 let mut cursor = aggregate.session(&mut *session).await?;

@@ -9,6 +9,7 @@ use super::digest::view_digest;
 use super::marker::MARKER;
 use super::registry::Registry;
 use crate::engine::exec::Ctx;
+use crate::engine::query::ReadAhead;
 use crate::engine::RawStore;
 use crate::error::{Error, Result};
 use crate::model::SubsetSpec;
@@ -131,10 +132,7 @@ impl Model<'_> {
         }
         // A descriptor the store does not list (made at run time) has its digest made here.
         let listed = self
-            .spec()
-            .subsets
-            .iter()
-            .position(|s| s == spec)
+            .field_index(spec)
             .and_then(|i| self.shared.definition.views.get(i));
         let made;
         let own = match listed {
@@ -173,19 +171,23 @@ impl Model<'_> {
     }
 
     /// The stored `parent` as a reader of this definition sees it: each view built under
-    /// another definition replaced by what the child collection says ([`RawStore::computed`],
-    /// one `aggregate` per child collection for all of them), each built with a larger `keep`
-    /// cut to this one. A parent whose views are all this definition's is
-    /// returned as it is, without a copy.
+    /// another definition replaced by what the child collection says ([`RawStore::computed`]:
+    /// from `ahead` when the parent was read ahead, else one `aggregate` per child collection
+    /// for all of them), each built with a larger `keep` cut to this one. A parent whose views
+    /// are all this definition's is returned as it is, without a copy. Counted for the
+    /// store's [`Lookahead`](super::Lookahead).
     pub(crate) async fn served(
         &self,
         ctx: &mut Ctx<'_>,
         parent: RawDocumentBuf,
+        ahead: Option<&ReadAhead>,
     ) -> Result<RawDocumentBuf> {
         let mut stale = Vec::new();
         let mut long = Vec::new();
-        for spec in self.spec().subsets {
-            match self.view_state(&parent, spec).await? {
+        for (i, spec) in self.spec().subsets.iter().enumerate() {
+            let state = self.view_state(&parent, spec).await?;
+            self.shared.lookahead.saw(i, state == ViewState::Stale);
+            match state {
                 ViewState::Stale => stale.push(spec),
                 ViewState::Fresh => {
                     let held = parent
@@ -214,7 +216,7 @@ impl Model<'_> {
                 array.truncate(spec.keep as usize);
             }
         }
-        let computed = self.computed(ctx, &id, &stale).await?;
+        let computed = self.computed(ctx, &id, &stale, ahead).await?;
         for (spec, mut fields) in stale.into_iter().zip(computed) {
             // The sum of no children is an integer 0: in the type the parent stores the sum
             // in, so that a `Decimal128` sum reads as one.

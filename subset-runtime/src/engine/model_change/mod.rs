@@ -38,11 +38,13 @@
 //! | `registry.rs` | the registry: which definition is current, which one unmarked parents were built under |
 //! | `stored.rs` | a definition as the registry keeps it whole, and read back |
 //! | `guard.rs` | the condition a parent update carries, and how a stored parent's views may be read |
+//! | `lookahead.rs` | when a read asks for the children with the parent, in one command |
 //! | `rebuild.rs` | settling a parent of another definition: rebuilt under this one, or marked for a rebuild |
 //! | `rebuild_batch.rs` | a rebuild's batch: many parents rebuilt from one read of each collection |
 
 mod digest;
 mod guard;
+mod lookahead;
 mod marker;
 mod rebuild;
 mod rebuild_batch;
@@ -51,6 +53,7 @@ mod stored;
 
 pub(crate) use digest::Definition;
 pub(crate) use guard::{touch, ViewState};
+pub(crate) use lookahead::Lookahead;
 pub(crate) use marker::{malformed_note, noted_malformed, MARKER};
 pub(crate) use rebuild::unmarked;
 pub(crate) use rebuild_batch::Rebuilding;

@@ -12,7 +12,8 @@ use crate::bson::{doc, Bson, Document};
 use super::state::Totals;
 use super::{totals, MalformedChild};
 use crate::engine::exec::Ctx;
-use crate::engine::{query, RawStore};
+use crate::engine::query::{self, ReadAhead};
+use crate::engine::RawStore;
 use crate::error::{driver, Error, Result};
 use crate::model::SubsetSpec;
 
@@ -76,12 +77,37 @@ impl RawStore {
         ctx: &mut Ctx<'_>,
         parent: &Bson,
         stale: &[&SubsetSpec],
+        ahead: Option<&ReadAhead>,
     ) -> Result<Vec<Document>> {
-        let views = self
-            .computed_views(ctx, std::slice::from_ref(parent), stale)
-            .await?
-            .pop()
-            .unwrap_or_default();
+        // What the look-ahead read of each view, if it read every one.
+        let looked: Option<Vec<_>> = ahead.and_then(|ahead| {
+            let branches = |spec: &&SubsetSpec| {
+                let (top, totals) = branch_names(self.field_index(spec)?);
+                let grouped = match kept(spec) {
+                    true => ahead.branch(&totals)?,
+                    false => Vec::new(),
+                };
+                Some((ahead.branch(&top)?, grouped))
+            };
+            stale.iter().map(branches).collect()
+        });
+        let views = match looked {
+            Some(looked) => {
+                let mut views = Vec::with_capacity(stale.len());
+                for (spec, (first, grouped)) in stale.iter().zip(looked) {
+                    views.push(
+                        self.computed_view(ctx, parent, spec, first, grouped)
+                            .await?,
+                    );
+                }
+                views
+            }
+            None => self
+                .computed_views(ctx, std::slice::from_ref(parent), stale)
+                .await?
+                .pop()
+                .unwrap_or_default(),
+        };
         Ok(stale
             .iter()
             .zip(views)
@@ -98,6 +124,28 @@ impl RawStore {
                 fields
             })
             .collect())
+    }
+
+    /// The `$lookup` stages that read, beside `parent` in one `aggregate`
+    /// ([`query::read_ahead`]), what [`RawStore::computed`] reads for each view of the model
+    /// that reads have lately computed ([`Lookahead`](crate::engine::model_change::Lookahead)):
+    /// its top and, when it keeps them, its totals, each a stage of its own (a top is the
+    /// stages of the resync's `find`, which the index of its order serves), under the names
+    /// [`RawStore::computed`] then takes them from. None when no view is read ahead.
+    pub(crate) fn computed_lookups(&self, parent: &Bson) -> Vec<Document> {
+        let mut stages = Vec::new();
+        for (i, spec) in self.spec().subsets.iter().enumerate() {
+            if !self.shared.lookahead.wanted(i) {
+                continue;
+            }
+            let (top, totals) = branch_names(i);
+            stages.push(query::lookup(spec, Branch::Top(spec).stages(parent), &top));
+            if kept(spec) {
+                let grouped = Branch::Totals(spec).stages(parent);
+                stages.push(query::lookup(spec, grouped, &totals));
+            }
+        }
+        stages
     }
 
     /// The views `stale` of each of `parents`, one list per parent in the order of `stale`:
@@ -139,32 +187,45 @@ impl RawStore {
                 .into_iter();
             for (parent, views) in parents.iter().zip(&mut views) {
                 for &i in &members {
-                    let spec = stale[i];
                     let first = results.next().unwrap_or_default();
-                    let grouped = match kept(spec) {
+                    let grouped = match kept(stale[i]) {
                         true => results.next().unwrap_or_default(),
                         false => Vec::new(),
                     };
-                    let found = !first.is_empty();
-                    let subset = self.children(spec).recompute();
-                    // The children a rebuild knows as malformed, which it leaves out with those
-                    // of the top: asked only when the top holds one.
-                    let known: Vec<MalformedChild> = match subset.malformed_in(&first).is_empty() {
-                        true => Vec::new(),
-                        false => subset.malformed(ctx, parent).await?,
-                    };
-                    let (top, head_malformed) =
-                        subset.top_after(ctx, parent, first, &known, &[]).await?;
-                    views[i] = ComputedView {
-                        top,
-                        head_malformed,
-                        totals: kept(spec).then(|| Totals::grouped(spec, grouped.first())),
-                        found,
-                    };
+                    views[i] = self
+                        .computed_view(ctx, parent, stale[i], first, grouped)
+                        .await?;
                 }
             }
         }
         Ok(views)
+    }
+
+    /// The view `spec` of `parent` from what its branches returned: `first`, the top's
+    /// children, and `grouped`, the totals' `$group` (empty for a view without totals).
+    async fn computed_view(
+        &self,
+        ctx: &mut Ctx<'_>,
+        parent: &Bson,
+        spec: &SubsetSpec,
+        first: Vec<Document>,
+        grouped: Vec<Document>,
+    ) -> Result<ComputedView> {
+        let found = !first.is_empty();
+        let subset = self.children(spec).recompute();
+        // The children a rebuild knows as malformed, which it leaves out with those of the
+        // top: asked only when the top holds one.
+        let known: Vec<MalformedChild> = match subset.malformed_in(&first).is_empty() {
+            true => Vec::new(),
+            false => subset.malformed(ctx, parent).await?,
+        };
+        let (top, head_malformed) = subset.top_after(ctx, parent, first, &known, &[]).await?;
+        Ok(ComputedView {
+            top,
+            head_malformed,
+            totals: kept(spec).then(|| Totals::grouped(spec, grouped.first())),
+            found,
+        })
     }
 
     /// What each of `branches` returns from `collection` for each of `parents`, parent by
@@ -226,6 +287,11 @@ impl RawStore {
         }
         Ok(results)
     }
+}
+
+/// The names of the `i`th view's top and totals in a look-ahead's answer.
+fn branch_names(i: usize) -> (String, String) {
+    (format!("t{i}"), format!("c{i}"))
 }
 
 /// Whether the view keeps a count or sums, which a `$group` computes.
