@@ -1472,13 +1472,14 @@ async fn frequent_reads_of_outdated_parents_read_the_children_with_the_parent() 
     let old = Store::<Latest3>::new(&db);
     let mut rng = rand::rngs::StdRng::seed_from_u64(13);
     let mut parents = Vec::new();
-    for comments in [6, 6, 2, 7, 0, 5] {
+    // The first four outdated: three comments or more, where the old model kept three.
+    for comments in [6, 6, 7, 5, 2, 0] {
         parents.push(old_parent(&old, &mut rng, comments).await);
     }
     let new = Store::<Latest6>::new(&db);
     let latest = new.raw().children(&Latest6::SUBSETS[0]);
     taken(&log);
-    for parent in &parents[..2] {
+    for parent in &parents[..4] {
         new.raw().get(parent).await.unwrap().unwrap();
         assert_eq!(
             taken(&log),
@@ -1551,13 +1552,13 @@ async fn a_view_added_is_read_ahead_alone() {
     let (db, log) = common::recorded_replica_db().await;
     let old = Store::<Latest3>::new(&db);
     let mut rng = rand::rngs::StdRng::seed_from_u64(17);
-    let parents = old_parents(&old, &mut rng, 4).await;
+    let parents = old_parents(&old, &mut rng, 6).await;
     let new = Store::<WithFirst>::new(&db);
-    for parent in &parents[..2] {
+    for parent in &parents[..4] {
         new.raw().get(parent).await.unwrap().unwrap();
     }
     log.lock().unwrap().clear();
-    for parent in &parents[2..] {
+    for parent in &parents[4..] {
         new.raw().get(parent).await.unwrap().unwrap();
         let commands = std::mem::take(&mut *log.lock().unwrap());
         let [(name, target, command)] = commands.as_slice() else {
@@ -1628,7 +1629,7 @@ async fn a_read_ahead_that_cannot_be_sent_reads_apart() {
         .await
         .unwrap();
     let new = Store::<Latest6>::new(&db);
-    for parent in &parents[..2] {
+    for parent in &parents {
         new.raw().get(parent).await.unwrap().unwrap();
     }
     taken(&log);
