@@ -166,9 +166,15 @@ impl Read {
     /// What an outdated read costs more, as the guide puts it.
     pub fn outdated_cost(self) -> &'static str {
         match self {
-            Read::GetKeep => "the view and its count computed: + 1 `aggregate`",
-            Read::PageKeep => "from the review collection: + 1 query",
-            Read::GetView => "the new view computed: + 1 query",
+            Read::GetKeep => {
+                "the view and its count computed, read ahead: the parent's `aggregate` with 2 `$lookup`s"
+            }
+            Read::PageKeep => {
+                "from the review collection, read ahead: the parent's `aggregate` with 1 `$lookup`"
+            }
+            Read::GetView => {
+                "the new view computed, read ahead: the parent's `aggregate` with 1 `$lookup`"
+            }
         }
     }
 

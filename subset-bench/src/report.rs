@@ -1397,9 +1397,11 @@ impl Section for model_change::Result {
              and the first `Children::page` of {}: {} reads of each kind while every product is \
              built under the old model (outdated), and as many right after the new model's \
              `Store::rebuild` (rebuilt), in each round, the kinds interleaved, after {} \
-             unrecorded reads of each. p50 and p99 are the median (min–max) over the rounds of \
-             each round's percentile; outdated / rebuilt the median (min–max) of the per-round \
-             ratio. Server operations: what `serverStatus` counted (`opcounters`) over {} more \
+             unrecorded reads of each, in which the store's look-ahead starts (outdated: each \
+             read is one `aggregate` of the product with its reviews through `$lookup`) and \
+             stops (rebuilt: each read is one `find`). p50 and p99 are the median (min–max) \
+             over the rounds of each round's percentile; outdated / rebuilt the median \
+             (min–max) of the per-round ratio. Server operations: what `serverStatus` counted (`opcounters`) over {} more \
              reads of one kind alone, per read, median of the rounds. Every read, {} in all \
              (unrecorded ones included), was compared with the reviews the product was written \
              with: none was wrong (a wrong read stops the experiment).\n",

@@ -140,7 +140,8 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     ///
     /// When the parent's subset was built under another definition of the model (before
     /// [`crate::Store::rebuild`] reached it), the first page comes from the child collection
-    /// instead: the same children, at one query more (the parent's marker is read first).
+    /// instead: the same children, at one query more (the parent's marker is read first), or
+    /// in one `aggregate` with the parent while most reads find the subset outdated.
     ///
     /// Without a `count` field, a first page exactly as large as a full subset cannot tell
     /// whether more children exist; it returns a cursor, and the next page may be empty.

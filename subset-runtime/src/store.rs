@@ -175,9 +175,10 @@ impl<P: Subset> Store<P> {
     /// A subset built under another definition of the model (another `keep`, order, filter,
     /// preview, count or sum; a subset field added since), before [`Store::rebuild`] or a write
     /// of this model reached the parent, is computed from the child collection: one query more
-    /// for each such subset, and a `$group` more for its count and sums. A subset built with a
-    /// larger `keep` is cut to this one, in the one query. Either way the parent reads as if it
-    /// had been built under this model (see the guide's *Changing a model on live data*).
+    /// per child collection of such subsets, or, while most reads compute them, one
+    /// `aggregate` in all. A subset built with a larger `keep` is cut to this one, in the one
+    /// query. Either way the parent reads as if it had been built under this model (see the
+    /// guide's *Changing a model on live data*).
     ///
     /// # Errors
     ///
@@ -295,8 +296,8 @@ impl<P: Subset> Store<P> {
     /// live data*.
     ///
     /// Until a parent is rebuilt (by this, or by a write of this model to it), `get` and first
-    /// pages serve its outdated subsets from the child collection: right, at one query more
-    /// per child collection of its outdated subsets.
+    /// pages serve its outdated subsets from the child collection: right, at a cost the
+    /// guide's *Changing a model on live data* gives.
     ///
     /// # Errors
     ///
