@@ -354,6 +354,17 @@ async fn every_kind_of_parent(server: &MongoServer) {
     ] {
         read_everything(&store, &id, n, kind, what).await;
     }
+    // Read again and again, the abandoned parent is read ahead (one `aggregate` of the parent
+    // with `$lookup`), which the `read` role allows. (The outdated one holds a longer view of
+    // the same order, read as stored.)
+    for _ in 0..3 {
+        let what = "the abandoned parent again";
+        read_everything(&store, &abandoned.id, 5, Kind::Abandoned, what).await;
+    }
+    let read_ahead = log.lock().unwrap().iter().any(|(name, target, command)| {
+        name == "aggregate" && target == "auth_recipes" && command.to_string().contains("$lookup")
+    });
+    assert!(read_ahead, "the reader read ahead");
     let report = store.check_all().await.expect("check_all");
     let progress = &report.progress;
     assert_eq!(progress.checked, 5, "{report:?}");

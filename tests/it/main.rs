@@ -41,3 +41,8 @@ mod views;
 /// The server's `failCommand` fail point is one per server, and setting it (or turning it off)
 /// replaces another test's: the tests that set it take turns.
 pub static FAIL_POINT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Tests that write documents of many MiB take turns (after [`FAIL_POINT`], when they take
+/// both): the test server's cache is 256 MiB, and several such writes at once can fill it
+/// (`TransactionTooLargeForCache`, code 388).
+pub static BIG_DOCUMENTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

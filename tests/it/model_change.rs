@@ -1593,6 +1593,7 @@ async fn a_view_added_is_read_ahead_alone() {
 #[tokio::test]
 async fn a_read_ahead_that_cannot_be_sent_reads_apart() {
     let _turn = crate::FAIL_POINT.lock().await;
+    let _big = crate::BIG_DOCUMENTS.lock().await;
     let server = subset_testkit::MongoServer::shared(subset_testkit::Topology::ReplicaSet)
         .await
         .unwrap();

@@ -159,6 +159,7 @@ async fn a_vote_never_ranks_in_a_child_the_view_leaves_out() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_vote_on_a_child_too_large_for_the_view_counts_and_leaves_it_out() {
+    let _big = crate::BIG_DOCUMENTS.lock().await;
     for store in common::stores::<Question>().await {
         let mode = store.mode().await.unwrap();
         let (id, _) = question(&store).await;
@@ -489,6 +490,7 @@ async fn a_run_that_patches_one_child_twice_leaves_its_copies_as_the_child() {
 /// recompute keeps, as `check` computes them, in both modes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_parent_near_the_limit_is_recomputed_rather_than_re_ranked() {
+    let _big = crate::BIG_DOCUMENTS.lock().await;
     for store in common::stores::<Question>().await {
         let mode = store.mode().await.unwrap();
         let (id, answers) = question(&store).await;

@@ -110,6 +110,7 @@ async fn state(store: &Store<Product>, id: ObjectId) -> (Vec<Bson>, Vec<Bson>, i
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_push_that_outgrows_the_parent_fails_typed_and_leaves_nothing() {
+    let _big = crate::BIG_DOCUMENTS.lock().await;
     for store in every_mode().await {
         let product = big_product();
         store.insert(&product).await.unwrap();
@@ -144,6 +145,7 @@ async fn a_push_that_outgrows_the_parent_fails_typed_and_leaves_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_head_push_that_outgrows_a_long_subset_fails_typed_and_leaves_nothing() {
+    let _big = crate::BIG_DOCUMENTS.lock().await;
     let stores = vec![
         Store::<LongProduct>::new(&replica_db().await),
         Store::with_options(
@@ -194,6 +196,7 @@ async fn a_head_push_that_outgrows_a_long_subset_fails_typed_and_leaves_nothing(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_update_that_outgrows_the_parent_is_undone() {
+    let _big = crate::BIG_DOCUMENTS.lock().await;
     for store in every_mode().await {
         let product = big_product();
         store.insert(&product).await.unwrap();
@@ -217,6 +220,7 @@ async fn an_update_that_outgrows_the_parent_is_undone() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_insert_whose_subset_cannot_fit_is_undone_and_reconcile_names_it() {
+    let _big = crate::BIG_DOCUMENTS.lock().await;
     for store in every_mode().await {
         let mut product = big_product();
         product.recent_reviews = vec![Review::at(1), huge(2)];
@@ -306,6 +310,7 @@ fn near_limit(short: usize) -> Review {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_push_refused_while_settling_its_parent_takes_its_child_out_again() {
+    let _big = crate::BIG_DOCUMENTS.lock().await;
     for store in every_mode().await {
         // Built by another program: the push settles the parent from the child collection,
         // and that rebuild is what cannot hold the child.
@@ -331,6 +336,7 @@ async fn a_push_refused_while_settling_its_parent_takes_its_child_out_again() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_child_no_subset_can_hold_is_reported_by_name_and_read_from_the_collection() {
+    let _big = crate::BIG_DOCUMENTS.lock().await;
     for store in every_mode().await {
         let product = unmarked_product(&store).await;
         // Stored by another program: no push refused it.
@@ -381,6 +387,7 @@ async fn a_child_no_subset_can_hold_is_reported_by_name_and_read_from_the_collec
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_update_refused_while_settling_its_parent_puts_the_child_back() {
+    let _big = crate::BIG_DOCUMENTS.lock().await;
     for store in every_mode().await {
         let product = unmarked_product(&store).await;
         let reviews = store.children(Product::RECENT_REVIEWS);
