@@ -1588,8 +1588,8 @@ async fn a_view_added_is_read_ahead_alone() {
 }
 
 /// A read ahead that cannot be sent reads apart, and reads right: one whose answer would be
-/// over the 16 MiB of a document, and one the server refuses (after which the store does not
-/// ask again).
+/// over the 16 MiB of a document, and one the server cannot run (after which the store does
+/// not ask again); a failure of the moment fails the read and stops nothing.
 #[tokio::test]
 async fn a_read_ahead_that_cannot_be_sent_reads_apart() {
     let _turn = crate::FAIL_POINT.lock().await;
@@ -1649,20 +1649,35 @@ async fn a_read_ahead_that_cannot_be_sent_reads_apart() {
     assert_eq!(ids_of(read.get_array("latest").unwrap()), ids);
     assert_eq!(read.get_i64("n").unwrap(), n);
 
-    // Refused: this read reads apart, and so does every later one.
-    db.client()
-        .database("admin")
-        .run_command(doc! {
+    // A failure of the moment (a time limit) fails the read, as it would a `find`, and the
+    // store reads ahead again at once.
+    let fail_next = |code: i32| {
+        doc! {
             "configureFailPoint": "failCommand",
             "mode": { "times": 1 },
             "data": {
                 "failCommands": ["aggregate"],
                 "appName": "read-ahead-refused",
-                "errorCode": 40324,
+                "errorCode": code,
             },
-        })
-        .await
-        .expect("failCommand (test commands on)");
+        }
+    };
+    let admin = db.client().database("admin");
+    admin.run_command(fail_next(50)).await.unwrap();
+    taken(&log);
+    let failed = new.raw().get(&parents[0]).await;
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(taken(&log), [sent("aggregate", "movies")]);
+    new.raw().get(&parents[0]).await.unwrap().unwrap();
+    assert_eq!(
+        taken(&log),
+        [sent("aggregate", "movies")],
+        "read ahead again"
+    );
+
+    // Refused as a pipeline the server cannot run (an unknown stage): this read reads apart,
+    // and so does every later one.
+    admin.run_command(fail_next(40324)).await.unwrap();
     taken(&log);
     for (i, parent) in parents.iter().enumerate() {
         let read = new.raw().get(parent).await.unwrap().unwrap();
@@ -1677,9 +1692,67 @@ async fn a_read_ahead_that_cannot_be_sent_reads_apart() {
         assert_eq!(read.get_i64("n").unwrap(), n);
         taken(&log);
     }
-    db.client()
-        .database("admin")
+    admin
         .run_command(doc! { "configureFailPoint": "failCommand", "mode": "off" })
         .await
         .unwrap();
+}
+
+/// A parent with one view read ahead and another outdated too (its writer died between its
+/// writes, so every view must be computed): the view read ahead is taken from the one
+/// `aggregate`, and only the other is read second.
+#[tokio::test]
+async fn a_view_not_read_ahead_is_read_second_alone() {
+    let (db, log) = common::recorded_replica_db().await;
+    let old = Store::<Latest3>::new(&db);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let parents = old_parents(&old, &mut rng, 5).await;
+    let new = Store::<WithFirst>::new(&db);
+    // `first`, added, is read ahead; `latest`, built, is not.
+    for parent in &parents[..4] {
+        new.raw().get(parent).await.unwrap().unwrap();
+    }
+    let abandoned = &parents[4];
+    let expired = bson::DateTime::from_millis(bson::DateTime::now().timestamp_millis() - 60_000);
+    db.collection::<Document>("movies")
+        .update_one(
+            doc! { "_id": abandoned.clone() },
+            doc! { "$set": { "_subset.l": { "o": ObjectId::new(), "u": expired } } },
+        )
+        .await
+        .unwrap();
+    log.lock().unwrap().clear();
+    let read = new.raw().get(abandoned).await.unwrap().unwrap();
+    let commands = std::mem::take(&mut *log.lock().unwrap());
+    let [(first, parents_of, _), (second, children, computed)] = commands.as_slice() else {
+        panic!("two commands: {commands:?}");
+    };
+    assert_eq!(
+        (first.as_str(), parents_of.as_str()),
+        ("aggregate", "movies")
+    );
+    assert_eq!(
+        (second.as_str(), children.as_str()),
+        ("aggregate", "comments")
+    );
+    // `latest`'s top and count, not `first`'s top again.
+    let facet = computed.get_array("pipeline").unwrap()[1]
+        .as_document()
+        .unwrap()
+        .get_document("$facet")
+        .unwrap();
+    assert_eq!(facet.len(), 2, "{computed}");
+    let read = Document::try_from(read.as_ref()).unwrap();
+    for spec in WithFirst::SUBSETS {
+        let (ids, n, _) = truth(&db, spec, abandoned, None).await;
+        assert_eq!(
+            ids_of(read.get_array(spec.field).unwrap()),
+            ids,
+            "{}",
+            spec.field
+        );
+        if let Some(count) = spec.count {
+            assert_eq!(read.get_i64(count).unwrap(), n);
+        }
+    }
 }

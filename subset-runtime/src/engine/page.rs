@@ -14,8 +14,19 @@ use super::RawChildren;
 use crate::action::{span, Action, Operation};
 use crate::cursor::{Anchor, Cursor, Page, PageRequest, MAX_PAGE_SIZE};
 use crate::error::{Error, Result};
+use crate::model::SubsetSpec;
 use crate::order::Side;
 use crate::{decode, order};
+
+/// The filter and order of a page read forward from the first child.
+fn from_start(spec: &SubsetSpec, parent: &Bson) -> (Document, Document) {
+    (spec.children_of(parent), order::sort_doc(spec))
+}
+
+/// How many children a page reads: one past the page says whether more follow.
+fn read_size(request: &PageRequest) -> i64 {
+    i64::from(request.size) + 1
+}
 
 /// The name of a first page's children read ahead with the parent.
 const PAGE: &str = "page";
@@ -151,7 +162,7 @@ where
                 order::keyset_filter(spec, parent, position, Side::Before),
                 order::reverse_sort_doc(spec),
             ),
-            (None, false) => (spec.children_of(parent), order::sort_doc(spec)),
+            (None, false) => from_start(spec, parent),
             (None, true) => (spec.children_of(parent), order::reverse_sort_doc(spec)),
         };
         // One child past the page says whether more follow in the direction of reading.
@@ -159,12 +170,7 @@ where
         let mut raws = match read_ahead {
             Some(raws) => raws,
             None => ctx
-                .collect(
-                    children
-                        .find(filter)
-                        .sort(sort)
-                        .limit(i64::from(request.size) + 1),
-                )
+                .collect(children.find(filter).sort(sort).limit(read_size(request)))
                 .await
                 .map_err(|e| s.mongo_child(e))?,
         };
@@ -336,10 +342,12 @@ impl RawChildren<'_> {
         let field = self.store.field_index(spec);
         let mut read = None;
         if field.is_some_and(|i| lookahead.wanted(i)) {
+            // The query [`RawChildren::page`] sends the child collection for this page.
+            let (filter, sort) = from_start(spec, parent);
             let page = vec![
-                doc! { "$match": spec.children_of(parent) },
-                doc! { "$sort": order::sort_doc(spec) },
-                doc! { "$limit": i64::from(request.size) + 1 },
+                doc! { "$match": filter },
+                doc! { "$sort": sort },
+                doc! { "$limit": read_size(request) },
             ];
             let lookups = vec![query::lookup(spec, page, PAGE)];
             let projection = Some(query::subset_projection(spec));

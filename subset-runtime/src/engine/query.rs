@@ -146,7 +146,7 @@ pub(crate) enum Ahead {
     /// reading ahead. In the caller's session (whose transaction, if any, a refused command
     /// would abort); when the
     /// parent and the lookups' answers together are over the 16 MiB of one document; when the
-    /// server refused the `aggregate`.
+    /// server cannot run the pipeline.
     Apart,
 }
 
@@ -177,8 +177,8 @@ pub(crate) async fn read_ahead(
     let found = match ctx.aggregate(read).await {
         Ok(found) => found,
         Err(e) if driver::is_too_large(&e) => return Ok(Ahead::Apart),
-        Err(e) if driver::is_refused(&e) => {
-            tracing::debug!(error = %e, "the server refused a read ahead: reading apart");
+        Err(e) if driver::is_unsupported(&e) => {
+            tracing::debug!(error = %e, "the server cannot run a read ahead: reading apart");
             store.shared.lookahead.refused();
             return Ok(Ahead::Apart);
         }

@@ -302,6 +302,8 @@ impl RawStore {
         }
         // Definitions the rebuild moved every parent off are of no more use to anyone.
         self.model().drop_unused_definitions().await?;
+        // Every parent is built under this model now: reads find nothing to read ahead.
+        self.shared.lookahead.reset();
         report.progress.elapsed = started.elapsed();
         progress(&report.progress);
         Ok(report)

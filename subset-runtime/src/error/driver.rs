@@ -74,6 +74,17 @@ pub(crate) fn is_unknown(error: &mongodb::error::Error) -> bool {
 /// (`17419`), or a document as written (`10334`, `BSONObjectTooLarge`).
 const TOO_LARGE: [i32; 2] = [17419, 10334];
 
+/// Server codes for a pipeline the server cannot run: a `$lookup` from a sharded collection
+/// (`28769`, before MongoDB 5.1), an unknown stage (`40324`) or operator (`168`), one it cannot
+/// parse (`9`).
+const UNSUPPORTED: [i32; 4] = [28769, 40324, 168, 9];
+
+/// Whether the server refused an `aggregate` as a pipeline it cannot run (as opposed to a
+/// failure of the moment: a failover, a timeout, an interrupted operation).
+pub(crate) fn is_unsupported(error: &mongodb::error::Error) -> bool {
+    code(error).is_some_and(|c| UNSUPPORTED.contains(&c))
+}
+
 /// Whether the server refused a write because the document would be over 16 MiB.
 pub(crate) fn is_too_large(error: &mongodb::error::Error) -> bool {
     code(error).is_some_and(|c| TOO_LARGE.contains(&c))

@@ -23,8 +23,8 @@ const CAP: u32 = OPEN + 8 * FRESH;
 /// model change. Per view, so that a view added to a model is read ahead without the views
 /// built already. Shared by a store's clones; in memory only.
 ///
-/// A server that refuses the read ahead (one without `$lookup` from a sharded collection, say)
-/// is read apart from then on: [`Lookahead::refused`].
+/// A server that cannot run the read ahead (a `$lookup` from a sharded collection before
+/// MongoDB 5.1, say) is read apart from then on: [`Lookahead::refused`].
 #[derive(Debug)]
 pub(crate) struct Lookahead {
     scores: Box<[AtomicU32]>,
@@ -50,9 +50,16 @@ impl Lookahead {
                 .is_some_and(|score| score.load(Ordering::Relaxed) >= OPEN)
     }
 
-    /// Records that the server refused a read ahead: no read of this store asks again.
+    /// Records that the server cannot run a read ahead: no read of this store asks again.
     pub(crate) fn refused(&self) {
         self.refused.store(true, Ordering::Relaxed);
+    }
+
+    /// Starts every view's count again, none read ahead: after a rebuild.
+    pub(crate) fn reset(&self) {
+        for score in &self.scores {
+            score.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Counts a read that found (`stale`) or did not find the `view`th view to compute.
@@ -97,6 +104,11 @@ mod tests {
         assert!(ahead.wanted(1), "held open by the reads before");
         ahead.saw(1, false);
         assert!(!ahead.wanted(1));
+        for _ in 0..4 {
+            ahead.saw(1, true);
+        }
+        ahead.reset();
+        assert!(!ahead.wanted(1), "a rebuild starts over");
         for _ in 0..CAP {
             ahead.saw(1, false);
         }

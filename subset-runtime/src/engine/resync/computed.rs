@@ -17,7 +17,8 @@ use crate::engine::RawStore;
 use crate::error::{driver, Error, Result};
 use crate::model::SubsetSpec;
 
-/// One part of the `aggregate`: a `$facet` branch, or a command of its own.
+/// One part of the `aggregate`: a `$facet` branch, or a command of its own; or a `$lookup` of
+/// a read ahead ([`RawStore::computed_lookups`]), named as the `$facet` of one parent names it.
 #[derive(Clone, Copy)]
 enum Branch<'s> {
     /// The view's first `keep` ([`query::top_children`]).
@@ -79,35 +80,45 @@ impl RawStore {
         stale: &[&SubsetSpec],
         ahead: Option<&ReadAhead>,
     ) -> Result<Vec<Document>> {
-        // What the look-ahead read of each view, if it read every one.
-        let looked: Option<Vec<_>> = ahead.and_then(|ahead| {
-            let branches = |spec: &&SubsetSpec| {
-                let (top, totals) = branch_names(self.field_index(spec)?);
+        // What the look-ahead read of each view; the views it did not read are read now, in
+        // the command a read that did not look ahead sends.
+        let looked: Vec<Option<(Vec<Document>, Vec<Document>)>> = stale
+            .iter()
+            .map(|spec| {
+                let ahead = ahead?;
+                let i = self.field_index(spec)?;
                 let grouped = match kept(spec) {
-                    true => ahead.branch(&totals)?,
+                    true => ahead.branch(&Branch::Totals(spec).name(0, i))?,
                     false => Vec::new(),
                 };
-                Some((ahead.branch(&top)?, grouped))
-            };
-            stale.iter().map(branches).collect()
-        });
-        let views = match looked {
-            Some(looked) => {
-                let mut views = Vec::with_capacity(stale.len());
-                for (spec, (first, grouped)) in stale.iter().zip(looked) {
-                    views.push(
-                        self.computed_view(ctx, parent, spec, first, grouped)
-                            .await?,
-                    );
-                }
-                views
-            }
-            None => self
-                .computed_views(ctx, std::slice::from_ref(parent), stale)
+                Some((ahead.branch(&Branch::Top(spec).name(0, i))?, grouped))
+            })
+            .collect();
+        let missing: Vec<&SubsetSpec> = stale
+            .iter()
+            .zip(&looked)
+            .filter(|(_, looked)| looked.is_none())
+            .map(|(spec, _)| *spec)
+            .collect();
+        let mut read = match missing.is_empty() {
+            true => Vec::new(),
+            false => self
+                .computed_views(ctx, std::slice::from_ref(parent), &missing)
                 .await?
                 .pop()
                 .unwrap_or_default(),
-        };
+        }
+        .into_iter();
+        let mut views = Vec::with_capacity(stale.len());
+        for (spec, looked) in stale.iter().zip(looked) {
+            views.push(match looked {
+                Some((first, grouped)) => {
+                    self.computed_view(ctx, parent, spec, first, grouped)
+                        .await?
+                }
+                None => read.next().unwrap_or_default(),
+            });
+        }
         Ok(stale
             .iter()
             .zip(views)
@@ -138,11 +149,13 @@ impl RawStore {
             if !self.shared.lookahead.wanted(i) {
                 continue;
             }
-            let (top, totals) = branch_names(i);
-            stages.push(query::lookup(spec, Branch::Top(spec).stages(parent), &top));
+            let mut branches = vec![Branch::Top(spec)];
             if kept(spec) {
-                let grouped = Branch::Totals(spec).stages(parent);
-                stages.push(query::lookup(spec, grouped, &totals));
+                branches.push(Branch::Totals(spec));
+            }
+            for branch in branches {
+                let name = branch.name(0, i);
+                stages.push(query::lookup(spec, branch.stages(parent), &name));
             }
         }
         stages
@@ -287,11 +300,6 @@ impl RawStore {
         }
         Ok(results)
     }
-}
-
-/// The names of the `i`th view's top and totals in a look-ahead's answer.
-fn branch_names(i: usize) -> (String, String) {
-    (format!("t{i}"), format!("c{i}"))
 }
 
 /// Whether the view keeps a count or sums, which a `$group` computes.
