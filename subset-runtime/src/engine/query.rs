@@ -143,10 +143,9 @@ pub(crate) enum Ahead {
     /// No parent has this `_id`.
     Missing,
     /// Not read: the caller reads the parent and the children apart, as it does when not
-    /// reading ahead. In the caller's session (whose transaction, if any, a refused command
-    /// would abort); when the
-    /// parent and the lookups' answers together are over the 16 MiB of one document; when the
-    /// server cannot run the pipeline.
+    /// reading ahead. In the caller's session (whose transaction, if any, a failed command
+    /// would abort); when the parent and the lookups' answers together are over the 16 MiB of
+    /// one document; when the server cannot run the pipeline.
     Apart,
 }
 
