@@ -439,3 +439,36 @@ where
     }
     panic!("waited 15 s");
 }
+
+/// Runs `write`, a write of a document of many MiB, again while the server refuses it as too
+/// large for its cache at the moment (code 388, `TransactionTooLargeForCache`): the test
+/// server's cache is 256 MiB and other tests write at the same time, and eviction soon makes
+/// room. Up to 20 tries, 250 ms apart.
+pub async fn while_cache_full<T, F, Fut>(mut write: F) -> mongodb::error::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = mongodb::error::Result<T>>,
+{
+    let mut tries = 1;
+    loop {
+        match write().await {
+            Err(e) if tries < 20 && server_code(&e) == Some(388) => {
+                eprintln!("the server's cache is full (code 388), trying again: {e}");
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// The server's error code in `error`, if it carries one.
+pub fn server_code(error: &mongodb::error::Error) -> Option<i32> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match error.kind.as_ref() {
+        ErrorKind::Command(e) => Some(e.code),
+        ErrorKind::Write(WriteFailure::WriteError(e)) => Some(e.code),
+        ErrorKind::Write(WriteFailure::WriteConcernError(e)) => Some(e.code),
+        _ => None,
+    }
+}

@@ -1609,10 +1609,10 @@ async fn a_read_ahead_that_cannot_be_sent_reads_apart() {
     let old = Store::<Latest3>::new(&db);
     let mut rng = rand::rngs::StdRng::seed_from_u64(19);
     let parents = old_parents(&old, &mut rng, 4).await;
-    // A parent whose children, added to it, are over the limit: 10 KiB under it, with six
-    // comments of 5 KiB.
+    // A parent whose children, added to it, are over the limit: 4 MiB of its own and three
+    // of its six comments of 1.5 MiB embedded (8.5 MiB), with all six (9 MiB) read ahead.
     let big = Bson::ObjectId(ObjectId::new());
-    let pad = "x".repeat(16 * 1024 * 1024 - 25 * 1024);
+    let pad = "x".repeat(4 * 1024 * 1024);
     old.raw()
         .insert(doc! { "_id": big.clone(), "latest": [], "n": 0_i64, "pad": pad })
         .await
@@ -1620,7 +1620,7 @@ async fn a_read_ahead_that_cannot_be_sent_reads_apart() {
     let long: Vec<Document> = (0..6)
         .map(|_| {
             let mut c = comment(&mut rng, &big);
-            c.insert("text", "y".repeat(5 * 1024));
+            c.insert("text", "y".repeat(1536 * 1024));
             c
         })
         .collect();

@@ -495,12 +495,15 @@ async fn a_parent_near_the_limit_is_recomputed_rather_than_re_ranked() {
         let mode = store.mode().await.unwrap();
         let (id, answers) = question(&store).await;
         let pad = "x".repeat(16 * 1024 * 1024 - 12 * 1024);
-        store
+        let questions = store
             .database()
-            .collection::<Document>("reranked_questions")
-            .update_one(doc! { "_id": id }, doc! { "$set": { "pad": pad } })
-            .await
-            .unwrap();
+            .collection::<Document>("reranked_questions");
+        common::while_cache_full(|| {
+            let set = doc! { "$set": { "pad": pad.clone() } };
+            std::future::IntoFuture::into_future(questions.update_one(doc! { "_id": id }, set))
+        })
+        .await
+        .unwrap();
         // The most helpful answer rises further: a re-rank in place of the view it leads.
         let top = store.children(Question::TOP);
         top.patch(&id, &answers[2].id)
