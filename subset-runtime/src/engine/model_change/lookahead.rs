@@ -83,7 +83,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn two_computed_views_open_it_and_a_run_of_fresh_reads_closes_it() {
+    fn four_computed_views_in_a_row_open_it_and_a_run_of_fresh_reads_closes_it() {
         let ahead = Lookahead::new(2);
         for _ in 0..3 {
             ahead.saw(1, true);
