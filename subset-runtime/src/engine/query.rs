@@ -1,6 +1,6 @@
 //! Queries more than one operation sends, built in one place.
 
-use crate::bson::{doc, Bson, Document, RawDocumentBuf};
+use crate::bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::action::Find;
 use mongodb::Collection;
@@ -120,18 +120,21 @@ pub(crate) struct ReadAhead(RawDocumentBuf);
 impl ReadAhead {
     /// The children of the lookup `name`; `None` when the answer has no such array.
     pub(crate) fn branch(&self, name: &str) -> Option<Vec<Document>> {
-        self.raws(name)?
-            .iter()
-            .map(|raw| Document::try_from(raw.as_ref()).ok())
-            .collect()
+        self.each(name, |raw| Document::try_from(raw).ok())
     }
 
     /// [`ReadAhead::branch`] as the raw documents.
     pub(crate) fn raws(&self, name: &str) -> Option<Vec<RawDocumentBuf>> {
+        self.each(name, |raw| Some(raw.to_owned()))
+    }
+
+    /// Each document of the lookup `name`, as `made` makes it; `None` when the answer has no
+    /// such array, or any of it is not a document `made` takes.
+    fn each<T>(&self, name: &str, made: impl Fn(&RawDocument) -> Option<T>) -> Option<Vec<T>> {
         let array = self.0.get_array(name).ok()?;
         array
             .into_iter()
-            .map(|element| Some(element.ok()?.as_document()?.to_owned()))
+            .map(|element| made(element.ok()?.as_document()?))
             .collect()
     }
 }

@@ -68,7 +68,9 @@ impl RawStore {
     /// One command per child collection: an `aggregate` whose `$facet` holds every view's top
     /// and totals, or, for a single view without totals, the resync's `find` of its top, which
     /// the index of its order serves. More only where a rebuild sends more: a top holding a
-    /// malformed child is read again without it, as the resync's is.
+    /// malformed child is read again without it, as the resync's is. Views whose branches the
+    /// parent's read brought along (`ahead`, [`RawStore::computed_lookups`]) are taken from
+    /// it, and only the others read.
     ///
     /// # Errors
     ///
