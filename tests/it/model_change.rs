@@ -1588,8 +1588,9 @@ async fn a_view_added_is_read_ahead_alone() {
 }
 
 /// A read ahead that cannot be sent reads apart, and reads right: one whose answer would be
-/// over the 16 MiB of a document, and one the server cannot run (after which the store does
-/// not ask again); a failure of the moment fails the read and stops nothing.
+/// over the 16 MiB of a document (after which the count starts again), and one the server
+/// cannot run (after which the store does not ask again); a failure of the moment fails the
+/// read and stops nothing.
 #[tokio::test]
 async fn a_read_ahead_that_cannot_be_sent_reads_apart() {
     let _turn = crate::FAIL_POINT.lock().await;
@@ -1648,6 +1649,35 @@ async fn a_read_ahead_that_cannot_be_sent_reads_apart() {
     let (ids, n, _) = truth(&db, &Latest6::SUBSETS[0], &big, None).await;
     assert_eq!(ids_of(read.get_array("latest").unwrap()), ids);
     assert_eq!(read.get_i64("n").unwrap(), n);
+    // The server built that answer before refusing it, so the count starts again (that read,
+    // which computed the view, counts once): a parent that large, read again and again, is
+    // read ahead once in four reads, not on every read.
+    taken(&log);
+    for round in 0..2 {
+        for i in 0..3 {
+            new.raw().get(&big).await.unwrap().unwrap();
+            assert_eq!(
+                taken(&log),
+                [sent("find", "movies"), sent("aggregate", "comments")],
+                "round {round}, read {i}: apart"
+            );
+        }
+        new.raw().get(&big).await.unwrap().unwrap();
+        assert_eq!(
+            taken(&log),
+            [
+                sent("aggregate", "movies"),
+                sent("find", "movies"),
+                sent("aggregate", "comments")
+            ],
+            "round {round}: read ahead again after three"
+        );
+    }
+    // Four outdated parents of the usual size open it again.
+    for parent in &parents {
+        new.raw().get(parent).await.unwrap().unwrap();
+    }
+    taken(&log);
 
     // A failure of the moment (a time limit) fails the read, as it would a `find`, and the
     // store reads ahead again at once.

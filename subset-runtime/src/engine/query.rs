@@ -148,7 +148,8 @@ pub(crate) enum Ahead {
     /// Not read: the caller reads the parent and the children apart, as it does when not
     /// reading ahead. In the caller's session (whose transaction, if any, a failed command
     /// would abort); when the parent and the lookups' answers together are over the 16 MiB of
-    /// one document; when the server cannot run the pipeline.
+    /// one document (and the store's look-ahead starts its count again); when the server cannot
+    /// run the pipeline.
     Apart,
 }
 
@@ -178,7 +179,12 @@ pub(crate) async fn read_ahead(
     let read = parents.aggregate(pipeline).with_type::<RawDocumentBuf>();
     let found = match ctx.aggregate(read).await {
         Ok(found) => found,
-        Err(e) if driver::is_too_large(&e) => return Ok(Ahead::Apart),
+        // The server built the whole answer to refuse it: the count starts again, so that
+        // reads of a parent this large do not pay that on every read.
+        Err(e) if driver::is_too_large(&e) => {
+            store.shared.lookahead.reset();
+            return Ok(Ahead::Apart);
+        }
         Err(e) if driver::is_unsupported(&e) => {
             tracing::debug!(error = %e, "the server cannot run a read ahead: reading apart");
             store.shared.lookahead.refused();

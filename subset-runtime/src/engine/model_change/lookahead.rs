@@ -55,7 +55,8 @@ impl Lookahead {
         self.refused.store(true, Ordering::Relaxed);
     }
 
-    /// Starts every view's count again, none read ahead: after a rebuild.
+    /// Starts every view's count again, none read ahead: after a rebuild, and after a read
+    /// ahead too large to answer.
     pub(crate) fn reset(&self) {
         for score in &self.scores {
             score.store(0, Ordering::Relaxed);
