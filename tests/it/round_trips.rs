@@ -13,7 +13,7 @@ use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
-use subset::bson::{doc, DateTime, Document};
+use subset::bson::{doc, Bson, DateTime, Document};
 use subset::{Child, PageRequest, Store, Subset, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 
@@ -144,6 +144,9 @@ struct Log {
     commands: Arc<Mutex<Vec<String>>>,
     /// The number of statements of each `update` command, in order.
     updates: Arc<Mutex<Vec<usize>>>,
+    /// The number of documents each `update` command names by `_id` (a statement by `$in`
+    /// names each of its `_id`s), in order.
+    targets: Arc<Mutex<Vec<usize>>>,
     app: String,
 }
 
@@ -169,6 +172,7 @@ async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
     let log = Log {
         commands: Arc::default(),
         updates: Arc::default(),
+        targets: Arc::default(),
         app: format!("round-trips-{}", ObjectId::new().to_hex()),
     };
     let mut options = ClientOptions::parse(server.uri()).await.unwrap();
@@ -181,8 +185,20 @@ async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
                 "hello" | "isMaster" | "ismaster"
             ) {
                 if started.command_name == "update" {
-                    let statements = started.command.get_array("updates").map_or(0, |u| u.len());
-                    sink.updates.lock().unwrap().push(statements);
+                    let statements = started.command.get_array("updates").ok();
+                    let named = |statement: &Bson| {
+                        let id = statement
+                            .as_document()
+                            .and_then(|u| u.get_document("q").ok()?.get_document("_id").ok());
+                        id.and_then(|id| id.get_array("$in").ok())
+                            .map_or(1, Vec::len)
+                    };
+                    let targets = statements.map_or(0, |u| u.iter().map(named).sum());
+                    sink.updates
+                        .lock()
+                        .unwrap()
+                        .push(statements.map_or(0, Vec::len));
+                    sink.targets.lock().unwrap().push(targets);
                 }
                 sink.commands.lock().unwrap().push(started.command_name);
             }
@@ -362,6 +378,7 @@ async fn pushes_to_many_parents_share_their_writes(topology: Topology) {
             products.push(product.id);
         }
         log.take();
+        log.updates.lock().unwrap().clear();
 
         let pushed: Vec<Review> = (0..16).map(|i| review(1_000 + 100 * attempt + i)).collect();
         let pushes = products
@@ -383,6 +400,13 @@ async fn pushes_to_many_parents_share_their_writes(topology: Topology) {
             (WriteMode::Ordered, true) => (3, 1),
         };
         assert_eq!(count("update"), updates, "{mode:?}: {commands:?}");
+        if (mode, grouped) == (WriteMode::Ordered, true) {
+            // The first push's update, the one statement that takes the fifteen leases (the
+            // server plans it once), and the fifteen parents' updates.
+            let mut statements = std::mem::take(&mut *log.updates.lock().unwrap());
+            statements.sort_unstable();
+            assert_eq!(statements, [1, 1, 15], "{commands:?}");
+        }
         match mode {
             WriteMode::Transactional => assert_eq!(count("insert"), updates, "{commands:?}"),
             WriteMode::Ordered => assert_eq!(count("findAndModify"), leases, "{commands:?}"),
@@ -1106,6 +1130,7 @@ async fn votes_on_many_parents_share_their_writes(topology: Topology) {
     let mut grouped_once = false;
     for attempt in 1..=3 {
         log.take();
+        log.updates.lock().unwrap().clear();
         let voted = asked.iter().map(|(question, answer)| {
             let vote = answers.patch(question, answer).inc(Answer::HELPFUL, 1);
             std::future::IntoFuture::into_future(vote)
@@ -1133,6 +1158,11 @@ async fn votes_on_many_parents_share_their_writes(topology: Topology) {
             if mode == WriteMode::Ordered {
                 assert_eq!(count("findAndModify"), 2, "{commands:?}");
                 assert_eq!(count("find"), 1, "{commands:?}");
+                // The first vote's question; the group's leases in one statement, its answers
+                // in one (an equal patch), its fifteen questions.
+                let mut statements = std::mem::take(&mut *log.updates.lock().unwrap());
+                statements.sort_unstable();
+                assert_eq!(statements, [1, 1, 1, 15], "{commands:?}");
             }
             break;
         }
@@ -1192,7 +1222,7 @@ async fn votes_on_many_parents_share_their_writes(topology: Topology) {
     // A group in which one vote would take its answer past `i64`: the group's update of the
     // answers matches one fewer, every answer goes back as it was, and each vote goes alone.
     // That one is refused; every other counts once. The group (an `update` of several
-    // statements: the questions', or their leases') is asked of one of three tries.
+    // parents: the questions', or their leases') is asked of one of three tries.
     let full = asked[3].1;
     let max = doc! { "$set": { "helpful": i64::MAX } };
     stored.update_one(doc! { "_id": full }, max).await.unwrap();
@@ -1203,7 +1233,7 @@ async fn votes_on_many_parents_share_their_writes(topology: Topology) {
             let found = stored.find_one(doc! { "_id": answer }).await.unwrap();
             before.push(found.unwrap().get_i64("helpful").unwrap());
         }
-        log.updates.lock().unwrap().clear();
+        log.targets.lock().unwrap().clear();
         let voted = asked.iter().map(|(question, answer)| {
             let vote = answers.patch(question, answer).inc(Answer::HELPFUL, 1);
             std::future::IntoFuture::into_future(vote)
@@ -1224,7 +1254,7 @@ async fn votes_on_many_parents_share_their_writes(topology: Topology) {
         }
         let found = stored.find_one(doc! { "_id": full }).await.unwrap();
         assert_eq!(found.unwrap().get_i64("helpful").unwrap(), i64::MAX);
-        if log.updates.lock().unwrap().iter().any(|&n| n > 1) {
+        if log.targets.lock().unwrap().iter().any(|&n| n > 1) {
             grouped = true;
             break;
         }

@@ -272,32 +272,27 @@ impl Leases {
         Leases::take_group(store, parents, false, taken).await
     }
 
-    /// Leases (`shared` or not) on every parent of `parents`, by one `update` command whose
-    /// statement for each is `take` (its filter and update, given the parent and its lease):
-    /// each lease then held in a [`Ctx`] of its own, with its renewal. `None` unless every
-    /// statement matched, with those taken given back in one more command: each writer then
-    /// goes its own way.
+    /// Leases (`shared` or not) on every parent of `parents`, one lease under one token, by
+    /// one `update` statement over all of them: `take` gives its filter and update for an `_id`
+    /// condition (here `$in` the parents) and the lease. One statement, not one per parent:
+    /// the server parses and plans the take's filter once for the group. Each lease is then
+    /// held in a [`Ctx`] of its own, with its renewal, and fenced by the parent's `_id` with
+    /// the token. `None` unless it matched every parent, with those taken given back in one
+    /// more command: each writer then goes its own way.
     async fn take_group(
         store: &RawStore,
         parents: &[&Bson],
         shared: bool,
         take: impl Fn(&Bson, Lease) -> (Document, Vec<Document>),
     ) -> Result<Option<Vec<(Ctx<'static>, Leases)>>> {
-        let leases: Vec<Lease> = parents
-            .iter()
-            .map(|_| Lease {
-                token: ObjectId::new(),
-                shared,
-            })
-            .collect();
-        let statements = parents
-            .iter()
-            .zip(&leases)
-            .map(|(parent, lease)| {
-                let (q, u) = take(parent, *lease);
-                doc! { "q": q, "u": u, "multi": false }
-            })
-            .collect();
+        let lease = Lease {
+            token: ObjectId::new(),
+            shared,
+        };
+        let all: Vec<Bson> = parents.iter().map(|p| (*p).clone()).collect();
+        let of_all = Bson::Document(doc! { "$in": all });
+        let (q, u) = take(&of_all, lease);
+        let statements = vec![doc! { "q": q, "u": u, "multi": true }];
         let concern = acknowledged();
         let sent = send_updates(
             store,
@@ -311,15 +306,9 @@ impl Leases {
         if !all {
             // Perhaps applied where it failed: given back, so that nobody waits for one to
             // lapse (a parent whose lease this did not take is left as it was, by the fence).
-            let back = parents
-                .iter()
-                .zip(&leases)
-                .map(|(parent, lease)| {
-                    let mut u = Document::new();
-                    lease.give_back_with(&mut u);
-                    doc! { "q": fenced(parent, *lease), "u": u, "multi": false }
-                })
-                .collect();
+            let mut u = Document::new();
+            lease.give_back_with(&mut u);
+            let back = vec![doc! { "q": fenced(&of_all, lease), "u": u, "multi": true }];
             let given = send_updates(
                 store,
                 &mut Ctx::apart(),
@@ -335,8 +324,7 @@ impl Leases {
         }
         let taken = parents
             .iter()
-            .zip(leases)
-            .map(|(parent, lease)| {
+            .map(|parent| {
                 let mut ctx = Ctx::apart();
                 let mut held = Leases::none(store, 1);
                 held.keep(parent, lease);
