@@ -239,8 +239,9 @@ impl Leases {
         store: &RawStore,
         parents: &[&Bson],
     ) -> Result<Option<Vec<(Ctx<'static>, Leases)>>> {
-        let taken = |parent: &Bson, lease: Lease| {
-            let mut filter = shareable(parent);
+        // `ids`: the `_id` condition of the group's one statement.
+        let taken = |ids: &Bson, lease: Lease| {
+            let mut filter = shareable(ids);
             filter.insert("$expr", every_share(Share::Live));
             (filter, shared_take(lease))
         };
@@ -259,10 +260,10 @@ impl Leases {
         marked: &Document,
     ) -> Result<Option<Vec<(Ctx<'static>, Leases)>>> {
         let definition = format!("{MARKER}.d");
-        let taken = |parent: &Bson, lease: Lease| {
+        let taken = |ids: &Bson, lease: Lease| {
             let built = doc! { definition.as_str(): { "$type": "string" } };
             let filter = doc! {
-                "_id": parent.clone(),
+                "_id": ids.clone(),
                 format!("{MARKER}.l"): { "$exists": false },
                 "$and": [marked.clone(), built],
                 "$expr": { "$eq": [{ "$size": marker_fields(shared_key(true)) }, 0] },
@@ -563,8 +564,9 @@ fn every_share(share: Share) -> Document {
     } }] }
 }
 
-/// The filter of a shared take of `parent`: not marked for a rebuild, no exclusive lease there
-/// (held or lapsed), and a marker that is a document or none.
+/// The filter of a shared take of `parent` (an `_id`, or an `_id` condition for a group): not
+/// marked for a rebuild, no exclusive lease there (held or lapsed), and a marker that is a
+/// document or none.
 fn shareable(parent: &Bson) -> Document {
     doc! {
         "_id": parent.clone(),
