@@ -472,3 +472,13 @@ pub fn server_code(error: &mongodb::error::Error) -> Option<i32> {
         _ => None,
     }
 }
+
+/// How many `_id`s an `update` statement (an element of the command's `updates`) names: each
+/// of an `_id: {$in: [...]}` (a group's one statement over its parents), else one.
+pub fn ids_named(statement: &Bson) -> usize {
+    let id = statement
+        .as_document()
+        .and_then(|u| u.get_document("q").ok()?.get_document("_id").ok());
+    id.and_then(|id| id.get_array("$in").ok())
+        .map_or(1, Vec::len)
+}

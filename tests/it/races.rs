@@ -555,14 +555,9 @@ async fn a_group_of_pushes_that_meets_a_stopped_push_gives_its_leases_back_and_s
             .iter()
             .filter(|(name, _, command)| {
                 // One statement over several parents (`_id: {$in: …}`) that shares their leases.
-                let over_several = command.get_array("updates").is_ok_and(|u| {
-                    u.iter().any(|statement| {
-                        let id = statement
-                            .as_document()
-                            .and_then(|u| u.get_document("q").ok()?.get_document("_id").ok());
-                        id.is_some_and(|id| id.contains_key("$in"))
-                    })
-                });
+                let over_several = command
+                    .get_array("updates")
+                    .is_ok_and(|u| u.iter().any(|statement| common::ids_named(statement) > 1));
                 name == "update" && over_several && format!("{command:?}").contains("_subset.l_")
             })
             .count()

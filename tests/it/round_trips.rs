@@ -13,7 +13,7 @@ use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
 use serde::{Deserialize, Serialize};
 use subset::bson::oid::ObjectId;
-use subset::bson::{doc, Bson, DateTime, Document};
+use subset::bson::{doc, DateTime, Document};
 use subset::{Child, PageRequest, Store, Subset, WriteMode};
 use subset_testkit::{MongoServer, Topology};
 
@@ -186,14 +186,8 @@ async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
             ) {
                 if started.command_name == "update" {
                     let statements = started.command.get_array("updates").ok();
-                    let named = |statement: &Bson| {
-                        let id = statement
-                            .as_document()
-                            .and_then(|u| u.get_document("q").ok()?.get_document("_id").ok());
-                        id.and_then(|id| id.get_array("$in").ok())
-                            .map_or(1, Vec::len)
-                    };
-                    let targets = statements.map_or(0, |u| u.iter().map(named).sum());
+                    let targets =
+                        statements.map_or(0, |u| u.iter().map(crate::common::ids_named).sum());
                     sink.updates
                         .lock()
                         .unwrap()

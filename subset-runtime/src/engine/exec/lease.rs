@@ -290,8 +290,8 @@ impl Leases {
             token: ObjectId::new(),
             shared,
         };
-        let all: Vec<Bson> = parents.iter().map(|p| (*p).clone()).collect();
-        let of_all = Bson::Document(doc! { "$in": all });
+        let ids: Vec<Bson> = parents.iter().map(|p| (*p).clone()).collect();
+        let of_all = Bson::Document(doc! { "$in": ids });
         let (q, u) = take(&of_all, lease);
         let statements = vec![doc! { "q": q, "u": u, "multi": true }];
         let concern = acknowledged();
