@@ -5,9 +5,11 @@
 //! are counted: the store's one-time `hello` (write-mode detection) is done before counting
 //! starts, and the driver's own `hello`s (handshakes, server monitoring) are ignored by name.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::TryStreamExt;
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::ClientOptions;
@@ -342,6 +344,51 @@ async fn push_on_a_standalone_is_lease_insert_then_update() {
         ["findAndModify", "insert", "update", "update"],
         "long push behind the head"
     );
+    // A date equal to the head's: `_id` decides, so a newer `_id` goes to the head in one
+    // update, and an older one behind it.
+    replies.push(&thread, &review(1_000)).await.unwrap();
+    assert_eq!(
+        log.take(),
+        ["findAndModify", "insert", "update"],
+        "long push tying the head, after it by `_id`"
+    );
+    replies.push(&thread, &older_tie(1_000)).await.unwrap();
+    assert_eq!(
+        log.take(),
+        ["findAndModify", "insert", "update", "update"],
+        "long push tying the head, before it by `_id`"
+    );
+    assert_long_subset_in_order(&threads, &thread).await;
+}
+
+/// A review dated `millis` whose `_id` is older than any [`review`]'s.
+fn older_tie(millis: i64) -> Review {
+    static NEXT: AtomicU8 = AtomicU8::new(1);
+    let mut bytes = [0; 12];
+    bytes[11] = NEXT.fetch_add(1, Ordering::Relaxed);
+    Review {
+        id: ObjectId::from_bytes(bytes),
+        ..review(millis)
+    }
+}
+
+/// Asserts that the long subset holds the child collection's first 32 in its order (date, then
+/// `_id`, descending), whichever of its updates each push took.
+async fn assert_long_subset_in_order(threads: &Store<Thread>, thread: &ObjectId) {
+    let stored = threads.get(thread).await.unwrap().unwrap();
+    let embedded: Vec<ObjectId> = stored.recent_replies.iter().map(|r| r.id).collect();
+    let mut all: Vec<Review> = threads
+        .database()
+        .collection::<Review>("replies")
+        .find(doc! { "thread_id": thread })
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    all.sort_by(|a, b| (b.date, b.id).cmp(&(a.date, a.id)));
+    let top: Vec<ObjectId> = all.iter().take(32).map(|r| r.id).collect();
+    assert_eq!(embedded, top);
 }
 
 /// Pushes to sixteen parents at once: the first runs alone, and the fifteen that come while it
@@ -616,6 +663,21 @@ async fn push_on_a_replica_set_is_one_transaction_of_three_commands() {
         .collect();
     let expected: Vec<i64> = [1_000].into_iter().chain((18..50).rev()).take(32).collect();
     assert_eq!(dates, expected);
+    // A date equal to the head's: `_id` decides, as without a transaction.
+    assert_eq!(log.take(), ["find"], "the read above");
+    replies.push(&thread, &review(1_000)).await.unwrap();
+    assert_eq!(
+        log.take(),
+        ["update", "insert", "commitTransaction"],
+        "long push tying the head, after it by `_id`"
+    );
+    replies.push(&thread, &older_tie(1_000)).await.unwrap();
+    assert_eq!(
+        log.take(),
+        ["update", "update", "insert", "commitTransaction"],
+        "long push tying the head, before it by `_id`"
+    );
+    assert_long_subset_in_order(&threads, &thread).await;
 }
 
 /// A note on an item: a rating, a date, and an amount of money summed exactly as a
@@ -1483,9 +1545,7 @@ async fn votes_on_a_ranked_view_re_rank_it_in_place(topology: Topology) {
     let view = || async {
         let sort = doc! { "helpful": -1, "date": -1, "_id": -1 };
         let top = stored.find(doc! {}).sort(sort).limit(3);
-        let top: Vec<Document> = futures::TryStreamExt::try_collect(top.await.unwrap())
-            .await
-            .unwrap();
+        let top: Vec<Document> = top.await.unwrap().try_collect().await.unwrap();
         let computed: Vec<(ObjectId, i32)> = top
             .iter()
             .map(|d| {
