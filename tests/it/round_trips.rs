@@ -386,7 +386,7 @@ async fn assert_long_subset_in_order(threads: &Store<Thread>, thread: &ObjectId)
         .try_collect()
         .await
         .unwrap();
-    all.sort_by(|a, b| (b.date, b.id).cmp(&(a.date, a.id)));
+    all.sort_by_key(|r| std::cmp::Reverse((r.date, r.id)));
     let top: Vec<ObjectId> = all.iter().take(32).map(|r| r.id).collect();
     assert_eq!(embedded, top);
 }
