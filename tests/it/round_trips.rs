@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common;
 use futures::TryStreamExt;
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
@@ -188,8 +189,7 @@ async fn setup(topology: Topology) -> (Store<Product>, Product, Log) {
             ) {
                 if started.command_name == "update" {
                     let statements = started.command.get_array("updates").ok();
-                    let targets =
-                        statements.map_or(0, |u| u.iter().map(crate::common::ids_named).sum());
+                    let targets = statements.map_or(0, |u| u.iter().map(common::ids_named).sum());
                     sink.updates
                         .lock()
                         .unwrap()
@@ -358,7 +358,7 @@ async fn push_on_a_standalone_is_lease_insert_then_update() {
         ["findAndModify", "insert", "update", "update"],
         "long push tying the head, before it by `_id`"
     );
-    assert_long_subset_in_order(&threads, &thread).await;
+    common::assert_subset_true(&threads, Thread::RECENT_REPLIES, &thread.into()).await;
 }
 
 /// A review dated `millis` whose `_id` is older than any [`review`]'s.
@@ -372,23 +372,15 @@ fn older_tie(millis: i64) -> Review {
     }
 }
 
-/// Asserts that the long subset holds the child collection's first 32 in its order (date, then
-/// `_id`, descending), whichever of its updates each push took.
-async fn assert_long_subset_in_order(threads: &Store<Thread>, thread: &ObjectId) {
-    let stored = threads.get(thread).await.unwrap().unwrap();
-    let embedded: Vec<ObjectId> = stored.recent_replies.iter().map(|r| r.id).collect();
-    let mut all: Vec<Review> = threads
-        .database()
-        .collection::<Review>("replies")
-        .find(doc! { "thread_id": thread })
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    all.sort_by_key(|r| std::cmp::Reverse((r.date, r.id)));
-    let top: Vec<ObjectId> = all.iter().take(32).map(|r| r.id).collect();
-    assert_eq!(embedded, top);
+impl common::ExpectedOrder<Review> for Thread {
+    fn expected_order(field: &str, a: &Review, b: &Review) -> std::cmp::Ordering {
+        assert_eq!(
+            field, "recent_replies",
+            "a subset of Thread with no known order"
+        );
+        // `date desc`, then `_id` desc.
+        (b.date, b.id).cmp(&(a.date, a.id))
+    }
 }
 
 /// Pushes to sixteen parents at once: the first runs alone, and the fifteen that come while it
@@ -677,7 +669,7 @@ async fn push_on_a_replica_set_is_one_transaction_of_three_commands() {
         ["update", "update", "insert", "commitTransaction"],
         "long push tying the head, before it by `_id`"
     );
-    assert_long_subset_in_order(&threads, &thread).await;
+    common::assert_subset_true(&threads, Thread::RECENT_REPLIES, &thread.into()).await;
 }
 
 /// A note on an item: a rating, a date, and an amount of money summed exactly as a
