@@ -294,3 +294,105 @@ async fn an_element_keyed_to_another_parent_is_refused_not_overwritten() {
         ));
     }
 }
+
+/// A parent left out of a migration (as `subset migrate --skip-invalid` leaves an invalid one)
+/// still holds the only copy of its children: a reconcile, a check and a rebuild each refuse it
+/// with `Error::NotMigrated`, naming it, and write nothing, while the migrated parents beside it
+/// are rebuilt; allowed to empty, a rebuild drops them, as asked. Whether unmarked parents count
+/// as built under the current model or under none, in both write modes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parent_left_unmigrated_is_not_reconciled_or_rebuilt_away() {
+    for store in stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        let migrated = embedding(&store, (0..12).map(|i| review(i, true)).collect()).await;
+        assert!(matches!(
+            reviews.raw().adopt(&migrated).await.unwrap(),
+            Adopted::Done { inserted: 12, .. }
+        ));
+        let skipped = embedding(&store, (0..12).map(|i| review(100 + i, true)).collect()).await;
+        let before = parent(&store, &skipped).await;
+        let skipped_id = skipped.as_object_id().unwrap();
+        let first = before.get_array("recent_reviews").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get("_id")
+            .unwrap()
+            .clone();
+        let not_migrated = |result: subset::Result<subset::repair::Drift>, what: &str| match result
+        {
+            Err(subset::Error::NotMigrated {
+                id,
+                field,
+                child_collection,
+                absent,
+                first: named,
+                ..
+            }) => {
+                assert_eq!(*id, skipped, "{mode:?}: {what}");
+                assert_eq!(
+                    (field.as_str(), child_collection.as_str(), absent),
+                    ("recent_reviews", "reviews", 12),
+                    "{mode:?}: {what}"
+                );
+                assert_eq!(*named, first, "{mode:?}: {what}");
+            }
+            other => panic!("{mode:?}: {what}: {other:?}"),
+        };
+
+        // Counted as built under this model (the registry's legacy definition).
+        not_migrated(reviews.check(&skipped_id).await, "check");
+        not_migrated(reviews.reconcile(&skipped_id).await, "reconcile");
+        assert_eq!(parent(&store, &skipped).await, before, "{mode:?}");
+
+        // Counted as built under none: every unmarked parent is rebuilt.
+        store
+            .database()
+            .collection::<Document>(subset::bookkeeping::Names::default().definitions())
+            .update_one(
+                doc! { "_id": "products" },
+                doc! { "$set": { "legacy": "" } },
+            )
+            .await
+            .unwrap();
+        let store = match mode {
+            subset::WriteMode::Ordered => Store::<Product>::with_options(
+                store.database(),
+                subset::StoreOptions::new().mode(mode),
+            ),
+            _ => Store::<Product>::new(store.database()),
+        };
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        not_migrated(reviews.check(&skipped_id).await, "check, outdated");
+        not_migrated(reviews.reconcile(&skipped_id).await, "reconcile, outdated");
+        // Beside a parent to rebuild that keeps its children (unmarked), refused alone.
+        products(&store)
+            .update_one(
+                doc! { "_id": migrated.clone() },
+                doc! { "$unset": { "_subset": "" } },
+            )
+            .await
+            .unwrap();
+        let rebuilt = store.rebuild().await.unwrap();
+        assert_eq!(rebuilt.progress.fixed, 1, "{mode:?}");
+        let failed: Vec<&Bson> = rebuilt.failures.iter().map(|f| &f.parent).collect();
+        assert_eq!(failed, [&skipped], "{mode:?}: {:?}", rebuilt.failures);
+        assert!(
+            matches!(rebuilt.failures[0].error, subset::Error::NotMigrated { .. }),
+            "{mode:?}: {:?}",
+            rebuilt.failures[0].error
+        );
+        assert_eq!(parent(&store, &skipped).await, before, "{mode:?}");
+        assert_subset_true(&store, Product::RECENT_REVIEWS, &migrated).await;
+
+        // Allowed to, a rebuild drops them.
+        let options = subset::repair::SweepOptions::default().allow_emptying(true);
+        let dropped = store.rebuild().options(options).await.unwrap();
+        assert!(
+            dropped.failures.is_empty(),
+            "{mode:?}: {:?}",
+            dropped.failures
+        );
+        assert_subset_true(&store, Product::RECENT_REVIEWS, &skipped).await;
+    }
+}

@@ -2,9 +2,9 @@
 //! this one when it is the current one, else marked as built under none.
 
 use super::Model;
-use crate::bson::{doc, oid::ObjectId, Bson, Document};
+use crate::bson::{doc, oid::ObjectId, Bson, Document, RawDocumentBuf};
 
-use super::MARKER;
+use super::{marked, MARKER};
 use crate::engine::exec::{Ctx, Steps};
 use crate::engine::parent_write::{Guard, ParentUpdate, Written};
 use crate::engine::RawStore;
@@ -170,7 +170,9 @@ impl<'s> Model<'s> {
             let id = parent.get("_id").cloned().unwrap_or(Bson::Null);
             match self.would_empty(&mut ctx, &id).await {
                 Ok(()) => return Ok(()),
-                Err(e @ crate::Error::RebuildWouldEmpty { .. }) => refused = Some(e),
+                Err(
+                    e @ (crate::Error::RebuildWouldEmpty { .. } | crate::Error::NotMigrated { .. }),
+                ) => refused = Some(e),
                 Err(other) => return Err(other),
             }
         }
@@ -193,8 +195,13 @@ impl Model<'_> {
     /// the child collection (the last one removed by code of an older model, which left the
     /// view as it was and marked the parent as built under none) or now belong to another
     /// parent is stale, and rebuilding it empty is right.
+    ///
+    /// Also refused ([`crate::Error::NotMigrated`]): a parent that no write of this library has
+    /// marked (no `_subset.d`: as `subset migrate` and `Children::adopt` leave the parents they
+    /// move, and as a legacy parent is) embedding a child the child collection does not hold.
+    /// The parent was not migrated, or not to the end, and its array is the only copy.
     pub(crate) async fn would_empty(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
-        let mut projection = doc! { "_id": 1 };
+        let mut projection = doc! { "_id": 1, format!("{MARKER}.d"): 1 };
         for spec in self.spec().subsets {
             projection.insert(format!("{}._id", spec.field), 1);
         }
@@ -238,6 +245,34 @@ impl Model<'_> {
             }
             let children = self.collection::<Document>(spec.child_collection);
             let child_error = |e| crate::Error::mongo(spec.child_collection, e);
+            if !RawDocumentBuf::from_document(&found).is_ok_and(|raw| marked(&raw)) {
+                let stored = children
+                    .find(doc! { "_id": { "$in": embedded.clone() } })
+                    .projection(doc! { "_id": 1 });
+                let stored = ctx.collect(stored).await.map_err(child_error)?;
+                let absent: Vec<&Bson> = embedded
+                    .iter()
+                    .filter(|id| !stored.iter().any(|c| c.get("_id") == Some(*id)))
+                    .collect();
+                if let Some(first) = absent.first() {
+                    let field = self.spec().subsets.iter().find(|s| {
+                        (s.child_collection, s.key) == group
+                            && found.get_array(s.field).is_ok_and(|a| {
+                                a.iter()
+                                    .filter_map(Bson::as_document)
+                                    .any(|c| c.get("_id") == Some(*first))
+                            })
+                    });
+                    return Err(crate::Error::NotMigrated {
+                        collection: self.collection_name().to_owned(),
+                        id: Box::new(parent.clone()),
+                        field: field.map_or(spec.field, |s| s.field).to_owned(),
+                        child_collection: spec.child_collection.to_owned(),
+                        absent: absent.len(),
+                        first: Box::new((*first).clone()),
+                    });
+                }
+            }
             let under_key = children
                 .count_documents(doc! { spec.key: parent.clone() })
                 .limit(1);

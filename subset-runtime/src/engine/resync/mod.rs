@@ -19,7 +19,7 @@ use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
-use super::model_change::MARKER;
+use super::model_change::{self, MARKER};
 use super::parent_write::{Guard, ParentUpdate, Written};
 use super::{query, RawChildren};
 use crate::action::{span, Action, Operation};
@@ -406,6 +406,12 @@ impl Recompute<'_> {
 
             drift = Drift::between(spec, parent, &stored, &expected);
             drift.malformed = malformed;
+            // A parent no write of this library has marked, holding children the child
+            // collection lacks, was never migrated: they are not stale, and a reconcile must
+            // not drop them (see `would_empty`).
+            if guarded && !drift.stale.is_empty() && !model_change::marked(&found) {
+                store.model().would_empty(ctx, parent).await?;
+            }
             if !write {
                 return Ok(drift);
             }
