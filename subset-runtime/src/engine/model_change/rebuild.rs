@@ -245,7 +245,7 @@ impl Model<'_> {
             }
             let children = self.collection::<Document>(spec.child_collection);
             let child_error = |e| crate::Error::mongo(spec.child_collection, e);
-            if !RawDocumentBuf::from_document(&found).is_ok_and(|raw| marked(&raw)) {
+            if !RawDocumentBuf::try_from(&found).is_ok_and(|raw| marked(&raw)) {
                 let stored = children
                     .find(doc! { "_id": { "$in": embedded.clone() } })
                     .projection(doc! { "_id": 1 });
