@@ -18,7 +18,7 @@
 //! definition is rebuilt or marked for a rebuild; a parent whose lease was lost is marked and
 //! reported.
 
-use crate::bson::{doc, Bson, Document, RawDocumentBuf};
+use crate::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
 use mongodb::options::{UpdateModifications, WriteConcern};
 
 use super::exec::Ctx;
@@ -339,33 +339,81 @@ pub(crate) struct Updated {
     pub(crate) refused: bool,
 }
 
-/// The error of an update of `parent` that the server refused: [`Error::NumberOverflow`] for an
-/// increment it would not carry past `i64` (which `bounds` left to it), read outside any
-/// transaction (the refusal has aborted ours); else the server's own error.
+/// The error of an update of `parent` that the server refused, read outside any transaction
+/// (the refusal has aborted ours): [`Error::NumberOverflow`] for an increment it would not
+/// carry past `i64` (which `bounds` left to it); [`Error::MalformedParent`] for a view's field
+/// that is not an array of documents, or a count or sum that is not a number (edited behind
+/// the library's back), which no update can apply to; else the server's own error.
 async fn refused(
     store: &RawStore,
     parent: &Bson,
     bounds: &Bounds,
     e: mongodb::error::Error,
 ) -> Error {
-    if bounds.is_empty() || !driver::is_bad_value(&e) {
+    if !driver::is_bad_type(&e) {
         return store.mongo(e);
     }
-    let projection: Document = bounds
+    let mut projection: Document = bounds
         .fields()
         .map(|f| (f.to_owned(), Bson::Int32(1)))
         .collect();
+    for spec in store.spec().subsets {
+        projection.extend(super::query::subset_projection(spec));
+    }
     let parents = store.parents::<RawDocumentBuf>();
     let find = parents
         .find_one(doc! { "_id": parent.clone() })
         .projection(projection);
-    match find.await {
-        Ok(Some(found)) => match bounds.broken(&found) {
-            Some(o) => o.at(store.collection_name(), parent),
-            None => store.mongo(e),
-        },
-        _ => store.mongo(e),
+    let Ok(Some(found)) = find.await else {
+        return store.mongo(e);
+    };
+    if let Some(o) = bounds.broken(&found) {
+        return o.at(store.collection_name(), parent);
     }
+    misshapen(store, &found).unwrap_or_else(|| store.mongo(e))
+}
+
+/// The first field of `found` (a parent's views, as [`super::query::subset_projection`] reads
+/// them) that no update of them can apply to: a view's field that is not an array of
+/// documents, or a count or sum that is not a number.
+fn misshapen(store: &RawStore, found: &RawDocumentBuf) -> Option<Error> {
+    let collection = store.collection_name();
+    for spec in store.spec().subsets {
+        if matches!(found.get(spec.field), Ok(Some(_))) {
+            if let Err(e) = crate::decode::subset_elements(found, collection, spec) {
+                return Some(e);
+            }
+        }
+        let totals = spec
+            .count
+            .into_iter()
+            .chain(spec.sums.iter().map(|s| s.parent));
+        for field in totals {
+            let value = match found.get(field) {
+                Ok(Some(value)) => value,
+                _ => continue,
+            };
+            let number = matches!(
+                value,
+                RawBsonRef::Int32(_)
+                    | RawBsonRef::Int64(_)
+                    | RawBsonRef::Double(_)
+                    | RawBsonRef::Decimal128(_)
+            );
+            if !number {
+                return Some(Error::MalformedParent {
+                    collection: collection.to_owned(),
+                    id: Box::new(crate::decode::id_of(found)),
+                    field: field.to_owned(),
+                    problem: format!(
+                        "is {}, not a number",
+                        crate::values::type_name(value.element_type())
+                    ),
+                });
+            }
+        }
+    }
+    None
 }
 
 /// Why an update of `parent` matched nothing (or, for one that sent nothing, whether it would

@@ -90,10 +90,11 @@ pub(crate) fn is_too_large(error: &mongodb::error::Error) -> bool {
     code(error).is_some_and(|c| TOO_LARGE.contains(&c))
 }
 
-/// Whether the server refused a write as a bad value (code 2): among others, an `$inc` that
-/// would carry an int64 past its range.
-pub(crate) fn is_bad_value(error: &mongodb::error::Error) -> bool {
-    code(error) == Some(2)
+/// Whether the server refused a write as a bad value (code 2: an `$inc` that would carry an
+/// int64 past its range, a `$push` to a field that is not an array) or a type mismatch (code
+/// 14: an `$inc` of a field that is not a number).
+pub(crate) fn is_bad_type(error: &mongodb::error::Error) -> bool {
+    matches!(code(error), Some(2 | 14))
 }
 
 /// Whether the server answered that it did not apply a write (a write or command error), as
@@ -105,10 +106,13 @@ pub(crate) fn is_refused(error: &mongodb::error::Error) -> bool {
     )
 }
 
-/// Whether our error says the server refused a write, which then left nothing behind.
+/// Whether our error says the server refused a write, which then left nothing behind. A
+/// parent out of shape is one no write of it applies to: refused, or not sent.
 pub(crate) fn was_refused(error: &crate::Error) -> bool {
     match error {
-        crate::Error::SubsetTooLarge { .. } | crate::Error::NumberOverflow { .. } => true,
+        crate::Error::SubsetTooLarge { .. }
+        | crate::Error::NumberOverflow { .. }
+        | crate::Error::MalformedParent { .. } => true,
         other => other.mongo_error().is_some_and(is_refused),
     }
 }
