@@ -206,6 +206,14 @@ pub(crate) fn element_bracket(t: ElementType) -> Bson {
     }
 }
 
+/// Whether a value of type `t` is a number, which `$inc` applies to (and a count or sum holds).
+pub(crate) fn is_number(t: ElementType) -> bool {
+    matches!(
+        t,
+        ElementType::Int32 | ElementType::Int64 | ElementType::Double | ElementType::Decimal128
+    )
+}
+
 /// A readable name for a BSON type, for messages: "a date", "an ObjectId", "an int32".
 pub fn type_name(t: crate::bson::spec::ElementType) -> &'static str {
     use crate::bson::spec::ElementType as T;

@@ -216,6 +216,50 @@ async fn a_push_into_a_parent_out_of_shape_is_malformed_parent_and_writes_nothin
     }
 }
 
+/// An increment of a child field edited into a string behind the library's back, which the
+/// server refuses, is `MalformedChild` naming the child, its parent and the field, and changes
+/// nothing: neither the child nor its embedded copy.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_increment_of_a_child_field_that_is_not_a_number_is_malformed_child() {
+    for store in stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        let product = product_with(&store, 3).await;
+        let children = store.database().collection::<Document>("reviews");
+        let child = children
+            .find_one(doc! { "product_id": product.id })
+            .await
+            .unwrap()
+            .unwrap();
+        let id = child.get_object_id("_id").unwrap();
+        children
+            .update_one(doc! { "_id": id }, doc! { "$set": { "rating": "five" } })
+            .await
+            .unwrap();
+        let parents = store.database().collection::<Document>("products");
+        let before = (
+            children.find_one(doc! { "_id": id }).await.unwrap(),
+            parents.find_one(doc! { "_id": product.id }).await.unwrap(),
+        );
+        let err = reviews
+            .patch(&product.id, &id)
+            .inc(Review::RATING, 1)
+            .await
+            .expect_err("an increment of a string");
+        assert_malformed_child(&err, "reviews", &Bson::ObjectId(id), "rating");
+        assert_names_parent(&err, &Bson::ObjectId(product.id));
+        assert!(
+            err.to_string().contains("is a string, not a number"),
+            "{err}"
+        );
+        let after = (
+            children.find_one(doc! { "_id": id }).await.unwrap(),
+            parents.find_one(doc! { "_id": product.id }).await.unwrap(),
+        );
+        assert_eq!(after, before, "{mode:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_subset_field_is_an_error_to_read_and_drift_to_reconcile() {
     for store in stores::<Product>().await {

@@ -18,7 +18,7 @@
 //! definition is rebuilt or marked for a rebuild; a parent whose lease was lost is marked and
 //! reported.
 
-use crate::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
+use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::options::{UpdateModifications, WriteConcern};
 
 use super::exec::Ctx;
@@ -393,14 +393,7 @@ fn misshapen(store: &RawStore, found: &RawDocumentBuf) -> Option<Error> {
                 Ok(Some(value)) => value,
                 _ => continue,
             };
-            let number = matches!(
-                value,
-                RawBsonRef::Int32(_)
-                    | RawBsonRef::Int64(_)
-                    | RawBsonRef::Double(_)
-                    | RawBsonRef::Decimal128(_)
-            );
-            if !number {
+            if !crate::values::is_number(value.element_type()) {
                 return Some(Error::MalformedParent {
                     collection: collection.to_owned(),
                     id: Box::new(crate::decode::id_of(found)),

@@ -1,7 +1,7 @@
 //! The writes of one run of patches of one parent's children (one caller's, or a group
 //! commit's), and which view gets which.
 
-use crate::bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::options::ReturnDocument;
 
 use super::child_patch::{holds, moves_in, shows_in, ChildPatch, Update};
@@ -213,7 +213,13 @@ impl PatchSteps<'_, '_> {
         let change = children
             .find_one_and_update(within, patch.update())
             .return_document(ReturnDocument::Before);
-        if let Some(before) = ctx.run(change).await.map_err(|e| s.mongo_child(e))? {
+        let changed = match ctx.run(change).await {
+            Ok(changed) => changed,
+            Err(e) => {
+                return Err(refused(s, self.parent, std::slice::from_ref(child), patch, e).await)
+            }
+        };
+        if let Some(before) = changed {
             return Ok(before);
         }
         if guarded {
@@ -240,10 +246,10 @@ impl PatchSteps<'_, '_> {
         let filter = query::owned(spec, self.parent, children.to_vec());
         let mut within = filter.clone();
         within.extend(patch.guard());
-        let changed = ctx
-            .run(coll.update_many(within, patch.update()))
-            .await
-            .map_err(|e| s.mongo_child(e))?;
+        let changed = match ctx.run(coll.update_many(within, patch.update())).await {
+            Ok(changed) => changed,
+            Err(e) => return Err(refused(s, self.parent, children, patch, e).await),
+        };
         if changed.matched_count == children.len() as u64 {
             return Ok(());
         }
@@ -631,7 +637,12 @@ pub(in crate::engine) async fn apply_all(
                 let images: Vec<Document> = befores.iter().map(|b| (*b).clone()).collect();
                 out_of_range(s, patch, &images)
             }
-            Err(e) => s.mongo_child(e),
+            Err(e) => {
+                let parent = changes
+                    .first()
+                    .map_or(&Bson::Null, |(parent, _, _)| *parent);
+                refused(s, parent, &ids, patch, e).await
+            }
         };
         let all = changes.iter().map(|(parent, before, _)| (*parent, *before));
         put_back(s, &mut Ctx::apart(), all).await?;
@@ -920,4 +931,46 @@ mod tests {
         let left: Vec<&Bson> = patches.iter().map(|(child, _)| child).collect();
         assert_eq!(left, [&b, &Bson::Int32(4), &Bson::Int32(4)]);
     }
+}
+
+/// The error of a patch of `children` (of `parent`) that the server refused, read outside any
+/// transaction (the refusal has aborted ours): [`Error::MalformedChild`] naming the first child
+/// whose field an increment of `patch` finds not a number (stored behind the library's back),
+/// as a read of it says; else the server's own error.
+async fn refused(
+    s: &RawChildren<'_>,
+    parent: &Bson,
+    children: &[Bson],
+    patch: &ChildPatch,
+    e: mongodb::error::Error,
+) -> Error {
+    let update = patch.update();
+    let increments: Vec<&String> = match update.get_document("$inc") {
+        Ok(inc) if driver::is_bad_type(&e) => inc.keys().collect(),
+        _ => return s.mongo_child(e),
+    };
+    let stored = s.children::<RawDocumentBuf>();
+    let find = stored.find(doc! { "_id": { "$in": children.to_vec() } });
+    let Ok(found) = Ctx::apart().collect(find).await else {
+        return s.mongo_child(e);
+    };
+    for child in &found {
+        for field in &increments {
+            let value = match child.get(field.as_str()) {
+                Ok(Some(value)) if !crate::values::is_number(value.element_type()) => value,
+                _ => continue,
+            };
+            return Error::MalformedChild {
+                collection: s.spec().child_collection.to_owned(),
+                id: Box::new(crate::decode::id_of(child)),
+                parent: Some(Box::new(parent.clone())),
+                field: (*field).clone(),
+                problem: format!(
+                    "is {}, not a number",
+                    crate::values::type_name(value.element_type())
+                ),
+            };
+        }
+    }
+    s.mongo_child(e)
 }
