@@ -878,6 +878,48 @@ fn compose(patches: &[(Bson, ChildPatch)]) -> Vec<(Bson, ChildPatch)> {
     composed
 }
 
+/// The error of a patch of `children` (of `parent`) that the server refused, read outside any
+/// transaction (the refusal has aborted ours): [`Error::MalformedChild`] naming the first child
+/// whose field an increment of `patch` finds not a number (stored behind the library's back),
+/// as a read of it says; else the server's own error.
+async fn refused(
+    s: &RawChildren<'_>,
+    parent: &Bson,
+    children: &[Bson],
+    patch: &ChildPatch,
+    e: mongodb::error::Error,
+) -> Error {
+    let update = patch.update();
+    let increments: Vec<&String> = match update.get_document("$inc") {
+        Ok(inc) if driver::is_bad_type(&e) => inc.keys().collect(),
+        _ => return s.mongo_child(e),
+    };
+    let stored = s.children::<RawDocumentBuf>();
+    let find = stored.find(doc! { "_id": { "$in": children.to_vec() } });
+    let Ok(found) = Ctx::apart().collect(find).await else {
+        return s.mongo_child(e);
+    };
+    for child in &found {
+        for field in &increments {
+            let value = match child.get(field.as_str()) {
+                Ok(Some(value)) if !crate::values::is_number(value.element_type()) => value,
+                _ => continue,
+            };
+            return Error::MalformedChild {
+                collection: s.spec().child_collection.to_owned(),
+                id: Box::new(crate::decode::id_of(child)),
+                parent: Some(Box::new(parent.clone())),
+                field: (*field).clone(),
+                problem: format!(
+                    "is {}, not a number",
+                    crate::values::type_name(value.element_type())
+                ),
+            };
+        }
+    }
+    s.mongo_child(e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -931,46 +973,4 @@ mod tests {
         let left: Vec<&Bson> = patches.iter().map(|(child, _)| child).collect();
         assert_eq!(left, [&b, &Bson::Int32(4), &Bson::Int32(4)]);
     }
-}
-
-/// The error of a patch of `children` (of `parent`) that the server refused, read outside any
-/// transaction (the refusal has aborted ours): [`Error::MalformedChild`] naming the first child
-/// whose field an increment of `patch` finds not a number (stored behind the library's back),
-/// as a read of it says; else the server's own error.
-async fn refused(
-    s: &RawChildren<'_>,
-    parent: &Bson,
-    children: &[Bson],
-    patch: &ChildPatch,
-    e: mongodb::error::Error,
-) -> Error {
-    let update = patch.update();
-    let increments: Vec<&String> = match update.get_document("$inc") {
-        Ok(inc) if driver::is_bad_type(&e) => inc.keys().collect(),
-        _ => return s.mongo_child(e),
-    };
-    let stored = s.children::<RawDocumentBuf>();
-    let find = stored.find(doc! { "_id": { "$in": children.to_vec() } });
-    let Ok(found) = Ctx::apart().collect(find).await else {
-        return s.mongo_child(e);
-    };
-    for child in &found {
-        for field in &increments {
-            let value = match child.get(field.as_str()) {
-                Ok(Some(value)) if !crate::values::is_number(value.element_type()) => value,
-                _ => continue,
-            };
-            return Error::MalformedChild {
-                collection: s.spec().child_collection.to_owned(),
-                id: Box::new(crate::decode::id_of(child)),
-                parent: Some(Box::new(parent.clone())),
-                field: (*field).clone(),
-                problem: format!(
-                    "is {}, not a number",
-                    crate::values::type_name(value.element_type())
-                ),
-            };
-        }
-    }
-    s.mongo_child(e)
 }
