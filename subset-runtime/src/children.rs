@@ -246,7 +246,8 @@ impl<'a, P: Subset, C: Child> Children<'a, P, C> {
     }
 
     /// How many children `parent` has in the child collection (for a filtered view, how many
-    /// pass its filter).
+    /// pass its filter). One count of the child collection, which does not read the parent: a
+    /// parent that does not exist has 0 (a page of it is [`crate::Error::ParentNotFound`]).
     ///
     /// # Errors
     ///

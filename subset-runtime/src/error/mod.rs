@@ -57,7 +57,8 @@ pub enum Error {
         id: Box<Bson>,
     },
 
-    /// A push, page or count named a parent that does not exist.
+    /// A write or a page named a parent that does not exist. ([`crate::Children::count`] reads
+    /// the child collection only: a parent that does not exist has none, and counts 0.)
     #[error("parent {id} not found in `{collection}`")]
     ParentNotFound {
         /// The parent collection.
