@@ -260,6 +260,37 @@ async fn an_increment_of_a_child_field_that_is_not_a_number_is_malformed_child()
     }
 }
 
+/// One `push_many` given the same child twice is refused before any write, alike in both
+/// modes (the server's unique index would refuse it in a transaction only).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_many_holding_one_child_twice_is_refused_before_any_write() {
+    for store in stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        let reviews = store.children(Product::RECENT_REVIEWS);
+        let product = product_with(&store, 3).await;
+        let twice = Review::at(10);
+        let err = reviews
+            .push_many(&product.id, &[Review::at(11), twice.clone(), twice.clone()])
+            .await
+            .expect_err("a child twice");
+        match &err {
+            Error::RepeatedChild {
+                collection,
+                parent,
+                id,
+            } => {
+                assert_eq!(collection, "reviews");
+                assert_eq!(**parent, Bson::ObjectId(product.id));
+                assert_eq!(**id, Bson::ObjectId(twice.id));
+            }
+            other => panic!("{mode:?}: {other:?}"),
+        }
+        assert_eq!(reviews.count(&product.id).await.unwrap(), 3, "{mode:?}");
+        let stored = store.get(&product.id).await.unwrap().unwrap();
+        assert_eq!(stored.total_reviews, 3, "{mode:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_subset_field_is_an_error_to_read_and_drift_to_reconcile() {
     for store in stores::<Product>().await {

@@ -185,6 +185,20 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// One `push_many` given two children with the same `_id`: each child needs its own.
+    /// Refused before any write (a push of a child already stored is a retry, and writes no
+    /// second copy; two in one call are a mistake, which the server's unique index would refuse
+    /// in one mode and not the other).
+    #[error("push_many to parent {parent} of `{collection}` holds two children with `_id` {id}: each child needs its own `_id`; nothing was written")]
+    RepeatedChild {
+        /// The child collection.
+        collection: String,
+        /// The parent's `_id`.
+        parent: Box<Bson>,
+        /// The `_id` given twice.
+        id: Box<Bson>,
+    },
+
     /// A parent to be inserted has no `_id`: its children could not name it.
     #[error("parent for `{collection}` has no `_id` field")]
     ParentWithoutId {

@@ -4,6 +4,7 @@
 use crate::bson::{doc, Bson, Document};
 use mongodb::ClientSession;
 
+use super::exec::traffic::ParentKey;
 use super::exec::{self, is_transient, Ctx, Retry, Steps};
 use super::parent_write::{ParentUpdate, Written};
 use super::query;
@@ -278,6 +279,16 @@ impl<'s, 'a: 's> Operation<'s> for Push<'a> {
             .into_iter()
             .map(|c| s.pushes().prepare(parent, c))
             .collect::<Result<Vec<_>>>()?;
+        // Keyed by their bytes, as the engine keys `_id`s (a batch may be large).
+        let mut seen = std::collections::HashSet::with_capacity(batch.len());
+        let mut ids = batch.iter().map(|p| &p.id);
+        if let Some(twice) = ids.find(|id| !seen.insert(ParentKey::of(id))) {
+            return Err(Error::RepeatedChild {
+                collection: s.spec().child_collection.to_owned(),
+                parent: Box::new(parent.clone()),
+                id: Box::new(twice.clone()),
+            });
+        }
         // In the caller's session its own steps; else with the pushes queued on the parent.
         match caller {
             Some(_) => {
