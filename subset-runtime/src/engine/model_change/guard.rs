@@ -32,6 +32,13 @@ fn marked_with(
     marker.map(|m| m.and_then(|m| m.get_str("d").ok()))
 }
 
+/// Whether a write of this library has marked `parent` (a stored parent, or a projection
+/// holding its marker) as built under some definition, or under none: by [`marked_with`], which
+/// decides it for every reader.
+pub(crate) fn marked(parent: &RawDocument) -> bool {
+    !matches!(marked_with(marker_of(parent)), Ok(None))
+}
+
 /// The `$set` a parent update in a transaction adds, `_subset.w` to a new value, so that it
 /// always modifies the parent: an update that changes nothing else (a push sliced off at once,
 /// copies of a child no view holds) would not write, and a rebuild under another model in a

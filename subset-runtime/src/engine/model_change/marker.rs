@@ -42,11 +42,3 @@ pub(crate) fn noted_malformed(parent: &RawDocument, spec: &SubsetSpec) -> u32 {
     };
     note.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
 }
-
-/// Whether a write of this library has marked `parent` (a projection holding its marker) as
-/// built under some definition, or under none (`_subset.d`, empty for none).
-pub(crate) fn marked(parent: &RawDocument) -> bool {
-    parent
-        .get_document(MARKER)
-        .is_ok_and(|marker| matches!(marker.get("d"), Ok(Some(_))))
-}

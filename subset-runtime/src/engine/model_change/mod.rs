@@ -52,9 +52,9 @@ mod registry;
 mod stored;
 
 pub(crate) use digest::Definition;
-pub(crate) use guard::{touch, ViewState};
+pub(crate) use guard::{marked, touch, ViewState};
 pub(crate) use lookahead::Lookahead;
-pub(crate) use marker::{malformed_note, marked, noted_malformed, MARKER};
+pub(crate) use marker::{malformed_note, noted_malformed, MARKER};
 pub(crate) use rebuild::unmarked;
 pub(crate) use rebuild_batch::Rebuilding;
 pub(crate) use registry::RegistryCache;
