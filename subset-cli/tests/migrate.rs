@@ -418,7 +418,18 @@ async fn malformed_shops_stop_the_migration_before_any_write_or_are_skipped() {
     assert_eq!(code(&out), 1);
     let report = json(&out);
     assert_eq!(report["skipped"].as_array().unwrap().len(), 2);
-    assert_eq!(report["drifted"], 1, "shop 4 still embeds both reviews");
+    // Shop 4, skipped, still embeds both reviews, which only its array holds: refused, not
+    // counted as drift that a reconcile would drop.
+    assert_eq!(report["drifted"], 0, "{report}");
+    let failures = report["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 1, "{report}");
+    assert_eq!(failures[0]["_id"], 4, "{report}");
+    let error = failures[0]["error"].as_str().unwrap();
+    assert!(error.contains("none of which `reviews` holds"), "{error}");
+    let out = subset(&uri, &db, &with("reconcile", &["--skip-invalid"])).await;
+    assert_eq!(code(&out), 1);
+    let shop = shops.find_one(doc! { "_id": 4 }).await.unwrap().unwrap();
+    assert_eq!(shop.get_array("reviews").unwrap().len(), 2, "{shop}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

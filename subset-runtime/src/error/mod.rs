@@ -268,14 +268,13 @@ pub enum Error {
         carried: String,
     },
 
-    /// A rebuild or reconcile (or a check, which reaches the same verdict) would drop children
-    /// embedded in a parent that the child collection does not hold, while no write of this
-    /// library has marked the parent (`_subset.d`): the parent was never migrated, or its
-    /// migration did not finish. `subset migrate --skip-invalid` leaves invalid parents so.
-    /// Fix it and migrate it (`subset migrate` copies its children, and a rerun finishes an
-    /// interrupted one); or, to drop those children, rebuild or reconcile with
-    /// [`crate::repair::SweepOptions::allow_emptying`]. Nothing was written.
-    #[error("parent {id} of `{collection}` embeds in `{field}` {absent} child(ren) that `{child_collection}` does not hold (the first: {first}), and was never marked by a write of this library: it is not migrated, and rebuilding or reconciling it would drop them; fix it and run `subset migrate` again, or, to drop them, rebuild or reconcile with `SweepOptions::allow_emptying(true)`")]
+    /// A rebuild or reconcile (or a check, which reaches the same verdict) would drop the
+    /// children a parent embeds, none of which the child collection holds, while no write of
+    /// this library has marked the parent (`_subset.d`): the parent was never migrated
+    /// (`subset migrate --skip-invalid` leaves invalid parents so). Fix it and migrate it
+    /// (`subset migrate` copies its children); or, to drop those children, rebuild or
+    /// reconcile with [`crate::repair::SweepOptions::allow_emptying`]. Nothing was written.
+    #[error("parent {id} of `{collection}` embeds in `{field}` {absent} child(ren), none of which `{child_collection}` holds (the first: {first}), and was never marked by a write of this library: it is not migrated, and rebuilding or reconciling it would drop them; fix it and run `subset migrate` again, or, to drop them, rebuild or reconcile with `SweepOptions::allow_emptying(true)`")]
     NotMigrated {
         /// The parent collection.
         collection: String,
@@ -285,7 +284,7 @@ pub enum Error {
         field: String,
         /// The child collection.
         child_collection: String,
-        /// How many embedded children the child collection lacks.
+        /// How many children the view embeds (none of them in the child collection).
         absent: usize,
         /// The `_id` of the first of them.
         first: Box<Bson>,

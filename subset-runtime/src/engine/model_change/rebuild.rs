@@ -198,8 +198,8 @@ impl Model<'_> {
     ///
     /// Also refused ([`crate::Error::NotMigrated`]): a parent that no write of this library has
     /// marked (no `_subset.d`: as `subset migrate` and `Children::adopt` leave the parents they
-    /// move, and as a legacy parent is) embedding a child the child collection does not hold.
-    /// The parent was not migrated, or not to the end, and its array is the only copy.
+    /// move, and as a legacy parent is) whose view embeds children none of which the child
+    /// collection holds. The parent was never migrated, and its array is the only copy.
     pub(crate) async fn would_empty(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
         let mut projection = doc! { "_id": 1, format!("{MARKER}.d"): 1 };
         for spec in self.spec().subsets {
@@ -254,7 +254,9 @@ impl Model<'_> {
                     .iter()
                     .filter(|id| !stored.iter().any(|c| c.get("_id") == Some(*id)))
                     .collect();
-                if let Some(first) = absent.first() {
+                // Only when none is there: a migrated parent whose array gained a child
+                // the collection never had (drift a reconcile repairs) holds the others.
+                if let (Some(first), true) = (absent.first(), absent.len() == embedded.len()) {
                     let field = self.spec().subsets.iter().find(|s| {
                         (s.child_collection, s.key) == group
                             && found.get_array(s.field).is_ok_and(|a| {
