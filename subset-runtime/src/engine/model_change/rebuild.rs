@@ -212,6 +212,7 @@ impl Model<'_> {
         let Some(found) = ctx.run(find).await.map_err(|e| self.mongo(e))? else {
             return Ok(());
         };
+        let unmarked = !RawDocumentBuf::try_from(&found).is_ok_and(|raw| marked(&raw));
         // Views of one child collection and key share the answer: asked once, about the
         // children any of them embeds.
         let mut asked: Vec<(&str, &str)> = Vec::new();
@@ -245,24 +246,20 @@ impl Model<'_> {
             }
             let children = self.collection::<Document>(spec.child_collection);
             let child_error = |e| crate::Error::mongo(spec.child_collection, e);
-            if !RawDocumentBuf::try_from(&found).is_ok_and(|raw| marked(&raw)) {
-                let stored = children
-                    .find(doc! { "_id": { "$in": embedded.clone() } })
-                    .projection(doc! { "_id": 1 });
-                let stored = ctx.collect(stored).await.map_err(child_error)?;
-                let absent: Vec<&Bson> = embedded
-                    .iter()
-                    .filter(|id| !stored.iter().any(|c| c.get("_id") == Some(*id)))
-                    .collect();
-                // Only when none is there: a migrated parent whose array gained a child
-                // the collection never had (drift a reconcile repairs) holds the others.
-                if let (Some(first), true) = (absent.first(), absent.len() == embedded.len()) {
+            // Only when none is there: a migrated parent whose array gained a child the
+            // collection never had (drift a reconcile repairs) holds the others.
+            if unmarked {
+                let any = children
+                    .count_documents(doc! { "_id": { "$in": embedded.clone() } })
+                    .limit(1);
+                if ctx.run(any).await.map_err(child_error)? == 0 {
+                    let first = &embedded[0];
                     let field = self.spec().subsets.iter().find(|s| {
                         (s.child_collection, s.key) == group
                             && found.get_array(s.field).is_ok_and(|a| {
                                 a.iter()
                                     .filter_map(Bson::as_document)
-                                    .any(|c| c.get("_id") == Some(*first))
+                                    .any(|c| c.get("_id") == Some(first))
                             })
                     });
                     return Err(crate::Error::NotMigrated {
@@ -270,8 +267,8 @@ impl Model<'_> {
                         id: Box::new(parent.clone()),
                         field: field.map_or(spec.field, |s| s.field).to_owned(),
                         child_collection: spec.child_collection.to_owned(),
-                        absent: absent.len(),
-                        first: Box::new((*first).clone()),
+                        absent: embedded.len(),
+                        first: Box::new(first.clone()),
                     });
                 }
             }
