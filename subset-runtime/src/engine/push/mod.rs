@@ -279,10 +279,7 @@ impl<'s, 'a: 's> Operation<'s> for Push<'a> {
             .into_iter()
             .map(|c| s.pushes().prepare(parent, c))
             .collect::<Result<Vec<_>>>()?;
-        // Keyed by their bytes, as the engine keys `_id`s (a batch may be large).
-        let mut seen = std::collections::HashSet::with_capacity(batch.len());
-        let mut ids = batch.iter().map(|p| &p.id);
-        if let Some(twice) = ids.find(|id| !seen.insert(ParentKey::of(id))) {
+        if let Some(twice) = repeated(&batch) {
             return Err(Error::RepeatedChild {
                 collection: s.spec().child_collection.to_owned(),
                 parent: Box::new(parent.clone()),
@@ -299,6 +296,19 @@ impl<'s, 'a: 's> Operation<'s> for Push<'a> {
             None => s.pushes().push_combined(parent, batch).await,
         }
     }
+}
+
+/// The first `_id` that `batch` holds twice, keyed by its bytes as the engine keys `_id`s (a
+/// batch may be large); a lone child, most pushes, has nothing to repeat.
+fn repeated(batch: &[Prepared]) -> Option<&Bson> {
+    if batch.len() < 2 {
+        return None;
+    }
+    let mut seen = std::collections::HashSet::with_capacity(batch.len());
+    batch
+        .iter()
+        .map(|p| &p.id)
+        .find(|id| !seen.insert(ParentKey::of(id)))
 }
 
 /// The writes of one push.
