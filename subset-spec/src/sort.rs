@@ -16,6 +16,14 @@ pub enum Direction {
 }
 
 impl Direction {
+    /// The word a sort string writes: `asc` or `desc`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Direction::Asc => "asc",
+            Direction::Desc => "desc",
+        }
+    }
+
     /// The number MongoDB uses for this direction in sort and index specifications.
     pub const fn as_i32(self) -> i32 {
         match self {
@@ -84,6 +92,17 @@ pub enum SortError {
         /// The word.
         at: Range<usize>,
     },
+    /// `asc` or `desc` written in another case (`DESC`): directions are lowercase.
+    DirectionCase {
+        /// The field it follows.
+        field: String,
+        /// The word found.
+        word: String,
+        /// The direction meant: `word` in lowercase.
+        direction: Direction,
+        /// The word.
+        at: Range<usize>,
+    },
     /// A word after `field direction` with no comma before it.
     UnexpectedWord {
         /// The key before it, `field direction`.
@@ -120,6 +139,7 @@ impl SortError {
             | SortError::EmptyKey { at, .. }
             | SortError::MissingDirection { at, .. }
             | SortError::UnknownDirection { at, .. }
+            | SortError::DirectionCase { at, .. }
             | SortError::UnexpectedWord { at, .. }
             | SortError::DuplicateField { at, .. }
             | SortError::BadField { at, .. } => at.clone(),
@@ -154,6 +174,18 @@ impl fmt::Display for SortError {
                 f,
                 "unknown sort direction `{word}` for `{field}`: use `asc` or `desc`, \"{field} desc\""
             ),
+            SortError::DirectionCase {
+                field,
+                word,
+                direction,
+                ..
+            } => {
+                let direction = direction.as_str();
+                write!(
+                    f,
+                    "sort direction `{word}` for `{field}` must be lowercase: write `{direction}`, \"{field} {direction}\""
+                )
+            }
             SortError::UnexpectedWord { key, word, .. } => write!(
                 f,
                 "unexpected `{word}` after `{key}` in `sort`: separate sort keys with commas, e.g. \"rating desc, {EXAMPLE}\""
@@ -193,9 +225,10 @@ impl<'a> ParsedSort<'a> {
 
 /// Parses `"field asc|desc[, field asc|desc …]"`, reporting every problem.
 ///
-/// Directions are lowercase `asc` or `desc`; whitespace around words and commas is free. Fields
-/// are taken as written and checked with [`crate::check_field`]; a field named twice is an
-/// error. What a field name means (a Rust field or a BSON field) is the caller's business.
+/// Directions are lowercase `asc` or `desc` (`DESC` is an error that names the right form);
+/// whitespace around words and commas is free. Fields are taken as written and checked with
+/// [`crate::check_field`]; a field named twice is an error. What a field name means (a Rust field
+/// or a BSON field) is the caller's business.
 pub fn parse_sort(value: &str) -> ParsedSort<'_> {
     let mut out = ParsedSort::default();
     let segments = segments(value);
@@ -246,14 +279,25 @@ pub fn parse_sort(value: &str) -> ParsedSort<'_> {
                         at: field_at.clone(),
                     });
                 }
-                let direction = match *word {
-                    "asc" => Direction::Asc,
-                    "desc" => Direction::Desc,
-                    other => {
+                let direction = match named_direction(word) {
+                    Some(direction) if direction.as_str() == *word => direction,
+                    // One spelling, so that every sort string (an attribute, a CLI argument, the
+                    // docs) reads alike; another case is a slip, told as one.
+                    Some(direction) => {
+                        good = false;
+                        out.errors.push(SortError::DirectionCase {
+                            field: (*field).to_owned(),
+                            word: (*word).to_owned(),
+                            direction,
+                            at: direction_at.clone(),
+                        });
+                        direction
+                    }
+                    None => {
                         good = false;
                         out.errors.push(SortError::UnknownDirection {
                             field: (*field).to_owned(),
-                            word: other.to_owned(),
+                            word: (*word).to_owned(),
                             at: direction_at.clone(),
                         });
                         Direction::Asc
@@ -285,6 +329,13 @@ pub fn parse_sort(value: &str) -> ParsedSort<'_> {
         }
     }
     out
+}
+
+/// The direction `word` names in any case: `asc`, `DESC`, `Desc`.
+fn named_direction(word: &str) -> Option<Direction> {
+    [Direction::Asc, Direction::Desc]
+        .into_iter()
+        .find(|d| word.eq_ignore_ascii_case(d.as_str()))
 }
 
 /// The text between two commas: its byte range and its words with theirs.
@@ -373,6 +424,10 @@ mod tests {
     #[test]
     fn directions_are_mongodb_numbers() {
         assert_eq!((Direction::Asc.as_i32(), Direction::Desc.as_i32()), (1, -1));
+        assert_eq!(
+            (Direction::Asc.as_str(), Direction::Desc.as_str()),
+            ("asc", "desc")
+        );
     }
 
     #[test]
@@ -400,6 +455,14 @@ mod tests {
         assert_eq!(
             one("date sideways"),
             "unknown sort direction `sideways` for `date`: use `asc` or `desc`, \"date desc\""
+        );
+        assert_eq!(
+            one("date DESC"),
+            "sort direction `DESC` for `date` must be lowercase: write `desc`, \"date desc\""
+        );
+        assert_eq!(
+            one("created_at Asc"),
+            "sort direction `Asc` for `created_at` must be lowercase: write `asc`, \"created_at asc\""
         );
         assert_eq!(
             one("date desc date asc"),
