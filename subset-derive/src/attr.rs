@@ -6,7 +6,7 @@
 //! involve several keys or fields live in `valid.rs`.
 
 use proc_macro2::{Ident, Span, TokenTree};
-use subset_spec::{edit_distance, NameError, NameRole, SortError, KEEP_RULE};
+use subset_spec::{NameError, NameRole, SortError, KEEP_RULE};
 use syn::meta::ParseNestedMeta;
 use syn::{Attribute, Expr, ExprLit, ExprUnary, Lit, LitStr, Path, Token, Type, UnOp};
 
@@ -378,7 +378,7 @@ enum Place {
 
 /// Reports an unknown key, listing the keys valid where it was written.
 ///
-/// A key within two edits of a valid one is recorded in `misspelled` (and `collection` on a field
+/// A key close to a valid one (`subset_spec::closest`) is recorded in `misspelled` (and `collection` on a field
 /// as a stand-in for `child`), so that the valid key is not also reported as missing.
 fn unknown_key(
     ctxt: &Ctxt,
@@ -422,7 +422,7 @@ fn unknown_key(
             format!("`{k}` belongs on a parent that derives `subset::Subset`, not on a child: the key on a child struct is {list}, `#[subset(preview_of = Review)]`")
         }
         _ => {
-            let close = key.and_then(|k| valid.iter().copied().find(|v| edit_distance(k, v) <= 2));
+            let close = key.and_then(|k| subset_spec::closest(k, valid.iter().copied()));
             if let (Some(close), Some(misspelled)) = (close, misspelled) {
                 misspelled.push(close);
             }

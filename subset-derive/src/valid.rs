@@ -536,12 +536,10 @@ fn stored_parent_field<'a>(
                 "`{key}` takes Rust field names, and `{wanted}` is the serde name of `{}`; write `{}`",
                 field.rust_name, field.rust_name
             )
-        } else if let Some(field) = candidates
-            .iter()
-            .filter(|f| subset_spec::is_close(wanted, &f.rust_name))
-            .min_by_key(|f| subset_spec::edit_distance(wanted, &f.rust_name))
+        } else if let Some(field) =
+            subset_spec::closest(wanted, candidates.iter().map(|f| f.rust_name.as_str()))
         {
-            format!("did you mean `{}`?", field.rust_name)
+            format!("did you mean `{field}`?")
         } else {
             let list = candidates
                 .iter()

@@ -13,7 +13,8 @@
 //! - [`parse_sums`]: `"parent_field = child_field[, …]"`, the running sums;
 //! - [`parse_filter`]: `"field"` or `"!field"`, a filtered view's `bool` child field;
 //! - [`check_keep`], [`MIN_KEEP`], [`MAX_KEEP`]: how many children may stay embedded;
-//! - [`edit_distance`], [`is_close`]: the name a typo most likely meant, for suggestions.
+//! - [`closest`], [`is_better`], [`is_close`], [`edit_distance`]: the name a typo most likely
+//!   meant, for suggestions.
 
 #![warn(missing_docs)]
 
@@ -27,6 +28,6 @@ mod sum;
 pub use filter::{parse_filter, FilterError, ParsedFilter};
 pub use keep::{check_keep, KeepError, KEEP_RULE, MAX_KEEP, MIN_KEEP};
 pub use name::{check_collection, check_field, check_key, NameError, NameProblem, NameRole};
-pub use similar::{edit_distance, is_close, MAX_MEASURED};
+pub use similar::{closest, edit_distance, is_better, is_close, MAX_MEASURED};
 pub use sort::{parse_sort, Direction, ParsedSort, SortError, SortKey};
 pub use sum::{parse_sums, SumError, SumPair};

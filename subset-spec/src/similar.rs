@@ -1,5 +1,6 @@
 //! Which name a misspelt one most likely meant: the suggestions of the derive's messages, at
-//! expansion (unknown `#[subset]` keys, parent fields) and in constant evaluation (child fields).
+//! expansion (unknown `#[subset]` keys, parent fields) and in constant evaluation (child fields),
+//! all by one rule, [`is_better`].
 
 /// The longest name [`edit_distance`] measures; longer names are never close to anything.
 pub const MAX_MEASURED: usize = 64;
@@ -50,6 +51,31 @@ pub const fn is_close(typo: &str, candidate: &str) -> bool {
     edit_distance(typo, candidate) <= len / 3
 }
 
+/// Whether `candidate` is a better suggestion for `typo` than `best`, the best found so far:
+/// close to `typo` ([`is_close`]) and nearer than `best` (the first of two as near stays). The one
+/// rule every suggestion follows, a `const fn` for the loops of constant evaluation;
+/// [`closest`] applies it to a list.
+pub const fn is_better(typo: &str, candidate: &str, best: Option<&str>) -> bool {
+    if !is_close(typo, candidate) {
+        return false;
+    }
+    match best {
+        Some(best) => edit_distance(typo, candidate) < edit_distance(typo, best),
+        None => true,
+    }
+}
+
+/// The name among `candidates` that `typo` most likely meant, if any is close ([`is_better`]).
+pub fn closest<'a>(typo: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates.into_iter().fold(None, |best, candidate| {
+        if is_better(typo, candidate, best) {
+            Some(candidate)
+        } else {
+            best
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,5 +104,16 @@ mod tests {
         assert!(!is_close("id", "body"));
         assert!(!is_close("x", "id"));
         assert!(!is_close("rating", "date"));
+    }
+
+    #[test]
+    fn the_nearest_close_name_is_suggested() {
+        assert_eq!(closest("dat", ["id", "date", "data"]), Some("date"));
+        assert_eq!(closest("ratng", ["rating", "date"]), Some("rating"));
+        assert_eq!(closest("kepp", ["keep", "key"]), Some("keep"));
+        assert_eq!(closest("colour", ["id", "date"]), None);
+        assert_eq!(closest("x", []), None);
+        assert!(is_better("dat", "date", Some("dates")));
+        assert!(!is_better("dat", "dates", Some("date")));
     }
 }
