@@ -396,3 +396,179 @@ async fn a_parent_left_unmigrated_is_not_reconciled_or_rebuilt_away() {
         assert_subset_true(&store, Product::RECENT_REVIEWS, &skipped).await;
     }
 }
+
+/// The keys of a parent's marker that mark an adoption under way (`a_<field>`).
+async fn adoption_marks(store: &Store<Product>, id: &Bson) -> Vec<String> {
+    let marker = parent(store, id).await.get_document("_subset").cloned();
+    let keys = marker.map(|m| m.keys().cloned().collect::<Vec<_>>());
+    let marks = keys.unwrap_or_default().into_iter();
+    marks.filter(|k| k.starts_with("a_")).collect()
+}
+
+/// A migration cut off after it began to copy a parent's children (here four of twelve were
+/// copied by an earlier run, and the server refuses this run's copy of the rest) leaves the
+/// parent marked as being adopted, its whole array the only copy of the other eight: a check,
+/// a reconcile and a rebuild each refuse it with `Error::NotMigrated`, naming it, its view and
+/// the first child not stored, and write nothing, while reads see it as before. Adopting it
+/// again finishes it and takes the mark away, as a whole adoption leaves none; allowed to, a
+/// rebuild drops the children not copied. In both write modes.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_adoption_cut_off_while_copying_is_refused_until_adopted_again() {
+    let _fail_point = crate::FAIL_POINT.lock().await;
+    for store in stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        let app = format!("adopt-cut-off-{mode:?}");
+        let own = crate::mutations::on_own_client(&store, &app).await;
+        let reviews = own.children(Product::RECENT_REVIEWS);
+        let (raw, key) = (reviews.raw(), reviews.spec().key);
+        let whole = embedding(&store, (0..12).map(|i| review(i, true)).collect()).await;
+        assert!(matches!(
+            raw.adopt(&whole).await.unwrap(),
+            Adopted::Done { inserted: 12, .. }
+        ));
+        assert!(adoption_marks(&store, &whole).await.is_empty(), "{mode:?}");
+
+        // Two parents of twelve reviews, the first four of each copied by an earlier run.
+        let mut cut = Vec::new();
+        for p in 1..=2 {
+            let embedded: Vec<Document> = (0..12).map(|i| review(100 * p + i, true)).collect();
+            let id = embedding(&store, embedded.clone()).await;
+            let copied = embedded[..4].iter().map(|r| {
+                let mut r = r.clone();
+                r.insert(key, id.clone());
+                r
+            });
+            let children = store.database().collection::<Document>("reviews");
+            children.insert_many(copied).await.unwrap();
+            cut.push((id, embedded));
+        }
+        let oid = |id: &Bson| id.as_object_id().unwrap();
+        // What a read serves: the first `keep` of the array, as of an unmarked parent.
+        let read = |id: Bson| {
+            let store = &store;
+            async move {
+                let product = store.get(&oid(&id)).await.unwrap().unwrap();
+                let ids = product.recent_reviews.iter().map(|r| r.id);
+                (ids.collect::<Vec<_>>(), product.total_reviews)
+            }
+        };
+        let read_before = read(cut[0].0.clone()).await;
+
+        // This run marks each parent, and the server refuses its copy (interrupted, code
+        // 11601, which the driver does not retry).
+        let admin = store.database().client().database("admin");
+        admin
+            .run_command(doc! {
+                "configureFailPoint": "failCommand",
+                "mode": { "times": 2 },
+                "data": { "failCommands": ["insert"], "appName": &app, "errorCode": 11601 },
+            })
+            .await
+            .expect("failCommand (test commands on)");
+        let results = [raw.adopt(&cut[0].0).await, raw.adopt(&cut[1].0).await];
+        let off = doc! { "configureFailPoint": "failCommand", "mode": "off" };
+        admin.run_command(off).await.unwrap();
+        for (result, (id, embedded)) in results.iter().zip(&cut) {
+            assert!(result.is_err(), "{mode:?}: {result:?}");
+            let array = parent(&store, id).await;
+            let array = array.get_array("recent_reviews").unwrap();
+            let held: Vec<&Document> = array.iter().filter_map(Bson::as_document).collect();
+            assert_eq!(held, embedded.iter().collect::<Vec<_>>(), "{mode:?}");
+        }
+        assert_eq!(read(cut[0].0.clone()).await, read_before, "{mode:?}");
+
+        let (first, embedded) = &cut[0];
+        let befores = [parent(&store, first).await, parent(&store, &cut[1].0).await];
+        let first_absent = embedded[4].get("_id").unwrap().clone();
+        let not_migrated = |result: subset::Result<subset::repair::Drift>, what: &str| match result
+        {
+            Err(subset::Error::NotMigrated {
+                id,
+                field,
+                child_collection,
+                absent,
+                first: named,
+                ..
+            }) => {
+                assert_eq!(&*id, first, "{mode:?}: {what}");
+                assert_eq!(
+                    (field.as_str(), child_collection.as_str(), absent),
+                    ("recent_reviews", "reviews", 8),
+                    "{mode:?}: {what}"
+                );
+                assert_eq!(*named, first_absent, "{mode:?}: {what}");
+            }
+            other => panic!("{mode:?}: {what}: {other:?}"),
+        };
+        let typed = store.children(Product::RECENT_REVIEWS);
+        not_migrated(typed.check(&oid(first)).await, "check");
+        not_migrated(typed.reconcile(&oid(first)).await, "reconcile");
+        let message = typed.reconcile(&oid(first)).await.unwrap_err().to_string();
+        assert!(
+            message.contains("`subset migrate` (or `Children::adopt`) for it again"),
+            "{message}"
+        );
+        // Refused alone, beside a parent the rebuild rebuilds.
+        products(&store)
+            .update_one(
+                doc! { "_id": whole.clone() },
+                doc! { "$unset": { "_subset": "" } },
+            )
+            .await
+            .unwrap();
+        let rebuilt = store.rebuild().await.unwrap();
+        assert_eq!(rebuilt.progress.fixed, 1, "{mode:?}");
+        let mut failed: Vec<&Bson> = rebuilt.failures.iter().map(|f| &f.parent).collect();
+        failed.sort_by_key(|id| id.to_string());
+        let mut expected = vec![first, &cut[1].0];
+        expected.sort_by_key(|id| id.to_string());
+        assert_eq!(failed, expected, "{mode:?}: {:?}", rebuilt.failures);
+        for failure in &rebuilt.failures {
+            assert!(
+                matches!(failure.error, subset::Error::NotMigrated { absent: 8, .. }),
+                "{mode:?}: {:?}",
+                failure.error
+            );
+        }
+        let reconciled = store.reconcile_all().await.unwrap();
+        assert_eq!(reconciled.failures.len(), 2, "{mode:?}: {reconciled:?}");
+        let afters = [parent(&store, first).await, parent(&store, &cut[1].0).await];
+        assert_eq!(afters, befores, "{mode:?}");
+        for (id, _) in &cut {
+            let marks = adoption_marks(&store, id).await;
+            assert_eq!(marks, ["a_recent_reviews"], "{mode:?}");
+        }
+        assert_eq!(read(first.clone()).await, read_before, "{mode:?}");
+
+        // Adopted again: the rest copied, the view built, the mark gone.
+        assert_eq!(
+            raw.adopt(first).await.unwrap(),
+            Adopted::Done {
+                inserted: 8,
+                already: 4,
+                assigned: 0,
+                built: false
+            },
+            "{mode:?}"
+        );
+        assert!(adoption_marks(&store, first).await.is_empty(), "{mode:?}");
+        assert_subset_true(&store, Product::RECENT_REVIEWS, first).await;
+        assert!(
+            typed.check(&oid(first)).await.unwrap().is_clean(),
+            "{mode:?}"
+        );
+
+        // Allowed to, a rebuild drops the eight the other one's array alone held.
+        let options = subset::repair::SweepOptions::default().allow_emptying(true);
+        let dropped = store.rebuild().options(options).await.unwrap();
+        assert!(
+            dropped.failures.is_empty(),
+            "{mode:?}: {:?}",
+            dropped.failures
+        );
+        let other = &cut[1].0;
+        assert!(adoption_marks(&store, other).await.is_empty(), "{mode:?}");
+        assert_subset_true(&store, Product::RECENT_REVIEWS, other).await;
+        assert_eq!(typed.count(&oid(other)).await.unwrap(), 4, "{mode:?}");
+    }
+}

@@ -4,20 +4,28 @@
 //! Per parent:
 //!
 //! 1. elements without an `_id` get one, written into the parent by one update that gives ids
-//!    only to elements that still have none, so a rerun reads the same ids back;
+//!    only to elements that still have none, so a rerun reads the same ids back; the parent is
+//!    marked as being adopted through this view in the same update (`_subset.a_<field>`, see
+//!    [`ADOPTING`]), or, when every element has an `_id`, by an update of its own;
 //! 2. every element goes into the child collection with the parent key, unordered; a duplicate
 //!    `_id` under the same parent is a copy an interrupted run already made, and is left as is;
 //! 3. the view is reconciled: its array becomes the top `keep` of the child collection and
-//!    its count and sums are set, in one conditional update.
+//!    its count and sums are set, and the mark removed, in one conditional update.
 //!
 //! A parent without the field has nothing to move: step 3 builds the field from the child
 //! collection. That is how a second view of children adopted before is added, touching nothing
 //! but the new field, its count and its sums.
 //!
 //! The array is trimmed only in step 3, after every element is in the child collection, so a
-//! run killed at any point leaves the parent untouched, or with the full array and some
+//! run killed at any point leaves the parent untouched, or marked with the full array and some
 //! children copied, or done. A rerun repeats the steps, which change nothing where they are
-//! done.
+//! done. The mark is what tells the second state from drift: a rebuild, reconcile or check
+//! refuses such a parent while a child of its array is not stored (see
+//! [`crate::Error::NotMigrated`]), rather than drop the children only the array holds.
+//!
+//! A parent whose array holds `keep` elements or fewer may be one adopted before: it is marked
+//! only when a count finds one of them not stored under it, so that adopting a parent again
+//! writes nothing. One holding more was not (step 3 trims it), and is marked without asking.
 //!
 //! None of this runs in a transaction, so not through [`super::exec`]: a rerun finds the
 //! children an interrupted run copied as duplicate keys, which abort a transaction, and the
@@ -31,6 +39,7 @@ use crate::bson::oid::ObjectId;
 use crate::bson::{doc, Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 use futures::TryStreamExt;
 
+use super::model_change::{adopting, adoption_mark, ADOPTING, MARKER};
 use super::RawChildren;
 use crate::error::driver::InsertFailure;
 use crate::error::{Error, Result};
@@ -174,9 +183,31 @@ impl RawChildren<'_> {
                 // Read again: the ids as stored, whether ours or a concurrent run's.
                 continue;
             }
-            let (inserted, already) = match adoption.copy(found.elements).await? {
+            let marked = adopting(&raw, self.spec());
+            let copied = if !marked && adoption.all_stored(&found.elements).await? {
+                // Adopted before: nothing to copy, and nothing to mark.
+                Copied::Done {
+                    inserted: 0,
+                    already: found.elements.len() as u64,
+                }
+            } else if let Some(child) = adoption.lost_preview(&found.elements).await? {
+                // Before the mark, which would keep a rebuild from dropping the preview.
+                return Ok(Adopted::Refused(Refusal::LostPreview {
+                    child: Box::new(child),
+                }));
+            } else {
+                if !marked && !adoption.mark().await? {
+                    return Ok(Adopted::Gone);
+                }
+                adoption.copy(found.elements).await?
+            };
+            let (inserted, already) = match copied {
                 Copied::Done { inserted, already } => (inserted, already),
-                Copied::Refused(refusal) => return Ok(Adopted::Refused(refusal)),
+                Copied::Refused(refusal) => {
+                    // Every other child is stored: nothing is left that only the array holds.
+                    adoption.unmark().await?;
+                    return Ok(Adopted::Refused(refusal));
+                }
             };
             self.reconcile(parent).await?;
             return Ok(Adopted::Done {
@@ -298,23 +329,81 @@ struct Adoption<'s, 'a> {
 }
 
 impl Adoption<'_, '_> {
-    /// The parent's field, as stored.
+    /// The parent's field and its adoption mark, as stored.
     async fn read(&self) -> Result<Option<RawDocumentBuf>> {
         let store = self.subset.store();
+        let spec = self.subset.spec();
         store
             .parents::<RawDocumentBuf>()
             .find_one(doc! { "_id": self.parent.clone() })
-            .projection(doc! { self.subset.spec().field: 1 })
+            .projection(doc! { spec.field: 1, adoption_mark(spec): 1 })
             .await
             .map_err(|e| store.mongo(e))
+    }
+
+    /// Whether every one of `elements` (each with an `_id`) is in the child collection under
+    /// this parent, asked only of an array of `keep` elements or fewer (see the module
+    /// documentation): one count, on the `_id` index.
+    async fn all_stored(&self, elements: &[Document]) -> Result<bool> {
+        let s = self.subset;
+        let spec = s.spec();
+        if elements.is_empty() || elements.len() > spec.keep as usize {
+            return Ok(elements.is_empty());
+        }
+        let ids: Vec<Bson> = elements
+            .iter()
+            .filter_map(|e| e.get("_id").cloned())
+            .collect();
+        let stored = s
+            .children::<Document>()
+            .count_documents(doc! { "_id": { "$in": ids }, spec.key: self.parent.clone() })
+            .await
+            .map_err(|e| s.mongo_child(e))?;
+        Ok(stored == elements.len() as u64)
+    }
+
+    /// Marks the parent as being adopted through this view (see [`ADOPTING`]), before its first
+    /// child is copied: when it began, on the server's clock. `false` when there is no such
+    /// parent any more. The registry is made first, so that the mark cannot make a first
+    /// registration take the parents without a marker for outdated ones.
+    async fn mark(&self) -> Result<bool> {
+        let store = self.subset.store();
+        store.model().registry().await?;
+        let mark = doc! { "$currentDate": { adoption_mark(self.subset.spec()): true } };
+        let marked = store
+            .parents::<Document>()
+            .update_one(doc! { "_id": self.parent.clone() }, mark)
+            .await
+            .map_err(|e| store.mongo(e))?;
+        Ok(marked.matched_count > 0)
+    }
+
+    /// Takes the mark of [`Adoption::mark`] away, and the marker with it when it held
+    /// nothing else, as the parent was before: when the copy found a child of the array stored
+    /// under another parent, and the array stays whole.
+    async fn unmark(&self) -> Result<()> {
+        let store = self.subset.store();
+        let marker = format!("${MARKER}");
+        let emptied = doc! { "$eq": [marker.as_str(), { "$literal": {} }] };
+        let unmark = vec![
+            doc! { "$unset": adoption_mark(self.subset.spec()) },
+            doc! { "$set": { MARKER: { "$cond": [emptied, "$$REMOVE", marker.as_str()] } } },
+        ];
+        store
+            .parents::<Document>()
+            .update_one(doc! { "_id": self.parent.clone() }, unmark)
+            .await
+            .map_err(|e| store.mongo(e))?;
+        Ok(())
     }
 
     /// Step 1: gives an ObjectId to each element of `found` without an `_id`, in one pipeline
     /// update that is linear in the array (positional `$set`s are quadratic: each `field.i`
     /// walks the array). Fresh ids are zipped with the elements and given only to documents
     /// that still have no `_id`, so a concurrent change (or a second run) can never give an
-    /// element a second id; the filter on the length keeps every element paired. Returns how
-    /// many elements it gave an id.
+    /// element a second id; the filter on the length keeps every element paired. The same
+    /// update marks the parent as being adopted (see [`Adoption::mark`]). Returns how many
+    /// elements it gave an id.
     async fn assign_ids(&self, found: &Found) -> Result<u64> {
         let store = self.subset.store();
         let field = self.subset.spec().field;
@@ -349,7 +438,12 @@ impl Adoption<'_, '_> {
                 },
             }
         };
-        let update = vec![doc! { "$set": { field: with_ids } }];
+        // The adoption mark goes with the ids (see `mark`), one there already kept.
+        store.model().registry().await?;
+        let key = format!("{ADOPTING}{field}");
+        let marker = format!("${MARKER}");
+        let marked = doc! { "$mergeObjects": [{ key: "$$NOW" }, marker] };
+        let update = vec![doc! { "$set": { field: with_ids, MARKER: marked } }];
         let updated = store
             .parents::<Document>()
             .update_one(filter, update)
@@ -363,8 +457,8 @@ impl Adoption<'_, '_> {
 
     /// Step 2: inserts the elements into the child collection with the parent key, unordered.
     /// A duplicate `_id` under this parent is a copy an earlier run made and is counted as
-    /// already there; under another parent it is a conflict, and so is a lost preview (see
-    /// [`Refusal::LostPreview`]), which is looked for before anything is written.
+    /// already there; under another parent it is a conflict. A lost preview (see
+    /// [`Refusal::LostPreview`]) is looked for before, by [`Adoption::lost_preview`].
     async fn copy(&self, elements: Vec<Document>) -> Result<Copied> {
         let s = self.subset;
         let spec = s.spec();
@@ -373,11 +467,6 @@ impl Adoption<'_, '_> {
                 inserted: 0,
                 already: 0,
             });
-        }
-        if let Some(child) = self.lost_preview(&elements).await? {
-            return Ok(Copied::Refused(Refusal::LostPreview {
-                child: Box::new(child),
-            }));
         }
         let total = elements.len() as u64;
         let stored: Vec<Document> = elements

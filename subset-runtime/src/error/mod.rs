@@ -268,13 +268,17 @@ pub enum Error {
         carried: String,
     },
 
-    /// A rebuild or reconcile (or a check, which reaches the same verdict) would drop the
-    /// children a parent embeds, none of which the child collection holds, while no write of
-    /// this library has marked the parent (`_subset.d`): the parent was never migrated
-    /// (`subset migrate --skip-invalid` leaves invalid parents so). Fix it and migrate it
-    /// (`subset migrate` copies its children); or, to drop those children, rebuild or
-    /// reconcile with [`crate::repair::SweepOptions::allow_emptying`]. Nothing was written.
-    #[error("parent {id} of `{collection}` embeds in `{field}` {absent} child(ren), none of which `{child_collection}` holds (the first: {first}), and was never marked by a write of this library: it is not migrated, and rebuilding or reconciling it would drop them; fix it and run `subset migrate` again, or, to drop them, rebuild or reconcile with `SweepOptions::allow_emptying(true)`")]
+    /// A rebuild or reconcile (or a check, which reaches the same verdict) would drop children
+    /// a parent embeds that the child collection lacks, whose only copy is the parent's array:
+    /// the parent was never migrated (no write of this library has marked it, `_subset.d`, and
+    /// none of the view's children is stored: `subset migrate --skip-invalid` leaves invalid
+    /// parents so), or its migration was cut off after it began to copy them (it carries the
+    /// mark of an adoption under way, `_subset.a_<field>`, and one of them is not stored; see
+    /// [`crate::raw::Children::adopt`]). Migrate it again (`subset migrate`, or
+    /// `Children::adopt`; a skipped parent fixed first), which copies the rest and builds its
+    /// view; or, to drop those children, rebuild or reconcile with
+    /// [`crate::repair::SweepOptions::allow_emptying`]. Nothing was written.
+    #[error("parent {id} of `{collection}` embeds in `{field}` {absent} child(ren) that `{child_collection}` lacks (the first: {first}): it was never migrated, or its migration was cut off, and rebuilding or reconciling it would drop them; run `subset migrate` (or `Children::adopt`) for it again, fixed first if the migration skipped it, or, to drop them, rebuild or reconcile with `SweepOptions::allow_emptying(true)`")]
     NotMigrated {
         /// The parent collection.
         collection: String,
@@ -284,7 +288,8 @@ pub enum Error {
         field: String,
         /// The child collection.
         child_collection: String,
-        /// How many children the view embeds (none of them in the child collection).
+        /// How many of the children it embeds the child collection lacks (every one, for a
+        /// parent never migrated).
         absent: usize,
         /// The `_id` of the first of them.
         first: Box<Bson>,

@@ -3,7 +3,7 @@
 use crate::bson::{doc, Bson, Document};
 use sha2::{Digest, Sha256};
 
-use super::marker::{with_note, MARKER};
+use super::marker::{with_note, ADOPTING, MARKER};
 use crate::model::{ParentSpec, SubsetSpec};
 
 /// One store's definition: its digest, and each view's.
@@ -59,10 +59,10 @@ impl Definition {
     }
 
     /// The update that marks a stored parent as built under this definition, keeping what
-    /// else its marker holds (a lease), and dropping a rebuild's nonce. `notes` says, per view
-    /// field, how many malformed children its head holds (see [`with_note`]):
-    /// the marking sets `_subset.v` whole, so the notes a rebuild's recomputes wrote are
-    /// written again here.
+    /// else its marker holds (a lease), and dropping a rebuild's nonce and the views' adoption
+    /// marks (see [`ADOPTING`]: every view is built now). `notes` says, per view field, how
+    /// many malformed children its head holds (see [`with_note`]): the marking sets
+    /// `_subset.v` whole, so the notes a rebuild's recomputes wrote are written again here.
     pub(crate) fn marking(&self, notes: &[(&str, u32)]) -> Document {
         let mut marker = self.marker.clone();
         if let Ok(views) = marker.get_document_mut("v") {
@@ -76,7 +76,13 @@ impl Definition {
             .iter()
             .map(|(k, v)| (format!("{MARKER}.{k}"), v.clone()))
             .collect();
-        doc! { "$set": set, "$unset": { format!("{MARKER}.n"): "" } }
+        let mut unset = doc! { format!("{MARKER}.n"): "" };
+        if let Ok(views) = marker.get_document("v") {
+            for field in views.keys() {
+                unset.insert(format!("{MARKER}.{ADOPTING}{field}"), "");
+            }
+        }
+        doc! { "$set": set, "$unset": unset }
     }
 }
 
@@ -187,7 +193,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rebuild_marking_keeps_the_notes_of_malformed_heads() {
+    fn a_rebuild_marking_keeps_the_notes_of_malformed_heads_and_drops_adoption_marks() {
         let added = SubsetSpec {
             field: "first",
             ..TEST_SPEC
@@ -201,6 +207,13 @@ mod tests {
         let noted = v.get_document(TEST_SPEC.field).expect("the view");
         assert_eq!(noted.get_i64("m").ok(), Some(2));
         assert!(!v.get_document("first").expect("the view").contains_key("m"));
+        let unset = marking.get_document("$unset").expect("an unset");
+        for field in [TEST_SPEC.field, "first"] {
+            assert!(
+                unset.contains_key(format!("{MARKER}.{ADOPTING}{field}")),
+                "{unset}"
+            );
+        }
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //! edits views it does not know (a view added by newer code, say).
 //!
 //! A view's entry may also hold `m`, a note that malformed children are among the view's head
-//! (see `guard.rs`), which a resync writes and a rebuild's marking keeps.
+//! (see `guard.rs`), which a resync writes and a rebuild's marking keeps. Beside `d` and `v`, a
+//! marker may hold `a_<field>`, the mark of an adoption of that view under way (see
+//! `marker.rs`), which neither names a definition nor counts as one.
 //!
 //! **The registry.** One document per parent collection in the registry collection
 //! ([`Names::definitions`](crate::bookkeeping::Names::definitions), `subset_definitions`): the
@@ -54,7 +56,9 @@ mod stored;
 pub(crate) use digest::Definition;
 pub(crate) use guard::{marked, touch, ViewState};
 pub(crate) use lookahead::Lookahead;
-pub(crate) use marker::{malformed_note, noted_malformed, MARKER};
+pub(crate) use marker::{
+    adopting, adoption_mark, malformed_note, noted_malformed, ADOPTING, MARKER,
+};
 pub(crate) use rebuild::unmarked;
 pub(crate) use rebuild_batch::Rebuilding;
 pub(crate) use registry::RegistryCache;

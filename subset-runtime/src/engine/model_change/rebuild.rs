@@ -4,11 +4,12 @@
 use super::Model;
 use crate::bson::{doc, oid::ObjectId, Bson, Document, RawDocumentBuf};
 
-use super::{marked, MARKER};
+use super::{adopting, adoption_mark, marked, MARKER};
 use crate::engine::exec::{Ctx, Steps};
 use crate::engine::parent_write::{Guard, ParentUpdate, Written};
 use crate::engine::RawStore;
 use crate::error::Result;
+use crate::model::SubsetSpec;
 
 /// How many times an ordered rebuild of one parent starts again when a concurrent writer
 /// marked the parent while it read.
@@ -196,14 +197,19 @@ impl Model<'_> {
     /// view as it was and marked the parent as built under none) or now belong to another
     /// parent is stale, and rebuilding it empty is right.
     ///
-    /// Also refused ([`crate::Error::NotMigrated`]): a parent that no write of this library has
-    /// marked (no `_subset.d`: as `subset migrate` and `Children::adopt` leave the parents they
-    /// move, and as a legacy parent is) whose view embeds children none of which the child
-    /// collection holds. The parent was never migrated, and its array is the only copy.
+    /// Also refused ([`crate::Error::NotMigrated`]): a parent whose view embeds children the
+    /// child collection lacks, when its array is their only copy: the parent carries the mark
+    /// of an adoption of that view under way (see [`super::ADOPTING`]; an adoption cut off
+    /// after it copied some children), and any of them is missing; or no write of this library
+    /// has marked it (no `_subset.d`: as `subset migrate` and `Children::adopt` leave the
+    /// parents they move, and as a legacy parent is) and none of them is stored (a parent the
+    /// migration skipped). Otherwise one child missing beside others stored is drift, which a
+    /// reconcile repairs.
     pub(crate) async fn would_empty(&self, ctx: &mut Ctx<'_>, parent: &Bson) -> Result<()> {
         let mut projection = doc! { "_id": 1, format!("{MARKER}.d"): 1 };
         for spec in self.spec().subsets {
             projection.insert(format!("{}._id", spec.field), 1);
+            projection.insert(adoption_mark(spec), 1);
         }
         let parents = self.parents::<Document>();
         let find = parents
@@ -212,7 +218,24 @@ impl Model<'_> {
         let Some(found) = ctx.run(find).await.map_err(|e| self.mongo(e))? else {
             return Ok(());
         };
-        let unmarked = !RawDocumentBuf::try_from(&found).is_ok_and(|raw| marked(&raw));
+        let raw = RawDocumentBuf::try_from(&found).ok();
+        let unmarked = !raw.as_ref().is_some_and(|raw| marked(raw));
+        let adopting = |spec: &SubsetSpec| raw.as_ref().is_some_and(|raw| adopting(raw, spec));
+        // The view of the group whose array holds `id`.
+        let holding = |group: (&str, &str), id: &Bson| {
+            self.spec()
+                .subsets
+                .iter()
+                .find(|s| {
+                    (s.child_collection, s.key) == group
+                        && found.get_array(s.field).is_ok_and(|a| {
+                            a.iter()
+                                .filter_map(Bson::as_document)
+                                .any(|c| c.get("_id") == Some(id))
+                        })
+                })
+                .map(|s| s.field)
+        };
         // Views of one child collection and key share the answer: asked once, about the
         // children any of them embeds.
         let mut asked: Vec<(&str, &str)> = Vec::new();
@@ -222,54 +245,51 @@ impl Model<'_> {
                 continue;
             }
             asked.push(group);
-            let mut embedded: Vec<Bson> = Vec::new();
-            for view in self
-                .spec()
-                .subsets
-                .iter()
-                .filter(|s| (s.child_collection, s.key) == group)
-            {
-                let ids = found
-                    .get_array(view.field)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Bson::as_document)
-                    .filter_map(|c| c.get("_id"));
-                for id in ids {
-                    if !embedded.contains(id) {
-                        embedded.push(id.clone());
-                    }
-                }
-            }
+            let in_group = |s: &&SubsetSpec| (s.child_collection, s.key) == group;
+            let embedded = embedded_ids(&found, self.spec().subsets.iter().filter(in_group));
             if embedded.is_empty() {
                 continue;
             }
             let children = self.collection::<Document>(spec.child_collection);
             let child_error = |e| crate::Error::mongo(spec.child_collection, e);
-            // Only when none is there: a migrated parent whose array gained a child the
-            // collection never had (drift a reconcile repairs) holds the others.
-            if unmarked {
+            let not_migrated =
+                |field: Option<&str>, absent: usize, first: &Bson| crate::Error::NotMigrated {
+                    collection: self.collection_name().to_owned(),
+                    id: Box::new(parent.clone()),
+                    field: field.unwrap_or(spec.field).to_owned(),
+                    child_collection: spec.child_collection.to_owned(),
+                    absent,
+                    first: Box::new(first.clone()),
+                };
+            // An adoption under way: every child its views embed must be stored, counted
+            // whole (the `_id` index answers), and read only to name the first missing.
+            let views = self.spec().subsets.iter().filter(in_group);
+            let copying = embedded_ids(&found, views.filter(|s| adopting(s)));
+            if !copying.is_empty() {
+                let all = children.count_documents(doc! { "_id": { "$in": copying.clone() } });
+                let stored = ctx.run(all).await.map_err(child_error)?;
+                if stored < copying.len() as u64 {
+                    let find = children
+                        .find(doc! { "_id": { "$in": copying.clone() } })
+                        .projection(doc! { "_id": 1 });
+                    let present = ctx.collect(find).await.map_err(child_error)?;
+                    let absent: Vec<&Bson> = copying
+                        .iter()
+                        .filter(|id| !present.iter().any(|c| c.get("_id") == Some(*id)))
+                        .collect();
+                    if let Some(first) = absent.first() {
+                        return Err(not_migrated(holding(group, first), absent.len(), first));
+                    }
+                }
+            } else if unmarked {
+                // Only when none is there: a migrated parent whose array gained a child the
+                // collection never had (drift a reconcile repairs) holds the others.
                 let any = children
                     .count_documents(doc! { "_id": { "$in": embedded.clone() } })
                     .limit(1);
                 if ctx.run(any).await.map_err(child_error)? == 0 {
                     let first = &embedded[0];
-                    let field = self.spec().subsets.iter().find(|s| {
-                        (s.child_collection, s.key) == group
-                            && found.get_array(s.field).is_ok_and(|a| {
-                                a.iter()
-                                    .filter_map(Bson::as_document)
-                                    .any(|c| c.get("_id") == Some(first))
-                            })
-                    });
-                    return Err(crate::Error::NotMigrated {
-                        collection: self.collection_name().to_owned(),
-                        id: Box::new(parent.clone()),
-                        field: field.map_or(spec.field, |s| s.field).to_owned(),
-                        child_collection: spec.child_collection.to_owned(),
-                        absent: embedded.len(),
-                        first: Box::new(first.clone()),
-                    });
+                    return Err(not_migrated(holding(group, first), embedded.len(), first));
                 }
             }
             let under_key = children
@@ -302,6 +322,26 @@ impl Model<'_> {
         }
         Ok(())
     }
+}
+
+/// The `_id`s the arrays of `views` in `found` (a parent, or a projection of their `_id`s)
+/// embed, each once, in the order of the views and their arrays.
+fn embedded_ids<'v>(found: &Document, views: impl Iterator<Item = &'v SubsetSpec>) -> Vec<Bson> {
+    let mut embedded: Vec<Bson> = Vec::new();
+    for view in views {
+        let ids = found
+            .get_array(view.field)
+            .into_iter()
+            .flatten()
+            .filter_map(Bson::as_document)
+            .filter_map(|c| c.get("_id"));
+        for id in ids {
+            if !embedded.contains(id) {
+                embedded.push(id.clone());
+            }
+        }
+    }
+    embedded
 }
 
 impl Steps for RebuildSteps<'_> {

@@ -213,6 +213,7 @@ mod tests {
             count: n,
             sums: vec![stars],
             noted: 0,
+            adopting: false,
         }
     }
 

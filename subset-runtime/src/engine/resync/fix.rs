@@ -6,7 +6,7 @@ use crate::bson::{doc, Bson, Document};
 
 use super::state::{Expected, Stored};
 use super::{CountFix, Drift};
-use crate::engine::model_change::malformed_note;
+use crate::engine::model_change::{adoption_mark, malformed_note};
 use crate::model::SubsetSpec;
 
 /// One parent update: which parent, in which state, and what changes.
@@ -57,6 +57,12 @@ impl Fix {
                 0 => unset.insert(malformed_note(spec), ""),
                 n => set.insert(malformed_note(spec), n as i64),
             };
+        }
+        // An adoption's last step (or a reconcile that finished it for it: either checked that
+        // the view drops no child that is not stored, see `Model::would_empty`) removes its
+        // mark with the view it builds.
+        if stored.adopting && matches!(count_fix, CountFix::Recount) {
+            unset.insert(adoption_mark(spec), "");
         }
         let mut update = Document::new();
         if !set.is_empty() {
@@ -140,6 +146,7 @@ mod tests {
             count: Some(Bson::Int64(1)),
             sums: vec![Some(Bson::Int32(4))],
             noted: 0,
+            adopting: false,
         };
         let expected = recounted(top, 1, 4);
         assert_eq!(fix(&right, &expected, &CountFix::Recount), None);
@@ -157,6 +164,7 @@ mod tests {
             count: Some(Bson::Int32(1)),
             sums: vec![None],
             noted: 0,
+            adopting: false,
         };
         let fix = fix(&behind, &recounted(top.clone(), 2, 9), &CountFix::Recount).expect("a write");
         assert_eq!(
@@ -181,6 +189,7 @@ mod tests {
             count: None,
             sums: vec![None],
             noted: 0,
+            adopting: false,
         };
         let array_only = Expected {
             top: Vec::new(),
@@ -210,6 +219,7 @@ mod tests {
             count: Some(Bson::Int64(2)),
             sums: vec![Some(Bson::Int64(9))],
             noted: 0,
+            adopting: false,
         };
         let fix_right = fix(&right, &array_only, &removal).expect("a write");
         assert_eq!(fix_right.filter, doc! { "_id": 7 });
@@ -244,6 +254,7 @@ mod tests {
             count: Some(Bson::Int64(2)),
             sums: vec![Some(Bson::Int64(4))],
             noted: 0,
+            adopting: false,
         };
         let mut expected = recounted(top, 2, 4);
         expected.noting = true;

@@ -406,10 +406,11 @@ impl Recompute<'_> {
 
             drift = Drift::between(spec, parent, &stored, &expected);
             drift.malformed = malformed;
-            // A parent no write of this library has marked, holding children the child
-            // collection lacks, was never migrated: they are not stale, and a reconcile must
-            // not drop them (see `would_empty`).
-            if guarded && !drift.stale.is_empty() && !model_change::marked(&found) {
+            // A parent no write of this library has marked, or one whose adoption was cut
+            // off, holding children the child collection lacks: they may not be stale but the
+            // only copies, which a reconcile must not drop (see `would_empty`).
+            let unmigrated = !model_change::marked(&found) || stored.adopting;
+            if guarded && !drift.stale.is_empty() && unmigrated {
                 store.model().would_empty(ctx, parent).await?;
             }
             if !write {

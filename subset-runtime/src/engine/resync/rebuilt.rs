@@ -13,7 +13,7 @@ use crate::bson::{doc, oid::ObjectId, Bson, Document, RawDocumentBuf};
 use super::state::{Expected, Stored};
 use super::{size, CountFix, Drift, Fix};
 use crate::engine::exec::Ctx;
-use crate::engine::model_change::MARKER;
+use crate::engine::model_change::{adopting, adoption_mark, MARKER};
 use crate::engine::{query, RawStore};
 use crate::error::Result;
 
@@ -34,8 +34,8 @@ impl RawStore {
     /// Every view of each of `parents` recomputed from the child collections, in one `find`
     /// of the parents and one `aggregate` per child collection: one entry per parent, `None`
     /// for a parent left to a rebuild of its own (gone, malformed, holding a child too large
-    /// to embed, or, when `emptying_refused`, one whose read does not show that the rebuild
-    /// keeps children it holds: see [`Model::would_empty`]).
+    /// to embed, or, when `emptying_refused`, one carrying an adoption mark or whose read does
+    /// not show that the rebuild keeps children it holds: see [`Model::would_empty`]).
     ///
     /// [`Model::would_empty`]: crate::engine::model_change::Model::would_empty
     ///
@@ -88,7 +88,9 @@ impl RawStore {
         let mut rebuilt: Vec<Option<Rebuilt>> = parents.iter().map(|_| None).collect();
         for ((at, doc, stored), views) in read.into_iter().zip(computed) {
             let parent = &parents[at];
-            if emptying_refused && !keeps_what_it_holds(self, &stored, &views) {
+            // An adoption under way may hold the only copies of children: asked alone.
+            let under_way = stored.iter().any(|view| view.adopting);
+            if emptying_refused && (under_way || !keeps_what_it_holds(self, &stored, &views)) {
                 continue;
             }
             let bytes = size::of(&doc).unwrap_or(0);
@@ -162,10 +164,11 @@ fn keeps_what_it_holds(
 }
 
 impl RawStore {
-    /// Which of `parents` hold children in a view while no child is stored under the view's
-    /// key (one `find` of the parents and one `aggregate` per child collection and key): the
-    /// parents whose rebuild [`Model::would_empty`] must answer for, asked before a batch
-    /// without a transaction writes anything.
+    /// Which of `parents` carry an adoption mark (see [`crate::engine::model_change::ADOPTING`]),
+    /// or hold children in a view while no child is stored under the view's key (one `find`
+    /// of the parents and one `aggregate` per child collection and key): the parents whose
+    /// rebuild [`Model::would_empty`] must answer for, asked before a batch without a
+    /// transaction writes anything.
     ///
     /// [`Model::would_empty`]: crate::engine::model_change::Model::would_empty
     ///
@@ -181,6 +184,7 @@ impl RawStore {
         let mut projection = doc! { "_id": 1 };
         for spec in specs {
             projection.insert(format!("{}._id", spec.field), 1);
+            projection.insert(adoption_mark(spec), 1);
         }
         let parents_of = self.parents::<Document>();
         let find = parents_of
@@ -188,6 +192,16 @@ impl RawStore {
             .projection(projection);
         let found = ctx.collect(find).await.map_err(|e| self.mongo(e))?;
         let mut unkeyed = vec![false; parents.len()];
+        for parent in &found {
+            let raw = RawDocumentBuf::try_from(parent);
+            let under_way = specs
+                .iter()
+                .any(|spec| raw.as_ref().is_ok_and(|raw| adopting(raw, spec)));
+            let at = parents.iter().position(|p| parent.get("_id") == Some(p));
+            if let (true, Some(at)) = (under_way, at) {
+                unkeyed[at] = true;
+            }
+        }
         let mut asked: Vec<(&str, &str)> = Vec::new();
         for spec in specs {
             let group = (spec.child_collection, spec.key);

@@ -19,6 +19,10 @@ pub(super) struct Stored {
     pub(super) sums: Vec<Option<Bson>>,
     /// How many malformed children the view's note says its head holds (0: no note).
     pub(super) noted: u32,
+    /// Whether the parent carries the view's adoption mark (see
+    /// [`crate::engine::model_change::ADOPTING`]), which the write that builds the view
+    /// removes.
+    pub(super) adopting: bool,
 }
 
 impl Stored {
@@ -41,6 +45,7 @@ impl Stored {
             count: spec.count.and_then(value),
             sums: spec.sums.iter().map(|s| value(s.parent)).collect(),
             noted: crate::engine::model_change::noted_malformed(parent, spec),
+            adopting: crate::engine::model_change::adopting(parent, spec),
         })
     }
 
