@@ -572,3 +572,75 @@ async fn an_adoption_cut_off_while_copying_is_refused_until_adopted_again() {
         assert_eq!(typed.count(&oid(other)).await.unwrap(), 4, "{mode:?}");
     }
 }
+
+/// Without a transaction, a reconcile of a parent whose adoption was cut off, itself cut off
+/// between its writes (here the server closes the connection of its reads of the children),
+/// marks the parent as built under none but keeps the adoption's mark: the children only its
+/// array holds are still refused to a check, and adopting it again finishes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reconcile_cut_off_keeps_the_mark_of_an_adoption_cut_off() {
+    let _fail_point = crate::FAIL_POINT.lock().await;
+    let store = Store::<Product>::with_options(
+        &replica_db().await,
+        subset::StoreOptions::new().mode(subset::WriteMode::Ordered),
+    );
+    let app = "adopt-reconcile-cut-off";
+    let own = crate::mutations::on_own_client(&store, app).await;
+    let reviews = own.children(Product::RECENT_REVIEWS);
+    // A first adoption registers the model, which no fail point below then refuses.
+    let whole = embedding(&store, vec![review(1, true)]).await;
+    reviews.raw().adopt(&whole).await.unwrap();
+    let embedded: Vec<Document> = (0..12).map(|i| review(100 + i, true)).collect();
+    let id = embedding(&store, embedded.clone()).await;
+    let copied = embedded[..4].iter().map(|r| {
+        let mut r = r.clone();
+        r.insert(reviews.spec().key, id.clone());
+        r
+    });
+    let children = store.database().collection::<Document>("reviews");
+    children.insert_many(copied).await.unwrap();
+    let admin = store.database().client().database("admin");
+    let fail = |command: &str, data: Document| {
+        let mut with = doc! { "failCommands": [command], "appName": app };
+        with.extend(data);
+        doc! { "configureFailPoint": "failCommand", "mode": "alwaysOn", "data": with }
+    };
+    let off = doc! { "configureFailPoint": "failCommand", "mode": "off" };
+    admin
+        .run_command(fail("insert", doc! { "errorCode": 11601 }))
+        .await
+        .unwrap();
+    let adopted = reviews.raw().adopt(&id).await;
+    admin.run_command(off.clone()).await.unwrap();
+    assert!(adopted.is_err(), "{adopted:?}");
+
+    admin
+        .run_command(fail("aggregate", doc! { "closeConnection": true }))
+        .await
+        .unwrap();
+    let reconciled = reviews.raw().reconcile(&id).await;
+    admin.run_command(off).await.unwrap();
+    assert!(reconciled.is_err(), "{reconciled:?}");
+    let marker = parent(&store, &id).await;
+    let marker = marker.get_document("_subset").unwrap();
+    assert_eq!(marker.get_str("d").ok(), Some(""), "{marker}");
+    assert!(marker.contains_key("a_recent_reviews"), "{marker}");
+
+    let oid = id.as_object_id().unwrap();
+    let typed = store.children(Product::RECENT_REVIEWS);
+    let checked = typed.check(&oid).await;
+    assert!(
+        matches!(checked, Err(subset::Error::NotMigrated { absent: 8, .. })),
+        "{checked:?}"
+    );
+    assert!(matches!(
+        reviews.raw().adopt(&id).await.unwrap(),
+        Adopted::Done {
+            inserted: 8,
+            already: 4,
+            ..
+        }
+    ));
+    assert!(adoption_marks(&store, &id).await.is_empty());
+    assert_subset_true(&store, Product::RECENT_REVIEWS, &id).await;
+}

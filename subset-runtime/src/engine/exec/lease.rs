@@ -68,7 +68,7 @@ use mongodb::options::{Acknowledgment, ReturnDocument, WriteConcern};
 use tokio::task::AbortHandle;
 
 use super::Ctx;
-use crate::engine::model_change::{unmarked, MARKER};
+use crate::engine::model_change::{unmarked, ADOPTING, MARKER};
 use crate::engine::parent_write::{add, send_updates};
 use crate::engine::RawStore;
 use crate::error::Result;
@@ -817,9 +817,15 @@ async fn give_back(store: &RawStore, parent: Bson, lease: Lease, unfinished: boo
             .update_one(filter, shared_give_back(lease, unfinished))
             .write_concern(acknowledged())
     } else if unfinished {
-        let unmark = doc! { "$set": { MARKER: { "d": "", "n": ObjectId::new() } } };
+        // The marker replaced, but for the marks of adoptions under way (`a_<field>`), which
+        // keep a rebuild from dropping the children only the parent's array holds.
+        let prefix = doc! { "$substrBytes": ["$$this.k", 0, ADOPTING.len() as i32] };
+        let adoptions = marker_fields(doc! { "$eq": [prefix, ADOPTING] });
+        let none = doc! { "d": "", "n": ObjectId::new() };
+        let marker =
+            doc! { "$mergeObjects": [{ "$arrayToObject": adoptions }, { "$literal": none }] };
         parents
-            .update_one(filter, unmark)
+            .update_one(filter, vec![doc! { "$set": { MARKER: marker } }])
             .write_concern(acknowledged())
     } else {
         // The lease goes, and with it a `_subset` that held nothing else (a parent the lease
