@@ -139,8 +139,9 @@ pub(crate) struct SumPair {
     pub(crate) parent: String,
     /// The child's Rust field summed, without `r#`.
     pub(crate) child: String,
-    /// The same name as an identifier spanned at the literal, so that rustc's "no field" error
-    /// points at the string.
+    /// The same name as an identifier spanned at the literal, for a child type that names the
+    /// parent's parameters, whose check accesses the field by name: rustc's errors then point at
+    /// the string.
     pub(crate) child_ident: Ident,
 }
 
@@ -155,8 +156,9 @@ pub(crate) struct Sort {
 pub(crate) struct SortKey {
     /// The child's Rust field name, without `r#`.
     pub(crate) name: String,
-    /// The same name as an identifier spanned at the sort literal, so that rustc's "no field"
-    /// error points at the string.
+    /// The same name as an identifier spanned at the sort literal, for a child type that names
+    /// the parent's parameters, whose check accesses the field by name: rustc's errors then
+    /// point at the string.
     pub(crate) ident: Ident,
     pub(crate) direction: Direction,
 }

@@ -246,13 +246,43 @@ fn field_of(child_ty: &Type, name: &str, full: bool) -> TokenStream {
     quote!(::subset::#Private::field_of(#fields, #unstored, #altered, #name))
 }
 
-/// The check that serde stores the child field `name` as its type (and that the name is no BSON
-/// name in place of the Rust one): see `field_problem`.
+/// The `I`th field of `C` for the check function, `I` the index of `name` in `C`'s `FIELDS` (or
+/// its full type's), found in constant evaluation: a reference whose type is the field's, or
+/// `NotAChild` where no stored field has that name (which [`field_check`] reports) or the type is
+/// no `Child` (reported once elsewhere). Spanned at `span`, where rustc reports a wrong type.
+fn field_at(child_ty: &Type, name: &str, full: bool, span: Span) -> TokenStream {
+    let fallback = quote! {
+        #[allow(unused_imports)]
+        use ::subset::#Private::DescribedFallback as _;
+    };
+    let owner = if full {
+        let is_child = described(child_ty, "IS_CHILD");
+        quote!(<#child_ty as ::subset::#Private::FullOf<{ #fallback #is_child }>>::Full)
+    } else {
+        quote!(#child_ty)
+    };
+    let is_child = described(child_ty, if full { "FULL_IS_CHILD" } else { "IS_CHILD" });
+    let found = field_of(child_ty, name, full);
+    quote_spanned! {span=>
+        ::subset::#Private::field_at::<
+            #owner,
+            _,
+            { #fallback ::subset::#Private::field_index(#found) },
+            { #fallback ::subset::#Private::field_found(#is_child, #found) },
+        >()
+    }
+}
+
+/// The check that the child field `name` is one, and that serde stores it as its type (and that
+/// the name is no BSON name in place of the Rust one): see `field_problem`. A name that is no
+/// field is reported here where the type check names the field by its index (`unknown_here`,
+/// see [`field_at`]), and is rustc's "no field" error where it names it.
 fn field_check(
     checks: &mut ConstChecks,
     child_ty: &Type,
     name: &str,
     full: bool,
+    unknown_here: bool,
     role: TokenStream,
     span: Span,
 ) {
@@ -260,7 +290,7 @@ fn field_check(
     let is_child = described(child_ty, &format!("{prefix}IS_CHILD"));
     let fields = described(child_ty, &format!("{prefix}FIELDS"));
     let found = field_of(child_ty, name, full);
-    let site = site(child_ty, name, full, role);
+    let site = site(child_ty, name, full, unknown_here, role);
     checks.problem(
         quote!(::subset::#Private::field_problem(#is_child, #fields, #found, #site)),
         span,
@@ -268,15 +298,24 @@ fn field_check(
 }
 
 /// The `Site` of a child field that a parent's string names.
-fn site(child_ty: &Type, name: &str, full: bool, role: TokenStream) -> TokenStream {
+fn site(
+    child_ty: &Type,
+    name: &str,
+    full: bool,
+    unknown_here: bool,
+    role: TokenStream,
+) -> TokenStream {
     let owner = described(child_ty, if full { "FULL_NAME" } else { "NAME" });
     let full_owner = described(child_ty, "FULL_NAME");
+    let full_fields = described(child_ty, "FULL_FIELDS");
     quote! {
         ::subset::#Private::Site {
             field: #name,
             owner: #owner,
             full_owner: #full_owner,
             role: #role,
+            full_fields: #full_fields,
+            unknown_here: #unknown_here,
         }
     }
 }
@@ -286,8 +325,9 @@ fn site(child_ty: &Type, name: &str, full: bool, role: TokenStream) -> TokenStre
 /// For a child type that names none of the parent's parameters, a sort key's `SortValues` are
 /// read from the child's `FieldOf` impl for the field's index in `FIELDS`, found in constant
 /// evaluation; for one that does, which a constant cannot name, from the field's type, by an
-/// accessor (`sort_values`). Either way the field is accessed by name, so an unknown name is
-/// rustc's "no field" error, and its type checked, in [`checks`] or in the accessor.
+/// accessor (`sort_values`), which names the field: there an unknown name is rustc's "no field"
+/// error. Elsewhere the constant checks report it ([`field_check`]). The field's type is checked
+/// in [`checks`] or in the accessor.
 fn spec(parent: &Parent<'_>, index: usize, checks: &mut ConstChecks) -> TokenStream {
     let subset = &parent.subsets[index];
     let generic = parent.cont.mentions_parameters(subset.child_ty);
@@ -319,6 +359,7 @@ fn spec(parent: &Parent<'_>, index: usize, checks: &mut ConstChecks) -> TokenStr
                 child_ty,
                 name,
                 false,
+                !generic,
                 quote!(::subset::#Private::Role::Sort),
                 sort_span,
             );
@@ -393,6 +434,7 @@ fn spec(parent: &Parent<'_>, index: usize, checks: &mut ConstChecks) -> TokenStr
                 child_ty,
                 name,
                 true,
+                !generic,
                 quote!(::subset::#Private::Role::Sum),
                 span,
             );
@@ -427,6 +469,7 @@ fn spec(parent: &Parent<'_>, index: usize, checks: &mut ConstChecks) -> TokenStr
                 child_ty,
                 name,
                 true,
+                !generic,
                 quote!(::subset::#Private::Role::Filter { equals: #equals }),
                 span,
             );
@@ -780,14 +823,19 @@ fn check_parameter(at: Span) -> (TokenStream, Ident) {
 /// that names the field: its count is an integer field, its sums add a numeric child field into
 /// a numeric parent field (an integer sum only of integers), its filter is a `bool` child field,
 /// and (for a child type that names none of the parent's parameters; see [`spec`]) its sort
-/// keys are scalar child fields.
-/// Each names the field, so that an unknown name is rustc's "no field" error, and checks its
-/// type with a method of the trait it must implement, whose message says what to write.
+/// keys are scalar child fields. Each checks the field's type with a method of the trait it must
+/// implement, whose message says what to write.
+///
+/// A parent field (the count, a sum's) is named, as the derive knows it is there. A child field
+/// is named by its index in the child's `FIELDS` ([`field_at`]), so that a name that is none is
+/// reported once, in constant evaluation, with the field most likely meant; except in a child
+/// type that names the parent's parameters (`generic`), which no constant can name: there the
+/// field is accessed by name, and an unknown name is rustc's "no field" error.
 ///
 /// A sum's and a filter's field is on the full type (`<C as FullOf<_>>::Full`, the type itself
-/// for one that is no `Child`, reported once elsewhere). For a child type that names the
-/// parent's parameters (`generic`), the check function's `C: Child` bound keeps
-/// `<C as Child>::Full` from resolving to a struct, so there they are looked up on `C` itself.
+/// for one that is no `Child`, reported once elsewhere). For a generic child type, the check
+/// function's `C: Child` bound keeps `<C as Child>::Full` from resolving to a struct, so there
+/// they are looked up on `C` itself.
 fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
     let count_check = subset.count.map(|(field, lit)| {
         let span = lit.span();
@@ -802,42 +850,41 @@ fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
         }
     });
     let child_ty = subset.child_ty;
-    let full = if generic {
-        quote!(#child_ty)
-    } else {
-        let is_child = described(child_ty, "IS_CHILD");
-        quote!(<#child_ty as ::subset::#Private::FullOf<{
-            #[allow(unused_imports)]
-            use ::subset::#Private::DescribedFallback as _;
-            #is_child
-        }>>::Full)
+    // The child field `ident` (named `name`) as a check spanned at `span` reads it: on the full
+    // type for a sum or a filter (`full`).
+    let child_field = |ident: &Ident, name: &str, full: bool, span: Span| {
+        if generic {
+            let child = Ident::new("__subset_child", span);
+            let mut member = ident.clone();
+            member.set_span(span);
+            quote_spanned! {span=>
+                {
+                    let #child: &#child_ty = ::subset::#Private::nothing();
+                    &(*#child).#member
+                }
+            }
+        } else {
+            field_at(child_ty, name, full, span)
+        }
     };
     let sort_checks = subset.sort.keys.iter().filter(|_| !generic).map(|key| {
         let span = Span::mixed_site().located_at(subset.sort.lit.span());
-        let child = Ident::new("__subset_child", span);
-        let mut member = key.ident.clone();
-        member.set_span(span);
+        let field = child_field(&key.ident, &key.name, false, span);
         quote_spanned! {span=>
-            {
-                let #child: &#child_ty = ::subset::#Private::nothing();
-                <_ as ::subset::#Private::SortableField>::__check(&(*#child).#member);
-            }
+            <_ as ::subset::#Private::SortableField>::__check(#field);
         }
     });
     let sum_checks = subset.sums.iter().map(|sum| {
         let span = Span::mixed_site().located_at(sum.lit.span());
         let (bind, parent) = check_parameter(sum.lit.span());
-        let child = Ident::new("__subset_child", span);
         let mut parent_member = sum.parent.ident.clone();
         parent_member.set_span(sum.lit.span());
-        let mut child_member = sum.child.child_ident.clone();
-        child_member.set_span(span);
+        let field = child_field(&sum.child.child_ident, &sum.child.child, true, span);
         quote_spanned! {span=>
             {
                 #bind
-                let #child: &#full = ::subset::#Private::nothing();
                 <_ as ::subset::#Private::SumField<_>>::__check(
-                    &(*#child).#child_member,
+                    #field,
                     &(*#parent).#parent_member,
                 );
             }
@@ -845,14 +892,9 @@ fn checks(subset: &Subset<'_>, generic: bool) -> TokenStream {
     });
     let filter_check = subset.filter.map(|filter| {
         let span = Span::mixed_site().located_at(filter.lit.span());
-        let child = Ident::new("__subset_child", span);
-        let mut member = filter.ident.clone();
-        member.set_span(span);
+        let field = child_field(&filter.ident, &filter.field, true, span);
         quote_spanned! {span=>
-            {
-                let #child: &#full = ::subset::#Private::nothing();
-                <_ as ::subset::#Private::FilterField>::__check(&(*#child).#member);
-            }
+            <_ as ::subset::#Private::FilterField>::__check(#field);
         }
     });
     quote! {

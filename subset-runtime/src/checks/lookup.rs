@@ -95,6 +95,15 @@ pub struct Site {
     pub full_owner: &'static str,
     /// What the parent does with the field.
     pub role: Role,
+    /// The full type's stored fields ([`Child::FIELDS`](crate::Child::FIELDS) of
+    /// [`Child::Full`](crate::Child::Full)), to tell a sort key a preview lacks from a name that
+    /// is no field at all.
+    pub full_fields: &'static [FieldName],
+    /// Whether a name that is no field of `owner` is reported here: where the derive checks the
+    /// field's type by its index in `FIELDS` (a child type that names none of the parent's
+    /// parameters), no code names the field, so nothing else does. Where it accesses the field
+    /// by name, an unknown name is rustc's "no field" error.
+    pub unknown_here: bool,
 }
 
 impl Site {
@@ -206,7 +215,7 @@ impl Site {
     }
 
     /// The message for a name that is no Rust field but the BSON name of one of `fields`, if it
-    /// is: the grammar takes Rust names. (Any other unknown name is rustc's "no field" error.)
+    /// is: the grammar takes Rust names.
     const fn serde_name(&self, fields: &'static [FieldName]) -> Option<Message> {
         let mut i = 0;
         while i < fields.len() {
@@ -229,6 +238,77 @@ impl Site {
         }
         None
     }
+
+    /// The message for a name that is none of `fields`: a sort key that a preview lacks but its
+    /// full type has, or else the field most likely meant, or the fields there are.
+    const fn unknown(&self, fields: &'static [FieldName]) -> Message {
+        let preview = !str_eq(self.owner, self.full_owner);
+        if matches!(self.role, Role::Sort)
+            && preview
+            && rust_index(self.full_fields, self.field).is_some()
+        {
+            return Message::new()
+                .push("sort key `")
+                .push(self.field)
+                .push("` is a field of `")
+                .push(self.full_owner)
+                .push("` but not of its preview `")
+                .push(self.owner)
+                .push("`, and the server sorts the embedded previews by it: add `")
+                .push(self.field)
+                .push("` to `")
+                .push(self.owner)
+                .push("`");
+        }
+        let m = Message::new()
+            .push("`")
+            .push(self.key())
+            .push("` names `")
+            .push(self.field)
+            .push("`, which is not a field of `")
+            .push(self.owner)
+            .push("`");
+        suggest(m, self.field, fields)
+    }
+}
+
+/// `message`, then the field of `fields` that `typo` most likely meant (by
+/// [`subset_spec::is_better`], the rule of every suggestion of the derives), or else the list of
+/// `fields`: what every message about a name that is no child field ends with.
+pub(super) const fn suggest(message: Message, typo: &str, fields: &'static [FieldName]) -> Message {
+    let mut best: Option<&str> = None;
+    let mut i = 0;
+    while i < fields.len() {
+        if subset_spec::is_better(typo, fields[i].rust, best) {
+            best = Some(fields[i].rust);
+        }
+        i += 1;
+    }
+    if let Some(best) = best {
+        return message.push(": did you mean `").push(best).push("`?");
+    }
+    let mut m = message.push(": fields are ");
+    let mut i = 0;
+    while i < fields.len() {
+        if i > 0 {
+            m = m.push(", ");
+        }
+        m = m.push("`").push(fields[i].rust).push("`");
+        i += 1;
+    }
+    m
+}
+
+/// The index in `fields` of the field of Rust name `rust`.
+const fn rust_index(fields: &'static [FieldName], rust: &str) -> Option<usize> {
+    let mut i = 0;
+    while i < fields.len() {
+        if str_eq(fields[i].rust, rust) {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
 }
 
 /// The BSON name of a child field found by [`field_of`].
@@ -240,10 +320,10 @@ pub const fn bson_name(field: ChildField) -> &'static str {
 /// What is wrong with the child field a parent names at `site`, for the derive to fail the build
 /// with, at the string that names it: serde does not always store it as its type (it is `skip`,
 /// `skip_serializing`, `flatten`, `skip_serializing_if`, `with` or `serialize_with` on the child),
-/// or the name is the BSON name of a field (the grammar takes Rust names). `None` for a name that
-/// is no field at all (the derive's field access makes that rustc's "no field" error), and when
-/// `is_child` is false: the type does not implement [`Child`](crate::Child), which is reported once
-/// elsewhere.
+/// the name is the BSON name of a field (the grammar takes Rust names), or it is no field at all
+/// (with the field most likely meant; only where [`Site::unknown_here`], elsewhere rustc reports
+/// it). `None` when `is_child` is false: the type does not implement [`Child`](crate::Child),
+/// which is reported once elsewhere.
 #[doc(hidden)]
 pub const fn field_problem(
     is_child: bool,
@@ -257,9 +337,11 @@ pub const fn field_problem(
     if let Some(blocker) = field.blocker {
         return Some(site.blocked(field.bson, blocker));
     }
-    match field.index {
-        Some(_) => None,
-        None => site.serde_name(fields),
+    match (field.index, site.serde_name(fields)) {
+        (Some(_), _) => None,
+        (None, Some(serde_name)) => Some(serde_name),
+        (None, None) if site.unknown_here => Some(site.unknown(fields)),
+        (None, None) => None,
     }
 }
 
@@ -470,6 +552,8 @@ mod tests {
             owner: "Review",
             full_owner: "Review",
             role,
+            full_fields: FIELDS,
+            unknown_here: true,
         }
     }
 
@@ -492,12 +576,47 @@ mod tests {
     }
 
     #[test]
-    fn serde_names_are_told_and_unknown_names_left_to_rustc() {
+    fn serde_names_are_told() {
         assert_eq!(
             problem("isVerified", Role::Filter { equals: true }).as_deref(),
             Some("`isVerified` is the serde name of `is_verified` on `Review`, and `filter` names Rust fields: write `is_verified`")
         );
-        assert_eq!(problem("vote", Role::Sum), None);
+        assert_eq!(
+            problem("_id", Role::Sort).as_deref(),
+            Some("`_id` is the serde name of `id` on `Review`, and `sort` names Rust fields: write `id`")
+        );
+    }
+
+    #[test]
+    fn unknown_names_get_the_closest_field_or_the_list() {
+        assert_eq!(
+            problem("vote", Role::Sum).as_deref(),
+            Some("`sum` names `vote`, which is not a field of `Review`: did you mean `votes`?")
+        );
+        assert_eq!(
+            problem("stars", Role::Sort).as_deref(),
+            Some("`sort` names `stars`, which is not a field of `Review`: fields are `id`, `is_verified`, `votes`")
+        );
+        // Where the derive names the field itself, rustc reports it.
+        let found = field_of(FIELDS, UNSTORED, ALTERED, "vote");
+        let rustc = Site {
+            unknown_here: false,
+            ..site("vote", Role::Sum)
+        };
+        assert!(field_problem(true, FIELDS, found, rustc).is_none());
+    }
+
+    #[test]
+    fn a_preview_without_a_sort_key_of_its_full_type_is_told_so() {
+        let preview = Site {
+            owner: "ReviewPreview",
+            ..site("votes", Role::Sort)
+        };
+        let found = field_of(&FIELDS[..2], &[], &[], "votes");
+        assert_eq!(
+            field_problem(true, &FIELDS[..2], found, preview).map(|m| m.text().to_owned()).as_deref(),
+            Some("sort key `votes` is a field of `Review` but not of its preview `ReviewPreview`, and the server sorts the embedded previews by it: add `votes` to `ReviewPreview`")
+        );
     }
 
     #[test]

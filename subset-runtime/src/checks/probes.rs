@@ -9,7 +9,7 @@
 use std::marker::PhantomData;
 
 use super::fields::HeldNumber;
-use super::SortableField;
+use super::{FilterField, SortableField, SumField};
 use crate::model::{Child, FieldName, NumberType};
 use crate::values::SortValues;
 
@@ -46,10 +46,37 @@ impl<T: ?Sized> FullOf<false> for T {
     type Full = T;
 }
 
-/// What [`FieldOf`] gives for a name that is no stored field of a [`Child`].
+/// What [`FieldOf`] gives for a name that is no stored field of a [`Child`]. It passes the
+/// checks of a sort key, a sum and a filter ([`field_at`]): the name is reported once, in
+/// constant evaluation.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct NotAChild;
+
+#[diagnostic::do_not_recommend]
+impl SortableField for NotAChild {
+    const VALUES: SortValues = SortValues::Scalar;
+}
+
+#[diagnostic::do_not_recommend]
+impl FilterField for NotAChild {}
+
+#[diagnostic::do_not_recommend]
+impl<P: ?Sized> SumField<NotAChild> for P {}
+
+/// The `I`th field of `C` (its type `T` inferred from its one [`FieldOf`] impl; [`NotAChild`]
+/// where `CHILD` is false), for the derive's never-called check function: the type checks of a
+/// sort key, a sum and a filter, by the index [`field_index`](super::field_index) finds rather
+/// than by the field's name, so that a name that is no field is reported once, with the field
+/// most likely meant ([`field_problem`](super::field_problem)), and not as rustc's "no field".
+#[doc(hidden)]
+pub fn field_at<'a, C, T, const I: usize, const CHILD: bool>() -> &'a T
+where
+    C: FieldOf<T, I, CHILD> + ?Sized,
+    T: ?Sized,
+{
+    super::nothing()
+}
 
 /// `Probe::<T>::VALUES`: `T`'s [`SortValues`] if `T` is a [`SortableField`], else
 /// [`SortValues::Id`].
