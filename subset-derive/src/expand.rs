@@ -1094,6 +1094,10 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
         &not_preview,
         full_span,
     );
+    // Without type parameters, the full type's field is found by its index in its `FIELDS`, and
+    // a name it lacks is reported in constant evaluation, with the closest; with them, which no
+    // constant can name, by accessing it, and a name it lacks is rustc's "no field" error.
+    let by_index = cont.generics.params.is_empty();
     let embed = child
         .fields
         .iter()
@@ -1150,6 +1154,20 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
                 },
                 span,
             );
+            if by_index {
+                checks.problem(
+                    quote! {
+                        ::subset::#Private::preview_unknown(
+                            ::subset::#Private::Described::<#full>::IS_CHILD,
+                            ::subset::#Private::Described::<#full>::FIELDS,
+                            ::subset::#Private::Described::<#full>::UNSTORED,
+                            #rust,
+                            ::subset::#Private::Described::<#full>::NAME,
+                        )
+                    },
+                    span,
+                );
+            }
             quote!(::subset::#Private::FieldName { rust: #rust, bson: #bson })
         })
         .collect::<Vec<_>>();
@@ -1160,7 +1178,7 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
         // The fields an embedded preview keeps: `FIELDS`, each checked against the full type.
         const EMBED: ::core::option::Option<&'static [::subset::#Private::FieldName]> = #embed;
     };
-    let field_checks = child.fields.iter().map(|field| {
+    let field_checks = child.fields.iter().enumerate().map(|(index, field)| {
         let at_name = Span::mixed_site().located_at(field.ident.span());
         let at_ty = Span::mixed_site().located_at(field.ty.span());
         let mut name_member = field.ident.clone();
@@ -1172,10 +1190,47 @@ fn preview(child: &Child<'_>, full: &Type) -> (TokenStream, TokenStream, TokenSt
         let full_param = Ident::new("__subset_full", field.ident.span());
         let preview_param = Ident::new("__subset_preview", field.ty.span());
         let same_type = Ident::new("__subset_same_type", Span::call_site());
-        // A name the full type lacks is rustc's "no field" error, at the preview field's name;
-        // another type is `PreviewField`'s message, at the preview field's type.
-        let lookup = quote_spanned! {at_name=>
-            let #full_field = &(*#full_param).#name_member;
+        // Another type is `PreviewField`'s message, at the preview field's type.
+        let lookup = if by_index {
+            // The full type's field, or, where it has none of that name (or is no `Child`,
+            // reported once elsewhere), the preview's own: `FullOf<false>` is the preview itself.
+            let rust = &field.rust_name;
+            let fallback = quote! {
+                #[allow(unused_imports)]
+                use ::subset::#Private::DescribedFallback as _;
+            };
+            let found = quote! {
+                ::subset::#Private::field_of(
+                    ::subset::#Private::Described::<#full>::FIELDS,
+                    ::subset::#Private::Described::<#full>::UNSTORED,
+                    ::subset::#Private::Described::<#full>::ALTERED,
+                    #rust,
+                )
+            };
+            let is_child = quote!(::subset::#Private::Described::<#full>::IS_CHILD);
+            let index = Literal::usize_unsuffixed(index);
+            quote_spanned! {at_name=>
+                let #full_field = ::subset::#Private::field_at::<
+                    <#ident #ty_generics as ::subset::#Private::FullOf<{
+                        #fallback
+                        ::subset::#Private::field_found(#is_child, #found)
+                    }>>::Full,
+                    _,
+                    {
+                        #fallback
+                        if ::subset::#Private::field_found(#is_child, #found) {
+                            ::subset::#Private::field_index(#found)
+                        } else {
+                            #index
+                        }
+                    },
+                    true,
+                >();
+            }
+        } else {
+            quote_spanned! {at_name=>
+                let #full_field = &(*#full_param).#name_member;
+            }
         };
         let compare = quote_spanned! {at_ty=>
             #same_type(#full_field, &(*#preview_param).#ty_member);

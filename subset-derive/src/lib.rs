@@ -103,7 +103,8 @@ pub fn derive_parent(input: TokenStream) -> TokenStream {
 /// documents (`skip_serializing_if`) reads back without it, and one `Review` stores through a
 /// function (`with`, `serialize_with`) has a `with` or `deserialize_with` of its own; that the
 /// preview has `_id`; that `Review` derives `Child` and is no preview; and that no preview field
-/// is `#[serde(flatten)]`. The full type's fields must be visible where the preview is declared.
+/// is `#[serde(flatten)]`. A preview with type parameters names the full type's fields, which must
+/// then be visible where it is declared.
 #[proc_macro_derive(Child, attributes(subset))]
 pub fn derive_child(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

@@ -113,10 +113,10 @@ pub mod __private010 {
     pub use crate::bson;
     pub use crate::checks::{
         bson_name, distinct_orders, field_at, field_found, field_index, field_of, field_problem,
-        field_type, is_key, key_found, key_index, nothing, preview_problem, same_order,
-        sort_values, sort_values_at, stores, ChildField, ChildIds, Described, DescribedFallback,
-        FieldOf, FullOf, IdFallback, Message, NotAChild, Numbers, NumbersFallback, Probe, Role,
-        SameType, SameTypeFallback, Site, TypeOf,
+        field_type, is_key, key_found, key_index, nothing, preview_problem, preview_unknown,
+        same_order, sort_values, sort_values_at, stores, ChildField, ChildIds, Described,
+        DescribedFallback, FieldOf, FullOf, IdFallback, Message, NotAChild, Numbers,
+        NumbersFallback, Probe, Role, SameType, SameTypeFallback, Site, TypeOf,
     };
     pub use crate::model::{
         Child, Direction, FieldName, FilterSpec, NumberType, SortKey, Subset, SubsetField,

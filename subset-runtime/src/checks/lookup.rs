@@ -479,7 +479,7 @@ pub const fn is_key(field: ChildField, key: &str) -> bool {
 /// (`None` when it can: it is an `Option` or `#[serde(default)]`), or `reformed` when it stores it
 /// through a function (`with`, `serialize_with`) and the preview field reads it as its plain type
 /// (`None` when it has a `with` or `deserialize_with` of its own). A name the full type lacks is
-/// left to the derive's field access, which rustc reports.
+/// [`preview_unknown`]'s, or rustc's.
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
 pub const fn preview_problem(
@@ -508,6 +508,32 @@ pub const fn preview_problem(
         (Some(key), _, Some(message)) if !str_eq(key, "skip_serializing_if") => Some(message),
         _ => None,
     }
+}
+
+/// The message for a preview field `rust` that its full type `full_name` (a
+/// [`Child`](crate::Child) where `is_child`) does not have at all: none of its stored fields
+/// (`full`) nor of those it never stores (`full_unstored`, which [`preview_problem`] reports).
+/// Where the derive compares a preview field's type with the full type's by its index in `full`
+/// (a preview without type parameters), nothing else reports the name; elsewhere it accesses the
+/// field by name, and rustc reports it.
+#[doc(hidden)]
+pub const fn preview_unknown(
+    is_child: bool,
+    full: &'static [FieldName],
+    full_unstored: &'static [(&'static str, &'static str)],
+    rust: &'static str,
+    full_name: &'static str,
+) -> Option<Message> {
+    if !is_child || rust_index(full, rust).is_some() || serde_key(full_unstored, rust).is_some() {
+        return None;
+    }
+    let m = Message::new()
+        .push("preview field `")
+        .push(rust)
+        .push("` is not a field of `")
+        .push(full_name)
+        .push("`");
+    Some(suggest(m, rust, full))
 }
 
 pub(super) const fn str_eq(a: &str, b: &str) -> bool {
@@ -632,6 +658,20 @@ mod tests {
             message.starts_with("`cached` cannot be summed: it is `#[serde(skip)]` on `Review`, so it is never stored"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_preview_field_the_full_type_lacks_gets_the_closest() {
+        let unknown = |rust| {
+            preview_unknown(true, FIELDS, UNSTORED, rust, "Review").map(|m| m.text().to_owned())
+        };
+        assert_eq!(
+            unknown("vote").as_deref(),
+            Some("preview field `vote` is not a field of `Review`: did you mean `votes`?")
+        );
+        assert_eq!(unknown("votes"), None);
+        assert_eq!(unknown("cached"), None);
+        assert!(preview_unknown(false, &[], &[], "vote", "").is_none());
     }
 
     #[test]

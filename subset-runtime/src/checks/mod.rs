@@ -31,7 +31,7 @@ pub use fields::{
 };
 pub use lookup::{
     bson_name, field_found, field_index, field_of, field_problem, is_key, key_found, key_index,
-    preview_problem, stores, ChildField, Message, Role, Site,
+    preview_problem, preview_unknown, stores, ChildField, Message, Role, Site,
 };
 pub use probes::{
     field_at, field_type, sort_values_at, ChildIds, Described, DescribedFallback, FieldOf, FullOf,
