@@ -85,7 +85,21 @@ fn preview(r: &Review) -> ReviewPreview {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    // Returned from `main`, an error would print as its `Debug`, without the advice its `Display`
+    // gives: print that, then each cause it does not already quote.
+    let Err(error) = run().await else {
+        return std::process::ExitCode::SUCCESS;
+    };
+    eprintln!("error: {error}");
+    let shown = error.to_string();
+    std::iter::successors(error.source(), |e| e.source())
+        .filter(|cause| !shown.contains(&cause.to_string()))
+        .for_each(|cause| eprintln!("caused by: {cause}"));
+    std::process::ExitCode::FAILURE
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let server = MongoServer::shared(Topology::ReplicaSet).await?;
     let db = server
         .client()
