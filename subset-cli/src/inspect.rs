@@ -12,7 +12,7 @@ use crate::args::InspectArgs;
 use crate::error::CliError;
 use crate::output::{bytes, id_json, orphans_json, orphans_text, Outcome};
 use crate::progress;
-use crate::shape::{Bracket, Brackets};
+use crate::shape::{Bracket, Brackets, SortValue};
 
 /// How many of the largest documents are named.
 const LARGEST: usize = 5;
@@ -117,6 +117,35 @@ struct ArrayReport {
     /// Fields of the elements whose type, in some documents, differs from the type most
     /// elements of that document's array have: as a sort key, they would be out of the order.
     mixed_types: Vec<MixedReport>,
+    /// Fields that some elements of an array hold as a sortable value and others do not (it is
+    /// missing, null, or an array or document): as a sort key, those elements would have no
+    /// place in the order, and the dry run of `migrate` would refuse the document.
+    placeless: Vec<PlacelessReport>,
+}
+
+/// One element field that some elements lack a sortable value of.
+#[derive(Debug, Serialize)]
+struct PlacelessReport {
+    field: String,
+    /// Elements without a sortable value in it, in the documents read.
+    elements: u64,
+    /// Documents holding such elements.
+    documents: u64,
+    /// The first few of those documents.
+    examples: Vec<PlacelessDocument>,
+}
+
+/// A document whose array has elements without a sortable value in one field.
+#[derive(Debug, Clone, Serialize)]
+struct PlacelessDocument {
+    #[serde(rename = "_id")]
+    id: serde_json::Value,
+    #[serde(skip)]
+    display: String,
+    /// How many elements.
+    elements: u64,
+    /// What the dry run of `migrate` says of the array with this field as a sort key.
+    problem: String,
 }
 
 /// One element field of mixed types.
@@ -166,6 +195,9 @@ struct ArrayStats {
     largest_holder: u64,
     /// Per element field, the documents whose array mixes types in it.
     mixed: Vec<(String, Vec<MixedDocument>)>,
+    /// Per element field, the documents whose array has elements without a sortable value in
+    /// it.
+    placeless: Vec<PlacelessReport>,
 }
 
 /// Running totals for one collection.
@@ -211,19 +243,21 @@ impl Stats {
                     let stats = match self.arrays.iter().position(|(p, _)| *p == path) {
                         Some(i) => &mut self.arrays[i].1,
                         None => {
-                            self.arrays.push((path, ArrayStats::default()));
+                            self.arrays.push((path.clone(), ArrayStats::default()));
                             let last = self.arrays.len() - 1;
                             &mut self.arrays[last].1
                         }
                     };
                     let mut len = 0;
                     let mut fields: Vec<(&str, Brackets, u64)> = Vec::new();
+                    let mut elements: Vec<&RawDocument> = Vec::new();
                     for item in array.into_iter().flatten() {
                         len += 1;
                         let RawBsonRef::Document(element) = item else {
                             stats.non_documents += 1;
                             continue;
                         };
+                        elements.push(element);
                         for (name, value) in element.into_iter().flatten() {
                             let name = bson_compat::raw_key(name);
                             let Some(bracket) = Bracket::of(value) else {
@@ -241,7 +275,9 @@ impl Stats {
                             *values += 1;
                         }
                     }
+                    let names: Vec<&str> = fields.iter().map(|(name, ..)| *name).collect();
                     stats.add_mixed(holder.id, fields);
+                    stats.add_placeless(holder.id, &path, &names, &elements);
                     let array_bytes = array.as_bytes().len() as u64;
                     stats.lengths.push(len);
                     stats.elements += len;
@@ -265,6 +301,49 @@ struct Holder<'a> {
 }
 
 impl ArrayStats {
+    /// Records the fields `names` of one array's elements (at `path`) that some elements hold a
+    /// sortable value in and others do not, by the dry run's rule for a sort key
+    /// ([`crate::shape::placeless`]).
+    fn add_placeless(&mut self, id: &Bson, path: &str, names: &[&str], elements: &[&RawDocument]) {
+        for name in names {
+            let values: Vec<SortValue> = elements
+                .iter()
+                .map(|e| SortValue::of(name, e.get(name).ok().flatten()))
+                .collect();
+            let sortable = |v: &SortValue| matches!(v, SortValue::Sortable(_));
+            if !values.iter().any(sortable) {
+                continue;
+            }
+            let Err(problem) = crate::shape::placeless(path, name, &values) else {
+                continue;
+            };
+            let at = match self.placeless.iter().position(|p| p.field == *name) {
+                Some(at) => at,
+                None => {
+                    self.placeless.push(PlacelessReport {
+                        field: (*name).to_owned(),
+                        elements: 0,
+                        documents: 0,
+                        examples: Vec::new(),
+                    });
+                    self.placeless.len() - 1
+                }
+            };
+            let report = &mut self.placeless[at];
+            let elements = values.iter().filter(|v| !sortable(v)).count() as u64;
+            report.elements += elements;
+            report.documents += 1;
+            if report.examples.len() < EXAMPLES {
+                report.examples.push(PlacelessDocument {
+                    id: id_json(id),
+                    display: id.to_string(),
+                    elements,
+                    problem,
+                });
+            }
+        }
+    }
+
     /// Records the fields of one array's elements whose values are not all of one type.
     fn add_mixed(&mut self, id: &Bson, fields: Vec<(&str, Brackets, u64)>) {
         for (name, brackets, values) in fields {
@@ -384,6 +463,7 @@ async fn inspect(db: &Database, name: &str, args: &InspectArgs) -> Result<Report
                 reasons,
                 estimate,
                 mixed_types,
+                placeless: a.placeless,
                 path,
             }
         })
@@ -485,6 +565,15 @@ impl Report {
                     ));
                 }
             }
+            for p in &a.placeless {
+                out.push_str(&format!(
+                    "      `{}`: {} element(s) in {} document(s) without a sortable value (as a --sort field: no place in the order)\n",
+                    p.field, p.elements, p.documents
+                ));
+                for d in &p.examples {
+                    out.push_str(&format!("        {}: {}\n", d.display, d.problem));
+                }
+            }
             if let Some(e) = &a.estimate {
                 let ratio = self.bytes as f64 / e.bytes.max(1) as f64;
                 out.push_str(&format!(
@@ -530,6 +619,43 @@ mod tests {
         let paths: Vec<&str> = stats.arrays.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(paths, ["items", "meta.tags"]);
         assert_eq!(stats.arrays[0].1.elements, 21);
+    }
+
+    #[test]
+    fn stats_name_documents_whose_array_lacks_a_sortable_value_in_a_field() {
+        let mut stats = Stats::default();
+        let docs = [
+            doc! { "_id": 1, "items": [{ "d": 1, "t": "a" }, { "d": 2 }, { "x": 0 }] },
+            doc! { "_id": 2, "items": [{ "d": 3, "t": "b" }, { "d": null, "t": "c" }] },
+            // Nothing sortable in `tags`, and no element of this array has `d`: nothing to say.
+            doc! { "_id": 3, "items": [{ "tags": [1] }, { "tags": [2] }] },
+        ];
+        for d in docs {
+            stats.add(&RawDocumentBuf::try_from(&d).unwrap(), 2);
+        }
+        let placeless = &stats.arrays[0].1.placeless;
+        let fields: Vec<(&str, u64, u64)> = placeless
+            .iter()
+            .map(|p| (p.field.as_str(), p.elements, p.documents))
+            .collect();
+        assert_eq!(
+            fields,
+            [("d", 2, 2), ("t", 2, 1), ("x", 2, 1)],
+            "{placeless:?}"
+        );
+        // The dry run's words for the same array.
+        let problems: Vec<&str> = placeless[0]
+            .examples
+            .iter()
+            .map(|d| d.problem.as_str())
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                "sort field `d` is missing on 1 of 3 elements: `items.2`",
+                "sort field `d` is null on 1 of 2 elements, which gives them no place in the order: `items.1`"
+            ]
+        );
     }
 
     #[test]

@@ -120,7 +120,7 @@ impl Brackets {
 
 /// What one element holds under one key of the order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SortValue {
+pub enum SortValue {
     Missing,
     Null,
     /// An array, a document, a regular expression…: nothing a cursor can hold.
@@ -130,7 +130,7 @@ enum SortValue {
 
 impl SortValue {
     /// `value` under `key`; a missing `_id` is one `migrate` will assign, an ObjectId.
-    fn of(key: &str, value: Option<RawBsonRef<'_>>) -> SortValue {
+    pub fn of(key: &str, value: Option<RawBsonRef<'_>>) -> SortValue {
         let Some(value) = value else {
             return match key {
                 "_id" => SortValue::Sortable(Bracket::Type(ElementType::ObjectId)),
@@ -229,23 +229,42 @@ pub fn check(parent: &RawDocument, spec: &SubsetSpec) -> Result<Shape, String> {
 }
 
 /// What keeps the elements' values under `key` from having one place each in the order: some
-/// missing or null, some that no cursor can hold, or some of another type than most.
+/// missing or null, some that no cursor can hold ([`placeless`]), or some of another type than
+/// most.
 fn order_problem(field: &str, key: &str, values: &[SortValue]) -> Result<(), String> {
+    placeless(field, key, values)?;
     let len = values.len();
-    let named = |at: &[(usize, Option<&str>)]| {
-        let mut named: Vec<String> = at
-            .iter()
-            .take(NAMED)
-            .map(|(i, kind)| match kind {
-                Some(kind) => format!("`{field}.{i}` ({kind})"),
-                None => format!("`{field}.{i}`"),
-            })
-            .collect();
-        if at.len() > NAMED {
-            named.push(format!("and {} more", at.len() - NAMED));
+    let mut brackets = Brackets::default();
+    for (i, v) in values.iter().enumerate() {
+        if let SortValue::Sortable(b) = v {
+            brackets.add(*b, i as u64);
         }
-        named.join(", ")
+    }
+    let Some((most, n)) = brackets.majority() else {
+        return Ok(());
     };
+    let others: Vec<(usize, Option<&str>)> = values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| match v {
+            SortValue::Sortable(b) if *b != most => Some((i, Some(b.name()))),
+            _ => None,
+        })
+        .collect();
+    Err(format!(
+        "sort field `{key}` is {} on {n} of {len} elements and of another type on {}, which pages in this order never reach: {}",
+        most.name(),
+        others.len(),
+        named(field, &others)
+    ))
+}
+
+/// The elements of the array `field` (its values under `key`, one per element, in order) that
+/// have no place in an order by `key`: the first kind found of missing, null, or a value no
+/// cursor can hold, with how many and the first few positions. `inspect` asks it of every
+/// element field that holds a sortable value somewhere in an array; the dry run, of each key.
+pub fn placeless(field: &str, key: &str, values: &[SortValue]) -> Result<(), String> {
+    let len = values.len();
     let positions = |wanted: fn(&SortValue) -> bool| -> Vec<(usize, Option<&str>)> {
         let kind = |v: &SortValue| match v {
             SortValue::Unsortable(t) => Some(type_name(*t)),
@@ -279,33 +298,28 @@ fn order_problem(field: &str, key: &str, values: &[SortValue]) -> Result<(), Str
             return Err(format!(
                 "sort field `{key}` {what} on {} of {len} elements{why}: {}",
                 at.len(),
-                named(&at)
+                named(field, &at)
             ));
         }
     }
-    let mut brackets = Brackets::default();
-    for (i, v) in values.iter().enumerate() {
-        if let SortValue::Sortable(b) = v {
-            brackets.add(*b, i as u64);
-        }
-    }
-    let Some((most, n)) = brackets.majority() else {
-        return Ok(());
-    };
-    let others: Vec<(usize, Option<&str>)> = values
+    Ok(())
+}
+
+/// The positions `at` in the array `field`, each with the type found there if any: the first
+/// [`NAMED`], then how many more.
+fn named(field: &str, at: &[(usize, Option<&str>)]) -> String {
+    let mut named: Vec<String> = at
         .iter()
-        .enumerate()
-        .filter_map(|(i, v)| match v {
-            SortValue::Sortable(b) if *b != most => Some((i, Some(b.name()))),
-            _ => None,
+        .take(NAMED)
+        .map(|(i, kind)| match kind {
+            Some(kind) => format!("`{field}.{i}` ({kind})"),
+            None => format!("`{field}.{i}`"),
         })
         .collect();
-    Err(format!(
-        "sort field `{key}` is {} on {n} of {len} elements and of another type on {}, which pages in this order never reach: {}",
-        most.name(),
-        others.len(),
-        named(&others)
-    ))
+    if at.len() > NAMED {
+        named.push(format!("and {} more", at.len() - NAMED));
+    }
+    named.join(", ")
 }
 
 #[cfg(test)]
