@@ -240,7 +240,7 @@ pub struct Row {
 
 /// The median call of one side in the wire pass: what it sent and received, and how its latency
 /// splits between waiting on replies and the client's own work.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct OnTheWire {
     pub commands: f64,
     pub sent: f64,
@@ -251,6 +251,9 @@ pub struct OnTheWire {
     pub waited: f64,
     /// Median of latency minus waiting: serializing, decoding and the library's own work, ms.
     pub client: f64,
+    /// The commands of the calls that sent the most common sequence of them, in order, each
+    /// with its median milliseconds to the reply: which command the waiting goes to.
+    pub split: Vec<(String, f64)>,
 }
 
 impl OnTheWire {
@@ -268,8 +271,39 @@ impl OnTheWire {
             p50: median(&|(_, ms)| *ms),
             waited: median(&|(t, _)| t.waited),
             client: median(&|(t, ms)| ms - t.waited),
+            split: split(calls),
         }
     }
+}
+
+/// [`OnTheWire::split`] of `calls`.
+fn split(calls: &[(Tally, f64)]) -> Vec<(String, f64)> {
+    let names = |t: &Tally| t.each.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    let mut sequences: Vec<(Vec<String>, usize)> = Vec::new();
+    for (t, _) in calls {
+        let seq = names(t);
+        match sequences.iter_mut().find(|(s, _)| *s == seq) {
+            Some((_, n)) => *n += 1,
+            None => sequences.push((seq, 1)),
+        }
+    }
+    let Some((common, _)) = sequences.into_iter().max_by_key(|(_, n)| *n) else {
+        return Vec::new();
+    };
+    let alike: Vec<&Tally> = calls
+        .iter()
+        .map(|(t, _)| t)
+        .filter(|t| names(t) == common)
+        .collect();
+    common
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut v: Vec<f64> = alike.iter().map(|t| t.each[i].1).collect();
+            v.sort_by(f64::total_cmp);
+            (name, quantile(&v, 0.5))
+        })
+        .collect()
 }
 
 /// Writes the experiment's products (through the library) into a fresh `db`; the store writes

@@ -684,27 +684,34 @@ impl Section for Overhead {
                  driver's command monitoring on (the timed calls above run without it, whose \
                  events cost the client time): commands per call, BSON bytes sent and \
                  received, latency, the time spent waiting on replies (the driver's command \
-                 durations, summed) and the rest (the client's own work).\n",
+                 durations, summed) and the rest (the client's own work); then the waiting \
+                 by command, median ms each, of the calls that sent the most common sequence.\n",
                 overhead::WIRE_CALLS
             );
             let _ = writeln!(
                 w,
                 "| operation | side | commands | sent B | received B | p50 ms | waiting ms | \
-                 client ms |"
+                 client ms | waiting by command, ms |"
             );
-            let _ = writeln!(w, "|---|---|--:|--:|--:|--:|--:|--:|");
+            let _ = writeln!(w, "|---|---|--:|--:|--:|--:|--:|--:|---|");
             for r in &run.rows {
                 for (side, t) in [("library", &r.library_wire), ("hand", &r.hand_wire)] {
+                    let split: Vec<String> = t
+                        .split
+                        .iter()
+                        .map(|(name, ms)| format!("`{name}` {ms:.3}"))
+                        .collect();
                     let _ = writeln!(
                         w,
-                        "| {} | {side} | {:.0} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} |",
+                        "| {} | {side} | {:.0} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {} |",
                         r.op.name(),
                         t.commands,
                         t.sent,
                         t.received,
                         t.p50,
                         t.waited,
-                        t.client
+                        t.client,
+                        split.join(" · ")
                     );
                 }
             }

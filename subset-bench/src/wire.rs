@@ -15,7 +15,7 @@ use subset::bson;
 use crate::Res;
 
 /// What the commands of one call (or of several) added up to.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tally {
     pub commands: u32,
     /// Bytes of the command documents sent, as BSON.
@@ -24,6 +24,9 @@ pub struct Tally {
     pub received: u64,
     /// Milliseconds from each command's start to its reply, as the driver reports them, summed.
     pub waited: f64,
+    /// Each command answered, in the order sent: its name and its milliseconds to the reply,
+    /// so that a call's waiting splits by command (a write's guard, a lease's take).
+    pub each: Vec<(String, f64)>,
 }
 
 /// A client whose commands are tallied while tallying is on. Off or on, the driver builds
@@ -60,11 +63,15 @@ impl Wire {
                     t.sent += bytes(&e.command);
                 }
                 CommandEvent::Succeeded(e) if !is_hello(&e.command_name) => {
+                    let ms = e.duration.as_secs_f64() * 1e3;
                     t.received += bytes(&e.reply);
-                    t.waited += e.duration.as_secs_f64() * 1e3;
+                    t.waited += ms;
+                    t.each.push((e.command_name, ms));
                 }
                 CommandEvent::Failed(e) if !is_hello(&e.command_name) => {
-                    t.waited += e.duration.as_secs_f64() * 1e3;
+                    let ms = e.duration.as_secs_f64() * 1e3;
+                    t.waited += ms;
+                    t.each.push((e.command_name, ms));
                 }
                 _ => {}
             }
