@@ -5,43 +5,49 @@
 /// The longest name [`edit_distance`] measures; longer names are never close to anything.
 pub const MAX_MEASURED: usize = 64;
 
-/// Levenshtein distance between `a` and `b`, by byte (Rust field names and `#[subset]` keys are
-/// ASCII in practice), or `usize::MAX` when `b` is longer than [`MAX_MEASURED`] bytes. A `const
-/// fn`, so that checks running in constant evaluation can suggest names too.
+/// Edit distance between `a` and `b`, by byte (Rust field names and `#[subset]` keys are ASCII
+/// in practice): insertions, deletions, replacements and swaps of two neighbouring bytes, each
+/// one edit (the optimal string alignment distance), so that `sotr` is as near `sort` as `srot`
+/// is; `usize::MAX` when `b` is longer than [`MAX_MEASURED`] bytes. A `const fn`, so that checks
+/// running in constant evaluation can suggest names too.
 pub const fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if b.len() > MAX_MEASURED {
         return usize::MAX;
     }
-    let mut row = [0_usize; MAX_MEASURED + 1];
+    // Three rows of the distance table: the one before last (for a swap), the last, this one.
+    let mut before = [0_usize; MAX_MEASURED + 1];
+    let mut last = [0_usize; MAX_MEASURED + 1];
     let mut j = 0;
     while j <= b.len() {
-        row[j] = j;
+        last[j] = j;
         j += 1;
     }
     let mut i = 0;
     while i < a.len() {
-        let mut diag = row[0];
+        let mut row = [0_usize; MAX_MEASURED + 1];
         row[0] = i + 1;
         let mut j = 0;
         while j < b.len() {
-            let above = row[j + 1];
-            let replace = diag + if a[i] == b[j] { 0 } else { 1 };
-            let mut best = if above + 1 < replace {
-                above + 1
-            } else {
-                replace
-            };
+            let replace = last[j] + if a[i] == b[j] { 0 } else { 1 };
+            let mut best = replace;
+            if last[j + 1] + 1 < best {
+                best = last[j + 1] + 1;
+            }
             if row[j] + 1 < best {
                 best = row[j] + 1;
             }
+            if i > 0 && j > 0 && a[i] == b[j - 1] && a[i - 1] == b[j] && before[j - 1] + 1 < best {
+                best = before[j - 1] + 1;
+            }
             row[j + 1] = best;
-            diag = above;
             j += 1;
         }
+        before = last;
+        last = row;
         i += 1;
     }
-    row[b.len()]
+    last[b.len()]
 }
 
 /// Whether `candidate` is close enough to `typo` to suggest: at most one edit per three bytes of
@@ -88,6 +94,10 @@ mod tests {
         assert_eq!(edit_distance("key", ""), 3);
         assert_eq!(edit_distance("verifed", "verified"), 1);
         assert_eq!(edit_distance("isVerified", "is_verified"), 2);
+        assert_eq!(edit_distance("sotr", "sort"), 1);
+        assert_eq!(edit_distance("kepe", "keep"), 1);
+        assert_eq!(edit_distance("ab", "ba"), 1);
+        assert_eq!(edit_distance("abc", "ca"), 3);
         assert_eq!(
             edit_distance("a", &"b".repeat(MAX_MEASURED + 1)),
             usize::MAX
@@ -111,6 +121,8 @@ mod tests {
         assert_eq!(closest("dat", ["id", "date", "data"]), Some("date"));
         assert_eq!(closest("ratng", ["rating", "date"]), Some("rating"));
         assert_eq!(closest("kepp", ["keep", "key"]), Some("keep"));
+        assert_eq!(closest("kepe", ["keep", "key"]), Some("keep"));
+        assert_eq!(closest("sotr", ["sort", "keep"]), Some("sort"));
         assert_eq!(closest("colour", ["id", "date"]), None);
         assert_eq!(closest("x", []), None);
         assert!(is_better("dat", "date", Some("dates")));
