@@ -644,3 +644,110 @@ async fn a_reconcile_cut_off_keeps_the_mark_of_an_adoption_cut_off() {
     assert!(adoption_marks(&store, &id).await.is_empty());
     assert_subset_true(&store, Product::RECENT_REVIEWS, &id).await;
 }
+
+/// The follower sees the copies an adoption makes, and every child written afterwards. A parent
+/// whose adoption was cut off after some copies holds in its array the only copies of the rest:
+/// a child written under it must not have the follower trim the array to the children stored.
+/// The follower passes it over (`NotMigrated`, counted as failed), and the array stays whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_follower_passes_over_a_parent_whose_adoption_was_cut_off() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use subset::follow::{FollowOptions, FollowUpdate};
+
+    let _fail_point = crate::FAIL_POINT.lock().await;
+    for store in stores::<Product>().await {
+        let mode = store.mode().await.unwrap();
+        let app = format!("adopt-followed-{mode:?}");
+        let own = crate::mutations::on_own_client(&store, &app).await;
+        let reviews = own.children(Product::RECENT_REVIEWS);
+        let (raw, key) = (reviews.raw(), reviews.spec().key);
+        // A first adoption registers the model, so that the refused insert below is the copy's.
+        let whole = embedding(&store, vec![review(1, true)]).await;
+        raw.adopt(&whole).await.unwrap();
+        let embedded: Vec<Document> = (0..12).map(|i| review(1_000 + i, true)).collect();
+        let id = embedding(&store, embedded.clone()).await;
+        let children = store.database().collection::<Document>("reviews");
+        let copied = embedded[..4].iter().map(|r| {
+            let mut r = r.clone();
+            r.insert(key, id.clone());
+            r
+        });
+        children.insert_many(copied).await.unwrap();
+        // The rest of the copy is refused: the parent is marked, four of twelve are stored.
+        let admin = store.database().client().database("admin");
+        admin
+            .run_command(doc! {
+                "configureFailPoint": "failCommand",
+                "mode": { "times": 1 },
+                "data": { "failCommands": ["insert"], "appName": &app, "errorCode": 11601 },
+            })
+            .await
+            .expect("failCommand (test commands on)");
+        let cut_off = raw.adopt(&id).await;
+        let off = doc! { "configureFailPoint": "failCommand", "mode": "off" };
+        admin.run_command(off).await.unwrap();
+        assert!(cut_off.is_err(), "{mode:?}: {cut_off:?}");
+        let before = parent(&store, &id).await;
+        assert!(
+            !adoption_marks(&store, &id).await.is_empty(),
+            "{mode:?}: {before:?}"
+        );
+
+        let (started, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (s, f) = (Arc::clone(&started), Arc::clone(&failed));
+        let follower = store
+            .follow(FollowOptions::new(format!("adopt-{mode:?}")).window(Duration::from_millis(30)))
+            .on_update(move |update| match update {
+                FollowUpdate::Started { .. } => {
+                    s.fetch_add(1, Ordering::SeqCst);
+                }
+                FollowUpdate::Batch(batch) => {
+                    f.fetch_add(batch.failed, Ordering::SeqCst);
+                }
+                _ => {}
+            })
+            .spawn();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while started.load(Ordering::SeqCst) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "{mode:?}: the follower did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // A new review under the parent, written around the library (another program's).
+        let mut newest = review(10_000, true);
+        newest.insert(key, id.clone());
+        children.insert_one(newest).await.unwrap();
+        while failed.load(Ordering::SeqCst) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "{mode:?}: the follower did not pass the parent over: {:?}",
+                parent(&store, &id).await
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let stats = follower.stop().await.unwrap();
+        assert_eq!(stats.written, 0, "{mode:?}: {stats:?}");
+        assert_eq!(parent(&store, &id).await, before, "{mode:?}");
+
+        // Adopting again copies the rest, the new review among the children, and builds the view.
+        assert!(
+            matches!(
+                raw.adopt(&id).await.unwrap(),
+                Adopted::Done {
+                    inserted: 8,
+                    already: 4,
+                    ..
+                }
+            ),
+            "{mode:?}"
+        );
+        let typed = store.children(Product::RECENT_REVIEWS);
+        let oid = id.as_object_id().unwrap();
+        assert!(typed.check(&oid).await.unwrap().is_in_sync(), "{mode:?}");
+        assert_eq!(typed.count(&oid).await.unwrap(), 13, "{mode:?}");
+    }
+}

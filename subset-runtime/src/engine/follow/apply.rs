@@ -86,10 +86,11 @@ impl CollectionFollower<'_> {
                     // not saved, so the next start redoes it.
                     let (store, spec, key) = (store.clone(), self.fields[field], parent.clone());
                     // Unguarded: it follows child writes, and settles a parent of another
-                    // definition as those writes do.
+                    // definition as those writes do; but not a parent whose adoption was cut
+                    // off, whose array holds children only it has (`NotMigrated`, passed over).
                     let task = tokio::spawn(async move {
                         let subset = store.children(&spec);
-                        let op = subset.resync_of(&key, Resync::Fix, Emptying::Allowed);
+                        let op = subset.resync_of(&key, Resync::Fix, Emptying::Following);
                         Action::of(op).await
                     });
                     async move {
@@ -126,7 +127,8 @@ impl CollectionFollower<'_> {
                         e @ (Error::MalformedParent { .. }
                         | Error::MalformedChild { .. }
                         | Error::SubsetTooLarge { .. }
-                        | Error::NumberOverflow { .. }),
+                        | Error::NumberOverflow { .. }
+                        | Error::NotMigrated { .. }),
                     ) => {
                         tracing::warn!(parent = %parent, field = self.fields[field].field, error = %e, "parent passed over");
                         tally.failed += 1;

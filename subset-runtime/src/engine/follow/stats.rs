@@ -34,7 +34,8 @@ pub struct FollowStats {
     /// of their subsets, and counted at each resync of their parents until they are fixed.
     pub malformed: u64,
     /// Parents that could not be resynced for reasons of their own (a malformed document, a
-    /// subset over 16 MiB), logged and passed over; `reconcile_all` names them.
+    /// subset over 16 MiB, an adoption cut off whose array holds the only copies of some
+    /// children), logged and passed over; `reconcile_all` names them.
     pub failed: u64,
     /// Full passes over a child collection's parents, run when changes could not be read one
     /// by one (see [`CatchUp`]).

@@ -15,7 +15,7 @@
 //! | `malformed.rs` | the children no subset may embed, and why |
 //! | `size.rs` | the children too large for any subset of their parent |
 
-use crate::bson::{doc, Bson, Document, RawDocumentBuf};
+use crate::bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use mongodb::ClientSession;
 
 use super::exec::{self, Ctx, Steps};
@@ -77,19 +77,30 @@ enum Built {
     /// As `Here`, but a parent built under another is first put to the rebuild's guard (a
     /// reconcile's or check's, not a write's).
     HereGuarded,
+    /// As `Here`, but a parent whose adoption is under way (see
+    /// [`crate::engine::model_change::ADOPTING`]) is put to the rebuild's guard: the follower's,
+    /// which settles a parent of another definition as the writes it follows do, but must not
+    /// drop the children of an adoption cut off that only its array holds.
+    HereFollowing,
     /// Any (a rebuild's, which marks the parent after every view).
     Anywhere,
 }
 
 /// Whether a resync may empty a parent built under another definition that a rebuild would
 /// refuse ([`RawStore::would_empty`]): a reconcile or check reaches the verdict a rebuild does,
-/// unless it follows child writes (the follower), which settle such a parent as those writes do.
+/// unless it follows child writes (the follower), which settle such a parent as those writes do,
+/// or is told to.
 ///
 /// [`RawStore::would_empty`]: crate::engine::RawStore::would_empty
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Emptying {
     Refused,
+    /// Asked for (`allow_emptying`): the children only the parent holds are dropped.
     Allowed,
+    /// The follower's: allowed, but for a parent whose adoption is under way, whose array may
+    /// hold the only copies of children an adoption cut off did not copy (the follower sees
+    /// the copies it made).
+    Following,
 }
 
 /// [`RawChildren::reconcile`] or [`RawChildren::check`] of one parent.
@@ -137,6 +148,7 @@ impl<'s, 'a: 's> Operation<'s> for ResyncOf<'a> {
             built: match self.emptying {
                 Emptying::Refused => Built::HereGuarded,
                 Emptying::Allowed => Built::Here,
+                Emptying::Following => Built::HereFollowing,
             },
         };
         match exec::execute(store, caller, &steps).await {
@@ -298,7 +310,12 @@ impl Recompute<'_> {
     ) -> Result<Drift> {
         let write = resync == Resync::Fix;
         let (marked, guarded) = (built != Built::Anywhere, built == Built::HereGuarded);
+        // Whether `found` must be put to the rebuild's guard: a reconcile's or check's, or a
+        // follower's of a parent whose adoption is under way.
         let spec = self.spec();
+        let guards = |found: &RawDocument| {
+            guarded || (built == Built::HereFollowing && model_change::adopting(found, spec))
+        };
         let store = self.store();
         let attempts = if ctx.atomic() { 1 } else { ORDERED_ATTEMPTS };
         let mut drift = Drift::default();
@@ -336,7 +353,7 @@ impl Recompute<'_> {
                     && matches!(found.get(MARKER), Ok(None))
                     && matches!(found.get(spec.field), Ok(None));
                 if unbuilt || !store.model().built_here(&found, &registry) {
-                    if guarded {
+                    if guards(&found) {
                         // Before anything is settled: refused here, it is refused everywhere.
                         store.model().would_empty(ctx, parent).await?;
                     }
@@ -410,7 +427,7 @@ impl Recompute<'_> {
             // off, holding children the child collection lacks: they may not be stale but the
             // only copies, which a reconcile must not drop (see `would_empty`).
             let unmigrated = !model_change::marked(&found) || stored.adopting;
-            if guarded && !drift.stale.is_empty() && unmigrated {
+            if guards(&found) && !drift.stale.is_empty() && unmigrated {
                 store.model().would_empty(ctx, parent).await?;
             }
             if !write {
